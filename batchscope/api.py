@@ -1,0 +1,222 @@
+"""The library API: one call runs the sweep, classifies it and writes the report.
+
+Example:
+    >>> import batchscope
+    >>> report = batchscope.diagnose_file("samples/mlp.py", out_dir="out")  # doctest: +SKIP
+    >>> report.recommendation.batch_size  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from batchscope import __version__
+from batchscope.classifiers.analyze import analyze
+from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
+from batchscope.hardware.types import Ceilings
+from batchscope.plan import DEFAULT_MAX_BATCH, Limits
+from batchscope.profiler.supervisor import (
+    DEFAULT_BATCH_TIMEOUT_S,
+    Callbacks,
+    Sweep,
+    SweepConfig,
+)
+from batchscope.profiler.timing import TimingConfig
+from batchscope.profiler.worker import DTYPES, WorkerConfig
+from batchscope.records import BatchResult, Status
+from batchscope.report import Report
+from batchscope.reports import write_all
+
+DEFAULT_OUT_DIR = "batchscope-report"
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+@dataclass
+class Options:
+    """Everything ``diagnose`` can be told; checked by :meth:`validate` before any import."""
+
+    device: str = "auto"
+    dtype: str = "fp32"
+    batch_sizes: list[int] | None = None
+    max_batch: int = DEFAULT_MAX_BATCH
+    latency_limit_s: float | None = None
+    memory_budget_bytes: int | None = None
+    out_dir: str | None = DEFAULT_OUT_DIR
+    min_time_s: float = TimingConfig.measure_min_s
+    batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
+    threads: int | None = None
+    trace: bool = False
+    recalibrate: bool = False
+    op_breakdown: bool = True
+    measure_ceilings: bool = True
+    mode: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def limits(self) -> Limits:
+        return Limits(self.max_batch, self.latency_limit_s, self.memory_budget_bytes)
+
+    def validate(self) -> None:
+        """Raise :class:`UsageError` (exit 4) for any bad option."""
+        if not _DEVICE.match(self.device):
+            raise UsageError(f"unknown device {self.device!r}; use auto, cpu, cuda or cuda:N.")
+        if self.dtype not in DTYPES:
+            raise UsageError(
+                f"unknown dtype {self.dtype!r}; use one of fp32, bf16, fp16."
+            )
+        if self.max_batch < 1:
+            raise UsageError(f"--max-batch must be at least 1, not {self.max_batch}.")
+        for name, value in (("--latency-limit-ms", self.latency_limit_s),
+                            ("--memory-budget", self.memory_budget_bytes),
+                            ("--min-time", self.min_time_s),
+                            ("--timeout", self.batch_timeout_s)):
+            if value is not None and value <= 0:
+                raise UsageError(f"{name} must be positive.")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads must be at least 1, not {self.threads}.")
+        if self.mode not in (None, "inference", "train"):
+            raise UsageError(f"--mode must be inference or train, not {self.mode!r}.")
+        if self.out_dir is not None:
+            check_writable(Path(self.out_dir))
+
+
+def check_writable(folder: Path) -> None:
+    """Make sure ``folder`` exists (creating it) and a file can be written there."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".batchscope-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {folder}: {exc.strerror or exc}.") from None
+
+
+def _worker_config(path: str, options: Options) -> WorkerConfig:
+    device = options.device
+    timing = TimingConfig(measure_min_s=options.min_time_s)
+    trace_dir = str(Path(options.out_dir) / "traces") if options.trace and options.out_dir else None
+    return WorkerConfig(
+        model_path=path,
+        device=device,
+        dtype=options.dtype,
+        mode=options.mode,
+        threads=options.threads,
+        timing=timing,
+        op_breakdown=options.op_breakdown,
+        trace_dir=trace_dir,
+    )
+
+
+class _ReportWriter(Callbacks):
+    """Rewrites the report after every batch size, then forwards to the user's callbacks."""
+
+    def __init__(self, path: str, options: Options, run: dict[str, Any],
+                 inner: Callbacks | None) -> None:
+        self.path, self.options, self.run, self.inner = path, options, run, inner
+        self.info: dict[str, Any] = {"target": path}
+        self.ceilings: Ceilings | None = None
+
+    def on_ready(self, info: dict[str, Any]) -> None:
+        self.info = info
+        if self.inner:
+            self.inner.on_ready(info)
+
+    def on_ceilings(self, ceilings: Ceilings) -> None:
+        self.ceilings = ceilings
+        if self.inner:
+            self.inner.on_ceilings(ceilings)
+
+    def on_phase(self, batch_size: int, phase: str) -> None:
+        if self.inner:
+            self.inner.on_phase(batch_size, phase)
+
+    def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
+        if self.options.out_dir is not None:
+            report = self.build(results, partial=True, stop_reason="sweep in progress")
+            write_all(report, self.options.out_dir)
+        if self.inner:
+            self.inner.on_result(result, results)
+
+    def build(self, results: list[BatchResult], partial: bool, stop_reason: str) -> Report:
+        return analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
+                       partial=partial, stop_reason=stop_reason)
+
+
+def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
+                  callbacks: Callbacks | None = None, **overrides: Any) -> Report:
+    """Sweep the model file at ``path`` and return (and write) its report.
+
+    Args:
+        path: a model file following the contract in DESIGN.md.
+        options: sweep options; keyword ``overrides`` replace single fields.
+        callbacks: progress hooks (see :class:`~batchscope.profiler.supervisor.Callbacks`).
+
+    Raises:
+        UsageError: a bad option (before the model file is imported).
+        ModelFileError: the file breaks the contract.
+        NothingMeasuredError: not even the smallest batch size could be measured.
+    """
+    options = options or Options()
+    for key, value in overrides.items():
+        setattr(options, key, value)
+    options.validate()
+    path = str(path)
+    started = time.time()
+    run = {
+        "tool_version": __version__,
+        "torch_version": torch.__version__,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "options": {k: v for k, v in vars(options).items() if k != "extra"},
+    }
+    writer = _ReportWriter(path, options, run, callbacks)
+    config = SweepConfig(
+        worker=_worker_config(path, options),
+        batch_sizes=options.batch_sizes,
+        limits=options.limits(),
+        batch_timeout_s=options.batch_timeout_s,
+        recalibrate=options.recalibrate,
+        measure_ceilings=options.measure_ceilings,
+    )
+    outcome = Sweep(config, writer).run()
+    run["wall_s"] = time.time() - started
+    run["stop_reason"] = outcome.stop_reason
+    report = writer.build(outcome.results, partial=outcome.interrupted,
+                          stop_reason=outcome.stop_reason)
+    if options.out_dir is not None:
+        write_all(report, options.out_dir)
+    return report
+
+
+def exit_code(report: Report) -> ExitCode:
+    """The documented exit code for a finished (or interrupted) run."""
+    if report.partial:
+        return ExitCode.INTERRUPTED
+    statuses = [b.status for b in report.batches]
+    if Status.OK not in statuses:
+        return ExitCode.NOTHING_MEASURED
+    if any(s not in (Status.OK, Status.OOM) for s in statuses):
+        return ExitCode.SOME_FAILED
+    return ExitCode.OK
+
+
+def nothing_measured_message(report: Report) -> str:
+    """One sentence for exit 5: why even the smallest batch size failed."""
+    if not report.batches:
+        return "no batch size was measured."
+    first = report.batches[0]
+    what = f"batch {first.batch_size} ended as {first.status.value}"
+    if first.error:
+        what += f": {first.error.splitlines()[0]}"
+    params = report.model.get("parameter_bytes")
+    if first.status in (Status.OOM, Status.KILLED) and params:
+        what += f" (the model's parameters alone take {params / 2**20:,.0f} MiB)"
+    return what + "."
+
+
+__all__ = ["Options", "diagnose_file", "exit_code", "NothingMeasuredError"]

@@ -1,0 +1,62 @@
+"""The recommended batch size (DESIGN.md): the smallest b within 90% of the best throughput."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchscope.plan import Limits, over_limits
+from batchscope.records import BatchResult, Status
+
+# Within this share of the best throughput a smaller batch wins: it gives lower latency and
+# memory for a throughput loss inside the noise of a busy machine.
+NEAR_BEST_SHARE = 0.90
+
+
+@dataclass
+class Choice:
+    """The recommended batch and why."""
+
+    batch_size: int
+    rule: str
+    best_batch_size: int
+    best_throughput_per_s: float
+    speedup_from_batching: float | None
+    speedup_baseline_batch: int | None
+    excluded: dict[int, str]
+
+
+def recommend(results: list[BatchResult], limits: Limits, unit: str) -> Choice | None:
+    """Pick the batch size to run; None when no batch size was measured."""
+    measured = [r for r in results if r.status == Status.OK and r.throughput_per_s]
+    excluded = {r.batch_size: why for r in measured if (why := over_limits(r, limits))}
+    allowed = [r for r in measured if r.batch_size not in excluded]
+    if not allowed:
+        return None
+    best = max(allowed, key=lambda r: r.throughput_per_s or 0.0)
+    best_t = best.throughput_per_s or 0.0
+    chosen = min(
+        (r for r in allowed if (r.throughput_per_s or 0.0) >= NEAR_BEST_SHARE * best_t),
+        key=lambda r: r.batch_size,
+    )
+    rule = (
+        f"smallest batch size whose throughput is at least {NEAR_BEST_SHARE:.0%} of the best "
+        f"measured ({best_t:,.1f} {unit}s/s at batch {best.batch_size})"
+    )
+    if excluded:
+        rule += "; batch sizes over a limit were not considered (" + "; ".join(
+            f"{b}: {why}" for b, why in sorted(excluded.items())
+        ) + ")"
+    smallest = min(measured, key=lambda r: r.batch_size)
+    speedup = None
+    if smallest.throughput_per_s:
+        best_any = max(r.throughput_per_s or 0.0 for r in measured)
+        speedup = best_any / smallest.throughput_per_s
+    return Choice(
+        batch_size=chosen.batch_size,
+        rule=rule,
+        best_batch_size=best.batch_size,
+        best_throughput_per_s=best_t,
+        speedup_from_batching=speedup,
+        speedup_baseline_batch=smallest.batch_size,
+        excluded=excluded,
+    )

@@ -1,0 +1,151 @@
+"""The ``diagnose`` command: parses options and calls the library, nothing more.
+
+``diagnose model.py [options]`` runs the sweep; ``diagnose hardware`` prints this machine's
+measured ceilings. Results go to files (and the summary to stdout); progress and errors go
+to stderr. Exit codes are documented in README.md and :class:`batchscope.errors.ExitCode`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from batchscope.api import DEFAULT_OUT_DIR, Options, diagnose_file, exit_code, nothing_measured_message
+from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
+from batchscope.plan import DEFAULT_MAX_BATCH, parse_batch_sizes
+from batchscope.reports.console import ProgressCallbacks, print_ceilings, print_summary
+
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+SUBCOMMANDS = ("hardware",)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+               "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
+               "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``"8GiB"``, ``"500MB"`` or a plain byte count -> bytes."""
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").lower() if match else None
+    if match is None or unit not in _SIZE_UNITS:
+        raise UsageError(f"--memory-budget {text!r} is not a size such as 8GiB or 500MB.")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def fail(exc: BatchscopeError) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+    detail = getattr(exc, "detail", "")
+    if detail:
+        err_console.print(detail, markup=False, highlight=False)
+    return typer.Exit(code=int(exc.exit_code))
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _second_interrupt_exits(signum: int, frame: object) -> None:
+    os._exit(int(ExitCode.INTERRUPTED))
+
+
+diagnose_app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@diagnose_app.command()
+def diagnose(
+    model: Annotated[Path, typer.Argument(help="Model file (build_model, make_inputs; see README).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")] = Path(DEFAULT_OUT_DIR),
+    batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", help="Explicit list, e.g. 1,2,4,8.")] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Largest batch size to try.")] = DEFAULT_MAX_BATCH,
+    latency_limit_ms: Annotated[Optional[float], typer.Option("--latency-limit-ms", help="Stop above this median step latency.")] = None,
+    memory_budget: Annotated[Optional[str], typer.Option("--memory-budget", help="Stop above this peak memory, e.g. 8GiB.")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
+    mode: Annotated[Optional[str], typer.Option("--mode", help="inference (train: not yet).")] = None,
+    min_time: Annotated[float, typer.Option("--min-time", help="Seconds of timed steps per batch size.")] = 1.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per batch size.")] = 600.0,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch intra-op threads.")] = None,
+    trace: Annotated[bool, typer.Option("--trace", help="Export a Perfetto trace per batch size.")] = False,
+    no_ops: Annotated[bool, typer.Option("--no-ops", help="Timing only: skip the per-op breakdown.")] = False,
+    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Re-measure the machine's ceilings.")] = False,
+) -> None:
+    """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
+
+    Other verbs: `diagnose hardware` prints this machine's measured ceilings.
+    """
+    try:
+        options = Options(
+            device=device,
+            dtype=dtype,
+            batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes is not None else None,
+            max_batch=max_batch,
+            latency_limit_s=latency_limit_ms / 1e3 if latency_limit_ms is not None else None,
+            memory_budget_bytes=parse_size(memory_budget) if memory_budget is not None else None,
+            out_dir=str(out),
+            min_time_s=min_time,
+            batch_timeout_s=timeout,
+            threads=threads,
+            trace=trace,
+            recalibrate=recalibrate,
+            op_breakdown=not no_ops,
+            mode=mode,
+        )
+        options.validate()
+    except UsageError as exc:
+        raise fail(exc) from None
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    progress = ProgressCallbacks(err_console)
+    try:
+        with progress:
+            report = diagnose_file(model, options, callbacks=progress)
+    except (ModelFileError, BatchscopeError) as exc:
+        raise fail(exc) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    code = exit_code(report)
+    print_summary(out_console, report)
+    if code == ExitCode.INTERRUPTED:
+        signal.signal(signal.SIGINT, _second_interrupt_exits)
+        err_console.print(f"interrupted: the partial report is in {out}/")
+    elif code == ExitCode.NOTHING_MEASURED:
+        err_console.print(f"error: {nothing_measured_message(report)}", markup=False)
+    raise typer.Exit(code=int(code))
+
+
+tools_app = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True)
+
+
+@tools_app.callback()
+def tools() -> None:
+    """batchscope's other verbs (`diagnose MODEL.py` runs the sweep)."""
+
+
+@tools_app.command("hardware")
+def hardware(
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
+) -> None:
+    """Print this machine's measured ceilings (measuring them on first use)."""
+    from batchscope.hardware import load_or_measure
+
+    if device not in ("cpu", "cuda"):
+        raise fail(UsageError(f"unknown device {device!r}; use cpu or cuda."))
+    print_ceilings(out_console, load_or_measure(device, recalibrate=recalibrate))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``diagnose`` console script and ``python -m batchscope``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        tools_app(args, prog_name="diagnose")
+    else:
+        diagnose_app(args, prog_name="diagnose")

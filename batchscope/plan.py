@@ -1,0 +1,144 @@
+"""Which batch size to measure next, and when to stop going up.
+
+Pure logic over the results so far, so every stop rule is testable without a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchscope.errors import UsageError
+from batchscope.records import BatchResult, Status
+
+# Powers of two up to this unless --max-batch says otherwise: far past the knee of the
+# models we target, and the plateau rule stops long before it on most of them.
+DEFAULT_MAX_BATCH = 1024
+# A doubling that lifts the best throughput by less than this counts as flat: below the
+# ±5% noise of one batch size's median on a busy machine.
+PLATEAU_GAIN = 0.05
+# Stop after this many flat doublings in a row. One is not enough: MKL runs 2-8 fp32 rows on
+# a slow path, so batch 2 is barely faster than batch 1 on CPUs (CPU-TRIALS.md).
+PLATEAU_PATIENCE = 2
+# Statuses after which larger batch sizes would fail the same way (or worse).
+_STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT}
+
+
+@dataclass
+class Limits:
+    """User limits on the sweep; None means no limit."""
+
+    max_batch: int = DEFAULT_MAX_BATCH
+    latency_limit_s: float | None = None
+    memory_budget_bytes: int | None = None
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """Parse ``"1,2,4"`` into sorted positive integers, or raise :class:`UsageError`."""
+    parts = [p.strip() for p in text.split(",")]
+    sizes: list[int] = []
+    for part in parts:
+        if not part:
+            raise UsageError(f"--batch-sizes {text!r} has an empty entry; write e.g. 1,2,4.")
+        try:
+            value = int(part)
+        except ValueError:
+            raise UsageError(
+                f"--batch-sizes {text!r}: {part!r} is not a whole number."
+            ) from None
+        if value <= 0:
+            raise UsageError(f"--batch-sizes {text!r}: {value} is not a positive batch size.")
+        sizes.append(value)
+    if len(set(sizes)) != len(sizes):
+        raise UsageError(f"--batch-sizes {text!r} lists a batch size twice.")
+    return sorted(sizes)
+
+
+def default_batch_sizes(max_batch: int) -> list[int]:
+    """Powers of two from 1 up to ``max_batch`` (and ``max_batch`` itself)."""
+    sizes = []
+    b = 1
+    while b <= max_batch:
+        sizes.append(b)
+        b *= 2
+    if sizes[-1] != max_batch:
+        sizes.append(max_batch)
+    return sizes
+
+
+def over_limits(result: BatchResult, limits: Limits) -> str:
+    """Why ``result`` breaks a user limit, or "" when it does not."""
+    if result.latency_s is not None and limits.latency_limit_s is not None:
+        if result.latency_s.median > limits.latency_limit_s:
+            return (
+                f"latency {result.latency_s.median * 1e3:.1f} ms is over the limit of "
+                f"{limits.latency_limit_s * 1e3:.1f} ms"
+            )
+    if result.peak_memory_bytes is not None and limits.memory_budget_bytes is not None:
+        if result.peak_memory_bytes > limits.memory_budget_bytes:
+            return (
+                f"peak memory {result.peak_memory_bytes / 2**20:.0f} MiB is over the budget "
+                f"of {limits.memory_budget_bytes / 2**20:.0f} MiB"
+            )
+    return ""
+
+
+class Plan:
+    """Yields batch sizes in ascending order until a stop rule fires.
+
+    Example:
+        >>> plan = Plan(None, Limits(max_batch=8))
+        >>> plan.candidates
+        [1, 2, 4, 8]
+    """
+
+    def __init__(self, explicit: list[int] | None, limits: Limits) -> None:
+        self.explicit = explicit is not None
+        self.limits = limits
+        if explicit is not None:
+            self.candidates = sorted(b for b in explicit if b <= limits.max_batch)
+        else:
+            self.candidates = default_batch_sizes(limits.max_batch)
+        self.stop_reason = ""
+
+    def next_batch(self, results: list[BatchResult]) -> int | None:
+        """The next batch size to run, or None (then :attr:`stop_reason` says why)."""
+        done = {r.batch_size for r in results}
+        if results:
+            reason = self._stop_rule(results)
+            if reason:
+                self.stop_reason = reason
+                return None
+        for b in self.candidates:
+            if b not in done:
+                return b
+        self.stop_reason = (
+            "every requested batch size was measured" if self.explicit
+            else f"reached the largest batch size ({self.candidates[-1]})"
+        )
+        return None
+
+    def _stop_rule(self, results: list[BatchResult]) -> str:
+        last = results[-1]
+        if last.status in _STOP_GOING_UP:
+            return f"batch {last.batch_size} ended as {last.status.value}"
+        limit = over_limits(last, self.limits)
+        if limit:
+            return f"batch {last.batch_size}: {limit}"
+        if not self.explicit and _plateaued(results):
+            return (
+                f"throughput plateaued: {PLATEAU_PATIENCE} doublings in a row each added "
+                f"less than {PLATEAU_GAIN:.0%} over the best so far"
+            )
+        return ""
+
+
+def _plateaued(results: list[BatchResult]) -> bool:
+    ok = [r for r in results if r.status == Status.OK and r.throughput_per_s]
+    if len(ok) <= PLATEAU_PATIENCE:
+        return False
+    best_before = max(r.throughput_per_s for r in ok[:-PLATEAU_PATIENCE])  # type: ignore[type-var]
+    for r in ok[-PLATEAU_PATIENCE:]:
+        if r.throughput_per_s > best_before * (1 + PLATEAU_GAIN):  # type: ignore[operator]
+            return False
+        best_before = max(best_before, r.throughput_per_s)  # type: ignore[type-var]
+    return True

@@ -1,0 +1,186 @@
+"""Join counted ops (counting pass) to timed ops (capture pass) and group them per op.
+
+Both passes see the same aten ops in the same order, so a counted op is matched to the next
+profiled op with the same name and the same tensor shapes (CPU-TRIALS: this matched every op
+of a decoder and 99.9% of a CNN's FLOPs). The profiler also records composite wrappers
+(``aten::linear`` around ``aten::addmm``); a wrapper's own time is its dispatch cost, so it
+is shared among the counted ops it contains, in proportion to their time. Time between
+top-level ops (Python, module calls) is framework time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from batchscope.profiler.capture import StepCapture
+from batchscope.records import ByteSplit, CountedOp, OpStat, TimedOp
+
+# How far past the cursor we look for a counted op's profiled twin before giving up on it:
+# only ops the profiler sees but the dispatch mode does not (children of a matched op are
+# skipped by time, not by this window) lie in between.
+LOOKAHEAD_OPS = 64
+# Clock resolution of profiler timestamps (1 ns), for comparing start and end times.
+EPS_S = 1e-9
+
+
+@dataclass
+class StepJoin:
+    """Per counted op, the time attributed to it in one step, plus the leftovers."""
+
+    attributed_s: list[float]
+    matched: list[bool]
+    unmatched_s: dict[str, float] = field(default_factory=dict)  # op name -> seconds
+    op_time_s: float = 0.0  # time inside top-level aten ops
+    step_s: float = 0.0
+
+    @property
+    def framework_s(self) -> float:
+        return max(self.step_s - self.op_time_s, 0.0)
+
+
+def _shape_key(shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    """Tensor shapes without the empty entries (scalars, None, non-tensor arguments)."""
+    out = []
+    for s in shapes:
+        if isinstance(s, (list, tuple)) and s and all(isinstance(d, int) for d in s):
+            out.append(tuple(s))
+        elif isinstance(s, (list, tuple)) and s and all(isinstance(d, (list, tuple)) for d in s):
+            out.extend(tuple(x) for x in s if x)  # a tensor list argument
+    return tuple(out)
+
+
+def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
+    """Match ``counted`` (one step, execution order) to the profiled ops of ``step``."""
+    timed = step.ops
+    keys = [_shape_key(t.input_shapes) for t in timed]
+    attributed = [0.0] * len(counted)
+    matched = [False] * len(counted)
+    match_index: list[int] = [-1] * len(counted)
+    cursor = 0
+    last_end = -1.0
+    for i, op in enumerate(counted):
+        want = _shape_key(op.input_shapes)
+        fallback = -1
+        j = cursor
+        while j < len(timed) and j < cursor + LOOKAHEAD_OPS:
+            t = timed[j]
+            if t.start_s + EPS_S >= last_end and t.name == op.name:
+                if keys[j] == want:
+                    break
+                if fallback < 0:
+                    fallback = j
+            j += 1
+        else:
+            j = fallback
+        if j < 0 or j >= len(timed):
+            continue
+        t = timed[j]
+        matched[i] = True
+        match_index[i] = j
+        attributed[i] = t.duration_s
+        cursor = j + 1
+        last_end = t.end_s
+
+    result = StepJoin(attributed_s=attributed, matched=matched, step_s=step.step_s)
+    _share_wrapper_time(timed, match_index, result)
+    return result
+
+
+def _share_wrapper_time(timed: list[TimedOp], match_index: list[int], result: StepJoin) -> None:
+    """Give each top-level op's unclaimed time to the matched ops inside it."""
+    owner = {j: i for i, j in enumerate(match_index) if j >= 0}
+    tops = [j for j, t in enumerate(timed) if t.depth == 0]
+    result.op_time_s = sum(timed[j].duration_s for j in tops)
+    inside: dict[int, list[int]] = defaultdict(list)
+    top_pos = 0
+    for j in sorted(owner):
+        # find the top-level op containing timed[j]
+        while top_pos + 1 < len(tops) and timed[tops[top_pos + 1]].start_s <= timed[j].start_s:
+            top_pos += 1
+        if tops and timed[tops[top_pos]].start_s <= timed[j].start_s + EPS_S:
+            inside[tops[top_pos]].append(owner[j])
+    for j in tops:
+        members = inside.get(j, [])
+        if not members:
+            name = timed[j].name
+            result.unmatched_s[name] = result.unmatched_s.get(name, 0.0) + timed[j].duration_s
+            continue
+        claimed = sum(result.attributed_s[i] for i in members)
+        residual = timed[j].duration_s - claimed
+        if residual <= 0:
+            continue
+        for i in members:
+            share = result.attributed_s[i] / claimed if claimed > 0 else 1.0 / len(members)
+            result.attributed_s[i] += residual * share
+
+
+def join_steps(counted: Sequence[CountedOp], steps: Sequence[StepCapture]) -> StepJoin:
+    """Join every captured step and average the attributed times over the steps."""
+    if not steps:
+        return StepJoin(attributed_s=[0.0] * len(counted), matched=[False] * len(counted))
+    joins = [join_step(counted, s) for s in steps]
+    n = len(joins)
+    unmatched: dict[str, float] = defaultdict(float)
+    for j in joins:
+        for name, t in j.unmatched_s.items():
+            unmatched[name] += t / n
+    return StepJoin(
+        attributed_s=[sum(j.attributed_s[i] for j in joins) / n for i in range(len(counted))],
+        matched=[all(j.matched[i] for j in joins) for i in range(len(counted))],
+        unmatched_s=dict(unmatched),
+        op_time_s=sum(j.op_time_s for j in joins) / n,
+        step_s=sum(j.step_s for j in joins) / n,
+    )
+
+
+def sequences_differ(steps: Sequence[StepCapture]) -> bool:
+    """True when the profiled op sequence is not the same in every step."""
+    names = [tuple(t.name for t in s.ops if t.depth == 0) for s in steps]
+    return any(n != names[0] for n in names[1:])
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
+
+
+def module_pattern(paths: Sequence[str]) -> str:
+    """One label for the module paths of a group: layer indices that differ become ``*``."""
+    distinct = list(dict.fromkeys(paths))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else ""
+    patterns = list(dict.fromkeys(_INDEX.sub("*", p) for p in distinct))
+    if len(patterns) == 1:
+        return patterns[0]
+    return ", ".join(patterns[:2]) + (f" (+{len(patterns) - 2} more)" if len(patterns) > 2 else "")
+
+
+def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
+    """Group calls with the same name, shapes and dtype into one :class:`OpStat` each."""
+    groups: dict[tuple, list[int]] = {}
+    for i, op in enumerate(counted):
+        key = (op.name, _shape_key(op.input_shapes), op.dtype)
+        groups.setdefault(key, []).append(i)
+    stats = []
+    for (name, _, dtype), members in groups.items():
+        first = counted[members[0]]
+        flops = [counted[i].flops for i in members]
+        total_bytes = ByteSplit()
+        for i in members:
+            total_bytes = total_bytes + counted[i].bytes
+        stat = OpStat(
+            op_id=f"{name}@{members[0]}",
+            name=name,
+            input_shapes=[list(s) for s in first.input_shapes],
+            dtype=dtype,
+            module=module_pattern([counted[i].module for i in members]),
+            calls=len(members),
+            time_s=sum(join.attributed_s[i] for i in members),
+            flops=None if any(f is None for f in flops) else sum(f for f in flops if f is not None),
+            bytes=total_bytes,
+        )
+        if not all(join.matched[i] for i in members):
+            stat.flags.append("unmatched: some calls had no profiled twin, their time is missing")
+        stats.append(stat)
+    return stats

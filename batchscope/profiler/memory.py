@@ -1,0 +1,91 @@
+"""Peak memory of a batch size: the best honest measure each device offers.
+
+On CUDA: ``torch.cuda.max_memory_allocated`` after a reset, i.e. tensor memory only.
+On the CPU there is no allocator counter, so we read the worker's peak resident set size
+(``VmHWM``), reset before each batch size through ``/proc/self/clear_refs`` where Linux
+allows it. That peak includes the interpreter, torch's libraries and the model: it is what
+the machine must hold, not what the tensors alone need. The report names the method.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+@dataclass
+class MemoryReading:
+    """Peak memory over a window and how it was measured."""
+
+    peak_bytes: int | None
+    baseline_bytes: int | None
+    method: str
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _reset_rss_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where not allowed."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+class PeakMemory:
+    """Measure the peak memory of the code run between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._reset_ok = False
+        self._baseline: int | None = None
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._baseline = torch.cuda.memory_allocated(self.device)
+            return
+        self._baseline = _status_kib("VmRSS")
+        self._reset_ok = _reset_rss_peak()
+
+    def stop(self) -> MemoryReading:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return MemoryReading(
+                peak_bytes=torch.cuda.max_memory_allocated(self.device),
+                baseline_bytes=self._baseline,
+                method="torch.cuda.max_memory_allocated (tensor memory of this batch size)",
+            )
+        peak = _status_kib("VmHWM")
+        if peak is not None and self._reset_ok:
+            return MemoryReading(
+                peak, self._baseline,
+                "peak resident set size of the worker process (VmHWM, reset per batch size)",
+            )
+        if peak is not None:
+            return MemoryReading(
+                peak, self._baseline,
+                "lifetime peak resident set size of the worker (VmHWM; reset not allowed)",
+            )
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+        return MemoryReading(
+            maxrss * scale, self._baseline, "lifetime peak resident set size (ru_maxrss)"
+        )

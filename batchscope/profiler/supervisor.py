@@ -1,0 +1,249 @@
+"""The parent side of the sweep: starts workers, enforces timeouts, survives their deaths.
+
+The parent never imports the user's model nor touches CUDA. It keeps one worker for as many
+batch sizes as go well (the model is built once); after any failure the next batch size gets
+a fresh worker, so an OOM kill or a poisoned CUDA context costs one batch size only.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchscope.errors import ModelFileError, NothingMeasuredError
+from batchscope.hardware.types import Ceilings
+from batchscope.plan import Limits, Plan
+from batchscope.profiler.worker import WorkerConfig, worker_main
+from batchscope.records import BatchResult, Status, batch_result_from_dict
+
+# A batch size that takes longer than this (warm-up, timing, profiling, counting together) is
+# stopped as `timeout`; a hung step must not hang the sweep.
+DEFAULT_BATCH_TIMEOUT_S = 600.0
+# Starting a worker: spawn, import torch, import the model file, build the model.
+WORKER_START_TIMEOUT_S = 600.0
+# Measuring the ceilings on a machine seen for the first time (cached after).
+CEILINGS_TIMEOUT_S = 300.0
+# Time given to a worker to exit after SIGTERM before SIGKILL.
+TERMINATE_GRACE_S = 2.0
+POLL_S = 0.05
+
+
+@dataclass
+class SweepConfig:
+    """What to sweep and how."""
+
+    worker: WorkerConfig
+    batch_sizes: list[int] | None = None
+    limits: Limits = field(default_factory=Limits)
+    batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
+    recalibrate: bool = False
+    measure_ceilings: bool = True
+
+
+@dataclass
+class SweepOutcome:
+    """What the sweep produced; ``results`` hold every batch size tried, in order."""
+
+    info: dict[str, Any]
+    ceilings: Ceilings | None
+    results: list[BatchResult]
+    stop_reason: str
+    interrupted: bool = False
+
+
+class Callbacks:
+    """Hooks the caller may override to follow the sweep (progress bars, partial reports)."""
+
+    def on_ready(self, info: dict[str, Any]) -> None: ...
+    def on_ceilings(self, ceilings: Ceilings) -> None: ...
+    def on_phase(self, batch_size: int, phase: str) -> None: ...
+    def on_result(self, result: BatchResult, results: list[BatchResult]) -> None: ...
+
+
+class _WorkerDied(Exception):
+    def __init__(self, exitcode: int | None) -> None:
+        super().__init__(f"worker exited with {exitcode}")
+        self.exitcode = exitcode
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Handle:
+    """One worker process and its pipe."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_main, args=(child, config), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def send(self, message: tuple[str, Any]) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError):
+            raise _WorkerDied(self.proc.exitcode) from None
+
+    def recv(self, deadline: float) -> tuple[str, Any]:
+        while True:
+            if self.conn.poll(POLL_S):
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    self.proc.join(TERMINATE_GRACE_S)
+                    raise _WorkerDied(self.proc.exitcode) from None
+            if not self.proc.is_alive() and not self.conn.poll(0):
+                raise _WorkerDied(self.proc.exitcode)
+            if time.monotonic() > deadline:
+                raise _Timeout()
+
+    def stop(self, graceful: bool = True) -> None:
+        if graceful and self.proc.is_alive():
+            try:
+                self.conn.send(("stop", None))
+            except (BrokenPipeError, OSError):
+                pass
+            self.proc.join(TERMINATE_GRACE_S)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(TERMINATE_GRACE_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(TERMINATE_GRACE_S)
+        self.conn.close()
+
+
+def _death_status(exitcode: int | None) -> tuple[Status, str]:
+    if exitcode is not None and exitcode < 0:
+        sig = -exitcode
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        if sig == signal.SIGKILL:
+            return Status.KILLED, f"worker killed by {name} (probable host OOM)"
+        return Status.KILLED, f"worker killed by {name}"
+    return Status.KILLED, f"worker exited unexpectedly with code {exitcode}"
+
+
+class Sweep:
+    """Run the plan, one batch size at a time, in supervised workers.
+
+    Example:
+        >>> outcome = Sweep(SweepConfig(WorkerConfig("samples/mlp.py"))).run()  # doctest: +SKIP
+    """
+
+    def __init__(self, config: SweepConfig, callbacks: Callbacks | None = None) -> None:
+        self.config = config
+        self.callbacks = callbacks or Callbacks()
+        self.handle: _Handle | None = None
+        self.info: dict[str, Any] = {}
+        self.ceilings: Ceilings | None = None
+        self.results: list[BatchResult] = []
+        self.plan: Plan | None = None
+
+    def _start_worker(self) -> _Handle:
+        handle = _Handle(self.config.worker)
+        try:
+            kind, payload = handle.recv(time.monotonic() + WORKER_START_TIMEOUT_S)
+        except _WorkerDied as exc:
+            status, why = _death_status(exc.exitcode)
+            handle.stop(graceful=False)
+            raise NothingMeasuredError(f"the worker died while loading the model: {why}.")
+        except _Timeout:
+            handle.stop(graceful=False)
+            raise NothingMeasuredError(
+                f"loading the model took longer than {WORKER_START_TIMEOUT_S:.0f} s."
+            ) from None
+        if kind == "contract_error":
+            handle.stop(graceful=False)
+            err = ModelFileError(payload["message"])
+            err.detail = payload.get("detail", "")  # type: ignore[attr-defined]
+            raise err
+        self.info = payload
+        return handle
+
+    def _worker(self) -> _Handle:
+        if self.handle is None or not self.handle.proc.is_alive():
+            if self.handle is not None:
+                self.handle.stop(graceful=False)
+            self.handle = self._start_worker()
+        return self.handle
+
+    def run(self) -> SweepOutcome:
+        """Run until the plan stops or the user interrupts; never lose a finished batch."""
+        interrupted = False
+        try:
+            handle = self._worker()
+            self.callbacks.on_ready(self.info)
+            if self.config.measure_ceilings:
+                handle.send(("ceilings", self.config.recalibrate))
+                kind, payload = handle.recv(time.monotonic() + CEILINGS_TIMEOUT_S)
+                self.ceilings = Ceilings.from_dict(payload)
+                self.callbacks.on_ceilings(self.ceilings)
+            explicit = self.config.batch_sizes or self.info.get("batch_sizes")
+            self.plan = Plan(explicit, self.config.limits)
+            while (b := self.plan.next_batch(self.results)) is not None:
+                result = self._measure(b)
+                self.results.append(result)
+                self.callbacks.on_result(result, self.results)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if self.handle is not None:
+                self.handle.stop(graceful=not interrupted)
+                self.handle = None
+        stop_reason = "interrupted by the user" if interrupted else (
+            self.plan.stop_reason if self.plan else ""
+        )
+        return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted)
+
+    def _measure(self, batch_size: int) -> BatchResult:
+        timed: BatchResult | None = None
+        started = time.monotonic()
+        deadline = started + self.config.batch_timeout_s
+        try:
+            handle = self._worker()
+            handle.send(("batch", batch_size))
+            while True:
+                kind, payload = handle.recv(deadline)
+                if kind == "phase":
+                    self.callbacks.on_phase(batch_size, payload["phase"])
+                elif kind == "timed":
+                    timed = batch_result_from_dict(payload)
+                elif kind == "result":
+                    return batch_result_from_dict(payload)
+                elif kind == "contract_error":
+                    err = ModelFileError(payload["message"])
+                    err.detail = payload.get("detail", "")  # type: ignore[attr-defined]
+                    raise err
+        except KeyboardInterrupt:
+            if timed is not None:
+                timed.flags.append("interrupted during the op breakdown")
+                self.results.append(timed)
+            else:
+                self.results.append(BatchResult(batch_size, Status.INTERRUPTED,
+                                                error="interrupted by the user"))
+            raise
+        except _WorkerDied as exc:
+            status, why = _death_status(exc.exitcode)
+            return self._failed(batch_size, timed, status, why)
+        except _Timeout:
+            why = f"no result within {self.config.batch_timeout_s:.0f} s; worker stopped"
+            return self._failed(batch_size, timed, Status.TIMEOUT, why)
+
+    def _failed(self, batch_size: int, timed: BatchResult | None, status: Status,
+                why: str) -> BatchResult:
+        if self.handle is not None:
+            self.handle.stop(graceful=False)
+            self.handle = None
+        if timed is not None and status == Status.TIMEOUT:
+            timed.flags.append(f"op breakdown lost: {why}")
+            return timed
+        result = BatchResult(batch_size, status, error=why)
+        if timed is not None:
+            result.flags.append("the timing pass had finished before the worker died")
+        return result

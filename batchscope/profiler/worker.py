@@ -1,0 +1,263 @@
+"""The worker process: loads the model file once and measures one batch size per request.
+
+The parent (:mod:`batchscope.profiler.supervisor`) starts it with the ``spawn`` method and
+talks to it over a pipe. Messages are ``(kind, payload)`` tuples of plain Python values:
+
+parent -> worker: ``("ceilings", recalibrate)``, ``("batch", batch_size)``, ``("stop", None)``
+worker -> parent: ``("ready", ModelInfo dict)``, ``("contract_error", {message, detail})``,
+``("ceilings", dict)``, ``("phase", {batch_size, phase})``, ``("result", BatchResult dict)``
+
+Only this process imports the user's code and touches the device, so a crash, an OOM kill
+or a poisoned CUDA context costs the parent nothing it has already received.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import traceback
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from batchscope.errors import ModelFileError
+from batchscope.profiler import counting
+from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
+from batchscope.profiler.join import group_ops, join_steps, sequences_differ
+from batchscope.profiler.memory import PeakMemory
+from batchscope.profiler.outcome import classify_exception
+from batchscope.profiler.timing import TimingConfig, time_steps
+from batchscope.records import BatchResult, ByteSplit, Status, to_jsonable
+from batchscope.spec import (
+    ModelSpec,
+    check_inputs,
+    describe_exception,
+    iter_tensors,
+    load_model_file,
+    map_tensors,
+    user_frames,
+)
+
+DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16,
+}
+
+
+@dataclass
+class WorkerConfig:
+    """What the parent tells a new worker."""
+
+    model_path: str
+    device: str = "cpu"
+    dtype: str = "fp32"
+    mode: str | None = None  # None: the model file's MODE
+    threads: int | None = None
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    op_breakdown: bool = True  # capture + counting passes
+    trace_dir: str | None = None
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is CUDA when present, else the CPU; called in the worker only."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _become_oom_victim() -> None:
+    """Make this process the kernel OOM killer's first choice, sparing the parent."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
+def _sync_fn(device: torch.device):
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+class Worker:
+    """Holds the model between batch sizes and measures each one."""
+
+    def __init__(self, config: WorkerConfig, send) -> None:
+        self.config = config
+        self.send = send
+        self.device = resolve_device(config.device)
+        self.dtype = DTYPES[config.dtype]
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.spec: ModelSpec = load_model_file(config.model_path)
+        self.mode = config.mode or self.spec.mode
+        if self.mode != "inference":
+            raise ModelFileError(
+                f"MODE {self.mode!r} is not supported yet; use MODE = 'inference'."
+            )
+        model = self._call_user(self.spec.build_model, "build_model()")
+        if not isinstance(model, torch.nn.Module):
+            raise ModelFileError(
+                f"{self.spec.path}: build_model() returned a {type(model).__name__}, "
+                "not a torch.nn.Module."
+            )
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.sync = _sync_fn(self.device)
+
+    def _call_user(self, fn, what: str, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - user code: one sentence + their frames
+            err = ModelFileError(f"{self.spec.path}: {what} raised {describe_exception(exc)}")
+            err.detail = user_frames(exc)  # type: ignore[attr-defined]
+            raise err from None
+
+    def info(self) -> dict[str, Any]:
+        params = list(self.model.parameters())
+        buffers = list(self.model.buffers())
+        return {
+            "target": str(self.spec.path),
+            "parameters": sum(p.numel() for p in params),
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in params + buffers),
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "mode": self.mode,
+            "unit": self.spec.unit,
+            "batch_sizes": self.spec.batch_sizes,
+            "threads": torch.get_num_threads(),
+            "device": str(self.device),
+        }
+
+    def make_inputs(self, batch_size: int) -> Any:
+        inputs = self._call_user(self.spec.make_inputs, f"make_inputs({batch_size})", batch_size)
+        check_inputs(inputs, batch_size, str(self.spec.path))
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            if t.is_floating_point():
+                return t.to(device=self.device, dtype=self.dtype)
+            return t.to(device=self.device)
+
+        return map_tensors(inputs, cast)
+
+    def measure(self, batch_size: int) -> BatchResult:
+        """Timing pass, then (when enabled) capture and counting passes, then the join."""
+        started = time.perf_counter()
+        result = BatchResult(batch_size=batch_size, status=Status.OK)
+        phase = "make_inputs"
+        try:
+            inputs = self.make_inputs(batch_size)
+            step = self.spec.step_fn(self.model, inputs)
+            grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
+            with grad:
+                phase = "timing"
+                self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+                memory = PeakMemory(self.device)
+                memory.start()
+                stats, _ = time_steps(step, self.sync, self.config.timing)
+                reading = memory.stop()
+                result.latency_s = stats
+                result.throughput_per_s = batch_size / stats.median
+                result.peak_memory_bytes = reading.peak_bytes
+                result.baseline_memory_bytes = reading.baseline_bytes
+                result.peak_memory_method = reading.method
+                # The timing result goes out first: it survives a crash in the later passes.
+                self.send(("timed", to_jsonable(result)))
+                if self.config.op_breakdown:
+                    phase = "profiling"
+                    self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+                    self._op_breakdown(result, step, inputs)
+        except ModelFileError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            status, label = classify_exception(exc)
+            if phase != "timing" and phase != "make_inputs" and result.latency_s is not None:
+                # The timing pass succeeded; keep it and say the breakdown failed.
+                result.flags.append(f"op breakdown failed in {phase}: {describe_exception(exc)}")
+            else:
+                result.status = status
+                result.error = f"{label}{describe_exception(exc)}"
+                frames = user_frames(exc)
+                if frames and status == Status.MODEL_ERROR:
+                    result.error += "\n" + frames
+        result.wall_s = time.perf_counter() - started
+        return result
+
+    def _op_breakdown(self, result: BatchResult, step, inputs: Any) -> None:
+        trace = None
+        if self.config.trace_dir:
+            trace = Path(self.config.trace_dir) / f"trace_b{result.batch_size}.json"
+        try:
+            capture = capture_steps(step, self.sync, self.device, trace_path=trace)
+        except ProfilerUnavailable as exc:
+            result.flags.append(f"no op breakdown: {exc}")
+            return
+        weights = list(self.model.parameters()) + list(self.model.buffers())
+        counted = counting.count_step(
+            step, weights=weights, state=iter_tensors(inputs), root=self.model
+        )
+        joined = join_steps(counted, capture.steps)
+        result.trace_path = capture.trace_path
+        result.profiled_step_s = joined.step_s
+        result.op_time_s = joined.op_time_s
+        result.ops = group_ops(counted, joined)
+        result.flops = sum(op.flops for op in counted if op.flops is not None)
+        total = ByteSplit()
+        for op in counted:
+            total = total + op.bytes
+        result.bytes = total
+        counted_time = sum(s.time_s for s in result.ops if s.flops is not None)
+        result.coverage = counted_time / joined.op_time_s if joined.op_time_s > 0 else None
+        result.unmatched_ops_s = dict(joined.unmatched_s)
+        if sequences_differ(capture.steps):
+            result.flags.append(
+                "non-deterministic: the op sequence differed between profiled steps"
+            )
+
+
+def worker_main(conn, config: WorkerConfig) -> None:
+    """Entry point of the worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C does
+    _become_oom_victim()
+
+    def send(message: tuple[str, Any]) -> None:
+        conn.send(message)
+
+    try:
+        worker = Worker(config, send)
+    except ModelFileError as exc:
+        send(("contract_error", {"message": str(exc), "detail": getattr(exc, "detail", "")}))
+        return
+    except BaseException as exc:  # noqa: BLE001
+        send(("contract_error", {
+            "message": f"loading {config.model_path} failed: {describe_exception(exc)}",
+            "detail": traceback.format_exc(),
+        }))
+        return
+    send(("ready", worker.info()))
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "stop":
+            return
+        if kind == "ceilings":
+            from batchscope.hardware import load_or_measure
+
+            ceilings = load_or_measure(worker.device.type, recalibrate=bool(payload))
+            send(("ceilings", ceilings.to_dict()))
+        elif kind == "batch":
+            try:
+                result = worker.measure(int(payload))
+            except ModelFileError as exc:
+                send(("contract_error", {"message": str(exc),
+                                         "detail": getattr(exc, "detail", "")}))
+                return
+            send(("result", to_jsonable(result)))
+            if result.status != Status.OK:
+                return  # after any failure a fresh worker takes the next batch size

@@ -1,0 +1,206 @@
+"""Typed records that flow one way: profiler -> classifiers -> reports.
+
+Every stage hands the next one plain dataclasses with units in the field names. They are
+built from and turned into JSON-safe dicts with :func:`dataclasses.asdict` and the
+``from_dict`` constructors below, so a record can cross the worker pipe and land in
+``report.json`` unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """How one batch size ended."""
+
+    OK = "ok"
+    OOM = "oom"
+    KILLED = "killed"
+    TIMEOUT = "timeout"
+    MODEL_ERROR = "model_error"
+    DEVICE_ERROR = "device_error"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+
+
+class Bound(str, Enum):
+    """What limits an op (DESIGN.md, Definitions)."""
+
+    MEMORY = "memory"
+    COMPUTE = "compute"
+    OVERHEAD = "overhead"
+    UNCOUNTED = "uncounted"
+
+
+class ByteKind(str, Enum):
+    """Where the bytes an op touches come from."""
+
+    WEIGHTS = "weights"
+    STATE = "state"
+    ACTIVATIONS = "activations"
+
+
+@dataclass
+class ByteSplit:
+    """Bytes of distinct tensors an op touches, split by where they come from."""
+
+    weights: int = 0
+    state: int = 0
+    activations: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.state + self.activations
+
+    def __add__(self, other: ByteSplit) -> ByteSplit:
+        return ByteSplit(
+            self.weights + other.weights,
+            self.state + other.state,
+            self.activations + other.activations,
+        )
+
+    def scaled(self, factor: float) -> ByteSplit:
+        return ByteSplit(
+            round(self.weights * factor),
+            round(self.state * factor),
+            round(self.activations * factor),
+        )
+
+
+@dataclass
+class CountedOp:
+    """One aten op call seen by the counting pass, in execution order.
+
+    ``flops`` is None when no formula covers the op (it is then *uncounted*, never 0).
+    """
+
+    name: str  # aten overload packet name without namespace, e.g. "addmm"
+    input_shapes: list[list[int]]  # shapes of the tensor arguments, in order
+    dtype: str  # dtype of the first floating-point tensor involved, e.g. "float32"
+    flops: int | None
+    bytes: ByteSplit
+    module: str = ""  # nn.Module path the op ran under, "" at top level
+
+
+@dataclass
+class TimedOp:
+    """One aten op event from the capture pass (torch.profiler), in execution order."""
+
+    name: str
+    input_shapes: list[list[int]]
+    start_s: float  # CPU start, relative to the step start
+    end_s: float  # CPU end, relative to the step start
+    duration_s: float  # CPU time including children (or device time on a GPU)
+    depth: int  # 0 for ops called directly from Python
+
+
+@dataclass
+class OpStat:
+    """One op group at one batch size: all calls of one op name on one set of shapes."""
+
+    op_id: str  # stable across batch sizes: "<name>@<index of first call in the step>"
+    name: str
+    input_shapes: list[list[int]]
+    dtype: str
+    module: str
+    calls: int
+    time_s: float  # profiled time per step, all calls together
+    flops: int | None  # per step, all calls together
+    bytes: ByteSplit  # per step, all calls together
+    intensity: float | None = None  # FLOP per byte
+    bound: Bound = Bound.UNCOUNTED
+    efficiency: float | None = None  # roofline time / measured time
+    roof_time_s: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LatencyStats:
+    """Step latency over the timing pass, in seconds."""
+
+    median: float
+    p25: float
+    p75: float
+    n: int
+    min: float = 0.0
+    max: float = 0.0
+
+
+@dataclass
+class TimeShare:
+    """Shares of the profiled step time, summing to 1 with ``framework``."""
+
+    memory: float = 0.0
+    compute: float = 0.0
+    overhead: float = 0.0
+    uncounted: float = 0.0
+    framework: float = 0.0  # time between ops: Python, module calls, dispatch
+
+
+@dataclass
+class BatchResult:
+    """Everything measured at one batch size."""
+
+    batch_size: int
+    status: Status
+    latency_s: LatencyStats | None = None
+    throughput_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory_method: str = ""
+    baseline_memory_bytes: int | None = None
+    error: str = ""
+    flags: list[str] = field(default_factory=list)
+    profiled_step_s: float | None = None
+    op_time_s: float | None = None  # profiled time inside matched aten ops per step
+    coverage: float | None = None  # share of op time attributed to counted ops
+    flops: int | None = None  # counted FLOPs per step
+    bytes: ByteSplit | None = None  # counted bytes per step
+    time_share: TimeShare | None = None
+    ops: list[OpStat] = field(default_factory=list)
+    unmatched_ops_s: dict[str, float] = field(default_factory=dict)  # profiled, not counted
+    trace_path: str = ""
+    wall_s: float = 0.0  # wall time the tool spent on this batch size
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Turn records (dataclasses, enums, nested containers) into JSON-safe values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+def byte_split_from_dict(d: dict[str, Any] | None) -> ByteSplit | None:
+    if d is None:
+        return None
+    return ByteSplit(int(d["weights"]), int(d["state"]), int(d["activations"]))
+
+
+def op_stat_from_dict(d: dict[str, Any]) -> OpStat:
+    d = dict(d)
+    d["bytes"] = byte_split_from_dict(d["bytes"])
+    d["bound"] = Bound(d["bound"])
+    return OpStat(**d)
+
+
+def batch_result_from_dict(d: dict[str, Any]) -> BatchResult:
+    """Rebuild a :class:`BatchResult` from :func:`to_jsonable` output."""
+    d = dict(d)
+    d["status"] = Status(d["status"])
+    if d.get("latency_s") is not None:
+        d["latency_s"] = LatencyStats(**d["latency_s"])
+    d["bytes"] = byte_split_from_dict(d.get("bytes"))
+    if d.get("time_share") is not None:
+        d["time_share"] = TimeShare(**d["time_share"])
+    d["ops"] = [op_stat_from_dict(o) for o in d.get("ops", [])]
+    known = {f.name for f in dataclasses.fields(BatchResult)}
+    return BatchResult(**{k: v for k, v in d.items() if k in known})

@@ -1,0 +1,70 @@
+"""The :class:`Report`: everything one run produced, in the layout of report.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchscope.hardware.types import Ceilings
+from batchscope.records import BatchResult, to_jsonable
+
+SCHEMA = "batchscope.report/1"
+
+
+@dataclass
+class Recommendation:
+    """report.json ``recommendation`` (DESIGN.md)."""
+
+    batch_size: int | None
+    rule: str
+    speedup_from_batching: float | None
+    speedup_baseline_batch: int | None
+    predicted_critical_batch: float | None
+    predicted_critical_batch_infinite: bool
+    measured_knee_batch: float | None
+    measured_knee_within_sweep: bool
+    explanation: str
+    best_batch_size: int | None = None
+    best_throughput_per_s: float | None = None
+    excluded: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    """One diagnosis. ``to_dict()`` is the report.json document.
+
+    Example:
+        >>> report = batchscope.diagnose_file("samples/mlp.py")  # doctest: +SKIP
+        >>> report.recommendation.batch_size  # doctest: +SKIP
+    """
+
+    model: dict[str, Any]
+    hardware: Ceilings | None
+    batches: list[BatchResult]
+    recommendation: Recommendation | None
+    run: dict[str, Any]
+    batch_response: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    partial: bool = False
+    stop_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        hardware = self.hardware.to_dict() if self.hardware else None
+        return {
+            "schema": SCHEMA,
+            "partial": self.partial,
+            "stop_reason": self.stop_reason,
+            "model": to_jsonable(self.model),
+            "hardware": hardware,
+            "run": to_jsonable(self.run),
+            "batches": to_jsonable(self.batches),
+            "recommendation": to_jsonable(self.recommendation),
+            "batch_response": to_jsonable(self.batch_response),
+            "flags": list(self.flags),
+        }
+
+    def save(self, out_dir: str) -> dict[str, str]:
+        """Write report.json (and the other formats that exist) into ``out_dir``."""
+        from batchscope.reports import write_all
+
+        return write_all(self, out_dir)

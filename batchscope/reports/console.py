@@ -1,0 +1,123 @@
+"""Terminal output: a progress bar while the sweep runs, a summary table at the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from batchscope.hardware.types import Ceilings
+from batchscope.profiler.supervisor import Callbacks
+from batchscope.records import BatchResult, Status
+from batchscope.report import Report
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:,.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:,.2f} ms"
+    return f"{s * 1e6:,.1f} µs"
+
+
+class ProgressCallbacks(Callbacks):
+    """A rich progress bar, one step per batch size, on the given (stderr) console."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total} batch sizes"), TimeElapsedColumn(),
+            console=console, transient=True,
+        )
+        self.task: Any = None
+        self.unit = "sample"
+
+    def __enter__(self) -> ProgressCallbacks:
+        self.progress.__enter__()
+        self.task = self.progress.add_task("starting the worker", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_ready(self, info: dict[str, Any]) -> None:
+        self.unit = info.get("unit", "sample")
+        self.progress.update(self.task, description=escape(
+            f"{info.get('target')}: {info.get('parameters', 0):,} parameters on "
+            f"{info.get('device')}, measuring ceilings"))
+
+    def on_ceilings(self, ceilings: Ceilings) -> None:
+        self.progress.update(self.task, description="ceilings ready")
+
+    def on_phase(self, batch_size: int, phase: str) -> None:
+        self.progress.update(self.task, description=f"batch {batch_size}: {phase}")
+
+    def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
+        self.progress.advance(self.task)
+        thr = f"{result.throughput_per_s:,.1f} {self.unit}s/s" if result.throughput_per_s else ""
+        self.console.print(escape(f"  batch {result.batch_size:>5}: {result.status.value:<11} {thr}"))
+
+
+def print_summary(console: Console, report: Report) -> None:
+    """The short table at the end: batch, latency, throughput, memory, status."""
+    unit = report.model.get("unit") or "sample"
+    table = Table(title="batchscope sweep", title_justify="left")
+    for col in ("batch", "latency (median)", "p25-p75", f"{unit}s/s", "peak memory", "status"):
+        table.add_column(col, justify="right" if col != "status" else "left")
+    rec = report.recommendation
+    for b in report.batches:
+        lat = b.latency_s
+        status = b.status.value
+        if rec and rec.batch_size == b.batch_size:
+            status += "  <- recommended"
+        table.add_row(
+            str(b.batch_size),
+            fmt_seconds(lat.median if lat else None),
+            f"{fmt_seconds(lat.p25)} - {fmt_seconds(lat.p75)}" if lat else "-",
+            f"{b.throughput_per_s:,.1f}" if b.throughput_per_s else "-",
+            fmt_bytes(b.peak_memory_bytes),
+            escape(status if b.status == Status.OK or not b.error
+                   else f"{status}: {b.error.splitlines()[0][:60]}"),
+        )
+    console.print(table)
+    if rec and rec.batch_size is not None:
+        speedup = f"{rec.speedup_from_batching:,.1f}x" if rec.speedup_from_batching else "-"
+        console.print(escape(f"recommended batch size: {rec.batch_size} ({rec.rule})"))
+        console.print(escape(f"speedup from batching: {speedup}"))
+        console.print(escape(rec.explanation), soft_wrap=False)
+    if report.stop_reason:
+        console.print(escape(f"stopped: {report.stop_reason}"))
+
+
+def print_ceilings(console: Console, ceilings: Ceilings) -> None:
+    """This machine's ceilings as a table."""
+    table = Table(title=escape(f"{ceilings.name} ({ceilings.device}, {ceilings.threads} threads)"),
+                  title_justify="left")
+    table.add_column("ceiling")
+    table.add_column("value", justify="right")
+    for dtype, peak in ceilings.peak_flops_per_s.items():
+        table.add_row(f"peak {dtype} matmul", f"{peak / 1e9:,.1f} GFLOP/s")
+        table.add_row(f"ridge point {dtype}", f"{ceilings.ridge_for(dtype):,.1f} FLOP/byte")
+    table.add_row("memory bandwidth (copy, read+write)",
+                  f"{ceilings.bandwidth_bytes_per_s / 1e9:,.1f} GB/s")
+    table.add_row("fixed cost of one small op", fmt_seconds(ceilings.overhead_s))
+    console.print(table)
+    console.print(escape(f"source: {ceilings.source} (torch {ceilings.torch_version}, "
+                         f"measured {ceilings.measured_at})"))
+    if ceilings.spec:
+        console.print(escape(f"datasheet cross-check: {ceilings.spec}"))

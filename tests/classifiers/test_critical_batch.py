@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+
+from batchscope.classifiers.critical_batch import measured_knee, predict_critical_batch
+from batchscope.hardware.types import Ceilings
+from batchscope.records import BatchResult, ByteSplit, LatencyStats, Status
+
+CEIL = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": 200e9},
+                bandwidth_bytes_per_s=40e9, overhead_s=3e-6)  # ridge 5 FLOP/byte
+
+
+def counted(b: int, flops: int, weights: int, state: int, acts: int) -> BatchResult:
+    return BatchResult(b, Status.OK, flops=flops, bytes=ByteSplit(weights, state, acts),
+                       latency_s=LatencyStats(0.01, 0.01, 0.01, 5), throughput_per_s=b / 0.01)
+
+
+def test_weight_only_layer_gives_textbook_b_star():
+    # A 1000x1000 fp32 linear: F = 2*b*1e6, weights 4e6 bytes, activations ~0.
+    # B* = R * bytes_per_element / 2 = 5 * 4 / 2 = 10.
+    results = [counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0) for b in (1, 2, 4, 8)]
+    p = predict_critical_batch(results, CEIL, "float32")
+    assert p.critical_batch == pytest.approx(10.0)
+
+
+def test_state_that_grows_as_fast_as_flops_makes_b_star_infinite():
+    # Attention over a KV cache: per row 2e6 FLOP and 1e6 state bytes; intensity 2 < ridge 5.
+    results = [counted(b, 2 * 10**6 * b, 0, 10**6 * b, 0) for b in (1, 2, 4)]
+    p = predict_critical_batch(results, CEIL, "float32")
+    assert p.critical_batch is None
+    assert p.state_bytes_per_row == pytest.approx(1e6)
+
+
+def test_state_pushes_b_star_up():
+    # Weights 4e6 B and 2e6 FLOP per row as before, plus 0.2e6 state bytes per row:
+    # B* = (4e6/40e9) / (2e6/200e9 - 0.2e6/40e9) = 1e-4 / (1e-5 - 5e-6) = 20.
+    results = [counted(b, 2 * 10**6 * b, 4 * 10**6, 200_000 * b, 0) for b in (1, 2, 4)]
+    assert predict_critical_batch(results, CEIL, "float32").critical_batch == pytest.approx(20.0)
+
+
+def test_compute_bound_at_batch_one_gives_one():
+    results = [counted(b, 10**12 * b, 10**6, 0, 10**6 * b) for b in (1, 2)]
+    assert predict_critical_batch(results, CEIL, "float32").critical_batch == 1.0
+
+
+def lat(b: int, t: float) -> BatchResult:
+    return BatchResult(b, Status.OK, latency_s=LatencyStats(t, t, t, 5), throughput_per_s=b / t)
+
+
+def test_knee_of_a_flat_then_linear_latency():
+    # t(b) = 10 ms * max(1, b / 16)
+    results = [lat(b, 0.010 * max(1.0, b / 16)) for b in (1, 2, 4, 8, 16, 32, 64, 128)]
+    knee, inside = measured_knee(results)
+    assert knee == pytest.approx(16, rel=0.05)
+    assert inside
+
+
+def test_knee_beyond_the_sweep_when_latency_stays_flat():
+    knee, inside = measured_knee([lat(b, 0.010) for b in (1, 2, 4, 8)])
+    assert not inside

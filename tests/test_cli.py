@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from batchscope.cli import diagnose_app, tools_app
+from tests.conftest import MODELS
+
+runner = CliRunner()
+
+
+def marker_model(tmp_path):
+    marker = tmp_path / "imported"
+    model = tmp_path / "model.py"
+    model.write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "import torch\n"
+        "def build_model(): return torch.nn.Linear(4, 4)\n"
+        "def make_inputs(b): return torch.randn(b, 4)\n"
+    )
+    return model, marker
+
+
+def test_bad_batch_sizes_exit_4_before_the_model_is_imported(tmp_path):
+    model, marker = marker_model(tmp_path)
+    for bad in ("0", "-1", "1.5", "two", "2,2"):
+        result = runner.invoke(diagnose_app, [str(model), "--batch-sizes", bad,
+                                              "--out", str(tmp_path / "o")])
+        assert result.exit_code == 4, result.output
+        assert "batch" in result.output
+    for option, value in (("--dtype", "fp8"), ("--device", "tpu"), ("--memory-budget", "lots")):
+        result = runner.invoke(diagnose_app, [str(model), option, value])
+        assert result.exit_code == 4
+    assert not marker.exists()
+
+
+def test_unwritable_out_exits_4(tmp_path):
+    model, marker = marker_model(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(diagnose_app, [str(model), "--out", str(blocker / "sub")])
+    assert result.exit_code == 4 and "cannot write" in result.output
+    assert not marker.exists()
+
+
+def test_contract_error_exits_4_with_one_sentence(tmp_path):
+    result = runner.invoke(diagnose_app, [str(MODELS / "no_make_inputs.py"),
+                                          "--out", str(tmp_path)])
+    assert result.exit_code == 4
+    assert "defines no make_inputs()" in result.output
+
+
+def test_cli_sweep_prints_summary_and_writes_json(tmp_path):
+    result = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--out", str(tmp_path),
+                                          "--batch-sizes", "1,2", "--min-time", "0.05",
+                                          "--no-ops"])
+    assert result.exit_code == 0, result.output
+    assert "recommended batch size" in result.output
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert [b["batch_size"] for b in data["batches"]] == [1, 2]
+
+
+def test_hardware_prints_ceilings():
+    result = runner.invoke(tools_app, ["hardware"])
+    assert result.exit_code == 0, result.output
+    assert "GFLOP/s" in result.output and "GB/s" in result.output

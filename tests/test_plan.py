@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from batchscope.errors import UsageError
+from batchscope.plan import PLATEAU_GAIN, Limits, Plan, default_batch_sizes, parse_batch_sizes
+from batchscope.records import BatchResult, LatencyStats, Status
+
+
+def ok(b: int, throughput: float, latency_s: float | None = None, memory: int = 0) -> BatchResult:
+    lat = latency_s if latency_s is not None else b / throughput
+    return BatchResult(b, Status.OK, latency_s=LatencyStats(lat, lat, lat, 5),
+                       throughput_per_s=throughput, peak_memory_bytes=memory)
+
+
+def run_plan(plan: Plan, throughputs: dict[int, float]) -> list[int]:
+    results: list[BatchResult] = []
+    while (b := plan.next_batch(results)) is not None:
+        results.append(ok(b, throughputs[b]))
+    return [r.batch_size for r in results]
+
+
+def test_parse_batch_sizes_sorts_and_rejects_bad_input():
+    assert parse_batch_sizes("4, 1,2") == [1, 2, 4]
+    for bad in ("0", "-2", "1.5", "a", "1,,2", "2,2"):
+        with pytest.raises(UsageError):
+            parse_batch_sizes(bad)
+
+
+def test_default_plan_is_powers_of_two_up_to_the_cap():
+    assert default_batch_sizes(8) == [1, 2, 4, 8]
+    assert default_batch_sizes(12) == [1, 2, 4, 8, 12]
+
+
+def test_plateau_needs_two_flat_doublings():
+    # CPU-TRIALS decode: batch 2 barely beats batch 1 (MKL slow path) and must not stop it.
+    decode = {1: 26.4, 2: 27.0, 4: 62.9, 8: 117, 16: 205, 32: 275, 64: 362, 128: 371,
+              256: 372, 512: 372, 1024: 372}
+    assert run_plan(Plan(None, Limits()), decode) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_plateau_stops_a_flat_cnn():
+    # CPU-TRIALS ResNet-18: 34.6, 35.7, 39.7, 39.7, 36.5 -> best 39.7 at 4, then two flat doublings.
+    cnn = {1: 34.6, 2: 35.7, 4: 39.7, 8: 39.7, 16: 36.5, 32: 35.1, 64: 30.3}
+    assert run_plan(Plan(None, Limits()), cnn) == [1, 2, 4, 8, 16]
+
+
+def test_gain_just_above_threshold_keeps_going():
+    gains = {b: 100 * (1 + PLATEAU_GAIN * 1.2) ** i for i, b in enumerate([1, 2, 4, 8, 16])}
+    assert run_plan(Plan(None, Limits(max_batch=16)), gains) == [1, 2, 4, 8, 16]
+
+
+def test_explicit_list_ignores_plateau_but_stops_on_oom():
+    plan = Plan([1, 2, 4, 8], Limits())
+    results = [ok(1, 10), BatchResult(2, Status.OOM)]
+    assert plan.next_batch(results) is None
+    assert "oom" in plan.stop_reason
+
+
+def test_latency_limit_and_memory_budget_stop_the_sweep():
+    plan = Plan(None, Limits(latency_limit_s=0.05))
+    assert plan.next_batch([ok(1, 100, latency_s=0.01), ok(2, 30, latency_s=0.066)]) is None
+    assert "latency" in plan.stop_reason
+    plan = Plan(None, Limits(memory_budget_bytes=1000))
+    assert plan.next_batch([ok(1, 100, memory=2000)]) is None
+    assert "memory" in plan.stop_reason

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchscope.errors import ModelFileError
+from batchscope.spec import check_inputs, load_model_file
+from tests.conftest import MODELS, SAMPLES
+
+
+def test_samples_follow_the_contract():
+    for name, unit in (("llm_decode.py", "token"), ("cnn.py", "image"), ("mlp.py", "sample")):
+        spec = load_model_file(SAMPLES / name)
+        assert spec.unit == unit and spec.mode == "inference"
+
+
+def test_missing_function_lists_what_the_file_defines():
+    with pytest.raises(ModelFileError) as info:
+        load_model_file(MODELS / "no_make_inputs.py")
+    message = str(info.value)
+    assert "defines no make_inputs()" in message
+    assert "build_model" in message and "helper" in message and "UNIT" in message
+
+
+def test_import_error_shows_only_the_users_frames():
+    with pytest.raises(ModelFileError) as info:
+        load_model_file(MODELS / "import_error.py")
+    assert "RuntimeError: config file weights.yaml not found" in str(info.value)
+    detail = info.value.detail
+    assert "import_error.py" in detail and "_load_config" in detail
+    assert "importlib" not in detail and "batchscope" not in detail.replace("import_error", "")
+
+
+def test_syntax_error_and_missing_file():
+    with pytest.raises(ModelFileError, match="line 1: syntax error"):
+        load_model_file(MODELS / "syntax_error.py")
+    with pytest.raises(ModelFileError, match="does not exist"):
+        load_model_file(MODELS / "nope.py")
+
+
+def test_batch_dimension_must_match():
+    spec = load_model_file(MODELS / "wrong_batch_dim.py")
+    with pytest.raises(ModelFileError, match=r"shape \[8, 3\].*not 3"):
+        check_inputs(spec.make_inputs(3), 3, "wrong_batch_dim.py")
+    with pytest.raises(ModelFileError, match="returned a str"):
+        check_inputs("hello", 1, "m.py")
+    check_inputs({"x": torch.zeros(2, 4), "pos": 3}, 2, "m.py")

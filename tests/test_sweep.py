@@ -1,0 +1,108 @@
+"""The real sweep on tiny models that raise, die, hang or run out of memory on cue."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from batchscope.api import Options, diagnose_file, exit_code
+from batchscope.errors import ExitCode, ModelFileError
+from batchscope.records import Status
+from tests.conftest import MODELS, ROOT
+
+FAST = dict(min_time_s=0.05, measure_ceilings=False, op_breakdown=False)
+
+
+def statuses(report):
+    return [(b.batch_size, b.status) for b in report.batches]
+
+
+def test_tiny_sweep_writes_a_complete_report(tmp_path):
+    report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=4,
+                                                       min_time_s=0.1))
+    assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.OK)]
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["schema"] == "batchscope.report/1" and data["partial"] is False
+    assert set(data["model"]) >= {"target", "parameters", "parameter_bytes", "dtype", "mode", "unit"}
+    assert data["model"]["parameters"] == 16 * 32 + 32 + 32 * 4 + 4  # two Linear layers
+    assert set(data["hardware"]) >= {"device", "name", "peak_flops_per_s",
+                                     "bandwidth_bytes_per_s", "overhead_s",
+                                     "ridge_flops_per_byte", "source"}
+    batch = data["batches"][0]
+    assert set(batch["latency_s"]) >= {"median", "p25", "p75", "n"}
+    assert batch["latency_s"]["p25"] <= batch["latency_s"]["median"] <= batch["latency_s"]["p75"]
+    assert batch["peak_memory_bytes"] > 0 and "resident set" in batch["peak_memory_method"]
+    assert {op["name"] for op in batch["ops"]} >= {"addmm", "relu"}
+    assert set(batch["time_share"]) >= {"memory", "compute", "overhead", "uncounted"}
+    rec = data["recommendation"]
+    assert rec["batch_size"] in (1, 2, 4) and rec["speedup_from_batching"] > 0
+    assert rec["rule"] and rec["explanation"]
+    assert exit_code(report) == ExitCode.OK
+
+
+def test_model_error_keeps_smaller_batches(tmp_path):
+    report = diagnose_file(MODELS / "raises_at_4.py", Options(out_dir=str(tmp_path), **FAST))
+    assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.MODEL_ERROR)]
+    assert "batch 4 is too big" in report.batches[2].error
+    assert exit_code(report) == ExitCode.SOME_FAILED
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    assert [b["status"] for b in on_disk["batches"]] == ["ok", "ok", "model_error"]
+
+
+def test_killed_worker_costs_one_batch(tmp_path):
+    report = diagnose_file(MODELS / "killed_at_4.py", Options(out_dir=str(tmp_path), **FAST))
+    assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.KILLED)]
+    assert "SIGKILL" in report.batches[2].error and "probable host OOM" in report.batches[2].error
+    assert "killed" in report.stop_reason
+    assert exit_code(report) == ExitCode.SOME_FAILED
+
+
+def test_host_oom_stops_going_up_and_is_a_normal_stop(tmp_path):
+    report = diagnose_file(MODELS / "oom_at_4.py", Options(out_dir=str(tmp_path), **FAST))
+    assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.OOM)]
+    assert "can't allocate memory" in report.batches[2].error
+    assert exit_code(report) == ExitCode.OK
+
+
+def test_hanging_step_times_out(tmp_path):
+    started = time.monotonic()
+    report = diagnose_file(MODELS / "hangs_at_2.py",
+                           Options(out_dir=str(tmp_path), batch_timeout_s=4, **FAST))
+    assert statuses(report) == [(1, Status.OK), (2, Status.TIMEOUT)]
+    assert time.monotonic() - started < 60
+    assert exit_code(report) == ExitCode.SOME_FAILED
+
+
+def test_contract_error_is_raised_before_any_sweep(tmp_path):
+    with pytest.raises(ModelFileError, match="shape"):
+        diagnose_file(MODELS / "wrong_batch_dim.py", Options(out_dir=str(tmp_path), **FAST))
+
+
+def test_ctrl_c_writes_a_partial_report_and_exits_2(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batchscope", str(MODELS / "tiny.py"), "--out", str(out),
+         "--batch-sizes", ",".join(str(2**i) for i in range(12)), "--min-time", "0.3",
+         "--no-ops"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env={**os.environ, "BATCHSCOPE_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    report = out / "report.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        report.exists() and json.loads(report.read_text())["batches"]
+    ):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    data = json.loads(report.read_text())
+    assert data["partial"] is True and "interrupted" in data["stop_reason"]
+    assert data["batches"][0]["status"] == "ok"
+    assert len(data["batches"]) < 12
