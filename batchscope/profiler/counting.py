@@ -1,0 +1,344 @@
+"""The counting pass: one :class:`CountedOp` per aten op call of one real step.
+
+A ``TorchDispatchMode`` sees every aten op below autograd, runs it, and records its FLOPs
+(from :mod:`batchscope.profiler.formulas`) and the bytes of the distinct tensors it touched,
+split by where their storage comes from: the model's weights, the state ``make_inputs``
+built (a KV cache, the input batch) or activations.
+
+Composite ops (``aten.linear``, ``aten.matmul``, ``aten.scaled_dot_product_attention``,
+...) reach the mode whole under ``torch.inference_mode()``; the mode runs their C++
+composite kernel with itself active, so it records the ops they are made of (``t`` and
+``addmm``; ``_scaled_dot_product_flash_attention_for_cpu``), the same leaf ops that
+``torch.profiler`` records and that autograd would have produced with grad enabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.autograd.graph import register_multi_grad_hook
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.hooks import RemovableHandle
+
+from batchscope.profiler.formulas import Formula, formula_for
+from batchscope.records import ByteSplit, CountedOp
+
+__all__ = ["count_step"]
+
+log = logging.getLogger(__name__)
+
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+# Device type -> dispatch key of its own kernels (an op may be composite on one backend only).
+_KEY_NAMES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "meta": "Meta"}
+_BACKEND_KEYS = {
+    device: getattr(torch._C.DispatchKey, name)
+    for device, name in _KEY_NAMES.items()
+    if hasattr(torch._C.DispatchKey, name)
+}
+# Queries a tensor subclass may route through the mode; they are not ops of the model.
+_PASS_THROUGH = {
+    torch.ops.aten.is_contiguous.default,
+    torch.ops.aten.is_contiguous.memory_format,
+    torch.ops.aten.is_strides_like_format.default,
+    torch.ops.aten.is_non_overlapping_and_dense.default,
+    torch.ops.aten.size.default,
+    torch.ops.aten.sym_size.default,
+    torch.ops.aten.stride.default,
+    torch.ops.aten.sym_stride.default,
+    torch.ops.aten.storage_offset.default,
+    torch.ops.aten.sym_storage_offset.default,
+    torch.ops.aten.numel.default,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.dim.default,
+    torch.ops.prim.layout.default,
+}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How the mode treats one overload on one device type, decided once."""
+
+    decompose: bool
+    formula: Formula | None
+
+
+def _has_backend_kernel(func: torch._ops.OpOverload, device_type: str) -> bool:
+    key = _BACKEND_KEYS.get(device_type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+
+
+def _plan(func: torch._ops.OpOverload, device_type: str) -> _Plan:
+    """Decompose what eager dispatch decomposes, otherwise count with a formula.
+
+    An op is decomposed when it has a C++ CompositeImplicitAutograd kernel and no kernel of
+    its own for the device (``linear``, ``matmul``, ``scaled_dot_product_attention``,
+    ``max_pool2d``), never by a Python decomposition alone: ``native_batch_norm`` has one
+    (into ``_native_batch_norm_legit_no_training``) but runs whole and is profiled whole.
+    """
+    try:
+        composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _COMPOSITE)
+    except RuntimeError:  # a TorchScript-only overload
+        composite = False
+    if composite and not _has_backend_kernel(func, device_type):
+        return _Plan(True, None)
+    return _Plan(False, formula_for(func))
+
+
+def _decompose(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run the C++ composite kernel (what eager dispatch runs), not a Python decomposition.
+
+    ``func.decompose`` prefers Python decompositions registered by ``torch._decomp`` (for
+    ``matmul`` these end in ``view`` where eager ends in ``_unsafe_view``), so the C++
+    kernel is called directly when this torch exposes it.
+    """
+    run_kernel = getattr(func, "_op_dk", None)
+    if run_kernel is not None:
+        return run_kernel(_COMPOSITE, *args, **kwargs)
+    return func.decompose(*args, **kwargs)
+
+
+def _first_float_dtype(*groups: list[torch.Tensor]) -> str:
+    """Name of the first floating-point dtype ("float32") among the tensors, or ""."""
+    for group in groups:
+        for t in group:
+            if t.is_floating_point():
+                return str(t.dtype).removeprefix("torch.")
+    return ""
+
+
+def _distinct_elements(t: torch.Tensor) -> int:
+    """Elements a view addresses: sizes of its non-broadcast (stride != 0) dims."""
+    if t.numel() == 0:
+        return 0
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride != 0:
+            n *= size
+    return n
+
+
+class _ModuleTracker:
+    """Names the innermost module of ``root`` that is running, forward or backward.
+
+    Forward: global pre/post hooks push and pop module paths. Backward (as in
+    ``torch.utils.module_tracker.ModuleTracker``): a module is entered when the gradients of
+    its outputs are ready and left when those of its inputs are; all are cleared when the
+    backward pass ends. The innermost is the deepest path active, the latest on a tie.
+    """
+
+    def __init__(self, root: torch.nn.Module) -> None:
+        self._names = {id(m): name for name, m in root.named_modules()}
+        self._active: list[tuple[int, str]] = []  # (depth, path)
+        self._handles: list[RemovableHandle] = []
+        self._callback_queued = False
+
+    def current(self) -> str:
+        if not self._active:
+            return ""
+        return max(reversed(self._active), key=lambda entry: entry[0])[1]
+
+    def _enter(self, name: str) -> None:
+        self._active.append((name.count(".") + 1 if name else 0, name))
+
+    def _leave(self, name: str) -> None:
+        for i in range(len(self._active) - 1, -1, -1):
+            if self._active[i][1] == name:
+                del self._active[i]
+                return
+
+    def _backward_enter(self, name: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            if not self._callback_queued:
+                self._callback_queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            self._enter(name)
+
+        return hook
+
+    def _backward_done(self) -> None:
+        self._active.clear()
+        self._callback_queued = False
+
+    def _grad_hook(self, tensors: Any, fn: Callable[..., None]) -> None:
+        flat, _ = tree_flatten(tensors)
+        needing = [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
+        if needing:
+            self._handles.append(register_multi_grad_hook(needing, fn))
+
+    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        name = self._names.get(id(module))
+        if name is not None:
+            self._enter(name)
+            self._grad_hook(args, lambda *_: self._leave(name))
+
+    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        name = self._names.get(id(module))
+        if name is not None:
+            self._leave(name)
+            self._grad_hook(output, self._backward_enter(name))
+
+    def __enter__(self) -> _ModuleTracker:
+        self._handles.append(register_module_forward_pre_hook(self._pre))
+        self._handles.append(register_module_forward_hook(self._post, always_call=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._active.clear()
+
+
+class _CountingMode(TorchDispatchMode):
+    """Records a :class:`CountedOp` for every aten op that runs under it."""
+
+    def __init__(
+        self, weight_storages: set[int], state_storages: set[int], modules: _ModuleTracker | None
+    ) -> None:
+        super().__init__()
+        self.ops: list[CountedOp] = []
+        self._weights = weight_storages
+        self._state = state_storages
+        self._modules = modules
+        self._plans: dict[tuple[torch._ops.OpOverload, str], _Plan] = {}
+
+    def __torch_dispatch__(
+        self,
+        func: torch._ops.OpOverload,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _PASS_THROUGH or not isinstance(func, torch._ops.OpOverload):
+            return func(*args, **kwargs)
+        if func.namespace == "profiler":  # record_function markers, not ops
+            return func(*args, **kwargs)
+        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        device_type = inputs[0].device.type if inputs else "cpu"
+        plan = self._plans.get((func, device_type))
+        if plan is None:
+            plan = self._plans[(func, device_type)] = _plan(func, device_type)
+        if plan.decompose:
+            with self:
+                out = _decompose(func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
+        self.ops.append(self._record(func, plan.formula, args, kwargs, inputs, out))
+        return out
+
+    def _record(
+        self,
+        func: torch._ops.OpOverload,
+        formula: Formula | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        inputs: list[torch.Tensor],
+        out: Any,
+    ) -> CountedOp:
+        outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        flops: int | None = None
+        touched: dict[int, int] = {}
+        if formula is not None:
+            try:
+                flops = formula.flops(args, kwargs, out)
+                if formula.touched is not None:
+                    touched = formula.touched(args, kwargs, out)
+            except Exception as exc:  # a formula must never break the user's step
+                log.debug("formula for %s failed: %s", func, exc)
+                flops, touched = None, {}
+        moves = formula is None or formula.moves_bytes
+        return CountedOp(
+            name=func._overloadpacket.__name__,
+            input_shapes=[list(t.shape) for t in inputs],
+            dtype=_first_float_dtype(inputs, outputs),
+            flops=flops,
+            bytes=self._bytes(inputs + outputs, touched) if moves else ByteSplit(),
+            module=self._modules.current() if self._modules is not None else "",
+        )
+
+    def _bytes(self, tensors: list[torch.Tensor], touched: dict[int, int]) -> ByteSplit:
+        """Bytes of the distinct tensors, each once, split by where its storage lives."""
+        split = ByteSplit()
+        seen: set[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = set()
+        for t in tensors:
+            try:
+                storage = t.untyped_storage().data_ptr()
+                key = (storage, t.storage_offset(), tuple(t.shape), t.stride())
+            except (RuntimeError, NotImplementedError):  # sparse, nested, ... tensors
+                storage, key = -1, (id(t), 0, (), ())
+            if key in seen:
+                continue
+            seen.add(key)
+            elements = touched.get(id(t), _distinct_elements(t) if storage != -1 else t.numel())
+            n_bytes = elements * t.element_size()
+            if storage in self._weights:
+                split.weights += n_bytes
+            elif storage in self._state:
+                split.state += n_bytes
+            else:
+                split.activations += n_bytes
+        return split
+
+
+def _storages(tensors: Iterable[Any]) -> set[int]:
+    """Data pointers of the (non-empty) storages of the tensors in a nested structure."""
+    nested = isinstance(tensors, (torch.Tensor, dict, list, tuple))
+    flat, _ = tree_flatten(tensors if nested else list(tensors))
+    ptrs: set[int] = set()
+    for t in flat:
+        if isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            if storage.nbytes() > 0 and storage.data_ptr() != 0:
+                ptrs.add(storage.data_ptr())
+    return ptrs
+
+
+def count_step(
+    step: Callable[[], Any],
+    *,
+    weights: Iterable[torch.Tensor],
+    state: Iterable[torch.Tensor],
+    root: torch.nn.Module | None = None,
+) -> list[CountedOp]:
+    """Run `step()` once under the counting mode and return one CountedOp per aten op call, in execution order.
+
+    Works inside ``torch.inference_mode()`` and with grad enabled (a training step that
+    runs forward, backward and the optimizer). Ops without a formula get ``flops=None``.
+
+    Args:
+        step: one step of the user's model, called once with no arguments.
+        weights: the model's parameters and buffers; bytes in their storages count as
+            ``weights``.
+        state: the tensors ``make_inputs`` built (nested lists, tuples and dicts are
+            flattened); bytes in their storages count as ``state``, including bytes an op
+            writes into them (a KV-cache update).
+        root: the model; names ``CountedOp.module`` by the path of the innermost of its
+            submodules an op ran under ("blocks.3.attn.qkv"; "" at top level or without it).
+
+    Returns:
+        The counted ops, in execution order.
+
+    Example:
+        >>> model = torch.nn.Linear(64, 32)
+        >>> x = torch.randn(8, 64)
+        >>> with torch.inference_mode():
+        ...     ops = count_step(lambda: model(x), weights=model.parameters(), state=[x])
+        >>> [op.name for op in ops], ops[-1].flops  # 2 * 8 * 64 * 32
+        (['t', 'addmm'], 32768)
+    """
+    weight_storages = _storages(weights)
+    state_storages = _storages(state) - weight_storages
+    tracker = _ModuleTracker(root) if root is not None else None
+    mode = _CountingMode(weight_storages, state_storages, tracker)
+    with tracker if tracker is not None else contextlib.nullcontext(), mode:
+        step()
+    return mode.ops

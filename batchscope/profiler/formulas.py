@@ -1,0 +1,487 @@
+"""One registry of pure per-op formulas: FLOPs, and bytes where the generic rule is wrong.
+
+Formulas read shapes and flags, never tensor values. Matmul, convolution and attention use
+:mod:`torch.utils.flop_counter`'s ``flop_registry``; added here are CPU attention, norms,
+softmax, losses, pooling, reductions, gathers/scatters, pointwise ops (by
+``torch.Tag.pointwise``) and ops known to do no arithmetic (0 FLOPs). An op with no formula
+is *uncounted* (``None``). Multiply and add count one FLOP each (m x k by k x n is 2mkn);
+per-row work (one rsqrt per row of a norm) is ignored beside per-element work.
+
+Bytes follow the generic rule in :mod:`batchscope.profiler.counting` (each distinct tensor
+once, by the elements its view spans) unless a formula's ``touched`` says an op reads or
+writes only part of a tensor: the gathered rows of an embedding table, say.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils import flop_counter
+
+aten = torch.ops.aten
+
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+FlopFn = Callable[[Args, Kwargs, Any], int]
+"""(args, kwargs, out) -> FLOPs of one call; reads shapes only."""
+TouchFn = Callable[[Args, Kwargs, Any], dict[int, int]]
+"""(args, kwargs, out) -> {id(tensor): elements the op really touches in it}."""
+Target = torch._ops.OpOverloadPacket | torch._ops.OpOverload
+
+NORM_STATS_FLOPS_PER_ELEMENT = 4  # mean: one add; variance: subtract, square, add
+NORM_APPLY_FLOPS_PER_ELEMENT = 2  # subtract the mean, multiply by the inverse std
+RMS_STATS_FLOPS_PER_ELEMENT = 2  # mean of squares: square, add (no mean to subtract)
+RMS_APPLY_FLOPS_PER_ELEMENT = 1  # multiply by the inverse rms
+AFFINE_FLOPS_PER_ELEMENT = 1  # per affine tensor present: multiply by weight, or add bias
+NORM_BACKWARD_INPUT_FLOPS_PER_ELEMENT = 10  # x_hat 2, dy*w 1, sums of g, g*x_hat 3, combine 4
+RMS_BACKWARD_INPUT_FLOPS_PER_ELEMENT = 7  # x_hat 1, dy*w 1, sum of g*x_hat 2, combine 3
+FROZEN_NORM_BACKWARD_INPUT_FLOPS_PER_ELEMENT = 2  # eval-mode batch norm: dy * (w * inv_std)
+NORM_BACKWARD_WEIGHT_FLOPS_PER_ELEMENT = 2  # sum of dy * x_hat
+NORM_BACKWARD_BIAS_FLOPS_PER_ELEMENT = 1  # sum of dy
+SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide (log-softmax: subtract the log)
+SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT = 4  # dy * y, row sum, subtract, scale
+REDUCTION_FLOPS_PER_ELEMENT = 1  # one add (or compare) per input element read
+POOL_FLOPS_PER_WINDOW_ELEMENT = 1  # one add (or compare) per element a window reads
+MSE_FLOPS_PER_ELEMENT = 3  # subtract, square, add
+
+
+@dataclass(frozen=True)
+class Formula:
+    """How to count one op.
+
+    Attributes:
+        flops: FLOPs of one call, from the shapes of its arguments and outputs.
+        touched: elements really touched in some of its tensors, overriding the generic
+            "every element the view spans" count for those tensors only.
+        moves_bytes: False for views, metadata and bare allocations: they move 0 bytes.
+    """
+
+    flops: FlopFn
+    touched: TouchFn | None = None
+    moves_bytes: bool = True
+
+
+REGISTRY: dict[Target, Formula] = {}
+"""Explicit formulas, keyed by overload packet or, where overloads differ, by overload."""
+
+
+def _targets(names: Iterable[str]) -> list[Target]:
+    """The aten packets (or ``packet.overload``) named, skipping those this torch lacks."""
+    found: list[Target] = []
+    for name in names:
+        packet_name, _, overload = name.partition(".")
+        packet = getattr(aten, packet_name, None)
+        if packet is not None and not overload:
+            found.append(packet)
+        elif packet is not None and overload in packet.overloads():
+            found.append(getattr(packet, overload))
+    return found
+
+
+def register(
+    names: Iterable[str], *, touched: TouchFn | None = None, moves_bytes: bool = True
+) -> Callable[[FlopFn], FlopFn]:
+    """Register the decorated FLOP formula for the aten ops named."""
+
+    def deco(flops: FlopFn) -> FlopFn:
+        for target in _targets(names):
+            if target in REGISTRY:
+                raise RuntimeError(f"duplicate formula for {target}")
+            REGISTRY[target] = Formula(flops, touched, moves_bytes)
+        return flops
+
+    return deco
+
+
+def numel(x: Any) -> int:
+    """Elements of a tensor, or 0 for anything else."""
+    return x.numel() if isinstance(x, torch.Tensor) else 0
+
+
+def first_tensor(x: Any) -> torch.Tensor | None:
+    """The first tensor in ``x`` (a tensor, or nested tuples/lists of them)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    for item in x if isinstance(x, (tuple, list)) else ():
+        found = first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _zero(args: Args, kwargs: Kwargs, out: Any) -> int:
+    return 0
+
+
+def _out_elements(args: Args, kwargs: Kwargs, out: Any) -> int:
+    return numel(first_tensor(out))
+
+
+def _per_element(flops_per_element: int, arg: int = 0) -> FlopFn:
+    """``flops_per_element`` times the elements of the tensor argument at ``arg``."""
+
+    def flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+        return flops_per_element * numel(args[arg])
+
+    return flops
+
+
+def _affine(*tensors: Any) -> int:
+    return AFFINE_FLOPS_PER_ELEMENT * sum(isinstance(t, torch.Tensor) for t in tensors)
+
+
+# ------------------------------------------------ matmul, conv, attention (torch's own)
+
+
+def _torch_formula(packet: torch._ops.OpOverloadPacket) -> FlopFn:
+    fn = flop_counter.flop_registry[packet]
+
+    def flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+        return int(fn(*args, **kwargs, out_val=out))
+
+    return flops
+
+
+for _packet in list(flop_counter.flop_registry):
+    if isinstance(_packet, torch._ops.OpOverloadPacket):  # not higher-order ops or triton
+        REGISTRY[_packet] = Formula(_torch_formula(_packet))
+
+# CPU (and "overrideable") attention share the flash kernel's arithmetic and its leading
+# arguments (query, key, value / grad_out, query, key, value), so torch's flash formulas
+# apply as they are: q: [b, h, s_q, d] @ k^T: [b, h, d, s_k], then attn @ v: [b, h, s_k, d_v]
+# (backward: the five products that recompute scores and propagate dq, dk, dv).
+_FLASH = aten._scaled_dot_product_flash_attention
+_FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_backward
+for _name, _source in (
+    ("_scaled_dot_product_flash_attention_for_cpu", _FLASH),
+    ("_scaled_dot_product_fused_attention_overrideable", _FLASH),
+    ("_scaled_dot_product_flash_attention_for_cpu_backward", _FLASH_BACKWARD),
+    ("_scaled_dot_product_fused_attention_overrideable_backward", _FLASH_BACKWARD),
+):
+    for _target in _targets([_name]):
+        REGISTRY[_target] = Formula(_torch_formula(_source))
+
+
+# mv(mat: [m, n], vec: [n]) -> [m]: 2mn; addmv(bias, mat, vec) the same (bias ignored, as addmm)
+register(["mv"])(_per_element(2, arg=0))
+register(["addmv"])(_per_element(2, arg=1))
+register(["dot", "vdot"])(_per_element(2))  # a: [n] . b: [n] -> []: n multiplies, n adds
+
+
+@register(["_addmm_activation"])
+def addmm_activation_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+    # a: [m, k] @ b: [k, n] -> [m, n], then one activation per output element
+    return flop_counter.flop_registry[aten.mm](args[1], args[2]) + numel(out)
+
+
+# ---------------------------------------------------------------------------- norms
+
+
+def _norm(per_element: int, affine_args: tuple[int, ...]) -> FlopFn:
+    """x: [...] (args[0]) normalised: ``per_element`` each, plus the affine tensors present."""
+
+    def flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+        return (per_element + _affine(*(args[i] for i in affine_args))) * numel(args[0])
+
+    return flops
+
+
+_NORM = NORM_STATS_FLOPS_PER_ELEMENT + NORM_APPLY_FLOPS_PER_ELEMENT
+_RMS_NORM = RMS_STATS_FLOPS_PER_ELEMENT + RMS_APPLY_FLOPS_PER_ELEMENT
+# native_layer_norm(x, normalized_shape, weight, bias, eps)
+register(["native_layer_norm"])(_norm(_NORM, (2, 3)))
+# native_group_norm(x, weight, bias, N, C, HxW, group, eps): per (n, group), affine per channel
+register(["native_group_norm"])(_norm(_NORM, (1, 2)))
+# _fused_rms_norm(x, normalized_shape, weight, eps): mean of squares, scale, then weight
+register(["_fused_rms_norm"])(_norm(_RMS_NORM, (2,)))
+
+
+def _batch_norm(training: bool | None) -> FlopFn:
+    """Batch norm over x: [n, c, *spatial]; ``training=None`` reads the op's first bool."""
+
+    def flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+        train = training
+        if train is None:  # `training` is the first bool argument of every batch-norm schema
+            train = next((a for a in args if isinstance(a, bool)), False)
+        # training computes the batch statistics; inference applies the running ones
+        stats = NORM_STATS_FLOPS_PER_ELEMENT if train else 0
+        return (stats + NORM_APPLY_FLOPS_PER_ELEMENT + _affine(args[1], args[2])) * numel(args[0])
+
+    return flops
+
+
+register(
+    ["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+     "cudnn_batch_norm", "miopen_batch_norm"]
+)(_batch_norm(None))
+register(["_native_batch_norm_legit_no_training", "_batch_norm_no_update"])(_batch_norm(False))
+register(["_batch_norm_with_update"])(_batch_norm(True))
+
+
+_NORM_BACKWARD = NORM_BACKWARD_INPUT_FLOPS_PER_ELEMENT
+
+
+def _norm_backward(x_arg: int, mask_arg: int | None, input_per_element: int | None) -> FlopFn:
+    """Norm backward: grad_input [x.shape], grad_weight and grad_bias reduced from [x.shape].
+
+    ``input_per_element=None`` picks training or frozen batch norm by argument 7 (``train``).
+    """
+
+    def flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+        mask = list(args[mask_arg]) if mask_arg is not None and len(args) > mask_arg else [True] * 3
+        per_input = input_per_element
+        if per_input is None:  # batch norm: argument 7 is `train` (batch statistics) or not
+            per_input = _NORM_BACKWARD if args[7] else FROZEN_NORM_BACKWARD_INPUT_FLOPS_PER_ELEMENT
+        per_element = (
+            per_input * mask[0]
+            + NORM_BACKWARD_WEIGHT_FLOPS_PER_ELEMENT * mask[1]
+            + NORM_BACKWARD_BIAS_FLOPS_PER_ELEMENT * (len(mask) > 2 and mask[2])
+        )
+        return per_element * numel(args[x_arg])
+
+    return flops
+
+
+# (grad_out, x, ..., output_mask at mask_arg, ...); cudnn: (x, grad_out, ...), all three grads
+register(["native_layer_norm_backward"])(_norm_backward(1, 7, _NORM_BACKWARD))
+register(["native_group_norm_backward"])(_norm_backward(1, 9, _NORM_BACKWARD))
+register(["_fused_rms_norm_backward"])(_norm_backward(1, 5, RMS_BACKWARD_INPUT_FLOPS_PER_ELEMENT))
+register(["native_batch_norm_backward", "batch_norm_backward"])(_norm_backward(1, 9, None))
+register(["cudnn_batch_norm_backward", "miopen_batch_norm_backward"])(
+    _norm_backward(0, None, _NORM_BACKWARD)
+)
+
+# -------------------------------------------------------------------- softmax, losses
+
+register(["_softmax", "_log_softmax", "_safe_softmax"])(_per_element(SOFTMAX_FLOPS_PER_ELEMENT))
+register(["_softmax_backward_data", "_log_softmax_backward_data"])(
+    _per_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT)
+)
+# mse_loss(x, target, reduction); mse_loss_backward(grad, x, target, reduction)
+register(["mse_loss"])(_per_element(MSE_FLOPS_PER_ELEMENT, arg=0))
+register(["mse_loss_backward"])(_per_element(MSE_FLOPS_PER_ELEMENT, arg=1))
+
+
+def _first_touched_like(arg: int) -> TouchFn:
+    """args[0] is touched at as many elements as the tensor at ``arg`` has."""
+
+    def touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
+        return {id(args[0]): numel(args[arg])}
+
+    return touched
+
+
+# nll_loss_forward(log_probs: [n, classes], target: [n], ...): log_probs read at one class
+# per target (n elements, not n * classes), one add per target picked
+register(["nll_loss_forward", "nll_loss2d_forward"], touched=_first_touched_like(1))(
+    _per_element(1, arg=1)
+)
+# nll_loss_backward(grad, log_probs, target: [n], ...): one write per target picked
+register(["nll_loss_backward", "nll_loss2d_backward"])(_per_element(1, arg=2))
+
+# ------------------------------------------------------------------ pooling, reductions
+
+
+def _window(kernel_size: Any, n_spatial: int) -> int:
+    sizes = [kernel_size] if isinstance(kernel_size, int) else list(kernel_size)
+    return math.prod(sizes * n_spatial if len(sizes) == 1 else sizes)
+
+
+def _pool(n_spatial: int, grad: bool) -> FlopFn:
+    """(grad_out, x, kernel_size, ...) for the backward, (x, kernel_size, ...) forward."""
+
+    def flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+        # out (or grad_out): [n, c, *o], each element reading a window of prod(kernel_size)
+        outputs = numel(args[0]) if grad else numel(first_tensor(out))
+        return POOL_FLOPS_PER_WINDOW_ELEMENT * outputs * _window(args[2 if grad else 1], n_spatial)
+
+    return flops
+
+
+# max_pool1d/2d/3d and avg_pool1d are composite: they decompose into these.
+register(["max_pool2d_with_indices", "mkldnn_max_pool2d", "avg_pool2d"])(_pool(2, grad=False))
+register(["max_pool3d_with_indices", "mkldnn_max_pool3d", "avg_pool3d"])(_pool(3, grad=False))
+register(["avg_pool2d_backward"])(_pool(2, grad=True))
+register(["avg_pool3d_backward"])(_pool(3, grad=True))
+# grad_out: [n, c, *o]: one add into grad_input per output gradient (max picks one input)
+register(
+    ["max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
+     "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward"]
+)(_per_element(1, arg=0))
+# grad_input: [n, c, *i]: each input position receives its share of its window once
+register(["_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"])(_per_element(1, arg=1))
+
+REDUCTIONS = (
+    "sum", "nansum", "mean", "amax", "amin", "aminmax", "max.default", "max.dim",
+    "min.default", "min.dim", "var", "std", "var_mean", "std_mean", "prod", "norm",
+    "linalg_vector_norm", "argmax", "argmin", "any", "all", "logsumexp", "cumsum", "cumprod",
+    "count_nonzero", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
+)
+"""x: [...] -> reduced: one op per input element read (max.other, min.other are pointwise)."""
+register(REDUCTIONS)(_per_element(REDUCTION_FLOPS_PER_ELEMENT, arg=0))
+
+# ------------------------------------------------------------- gathers and scatters
+
+
+def _slice_elements(table: torch.Tensor, dim: int = 0) -> int:
+    """Elements of one index along ``dim``: a row of an embedding table."""
+    return table.numel() // table.shape[dim] if table.dim() > 0 and table.shape[dim] else 1
+
+
+def _embedding_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
+    # weight: [vocab, d] read at indices: [...] -> indices.numel() rows of d, not the table
+    return {id(args[0]): numel(args[1]) * _slice_elements(args[0])}
+
+
+def _index_select_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
+    # table: [..., rows, ...] read at index: [k] along dim -> k slices
+    return {id(args[0]): numel(args[2]) * _slice_elements(args[0], args[1])}
+
+
+def _index_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
+    return {id(args[0]): numel(first_tensor(out))}  # x[indices]: read once per output element
+
+
+register(["embedding"], touched=_embedding_touched)(_zero)
+register(["index_select"], touched=_index_select_touched)(_zero)
+register(["gather"], touched=_first_touched_like(2))(_zero)  # (self, dim, index): once per index
+register(["take"], touched=_first_touched_like(1))(_zero)  # (self, index): once per index
+register(["index.Tensor", "_unsafe_index.Tensor"], touched=_index_touched)(_zero)
+
+
+@register(["_embedding_bag", "_embedding_bag_forward_only"], touched=_embedding_touched)
+def embedding_bag_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+    # weight: [vocab, d], indices: [k]: each gathered row of d added into its bag
+    return numel(args[1]) * _slice_elements(args[0])
+
+
+# grad_out: [..., d] accumulated row by row into grad_weight: [vocab, d]
+register(["embedding_dense_backward"])(_per_element(1, arg=0))
+
+
+def indexed_elements(shape: list[int] | torch.Size, indices: list[Any]) -> int:
+    """Elements of ``x[indices]`` for ``x`` of ``shape``, from shapes only.
+
+    Boolean masks count every element they cover (an upper bound: counting the True
+    values would read the data).
+    """
+    consumed, sliced, index_shapes = 0, 1, []
+    for idx in indices:
+        if idx is None:  # a full slice of this dim
+            sliced *= shape[consumed]
+            consumed += 1
+        elif idx.dtype in (torch.bool, torch.uint8):
+            index_shapes.append((idx.numel(),))
+            consumed += idx.dim()
+        else:
+            index_shapes.append(tuple(idx.shape))
+            consumed += 1
+    picked = math.prod(torch.broadcast_shapes(*index_shapes)) if index_shapes else 1
+    return picked * sliced * math.prod(shape[consumed:])
+
+
+def _index_put_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
+    # x[indices] = values writes only the indexed elements of x
+    return {id(args[0]): indexed_elements(args[0].shape, list(args[1]))}
+
+
+@register(["index_put_", "_index_put_impl_"], touched=_index_put_touched)
+def index_put_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    return indexed_elements(args[0].shape, list(args[1])) if accumulate else 0  # one add each
+
+
+# (self, dim, index, source): writes source.numel() elements of self, one add each for index_add
+register(["index_copy_"], touched=_first_touched_like(3))(_zero)
+register(["index_add_"], touched=_first_touched_like(3))(_per_element(1, arg=3))
+register(["index_add"])(_per_element(1, arg=3))
+# (self, dim, index, src): writes one element of self per index, one add each for scatter_add
+register(["scatter_"], touched=_first_touched_like(2))(_zero)
+register(["scatter_add_", "scatter_reduce_"], touched=_first_touched_like(2))(
+    _per_element(1, arg=2)
+)
+register(["scatter_add", "scatter_reduce"])(_per_element(1, arg=2))
+
+# --------------------------------------------------------------------- no arithmetic
+
+DATA_MOVEMENT = (
+    "copy_", "copy", "clone", "_to_copy", "cat", "stack", "index_copy", "slice_scatter",
+    "select_scatter", "diagonal_scatter", "as_strided_scatter", "index_put", "scatter",
+    "fill", "fill_", "zero_", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "new_zeros", "new_ones", "new_full", "scalar_tensor", "arange", "linspace",
+    "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
+    "replication_pad2d", "repeat", "roll", "flip", "tril", "triu", "tril_", "triu_",
+    "lift_fresh_copy", "_copy_from", "_copy_from_and_resize", "narrow_copy", "im2col",
+    "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "_local_scalar_dense",
+    "masked_select", "_foreach_copy_", "split_with_sizes_copy", "unbind_copy",
+)
+"""0 FLOPs; bytes by the generic rule (reads and writes are real traffic)."""
+METADATA = (
+    "detach", "detach_", "alias", "t", "t_", "lift_fresh", "_unsafe_view", "_reshape_alias",
+    "_fused_sdp_choice", "empty", "empty_like", "empty_strided", "new_empty",
+    "new_empty_strided", "resize_", "set_", "as_strided_", "squeeze_", "unsqueeze_",
+    "transpose_", "record_stream", "_assert_async", "_assert_tensor_metadata",
+    "_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size",
+)
+"""0 FLOPs and 0 bytes: aliases, shape changes, bare allocations, kernel choices."""
+register(DATA_MOVEMENT)(_zero)
+register(METADATA, moves_bytes=False)(_zero)
+register(["native_dropout"])(_out_elements)  # one multiply by the mask per element
+
+# --------------------------------------------------------------------- generic rules
+
+VIEW = Formula(_zero, moves_bytes=False)
+"""Views alias their input: no arithmetic, no traffic."""
+POINTWISE = Formula(_out_elements)
+"""One FLOP per output element."""
+
+
+def _foreach_elements(args: Args, kwargs: Kwargs, out: Any) -> int:
+    # tensor lists [t_0, t_1, ...]: one FLOP per element of each tensor of the first list
+    first = args[0]
+    return sum(numel(t) for t in first) if isinstance(first, (list, tuple)) else numel(first)
+
+
+FOREACH = Formula(_foreach_elements)
+"""A ``_foreach_`` op over a pointwise (or norm-reducing) base op: one FLOP per element."""
+
+
+@functools.cache
+def _packet_is_pointwise(name: str) -> bool:
+    packet = getattr(aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(torch.Tag.pointwise in getattr(packet, ov).tags for ov in packet.overloads())
+
+
+def explicit_formula(func: torch._ops.OpOverload) -> Formula | None:
+    """The formula registered for this overload or its packet, if any."""
+    return REGISTRY.get(func) or REGISTRY.get(func._overloadpacket)
+
+
+def generic_formula(func: torch._ops.OpOverload) -> Formula | None:
+    """The formula an op gets from what it is (view, pointwise, foreach), if any."""
+    if func.is_view:
+        return VIEW
+    if torch.Tag.pointwise in func.tags:
+        return POINTWISE
+    if func.namespace != "aten":
+        return None
+    name = func._overloadpacket.__name__
+    if name.startswith("_foreach_"):
+        base = name[len("_foreach_"):].rstrip("_")
+        return FOREACH if base == "norm" or _packet_is_pointwise(base) else None
+    if name.endswith("_") and not name.startswith("_") and _packet_is_pointwise(name[:-1]):
+        return POINTWISE  # in-place form (masked_fill_, gelu_, ...) of a pointwise op
+    return None
+
+
+def formula_for(func: torch._ops.OpOverload) -> Formula | None:
+    """The formula that counts ``func``: explicit first, then generic; None if uncounted."""
+    return explicit_formula(func) or generic_formula(func)

@@ -1,0 +1,335 @@
+"""The counting pass on real CPU ops: FLOPs, bytes by kind, names, modules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from functools import partial
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import flop_counter
+from torch.utils.flop_counter import FlopCounterMode
+
+from batchscope.profiler.counting import count_step
+from batchscope.records import ByteSplit, CountedOp
+
+CONTEXTS = [torch.inference_mode, torch.enable_grad]
+MATMUL_LIKE = {
+    p.__name__ for p in flop_counter.flop_registry if isinstance(p, torch._ops.OpOverloadPacket)
+}
+CPU_ATTENTION = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+def count(
+    step: Callable[[], Any],
+    weights: Iterable[torch.Tensor] = (),
+    state: Iterable[torch.Tensor] = (),
+    root: nn.Module | None = None,
+    context: Callable[[], AbstractContextManager[Any]] = torch.inference_mode,
+) -> list[CountedOp]:
+    with context():
+        return count_step(step, weights=list(weights), state=list(state), root=root)
+
+
+def only(ops: list[CountedOp], name: str) -> CountedOp:
+    matches = [op for op in ops if op.name == name]
+    assert len(matches) == 1, [op.name for op in ops]
+    return matches[0]
+
+
+def counted_flops(ops: list[CountedOp], names: set[str] | None = None) -> int:
+    return sum(op.flops or 0 for op in ops if names is None or op.name in names)
+
+
+def flop_counter_total(
+    step: Callable[[], Any], context: Callable[[], AbstractContextManager[Any]]
+) -> int:
+    with context(), FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+def test_mm_flops_and_bytes() -> None:
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    op = only(count(lambda: torch.mm(a, b), weights=[b], state=[a]), "mm")
+    assert op.flops == 524288  # 2 * 64 * 128 * 32
+    # a: 64*128*4 = 32768 (state), b: 128*32*4 = 16384 (weights), out: 64*32*4 = 8192
+    assert op.bytes == ByteSplit(weights=16384, state=32768, activations=8192)
+    assert op.input_shapes == [[64, 128], [128, 32]]
+    assert op.dtype == "float32"
+
+
+def test_addmm_bias_parameter_is_weights() -> None:
+    lin, x = nn.Linear(128, 32), torch.randn(64, 128)
+    op = only(
+        count(lambda: torch.addmm(lin.bias, x, lin.weight.t()), lin.parameters(), [x]), "addmm"
+    )
+    assert op.flops == 524288  # 2 * 64 * 128 * 32
+    # bias 32*4 = 128 + weight 32*128*4 = 16384 -> 16512; x 64*128*4 = 32768; out 64*32*4 = 8192
+    assert op.bytes == ByteSplit(weights=16512, state=32768, activations=8192)
+    assert op.input_shapes == [[32], [64, 128], [128, 32]]
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_conv2d(context: Callable[[], AbstractContextManager[Any]]) -> None:
+    conv, x = nn.Conv2d(3, 16, 3, padding=1), torch.randn(4, 3, 32, 32)
+    op = only(count(lambda: conv(x), conv.parameters(), [x], context=context), "convolution")
+    assert op.flops == 3538944  # 2 * batch 4 * c_out 16 * c_in 3 * 3*3 * 32*32
+    # weight 16*3*3*3*4 = 1728 + bias 16*4 = 64; x 4*3*32*32*4 = 49152; out 4*16*32*32*4 = 262144
+    assert op.bytes == ByteSplit(weights=1792, state=49152, activations=262144)
+
+
+def test_bmm() -> None:
+    a, b = torch.randn(8, 16, 32), torch.randn(8, 32, 24)
+    op = only(count(lambda: torch.bmm(a, b), state=[a, b]), "bmm")
+    assert op.flops == 196608  # 2 * 8 * 16 * 32 * 24
+    # a 8*16*32*4 = 16384 + b 8*32*24*4 = 24576; out 8*16*24*4 = 12288
+    assert op.bytes == ByteSplit(state=40960, activations=12288)
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_cpu_attention_inside_and_outside_inference_mode(
+    context: Callable[[], AbstractContextManager[Any]],
+) -> None:
+    q, k, v = (torch.randn(2, 4, 16, 32) for _ in range(3))
+    ops = count(lambda: F.scaled_dot_product_attention(q, k, v), state=[q, k, v], context=context)
+    assert [op.name for op in ops] == [CPU_ATTENTION]
+    # q @ k^T: 2 * (2*4) * 16 * 16 * 32 = 131072, then attn @ v the same: 262144
+    assert ops[0].flops == 262144
+
+    def math_attention() -> torch.Tensor:
+        return torch.softmax(q @ k.transpose(-1, -2) / 32**0.5, dim=-1) @ v
+
+    assert ops[0].flops == flop_counter_total(math_attention, context)  # the same two products
+    # q, k, v 3 * 2*4*16*32*4 = 49152; out 16384 + logsumexp 2*4*16*4 = 512
+    assert ops[0].bytes == ByteSplit(state=49152, activations=16896)
+
+
+def test_flop_counter_mode_misses_cpu_attention() -> None:
+    """Why the CPU attention formula is ours: torch's counter sees 0 for this op."""
+    q = torch.randn(1, 2, 8, 16)
+    assert (
+        flop_counter_total(lambda: F.scaled_dot_product_attention(q, q, q), torch.enable_grad) == 0
+    )
+
+
+def test_broadcast_operand_counted_once_per_distinct_element() -> None:
+    x, bias = torch.randn(64, 128), torch.randn(128)
+    row = bias.expand(64, 128)  # stride (0, 1): 128 distinct elements, not 64 * 128
+    op = only(count(lambda: torch.add(x, row), weights=[bias], state=[x]), "add")
+    assert op.flops == 8192  # one per output element: 64 * 128
+    # bias 128*4 = 512 (once); x 64*128*4 = 32768; out 32768
+    assert op.bytes == ByteSplit(weights=512, state=32768, activations=32768)
+
+
+def test_in_place_op_counts_its_tensor_once() -> None:
+    x, y = torch.randn(32, 32), torch.randn(32, 32)
+    op = only(count(lambda: x.add_(y), state=[x, y]), "add_")
+    assert op.bytes == ByteSplit(state=8192)  # x (read and written) 32*32*4 = 4096 + y 4096
+
+
+def test_kv_cache_slice_read_and_write_count_the_slice_only() -> None:
+    cache_k, cache_v = torch.zeros(2, 4, 64, 16), torch.zeros(2, 4, 64, 16)
+    q, k_new = torch.randn(2, 4, 1, 16), torch.randn(2, 4, 1, 16)
+
+    def step() -> torch.Tensor:
+        cache_k[:, :, 10:11] = k_new
+        return F.scaled_dot_product_attention(q, cache_k[:, :, :11], cache_v[:, :, :11])
+
+    ops = count(step, state=[cache_k, cache_v, q, k_new])
+    write = only(ops, "copy_")
+    assert write.bytes == ByteSplit(state=1024)  # slice 2*4*1*16*4 = 512 written + k_new 512
+    attention = only(ops, CPU_ATTENTION)
+    # q 2*4*1*16*4 = 512 + two slices of 2*4*11*16*4 = 5632 each; not 2 * 32768 of storage
+    assert attention.bytes.state == 11776
+    assert attention.bytes.activations == 544  # out 512 + logsumexp 2*4*1*4 = 32
+    assert all(op.bytes == ByteSplit() for op in ops if op.name == "slice")  # views move 0
+
+
+def test_embedding_reads_gathered_rows_only() -> None:
+    emb, ids = nn.Embedding(1000, 64), torch.tensor([[1, 5, 7], [2, 2, 9]])
+    op = only(count(lambda: emb(ids), emb.parameters(), [ids]), "embedding")
+    assert op.flops == 0
+    # 6 rows * 64 * 4 = 1536 (not the table's 1000*64*4 = 256000); ids 6*8 = 48; out 1536
+    assert op.bytes == ByteSplit(weights=1536, state=48, activations=1536)
+
+
+def test_op_without_formula_is_uncounted_but_its_bytes_count() -> None:
+    x = torch.randn(8, 16)
+    op = only(count(lambda: torch.sort(x, dim=-1), state=[x]), "sort")
+    assert op.flops is None
+    # x 8*16*4 = 512; values 512 + int64 indices 8*16*8 = 1024
+    assert op.bytes == ByteSplit(state=512, activations=1536)
+
+
+@pytest.mark.parametrize(
+    ("shape", "names"), [((6, 40), ["t", "addmm"]), ((2, 3, 40), ["view", "t", "addmm", "view"])]
+)
+def test_linear_decomposes_under_inference_mode(shape: tuple[int, ...], names: list[str]) -> None:
+    lin, x = nn.Linear(40, 24), torch.randn(*shape)
+    ops = count(lambda: lin(x), lin.parameters(), [x], root=lin)
+    assert [op.name for op in ops] == names
+    assert counted_flops(ops) == 11520  # 2 * b 6 * in 40 * out 24
+    assert {op.module for op in ops} == {""}  # the root itself is ""
+
+
+def _mlp_and_cnn() -> list[tuple[nn.Module, torch.Tensor]]:
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 10))
+    cnn = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, stride=2),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 5),
+    )
+    return [(mlp, torch.randn(4, 7, 32)), (cnn, torch.randn(3, 3, 16, 16))]
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_matmul_and_conv_totals_match_flop_counter_mode(
+    context: Callable[[], AbstractContextManager[Any]],
+) -> None:
+    for model, x in _mlp_and_cnn():
+        step = partial(model.eval(), x)
+        ops = count(step, model.parameters(), [x], root=model, context=context)
+        assert counted_flops(ops, MATMUL_LIKE) == flop_counter_total(step, context) > 0
+
+
+def test_training_step_counts_backward_at_about_twice_forward() -> None:
+    _, (cnn, x) = _mlp_and_cnn()
+    target = torch.tensor([0, 3, 1])
+    opt = torch.optim.SGD(cnn.parameters(), lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        F.cross_entropy(cnn(x), target).backward()
+        opt.step()
+
+    ops = count(
+        step,
+        list(cnn.parameters()) + list(cnn.buffers()),
+        [x, target],
+        root=cnn,
+        context=torch.enable_grad,
+    )
+    assert counted_flops(ops, MATMUL_LIKE) == flop_counter_total(step, torch.enable_grad)
+    forward = counted_flops(ops, {"convolution", "addmm"})
+    backward = counted_flops(ops, {"convolution_backward", "mm"})
+    first_conv = next(op for op in ops if op.name == "convolution")
+    assert first_conv.flops == 331776  # 2 * 3 * 8 * 3 * 3*3 * 16*16
+    # each layer: grad_weight (1x its forward) + grad_input (1x), but x needs no grad_input
+    assert backward == 2 * forward - first_conv.flops == 457152  # 2 * 394464 - 331776
+    assert {
+        "native_batch_norm_backward",
+        "max_pool2d_with_indices_backward",
+        "threshold_backward",
+    } <= {op.name for op in ops if op.flops}
+    assert any(op.name == "add_" and op.bytes.weights > 0 for op in ops)  # the SGD update
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x)) + x
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_module_paths(context: Callable[[], AbstractContextManager[Any]]) -> None:
+    model = nn.Sequential(_Block(), _Block())
+    x = torch.randn(2, 8, requires_grad=context is torch.enable_grad)
+
+    def step() -> None:
+        out = model(x)
+        if out.requires_grad:
+            out.sum().backward()
+
+    ops = count(step, model.parameters(), [x], root=model, context=context)
+    assert [op.module for op in ops if op.name == "addmm"] == ["0.fc", "1.fc"]
+    assert [op.module for op in ops if op.name == "relu"] == ["0.act", "1.act"]
+    assert [op.module for op in ops if op.name == "add"][:2] == [
+        "0",
+        "1",
+    ]  # the residual, in the block
+    if context is torch.enable_grad:
+        assert [op.module for op in ops if op.name == "threshold_backward"] == ["1.act", "0.act"]
+        assert [op.module for op in ops if op.name == "mm"] == ["1.fc"] * 2 + ["0.fc"] * 2
+
+
+class _TinyDecoder(nn.Module):
+    """A GPT-style decoder stepping one token against a preallocated KV cache."""
+
+    def __init__(self, vocab: int = 100, dim: int = 32, heads: int = 4, layers: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.wte = nn.Embedding(vocab, dim)
+        self.qkv = nn.ModuleList(nn.Linear(dim, 3 * dim) for _ in range(layers))
+        self.proj = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor, cache: torch.Tensor, pos: int) -> torch.Tensor:
+        x = self.wte(ids)  # [b, 1, dim]
+        b = ids.shape[0]
+        for layer, (qkv, proj) in enumerate(zip(self.qkv, self.proj, strict=True)):
+            q, k, v = qkv(x).view(b, 1, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            cache[layer, 0, :, :, pos : pos + 1] = k
+            cache[layer, 1, :, :, pos : pos + 1] = v
+            keys, values = cache[layer, 0, :, :, : pos + 1], cache[layer, 1, :, :, : pos + 1]
+            attended = F.scaled_dot_product_attention(q, keys, values)
+            x = x + proj(attended.transpose(1, 2).reshape(b, 1, -1))
+        return self.head(self.norm(x))
+
+
+def test_decoder_state_bytes_grow_with_batch_weight_bytes_do_not() -> None:
+    model = _TinyDecoder().eval()
+    weights = list(model.parameters())
+    totals: dict[int, tuple[int, int, int, int]] = {}
+    for batch in (1, 2, 4, 8):
+        ids = torch.randint(0, 100, (batch, 1))
+        cache = torch.zeros(2, 2, batch, 4, 64, 8)  # [layers, k/v, b, heads, context, head_dim]
+        ops = count(partial(model, ids, cache, 20), weights, [ids, cache], root=model)
+        embedding = only(ops, "embedding")
+        rest = [op for op in ops if op is not embedding]
+        totals[batch] = (
+            sum(op.bytes.state for op in ops),
+            sum(op.bytes.weights for op in rest),
+            embedding.bytes.weights,
+            counted_flops(ops),
+        )
+        assert all(op.flops is not None for op in ops), [op.name for op in ops if op.flops is None]
+        assert only(ops, "embedding").module == "wte"
+    state_1, weights_1, _, flops_1 = totals[1]
+    for batch, (state, other_weights, embedding_weights, flops) in totals.items():
+        assert state == batch * state_1  # ids, cache slices read and rows written: all per row
+        assert other_weights == weights_1  # each weight read once per step, whatever the batch
+        assert embedding_weights == batch * 32 * 4  # one gathered row of dim 32 per token
+        assert flops == pytest.approx(batch * flops_1, rel=0.01)
+    # per layer, the keys and values read (21 positions) and the k, v rows written, at batch 1:
+    # 2 layers * (2 * 4*21*8*4 read + 2 * 4*8*4 written (+ the same written k, v source)) + ids 8
+    assert state_1 > 2 * 2 * 4 * 21 * 8 * 4
+
+
+def test_state_may_be_nested_and_dtype_is_named() -> None:
+    a, b = torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(8, 2, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        ops = count_step(lambda: a @ b, weights=iter([]), state={"x": [a, (b,)]})
+    op = only(ops, "mm")
+    assert op.dtype == "bfloat16"
+    assert op.bytes == ByteSplit(state=96, activations=16)  # (4*8 + 8*2) * 2 bytes; out 4*2*2
