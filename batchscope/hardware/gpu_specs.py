@@ -1,0 +1,166 @@
+"""Datasheet figures of common NVIDIA GPUs: a cross-check shown beside the measurement.
+
+Never used as the roof: measured ceilings win (datasheets are boost-clock peaks, and tables
+in the wild mix sparse and dense figures up). Tensor-core figures here are DENSE; where the
+sheet prints only the 2:4-sparse figure (marked with an asterisk), dense = sparse / 2 and the
+printed sparse figure is kept beside it in ``sparse_flops_per_s``.
+
+Example:
+    >>> lookup("NVIDIA H100 80GB HBM3")["peak_flops_per_s"]["bfloat16"]
+    989500000000000.0
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchscope.hardware.types import BF16, FP16, FP32, TF32
+
+TERA = 1e12
+GB_PER_S = 1e9  # bandwidth is printed in decimal GB/s (TB/s)
+GIB = 2**30  # capacity is printed as "GB" but is binary: an 80 GB H100 shows ~79.1 GiB in torch
+
+_H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h100/"
+_H200_SHEET = "NVIDIA H200 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h200/"
+_A100_SHEET = (
+    "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/en-zz/Solutions/"
+    "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+_ADA_PAPER = (
+    "NVIDIA Ada GPU architecture whitepaper, appendix A (FP32-accumulate tensor rates), "
+    "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+)
+_GA102_PAPER = (
+    "NVIDIA Ampere GA102 GPU architecture whitepaper, appendix A (FP32-accumulate tensor rates), "
+    "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One datasheet row.
+
+    Attributes:
+        product: marketing name of the part.
+        patterns: regular expressions matched in full against the normalised device name.
+        peak_flops_per_s: dense peak per dtype name; tensor cores for bf16/fp16/tf32, the
+            plain (non-tensor) FP32 rate for "float32".
+        sparse_flops_per_s: the 2:4-sparse figures as the sheet prints them, where it does.
+        bandwidth_bytes_per_s: memory bandwidth.
+        memory_bytes: memory capacity.
+        source: where the figures come from.
+    """
+
+    product: str
+    patterns: tuple[str, ...]
+    peak_flops_per_s: dict[str, float]
+    bandwidth_bytes_per_s: float
+    memory_bytes: int
+    source: str
+    sparse_flops_per_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "product": self.product,
+            "peak_flops_per_s": dict(self.peak_flops_per_s),
+            "sparse_flops_per_s": dict(self.sparse_flops_per_s),
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "memory_bytes": self.memory_bytes,
+            "source": self.source,
+        }
+
+
+def _sparse_sheet(fp32_tf: float, tf32_sparse_tf: float, half_sparse_tf: float) -> dict[str, Any]:
+    """Dense and sparse tables from a sheet that prints sparse tensor figures (dense = half)."""
+    sparse = {TF32: tf32_sparse_tf * TERA, BF16: half_sparse_tf * TERA, FP16: half_sparse_tf * TERA}
+    dense = {k: v / 2 for k, v in sparse.items()}
+    return {"peak_flops_per_s": {**dense, FP32: fp32_tf * TERA}, "sparse_flops_per_s": sparse}
+
+
+def _dense_sheet(fp32_tf: float, tf32_tf: float, half_tf: float) -> dict[str, Any]:
+    """Dense and sparse tables from a sheet that prints "dense | sparse*" (sparse = twice)."""
+    dense = {TF32: tf32_tf * TERA, BF16: half_tf * TERA, FP16: half_tf * TERA}
+    sparse = {k: 2 * v for k, v in dense.items()}
+    return {"peak_flops_per_s": {**dense, FP32: fp32_tf * TERA}, "sparse_flops_per_s": sparse}
+
+
+SPECS: tuple[GpuSpec, ...] = (
+    # Hopper. The H100/H200 sheets print tensor figures with sparsity only (asterisk).
+    GpuSpec("H100 SXM5 80GB", (r"h100( sxm5?)?( 80gb)?( hbm3)?",), bandwidth_bytes_per_s=3350 * GB_PER_S,
+            memory_bytes=80 * GIB, source=_H100_SHEET, **_sparse_sheet(67, 989, 1979)),
+    GpuSpec("H100 PCIe 80GB", (r"h100( 80gb)? pcie( 80gb)?",), bandwidth_bytes_per_s=2000 * GB_PER_S,
+            memory_bytes=80 * GIB, source=_H100_SHEET, **_sparse_sheet(51, 756, 1513)),
+    GpuSpec("H100 NVL 94GB", (r"h100 nvl",), bandwidth_bytes_per_s=3900 * GB_PER_S,
+            memory_bytes=94 * GIB, source=_H100_SHEET, **_sparse_sheet(60, 835, 1671)),
+    GpuSpec("H200 SXM 141GB", (r"h200( sxm5?)?( 141gb)?( hbm3e)?",), bandwidth_bytes_per_s=4800 * GB_PER_S,
+            memory_bytes=141 * GIB, source=_H200_SHEET, **_sparse_sheet(67, 989, 1979)),
+    GpuSpec("H200 NVL 141GB", (r"h200 nvl",), bandwidth_bytes_per_s=4800 * GB_PER_S,
+            memory_bytes=141 * GIB, source=_H200_SHEET, **_sparse_sheet(60, 835, 1671)),
+    # Blackwell: HGX B200 platform figures (sparse, asterisk) divided by its 8 GPUs.
+    GpuSpec("B200 (HGX) 180GB", (r"b200",), bandwidth_bytes_per_s=7700 * GB_PER_S, memory_bytes=180 * GIB,
+            source="NVIDIA HGX B200 specifications per GPU, https://www.nvidia.com/en-us/data-center/hgx/",
+            **_sparse_sheet(75, 2200, 4500)),
+    # Ampere data centre. The A100 and A10 sheets print "dense | sparse*".
+    GpuSpec("A100 SXM4 80GB", (r"a100 sxm4? 80gb",), bandwidth_bytes_per_s=2039 * GB_PER_S,
+            memory_bytes=80 * GIB, source=_A100_SHEET, **_dense_sheet(19.5, 156, 312)),
+    GpuSpec("A100 SXM4 40GB", (r"a100 sxm4? 40gb",), bandwidth_bytes_per_s=1555 * GB_PER_S,
+            memory_bytes=40 * GIB, source=_A100_SHEET, **_dense_sheet(19.5, 156, 312)),
+    GpuSpec("A100 PCIe 80GB", (r"a100 80gb pcie", r"a100 pcie 80gb"), bandwidth_bytes_per_s=1935 * GB_PER_S,
+            memory_bytes=80 * GIB, source=_A100_SHEET, **_dense_sheet(19.5, 156, 312)),
+    GpuSpec("A100 PCIe 40GB", (r"a100 40gb pcie", r"a100 pcie 40gb"), bandwidth_bytes_per_s=1555 * GB_PER_S,
+            memory_bytes=40 * GIB, source=_A100_SHEET, **_dense_sheet(19.5, 156, 312)),
+    GpuSpec("A10 24GB", (r"a10",), bandwidth_bytes_per_s=600 * GB_PER_S, memory_bytes=24 * GIB,
+            source="NVIDIA A10 Tensor Core GPU datasheet, "
+            "https://www.nvidia.com/en-us/data-center/products/a10-gpu/",
+            **_dense_sheet(31.2, 62.5, 125)),
+    # Ada data centre. The L4/L40S sheets print tensor figures with sparsity (asterisk).
+    GpuSpec("L4 24GB", (r"l4",), bandwidth_bytes_per_s=300 * GB_PER_S, memory_bytes=24 * GIB,
+            source="NVIDIA L4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/l4/",
+            **_sparse_sheet(30.3, 120, 242)),
+    GpuSpec("L40S 48GB", (r"l40s",), bandwidth_bytes_per_s=864 * GB_PER_S, memory_bytes=48 * GIB,
+            source="NVIDIA L40S GPU datasheet, https://www.nvidia.com/en-us/data-center/l40s/",
+            **_sparse_sheet(91.6, 366, 733)),
+    GpuSpec("L40 48GB", (r"l40",), bandwidth_bytes_per_s=864 * GB_PER_S, memory_bytes=48 * GIB,
+            source="NVIDIA L40 GPU datasheet, https://www.nvidia.com/en-us/data-center/l40/",
+            **_sparse_sheet(90.5, 181, 362.1)),
+    # GeForce: architecture whitepapers, "dense | sparse" with FP32 accumulate (what torch uses).
+    GpuSpec("GeForce RTX 4090", (r"rtx 4090",), bandwidth_bytes_per_s=1008 * GB_PER_S, memory_bytes=24 * GIB,
+            source=_ADA_PAPER, **_dense_sheet(82.6, 82.6, 165.2)),
+    GpuSpec("GeForce RTX 3090", (r"rtx 3090",), bandwidth_bytes_per_s=936 * GB_PER_S, memory_bytes=24 * GIB,
+            source=_GA102_PAPER, **_dense_sheet(35.6, 35.6, 71)),
+    # Turing: fp16 tensor cores only (no bf16, no TF32, no sparsity).
+    GpuSpec("T4 16GB", (r"t4",), bandwidth_bytes_per_s=320 * GB_PER_S, memory_bytes=16 * GIB,
+            source="NVIDIA T4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/tesla-t4/",
+            peak_flops_per_s={FP16: 65 * TERA, FP32: 8.1 * TERA}),
+)
+
+# Words that vendors put around the model name and that carry no information here.
+_NOISE_WORDS = re.compile(r"\b(nvidia|geforce|tesla)\b")
+
+
+def normalise(name: str) -> str:
+    """Lower-case ``name``, drop vendor words, and turn "-" / "_" into single spaces."""
+    text = _NOISE_WORDS.sub(" ", name.lower())
+    return " ".join(re.sub(r"[-_]", " ", text).split())
+
+
+def lookup(name: str) -> dict[str, Any] | None:
+    """Datasheet figures for a device name as ``torch.cuda.get_device_name()`` prints it.
+
+    The whole name must match, so "NVIDIA A10" is not an A100, and a MIG slice
+    ("... MIG 1g.10gb") or an unknown part gives None.
+
+    Args:
+        name: e.g. "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090".
+
+    Returns:
+        A fresh dict (product, peak_flops_per_s, sparse_flops_per_s, bandwidth_bytes_per_s,
+        memory_bytes, source), or None where the part is not in the table.
+    """
+    key = normalise(name)
+    for spec in SPECS:
+        if any(re.fullmatch(pattern, key) for pattern in spec.patterns):
+            return spec.to_dict()
+    return None

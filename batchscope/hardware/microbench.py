@@ -1,0 +1,469 @@
+"""Short micro-benchmarks that measure a device's ceilings.
+
+Three roofs, each measured the way the roofline needs it:
+
+* peak matmul FLOP/s per dtype: square ``torch.mm`` at a few sizes (2·n³ FLOP each), the
+  best of the repeats at the best size. A roof should be the fastest the machine can go,
+  so that an op measured faster than its roof really is an accounting error.
+* sustained memory bandwidth: ``dst.copy_(src)`` on buffers well past the last-level
+  cache, counting bytes read plus written.
+* fixed cost of one small op: a one-element ``torch.add`` in a tight Python loop under
+  ``torch.inference_mode()``, median per call. An op whose roofline time is below it is
+  overhead-bound.
+
+Every benchmark runs under a time budget (the whole CPU calibration takes a few seconds)
+and records its raw figures (size, repeats, median, best, spread) in ``Ceilings.details``.
+CUDA paths time with CUDA events (host clock plus synchronisation for the small-op loop).
+
+Example:
+    >>> from batchscope.hardware.microbench import measure
+    >>> c = measure("cpu", quick=True)
+    >>> c.peak_flops_per_s["float32"] > 0 and c.bandwidth_bytes_per_s > 0
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from batchscope.hardware import gpu_specs
+from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
+
+MIB = 2**20
+
+# (name, torch dtype, TF32 on?) measured per device type; TF32 is a CUDA-only mode of fp32.
+_CPU_DTYPES = ((FP32, torch.float32, False), (BF16, torch.bfloat16, False), (FP16, torch.float16, False))
+_CUDA_DTYPES = (
+    (FP32, torch.float32, False),
+    (TF32, torch.float32, True),
+    (BF16, torch.bfloat16, False),
+    (FP16, torch.float16, False),
+)
+# bf16 and TF32 tensor cores arrive with Ampere (sm_80); older GPUs would only emulate them.
+_CUDA_TENSOR_CORE_BF16_CC = (8, 0)
+# Never let the two copy buffers take more than this share of the free memory.
+_COPY_MEMORY_SHARE = 0.25
+# A timed sample shorter than this is dominated by clock resolution; floor for division too.
+_MIN_TIMED_S = 1e-7
+# Cap on calls per timed sample, so a tiny op cannot make one sample run for ages.
+_MAX_INNER = 10_000
+_UNSET = object()  # marks a precision flag that could not be read, so is not restored
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Sizes and time budgets of one calibration.
+
+    Attributes:
+        matmul_sizes: square sizes tried in ascending order; larger ones are skipped once
+            the projected time would overrun ``matmul_budget_s``.
+        matmul_budget_s: wall-time budget per dtype (``min_repeats`` are always taken).
+        copy_min_bytes: smallest copy buffer (one of two), whatever the cache reports.
+        copy_max_bytes: largest copy buffer.
+        copy_budget_s: wall-time budget of the copy benchmark (``min_repeats`` always taken).
+        min_sample_s: calls are grouped so that one timed sample lasts at least this long.
+        min_repeats: timed samples taken at least (per size, per benchmark).
+        max_repeats: timed samples taken at most.
+        min_time_s: keep sampling one size until this much time has passed.
+        overhead_chunks: timed chunks of the small-op loop.
+        overhead_calls: calls per chunk of the small-op loop.
+    """
+
+    matmul_sizes: tuple[int, ...]
+    matmul_budget_s: float
+    copy_min_bytes: int
+    copy_max_bytes: int
+    copy_budget_s: float
+    min_sample_s: float
+    min_repeats: int
+    max_repeats: int
+    min_time_s: float
+    overhead_chunks: int
+    overhead_calls: int
+
+
+# CPU: 256 MiB buffers are 8x the 32 MB L3 seen in trials; the 512 MiB cap bounds the
+# first-touch cost (page faults in a busy VM ran at 0.3-2 GB/s); the run fits ~8 s on 2 cores.
+_CPU_FULL = BenchPlan((1024, 2048, 4096), 1.5, 256 * MIB, 512 * MIB, 0.4, 1e-3, 3, 25, 0.25, 25, 400)
+_CPU_QUICK = BenchPlan((256, 512, 1024), 0.35, 32 * MIB, 32 * MIB, 0.1, 1e-3, 3, 10, 0.05, 9, 200)
+# CUDA: a GPU needs n >= 4096 to fill its tensor cores; 1 GiB buffers dwarf any L2 (<= 128 MB).
+_CUDA_FULL = BenchPlan((4096, 8192, 16384), 1.5, 1024 * MIB, 1024 * MIB, 0.5, 5e-3, 3, 25, 0.25, 25, 400)
+_CUDA_QUICK = BenchPlan((1024, 2048), 0.3, 128 * MIB, 128 * MIB, 0.1, 2e-3, 3, 10, 0.05, 9, 200)
+_PLANS = {
+    ("cpu", False): _CPU_FULL,
+    ("cpu", True): _CPU_QUICK,
+    ("cuda", False): _CUDA_FULL,
+    ("cuda", True): _CUDA_QUICK,
+}
+
+
+# ---------------------------------------------------------------------------- identity
+def _cpuinfo(*keys: str) -> str:
+    """The first non-empty /proc/cpuinfo value under one of ``keys`` ("" where none)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in keys and value.strip():
+                return value.strip()
+    return ""
+
+
+def cpu_model_name() -> str:
+    """The CPU model, from /proc/cpuinfo "model name", else ``platform.processor()``."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU has bf16 arithmetic in hardware (AVX512-BF16, AMX-BF16, Arm BF16)."""
+    return bool(set(_cpuinfo("flags", "Features").split()) & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def gpu_identity(device: torch.device) -> dict[str, str]:
+    """Name, UUID and driver version of a CUDA device (initialises CUDA in this process)."""
+    props = torch.cuda.get_device_properties(device)
+    return {"name": props.name, "uuid": str(getattr(props, "uuid", "")), "driver": _nvidia_driver()}
+
+
+def _nvidia_driver() -> str:
+    """The NVIDIA driver version from NVML, or "" where NVML is missing (never raises)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - a probe: any NVML failure means "unknown driver"
+        return ""
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def _llc_bytes() -> int | None:
+    """Size of the largest CPU cache the OS reports (sysfs), or None where unknown."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            text = entry.read_text().strip().upper()
+            scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=None)
+
+
+def _available_memory_bytes(device: torch.device) -> int | None:
+    """Free memory on ``device``, or None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+# ---------------------------------------------------------------------------- timing
+class _Clock:
+    """Times ``inner`` back-to-back calls: host clock on the CPU, CUDA events on a GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def time(self, fn: Callable[[], object], inner: int) -> float:
+        """Seconds taken by ``inner`` calls of ``fn``, the device drained at the end."""
+        if not self.cuda:
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            return time.perf_counter() - start
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _stats(per_call_s: list[float]) -> dict[str, float | int]:
+    """Repeats, median, best, worst and spread (interquartile range / median) of samples."""
+    xs = sorted(per_call_s)
+    median = statistics.median(xs)
+    q1, _, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0], xs[0], xs[0])
+    spread = (q3 - q1) / median
+    return {"repeats": len(xs), "median_s": median, "best_s": xs[0], "worst_s": xs[-1], "spread": spread}
+
+
+def _repeat(fn: Callable[[], object], clock: _Clock, plan: BenchPlan, deadline: float) -> dict[str, Any]:
+    """Warm ``fn`` up, then time samples until enough repeats and time (or the deadline)."""
+    warmup_s = clock.time(fn, 1)  # first call: page faults, library and kernel selection
+    inner = 1
+    if warmup_s < plan.min_sample_s:
+        one_s = max(clock.time(fn, 1), _MIN_TIMED_S)
+        inner = min(_MAX_INNER, math.ceil(plan.min_sample_s / one_s))
+    per_call: list[float] = []
+    start = time.perf_counter()
+    while len(per_call) < plan.max_repeats:
+        per_call.append(max(clock.time(fn, inner), _MIN_TIMED_S) / inner)
+        now = time.perf_counter()
+        if len(per_call) >= plan.min_repeats and (now - start >= plan.min_time_s or now >= deadline):
+            break
+    return {"inner": inner, "warmup_s": warmup_s, **_stats(per_call)}
+
+
+@contextlib.contextmanager
+def _fp32_matmul_precision(device_type: str, tf32: bool) -> Iterator[None]:
+    """Pin fp32 matmul to IEEE fp32 (or TF32 tensor cores on CUDA), restoring it after.
+
+    Uses the ``fp32_precision`` flags of torch >= 2.9 where present (mixing them with the
+    legacy ``allow_tf32`` can raise), else ``torch.backends.cuda.matmul.allow_tf32``.
+    """
+    cuda_matmul = torch.backends.cuda.matmul
+    backend = cuda_matmul if device_type == "cuda" else getattr(torch.backends.mkldnn, "matmul", None)
+    if backend is not None and hasattr(backend, "fp32_precision"):
+        attr, value = "fp32_precision", ("tf32" if tf32 else "ieee")
+    elif device_type == "cuda":
+        attr, value = "allow_tf32", tf32
+    else:
+        yield
+        return
+    try:
+        saved: object = getattr(backend, attr)
+        setattr(backend, attr, value)
+    except RuntimeError:  # flags in a state torch refuses to read or set: measure as they are
+        saved = _UNSET
+    try:
+        yield
+    finally:
+        if saved is not _UNSET:
+            setattr(backend, attr, saved)
+
+
+# ---------------------------------------------------------------------------- benchmarks
+def measure_matmul(
+    device: torch.device, dtype: torch.dtype, plan: BenchPlan, *, tf32: bool = False
+) -> dict[str, Any]:
+    """Peak ``torch.mm`` FLOP/s of one dtype over ascending square sizes, within a budget.
+
+    Returns:
+        ``{"sizes": [per-size figures], "skipped_sizes": [...], "peak_flops_per_s": ...,
+        "peak_size": n}``; ``"error"`` replaces the peak where the dtype cannot run.
+    """
+    clock = _Clock(device)
+    started = time.perf_counter()
+    end = started + plan.matmul_budget_s
+    rows: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"sizes": rows, "skipped_sizes": []}
+    previous: tuple[int, float] | None = None  # (n, median seconds per call)
+    with _fp32_matmul_precision(device.type, tf32) if dtype == torch.float32 else contextlib.nullcontext():
+        for n in plan.matmul_sizes:
+            if previous is not None:
+                # warm-up plus the minimum repeats, scaled by the n³ growth of the work
+                projected_s = (1 + plan.min_repeats) * previous[1] * (n / previous[0]) ** 3
+                if time.perf_counter() + projected_s > end:
+                    result["skipped_sizes"] = [m for m in plan.matmul_sizes if m >= n]
+                    break
+            try:
+                a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+                c = torch.empty(n, n, device=device, dtype=dtype)
+                timing = _repeat(lambda: torch.mm(a, b, out=c), clock, plan, end)
+            except (RuntimeError, NotImplementedError) as exc:  # dtype unsupported, or OOM
+                result["error"] = f"n={n}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                break
+            finally:
+                a = b = c = None  # free before the next, larger size
+            flops = 2 * n**3  # n×n @ n×n: n² outputs, n multiplies and n adds each
+            rows.append({
+                "n": n,
+                "flops_per_call": flops,
+                **timing,
+                "best_flops_per_s": flops / timing["best_s"],
+                "median_flops_per_s": flops / timing["median_s"],
+            })
+            previous = (n, timing["median_s"])
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    result["wall_s"] = time.perf_counter() - started
+    if rows:
+        best = max(rows, key=lambda r: r["best_flops_per_s"])
+        result.update(peak_flops_per_s=best["best_flops_per_s"], peak_size=best["n"])
+    return result
+
+
+def copy_buffer_bytes(device: torch.device, plan: BenchPlan) -> int:
+    """Size of each of the two copy buffers: well past the caches, within free memory."""
+    size = plan.copy_min_bytes
+    llc = _llc_bytes() if device.type == "cpu" else None
+    if llc is not None:  # each buffer >= the cache, so source plus destination are twice it
+        size = max(size, llc)
+    size = min(size, plan.copy_max_bytes)
+    free = _available_memory_bytes(device)
+    if free is not None:
+        size = min(size, int(free * _COPY_MEMORY_SHARE / 2))
+    return max(MIB, size // MIB * MIB)
+
+
+def measure_copy(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
+    """Sustained streaming-copy bandwidth, bytes read plus written per second."""
+    started = time.perf_counter()
+    buffer_bytes = copy_buffer_bytes(device, plan)
+    src = torch.ones(buffer_bytes // 4, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    timing = _repeat(lambda: dst.copy_(src), _Clock(device), plan, time.perf_counter() + plan.copy_budget_s)
+    moved = 2 * src.numel() * src.element_size()  # one read of src plus one write of dst
+    del src, dst
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "buffer_bytes": buffer_bytes,
+        "bytes_per_copy": moved,
+        "llc_bytes_reported": _llc_bytes() if device.type == "cpu" else None,
+        **timing,
+        "best_bytes_per_s": moved / timing["best_s"],
+        "median_bytes_per_s": moved / timing["median_s"],
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def _tiny_ops(device: torch.device) -> dict[str, Callable[[], Any]]:
+    """One-element ops of the kinds a model calls most: pointwise, matmul, norm, softmax."""
+    x = torch.ones(1, device=device)
+    y = torch.ones(1, device=device)
+    m = torch.ones(1, 1, device=device)
+    return {
+        "add": lambda: torch.add(x, y),
+        "mul": lambda: torch.mul(x, y),
+        "relu": lambda: torch.relu(x),
+        "softmax": lambda: torch.softmax(m, -1),
+        "addmm": lambda: torch.addmm(x, m, m),
+        "linear": lambda: torch.nn.functional.linear(m, m, x),
+        "layer_norm": lambda: torch.nn.functional.layer_norm(m, (1,)),
+    }
+
+
+def measure_overhead(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
+    """Per-call cost of one-element ops in a tight Python loop, and their median.
+
+    A single op kind would misstate the floor: a one-element ``add`` costs ~0.9 µs here
+    while ``linear`` or ``layer_norm`` cost ~2 µs (argument checks, BLAS set-up). The
+    floor is the median over :func:`_tiny_ops`. Timed with the host clock over chunks of
+    back-to-back calls, the device drained at both ends of each chunk: on a GPU this is the
+    rate at which tiny kernels can be issued.
+    """
+    calls = plan.overhead_calls
+    result: dict[str, Any] = {}
+    for name, op in _tiny_ops(device).items():
+        for _ in range(calls):  # warm-up
+            op()
+        per_call: list[float] = []
+        for _ in range(plan.overhead_chunks):
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(calls):
+                op()
+            _sync(device)
+            per_call.append(max(time.perf_counter() - start, _MIN_TIMED_S) / calls)
+        result[name] = {"calls_per_chunk": calls, **_stats(per_call)}
+    result["floor_s"] = statistics.median(v["median_s"] for v in result.values())
+    return result
+
+
+def _resolve(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"batchscope measures 'cpu' or 'cuda' devices, not {str(dev)!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA was asked for but torch.cuda.is_available() is False")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _dtypes(device: torch.device) -> tuple[tuple[str, torch.dtype, bool], ...]:
+    if device.type == "cpu":
+        return _CPU_DTYPES
+    if torch.cuda.get_device_capability(device) >= _CUDA_TENSOR_CORE_BF16_CC:
+        return _CUDA_DTYPES
+    return tuple(d for d in _CUDA_DTYPES if d[0] not in (TF32, BF16))
+
+
+def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceilings:
+    """Measure the ceilings of ``device`` with the caller's ``torch.get_num_threads()``.
+
+    Args:
+        device: "cpu", "cuda" or "cuda:N".
+        quick: smaller sizes and budgets (well under a second on a CPU), for tests; the
+            figures are rougher and small buffers may overstate bandwidth.
+
+    Returns:
+        Ceilings with ``source="measured"`` and an empty ``key`` (the cache fills it in).
+
+    Raises:
+        ValueError: for a device type other than cpu or cuda.
+        RuntimeError: where CUDA is asked for but absent, or fp32 matmul cannot run.
+
+    Example:
+        >>> c = measure("cpu")                       # a few seconds
+        >>> round(c.ridge_for("float32"), 1)         # doctest: +SKIP
+        6.2
+    """
+    dev = _resolve(device)
+    plan = _PLANS[(dev.type, quick)]
+    started = time.perf_counter()
+    device_scope = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+    with torch.inference_mode(), device_scope:
+        matmul = {name: measure_matmul(dev, dtype, plan, tf32=tf32) for name, dtype, tf32 in _dtypes(dev)}
+        copy = measure_copy(dev, plan)
+        overhead = measure_overhead(dev, plan)
+    peaks = {name: d["peak_flops_per_s"] for name, d in matmul.items() if "peak_flops_per_s" in d}
+    if FP32 not in peaks:
+        raise RuntimeError(f"fp32 matmul could not be measured: {matmul[FP32].get('error')}")
+    if dev.type == "cuda":
+        identity = gpu_identity(dev)
+        name, spec = identity["name"], gpu_specs.lookup(identity["name"])
+    else:
+        identity, name, spec = {}, cpu_model_name(), None
+    details = {
+        "quick": quick,
+        "wall_s": time.perf_counter() - started,
+        "plan": {"matmul_sizes": list(plan.matmul_sizes), "matmul_budget_s": plan.matmul_budget_s},
+        "host": {
+            "cpu": cpu_model_name(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": cpu_has_native_bf16(),
+            "interop_threads": torch.get_num_interop_threads(),
+            **({"gpu": identity} if identity else {}),
+        },
+        "matmul": matmul,
+        "copy": copy,
+        "overhead": overhead,
+    }
+    return Ceilings(
+        device=dev.type,
+        name=name,
+        peak_flops_per_s=peaks,
+        bandwidth_bytes_per_s=copy["best_bytes_per_s"],
+        overhead_s=overhead["floor_s"],
+        threads=torch.get_num_threads(),
+        torch_version=torch.__version__,
+        source="measured",
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        details=details,
+        spec=spec,
+    )
