@@ -1,0 +1,149 @@
+"""GPT-2-small-shaped LLM decode step over a preallocated KV cache.
+
+What it models: one autoregressive decode step of a 124M-parameter decoder (12 pre-LayerNorm
+blocks, d_model 768, 12 heads, GELU MLP 4x, vocabulary 50257, learned position embedding,
+LM head tied to the token embedding). Every batch row generates ONE token: the step writes
+that token's key and value into slot ``CONTEXT`` of a cache that already holds ``CONTEXT``
+tokens (random values stand in for them), attends over all ``CONTEXT + 1`` slots with
+``scaled_dot_product_attention`` and returns logits ``[batch, vocab]``. The cache buffers are
+plain tensors built by ``make_inputs``, and the write is in place, so every step does the
+same work and can be repeated as often as the timer likes.
+
+Why it is interesting for batching: at batch 1 each linear layer reads its whole weight
+matrix (~0.5 GB of fp32 weights per step, logits included) to do 2 FLOPs per weight, an
+arithmetic intensity of about 0.5 FLOP/byte: far below any machine's ridge point, so the
+step is memory-bound. The weights are read once per step whatever the batch, so a larger
+batch gets more tokens out of the same weight traffic, and throughput climbs roughly
+linearly until the linears reach the ridge. The KV cache is different: it is per row
+("state"), so attention bytes grow with the batch, its intensity stays low at every batch,
+and a longer context (``BATCHSCOPE_CONTEXT``) shrinks the gain from batching and the batch
+size at which it stops paying.
+
+Set the context with the environment variable ``BATCHSCOPE_CONTEXT`` (default 128).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CONTEXT: int = int(os.environ.get("BATCHSCOPE_CONTEXT", 128))
+"""Tokens already in the KV cache; the step attends over CONTEXT + 1 positions."""
+
+UNIT = "token"
+MODE = "inference"
+# BATCH_SIZES is not set: the tool sweeps powers of two.
+
+VOCAB = 50257
+N_LAYER = 12
+N_HEAD = 12
+D_MODEL = 768
+HEAD_DIM = D_MODEL // N_HEAD
+N_POSITIONS = max(1024, CONTEXT + 1)
+SEED = 0
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention for one new token per row, reading and writing a KV cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c_attn = nn.Linear(D_MODEL, 3 * D_MODEL)
+        self.c_proj = nn.Linear(D_MODEL, D_MODEL)
+
+    def forward(
+        self, x: torch.Tensor, slot: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        b, t, _ = x.shape  # t == 1
+        q, k, v = self.c_attn(x).split(D_MODEL, dim=2)
+        q = q.view(b, t, N_HEAD, HEAD_DIM).transpose(1, 2)  # [b, heads, 1, head_dim]
+        k = k.view(b, t, N_HEAD, HEAD_DIM).transpose(1, 2)
+        v = v.view(b, t, N_HEAD, HEAD_DIM).transpose(1, 2)
+        # In place into the preallocated buffers: slot CONTEXT of [b, heads, CONTEXT + 1, head_dim].
+        k_cache.index_copy_(2, slot, k)
+        v_cache.index_copy_(2, slot, v)
+        # The new token sees every earlier position and itself, so no causal mask is needed.
+        y = F.scaled_dot_product_attention(q, k_cache, v_cache)
+        y = y.transpose(1, 2).reshape(b, t, D_MODEL)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(D_MODEL, 4 * D_MODEL)
+        self.c_proj = nn.Linear(4 * D_MODEL, D_MODEL)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(D_MODEL)
+        self.attn = Attention()
+        self.ln_2 = nn.LayerNorm(D_MODEL)
+        self.mlp = MLP()
+
+    def forward(
+        self, x: torch.Tensor, slot: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), slot, k_cache, v_cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+def _embedding(rows: int, std: float) -> nn.Embedding:
+    # from_pretrained takes the table as given: no default N(0, 1) init to overwrite.
+    return nn.Embedding.from_pretrained(torch.empty(rows, D_MODEL).normal_(0.0, std), freeze=False)
+
+
+class GPTDecoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = _embedding(VOCAB, 0.02)
+        self.wpe = _embedding(N_POSITIONS, 0.01)
+        self.h = nn.ModuleList(Block() for _ in range(N_LAYER))
+        self.ln_f = nn.LayerNorm(D_MODEL)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        k_cache: list[torch.Tensor],
+        v_cache: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """One decode step: ids and positions ``[b, 1]`` in, logits ``[b, vocab]`` out."""
+        # A uniform batch: every row decodes at the same position, so row 0 names the cache slot.
+        slot = position_ids[0]  # [1], long, on the model's device: no host sync
+        x = self.wte(input_ids) + self.wpe(position_ids)  # [b, 1, d_model]
+        for block, k, v in zip(self.h, k_cache, v_cache):
+            x = block(x, slot, k, v)
+        x = self.ln_f(x[:, -1])  # [b, d_model]
+        return F.linear(x, self.wte.weight)  # tied LM head: reads the embedding weight
+
+
+def build_model() -> nn.Module:
+    # Seeded random weights. nn.Linear's default init, U(+-1/sqrt(fan_in)), already has
+    # GPT-2's scale (std ~0.02 for fan_in 768), so only the embeddings get GPT-2's normal init.
+    torch.manual_seed(SEED)
+    return GPTDecoder().eval()
+
+
+def make_inputs(batch_size: int) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    """New token ids and positions ``[b, 1]`` and per-layer K/V caches holding CONTEXT tokens."""
+    gen = torch.Generator().manual_seed(SEED + 1)
+    shape = (batch_size, N_HEAD, CONTEXT + 1, HEAD_DIM)
+    k_cache = [torch.randn(shape, generator=gen) for _ in range(N_LAYER)]
+    v_cache = [torch.randn(shape, generator=gen) for _ in range(N_LAYER)]
+    return {
+        "input_ids": torch.randint(0, VOCAB, (batch_size, 1), generator=gen),
+        "position_ids": torch.full((batch_size, 1), CONTEXT, dtype=torch.long),
+        "k_cache": k_cache,
+        "v_cache": v_cache,
+    }
