@@ -160,6 +160,9 @@ class BatchResult:
     flops: int | None = None  # counted FLOPs per step
     bytes: ByteSplit | None = None  # counted bytes per step
     time_share: TimeShare | None = None
+    # The step time the roofline predicts: per counted op max(its roof, calls x the per-op
+    # floor), summed. Ops without a formula and the time between ops are not in it.
+    predicted_step_s: float | None = None
     ops: list[OpStat] = field(default_factory=list)
     unmatched_ops_s: dict[str, float] = field(default_factory=dict)  # profiled, not counted
     trace_path: str = ""

@@ -24,6 +24,7 @@ class Recommendation:
     measured_knee_batch: float | None
     measured_knee_within_sweep: bool
     explanation: str
+    predicted_knee_batch: float | None = None
     best_batch_size: int | None = None
     best_throughput_per_s: float | None = None
     excluded: dict[int, str] = field(default_factory=dict)

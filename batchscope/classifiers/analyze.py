@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchscope.classifiers.critical_batch import measured_knee, predict_critical_batch
+from batchscope.classifiers.critical_batch import (
+    measured_knee,
+    predict_critical_batch,
+    predicted_knee,
+)
 from batchscope.classifiers.explain import explain
 from batchscope.classifiers.recommend import recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
@@ -31,10 +35,12 @@ def analyze(
     choice = recommend(batches, limits, unit)
     prediction = predict_critical_batch(batches, ceilings, dtype) if ceilings else None
     knee, knee_inside = measured_knee(batches)
+    pred_knee, _ = predicted_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     failed = [r for r in batches if r.status not in (Status.OK, Status.OOM)]
     for r in failed:
-        flags.append(f"batch {r.batch_size} ended as {r.status.value}: {r.error.splitlines()[0] if r.error else ''}")
+        first_line = r.error.splitlines()[0] if r.error else ""
+        flags.append(f"batch {r.batch_size} ended as {r.status.value}: {first_line}")
     recommendation = None
     if choice is not None:
         recommendation = Recommendation(
@@ -46,7 +52,9 @@ def analyze(
             predicted_critical_batch_infinite=bool(prediction and prediction.critical_batch is None),
             measured_knee_batch=knee,
             measured_knee_within_sweep=knee_inside,
-            explanation=explain(batches, choice, prediction, knee, knee_inside, unit),
+            explanation=explain(batches, choice, prediction, (knee, knee_inside, pred_knee),
+                                unit, stopped_at_cap="largest batch size" in stop_reason),
+            predicted_knee_batch=pred_knee,
             best_batch_size=choice.best_batch_size,
             best_throughput_per_s=choice.best_throughput_per_s,
             excluded=choice.excluded,

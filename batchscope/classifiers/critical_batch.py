@@ -1,6 +1,8 @@
 """The critical batch size B*: predicted from the roofline, measured as the knee of T(b).
 
-Predicted: per step, FLOPs and bytes are (almost exactly) linear in the batch size b:
+Predicted: over the layers that read weights or state (elementwise ops on activations alone
+have an intensity fixed by their kind, never cross the ridge whatever the batch, and are
+left out), FLOPs and bytes per step are (almost exactly) linear in the batch size b:
 ``F(b) = F0 + F1·b`` and ``bytes(b) = W + V·b`` where W is the weight bytes (read once per
 step whatever b) and V the bytes every extra row adds (state such as a KV cache, and
 activations). The step stops being memory-bound where compute time catches up with memory
@@ -14,7 +16,10 @@ to compute (F1/P ≤ V/BW), B* is infinite: the step never leaves the memory roo
 
 Measured: the latency of a step that is memory-bound on its weights stays flat while the
 batch grows, then rises linearly once the batch is compute-bound: ``t(b) = t0·max(1, b/k)``.
-The knee k is fitted to the measured latencies by least squares on log t.
+The knee k is fitted to the measured latencies by least squares on log t. The same fit on
+the roofline-predicted step times gives the predicted knee: unlike B*, it also counts the
+per-row time of ops that run one after another in eager mode (attention over a KV cache,
+elementwise ops), so it is the like-for-like counterpart of the measured knee.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from batchscope.hardware.types import Ceilings
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, ByteSplit, Status
 
 # Candidate knees tried per octave of batch size when fitting the measured curve.
 KNEE_GRID_PER_OCTAVE = 16
@@ -65,19 +70,32 @@ class Prediction:
     bandwidth_bytes_per_s: float
 
 
+def layer_totals(result: BatchResult) -> tuple[int, ByteSplit]:
+    """FLOPs and bytes per step of the ops that read weights or state."""
+    flops = 0
+    total = ByteSplit()
+    for op in result.ops:
+        if op.flops is not None and (op.bytes.weights or op.bytes.state):
+            flops += op.flops
+            total = total + op.bytes
+    return flops, total
+
+
 def predict_critical_batch(results: list[BatchResult], ceilings: Ceilings,
                            dtype: str) -> Prediction | None:
     """Predict B* from the counted FLOPs and bytes of the measured batch sizes."""
-    counted = [r for r in results if r.status == Status.OK and r.flops and r.bytes]
+    counted = [(r.batch_size, *layer_totals(r)) for r in results
+               if r.status == Status.OK and r.ops]
+    counted = [c for c in counted if c[1] > 0]
     if not counted:
         return None
-    bs = [float(r.batch_size) for r in counted]
-    flops = fit_line(bs, [float(r.flops) for r in counted])  # type: ignore[arg-type]
-    weights = fit_line(bs, [float(r.bytes.weights) for r in counted])  # type: ignore[union-attr]
-    state = fit_line(bs, [float(r.bytes.state) for r in counted])  # type: ignore[union-attr]
-    acts = fit_line(bs, [float(r.bytes.activations) for r in counted])  # type: ignore[union-attr]
+    bs = [float(b) for b, _, _ in counted]
+    flops = fit_line(bs, [float(f) for _, f, _ in counted])
+    weights = fit_line(bs, [float(t.weights) for _, _, t in counted])
+    state = fit_line(bs, [float(t.state) for _, _, t in counted])
+    acts = fit_line(bs, [float(t.activations) for _, _, t in counted])
     if len(counted) == 1:  # one point: weights do not grow, the rest is per row
-        weights = LinearFit(float(counted[0].bytes.weights), 0.0)  # type: ignore[union-attr]
+        weights = LinearFit(float(counted[0][2].weights), 0.0)
         state = LinearFit(0.0, state.slope)
         acts = LinearFit(0.0, acts.slope)
     peak = ceilings.peak_for(dtype)
@@ -93,27 +111,36 @@ def predict_critical_batch(results: list[BatchResult], ceilings: Ceilings,
     return Prediction(critical, flops, fixed_bytes, per_row_bytes, state.slope, peak, bw)
 
 
-def measured_knee(results: list[BatchResult]) -> tuple[float | None, bool]:
-    """Fit ``t(b) = t0·max(1, b/k)`` to the measured median latencies.
-
-    Returns the knee k and whether it lies inside the measured range (False: the curve was
-    still flat at the largest batch size, the knee is beyond the sweep).
-    """
-    ok = [r for r in results if r.status == Status.OK and r.latency_s is not None]
-    if len(ok) < 3:
+def fit_knee(batch_sizes: list[float], latencies_s: list[float]) -> tuple[float | None, bool]:
+    """Fit ``t(b) = t0·max(1, b/k)`` by least squares on log t; return k and whether it lies
+    inside the batch sizes given (False: still flat at the largest, the knee is beyond)."""
+    if len(batch_sizes) < 3:
         return None, False
-    bs = [float(r.batch_size) for r in ok]
-    logt = [math.log(r.latency_s.median) for r in ok]  # type: ignore[union-attr]
-    lo, hi = math.log2(min(bs)), math.log2(max(bs)) + 1
+    logt = [math.log(t) for t in latencies_s]
+    lo, hi = math.log2(min(batch_sizes)), math.log2(max(batch_sizes)) + 1
     steps = int((hi - lo) * KNEE_GRID_PER_OCTAVE) + 1
     best: tuple[float, float] | None = None
     for i in range(steps + 1):
         k = 2 ** (lo + (hi - lo) * i / steps)
-        shape = [math.log(max(1.0, b / k)) for b in bs]
-        log_t0 = sum(y - s for y, s in zip(logt, shape)) / len(bs)
+        shape = [math.log(max(1.0, b / k)) for b in batch_sizes]
+        log_t0 = sum(y - s for y, s in zip(logt, shape)) / len(batch_sizes)
         err = sum((y - log_t0 - s) ** 2 for y, s in zip(logt, shape))
         if best is None or err < best[0] - 1e-12:
             best = (err, k)
     assert best is not None
-    knee = best[1]
-    return knee, knee <= max(bs)
+    return best[1], best[1] <= max(batch_sizes)
+
+
+def measured_knee(results: list[BatchResult]) -> tuple[float | None, bool]:
+    """The knee of the measured median latencies (see :func:`fit_knee`)."""
+    ok = [r for r in results if r.status == Status.OK and r.latency_s is not None]
+    return fit_knee([float(r.batch_size) for r in ok],
+                    [r.latency_s.median for r in ok])  # type: ignore[union-attr]
+
+
+def predicted_knee(results: list[BatchResult]) -> tuple[float | None, bool]:
+    """The knee of the roofline-predicted step times, fitted exactly as the measured one,
+    so the two compare like with like."""
+    ok = [r for r in results if r.status == Status.OK and r.predicted_step_s]
+    return fit_knee([float(r.batch_size) for r in ok],
+                    [r.predicted_step_s for r in ok])  # type: ignore[misc]

@@ -69,6 +69,9 @@ def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
     """A copy of ``result`` with every op classified and the time shares filled."""
     out = dataclasses.replace(result, ops=[classify_op(op, ceilings) for op in result.ops])
     out.time_share = time_share(out)
+    predicted = [max(op.roof_time_s, op.calls * ceilings.overhead_s)
+                 for op in out.ops if op.roof_time_s is not None]
+    out.predicted_step_s = sum(predicted) if predicted else None
     return out
 
 

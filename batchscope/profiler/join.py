@@ -142,12 +142,13 @@ def sequences_differ(steps: Sequence[StepCapture]) -> bool:
     return any(n != names[0] for n in names[1:])
 
 
+TOP_LEVEL = "(top level)"
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
 
 def module_pattern(paths: Sequence[str]) -> str:
     """One label for the module paths of a group: layer indices that differ become ``*``."""
-    distinct = list(dict.fromkeys(paths))
+    distinct = list(dict.fromkeys(p or TOP_LEVEL for p in paths))
     if len(distinct) <= 1:
         return distinct[0] if distinct else ""
     patterns = list(dict.fromkeys(_INDEX.sub("*", p) for p in distinct))

@@ -4,14 +4,23 @@ import pytest
 
 from batchscope.classifiers.critical_batch import measured_knee, predict_critical_batch
 from batchscope.hardware.types import Ceilings
-from batchscope.records import BatchResult, ByteSplit, LatencyStats, Status
+from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status
 
 CEIL = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": 200e9},
                 bandwidth_bytes_per_s=40e9, overhead_s=3e-6)  # ridge 5 FLOP/byte
 
 
-def counted(b: int, flops: int, weights: int, state: int, acts: int) -> BatchResult:
-    return BatchResult(b, Status.OK, flops=flops, bytes=ByteSplit(weights, state, acts),
+def op(name: str, flops: int, split: ByteSplit) -> OpStat:
+    return OpStat(op_id=f"{name}@0", name=name, input_shapes=[], dtype="float32", module="",
+                  calls=1, time_s=1e-3, flops=flops, bytes=split)
+
+
+def counted(b: int, flops: int, weights: int, state: int, acts: int,
+            elementwise_bytes: int = 0) -> BatchResult:
+    ops = [op("layer", flops, ByteSplit(weights, state, acts))]
+    if elementwise_bytes:
+        ops.append(op("gelu", elementwise_bytes // 8, ByteSplit(0, 0, elementwise_bytes)))
+    return BatchResult(b, Status.OK, ops=ops,
                        latency_s=LatencyStats(0.01, 0.01, 0.01, 5), throughput_per_s=b / 0.01)
 
 
@@ -36,6 +45,14 @@ def test_state_pushes_b_star_up():
     # B* = (4e6/40e9) / (2e6/200e9 - 0.2e6/40e9) = 1e-4 / (1e-5 - 5e-6) = 20.
     results = [counted(b, 2 * 10**6 * b, 4 * 10**6, 200_000 * b, 0) for b in (1, 2, 4)]
     assert predict_critical_batch(results, CEIL, "float32").critical_batch == pytest.approx(20.0)
+
+
+def test_elementwise_ops_on_activations_are_left_out():
+    # The same weight-only layer plus a gelu moving 8e6 bytes per row at 0.125 FLOP/byte:
+    # the gelu never crosses the ridge whatever b, and must not make B* infinite.
+    results = [counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0, elementwise_bytes=8 * 10**6 * b)
+               for b in (1, 2, 4, 8)]
+    assert predict_critical_batch(results, CEIL, "float32").critical_batch == pytest.approx(10.0)
 
 
 def test_compute_bound_at_batch_one_gives_one():
