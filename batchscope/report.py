@@ -19,12 +19,14 @@ class Recommendation:
     rule: str
     speedup_from_batching: float | None
     speedup_baseline_batch: int | None
-    predicted_critical_batch: float | None
-    predicted_critical_batch_infinite: bool
+    predicted_critical_batch: float | None  # the knee the roofline predicts (B* = t0 / c)
     measured_knee_batch: float | None
     measured_knee_within_sweep: bool
     explanation: str
-    predicted_knee_batch: float | None = None
+    # Where the layers that read weights or state turn compute-bound; None with
+    # ``..._infinite`` True when they never do.
+    predicted_compute_bound_batch: float | None = None
+    predicted_compute_bound_infinite: bool = False
     best_batch_size: int | None = None
     best_throughput_per_s: float | None = None
     excluded: dict[int, str] = field(default_factory=dict)

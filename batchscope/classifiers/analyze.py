@@ -6,8 +6,8 @@ from typing import Any
 
 from batchscope.classifiers.critical_batch import (
     measured_knee,
+    predict_compute_bound_batch,
     predict_critical_batch,
-    predicted_knee,
 )
 from batchscope.classifiers.explain import explain
 from batchscope.classifiers.recommend import recommend
@@ -16,6 +16,23 @@ from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.records import BatchResult, Status
 from batchscope.report import Recommendation, Report
+
+# A batch size whose interquartile range of step latency exceeds this share of its median
+# was measured on a busy machine (or has bimodal steps): flagged, its numbers are doubtful.
+NOISY_SPREAD = 0.25
+
+
+def noise_flags(results: list[BatchResult]) -> list[str]:
+    """One flag per batch size whose latency spread says the measurement is unreliable."""
+    flags = []
+    for r in results:
+        lat = r.latency_s
+        if lat is not None and lat.median > 0 and (lat.p75 - lat.p25) / lat.median > NOISY_SPREAD:
+            flags.append(
+                f"batch {r.batch_size}: noisy timing, p25-p75 spans "
+                f"{(lat.p75 - lat.p25) / lat.median:.0%} of the median (was the machine busy?)"
+            )
+    return flags
 
 
 def analyze(
@@ -33,10 +50,11 @@ def analyze(
     dtype = info.get("dtype", "float32")
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
     choice = recommend(batches, limits, unit)
-    prediction = predict_critical_batch(batches, ceilings, dtype) if ceilings else None
+    predicted = predict_critical_batch(batches, ceilings) if ceilings else None
+    layers = predict_compute_bound_batch(batches, ceilings, dtype) if ceilings else None
     knee, knee_inside = measured_knee(batches)
-    pred_knee, _ = predicted_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
+    flags += noise_flags(batches)
     failed = [r for r in batches if r.status not in (Status.OK, Status.OOM)]
     for r in failed:
         first_line = r.error.splitlines()[0] if r.error else ""
@@ -48,13 +66,13 @@ def analyze(
             rule=choice.rule,
             speedup_from_batching=choice.speedup_from_batching,
             speedup_baseline_batch=choice.speedup_baseline_batch,
-            predicted_critical_batch=prediction.critical_batch if prediction else None,
-            predicted_critical_batch_infinite=bool(prediction and prediction.critical_batch is None),
+            predicted_critical_batch=predicted.batch if predicted else None,
             measured_knee_batch=knee,
             measured_knee_within_sweep=knee_inside,
-            explanation=explain(batches, choice, prediction, (knee, knee_inside, pred_knee),
+            explanation=explain(batches, choice, predicted, layers, (knee, knee_inside),
                                 unit, stopped_at_cap="largest batch size" in stop_reason),
-            predicted_knee_batch=pred_knee,
+            predicted_compute_bound_batch=layers.batch if layers else None,
+            predicted_compute_bound_infinite=bool(layers and layers.batch is None),
             best_batch_size=choice.best_batch_size,
             best_throughput_per_s=choice.best_throughput_per_s,
             excluded=choice.excluded,

@@ -1,34 +1,38 @@
 """The critical batch size B*: predicted from the roofline, measured as the knee of T(b).
 
-Predicted: over the layers that read weights or state (elementwise ops on activations alone
-have an intensity fixed by their kind, never cross the ridge whatever the batch, and are
-left out), FLOPs and bytes per step are (almost exactly) linear in the batch size b:
-``F(b) = F0 + F1·b`` and ``bytes(b) = W + V·b`` where W is the weight bytes (read once per
-step whatever b) and V the bytes every extra row adds (state such as a KV cache, and
-activations). The step stops being memory-bound where compute time catches up with memory
-time, ``(F0 + F1·b) / P = (W + V·b) / BW``, so
+Every op's FLOPs and bytes per step are (almost exactly) linear in the batch size b:
+``F(b) = F0 + F1·b`` and ``bytes(b) = W + V·b``, W being the weights it reads once per step
+whatever b, V what each row adds (its state such as a KV cache, its activations). Its
+roofline time is ``max(F(b)/P, bytes(b)/BW, calls × per-op floor)``.
 
-    B* = (W/BW - F0/P) / (F1/P - V/BW)
+**Predicted B\\*** (the knee of batching). In eager mode ops run one after another, so the
+step's predicted time is the sum over ops. At small b it is flat, ``t0 = Σ max(F0/P, W/BW,
+floor)`` (reading the weights, paid once for the whole batch); at large b every row costs
+``c = Σ max(F1/P, V/BW)``. Batching pays until the per-row work catches up with the shared
+part, at ``B* = t0 / c``. For one weight-only layer (V ≈ 0, F1 = 2·W/bytes-per-element) this
+is the textbook ``R × bytes-per-element / 2``. State that grows with b (a KV cache) raises c,
+so throughput levels off sooner and lower: it never amortizes.
 
-For a weight-only layer (F0 = 0, V ≈ 0, F1 = 2·W/bytes-per-element) this is the textbook
-``R × bytes-per-element / 2``. When a row's own bytes take as long to move as its FLOPs take
-to compute (F1/P ≤ V/BW), B* is infinite: the step never leaves the memory roof.
+**Compute-bound batch** (where the layers cross the ridge). Over the layers that read weights
+or state (elementwise ops on activations alone have an intensity fixed by their kind and
+never cross the ridge), the batch where their compute time catches up with their memory
+time, ``(F0 + F1·b)/P = (W + V·b)/BW``: ``b = (W/BW - F0/P) / (F1/P - V/BW)``. State pushes
+it up; when a row's own bytes take as long to move as its FLOPs take to compute
+(F1/P ≤ V/BW) it is infinite: the layers never leave the memory roof.
 
-Measured: the latency of a step that is memory-bound on its weights stays flat while the
-batch grows, then rises linearly once the batch is compute-bound: ``t(b) = t0·max(1, b/k)``.
-The knee k is fitted to the measured latencies by least squares on log t. The same fit on
-the roofline-predicted step times gives the predicted knee: unlike B*, it also counts the
-per-row time of ops that run one after another in eager mode (attention over a KV cache,
-elementwise ops), so it is the like-for-like counterpart of the measured knee.
+**Measured knee**: fit ``t(b) = t0·max(1, b/k)`` to the measured median latencies by least
+squares on log t. The same two-asymptote shape underlies the predicted B*, so the two
+compare like with like.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 
 from batchscope.hardware.types import Ceilings
-from batchscope.records import BatchResult, ByteSplit, Status
+from batchscope.records import BatchResult, ByteSplit, OpStat, Status
 
 # Candidate knees tried per octave of batch size when fitting the measured curve.
 KNEE_GRID_PER_OCTAVE = 16
@@ -57,21 +61,37 @@ def fit_line(xs: list[float], ys: list[float]) -> LinearFit:
     return LinearFit(my - slope * mx, slope)
 
 
-@dataclass
-class Prediction:
-    """Predicted B* and the terms it came from (all per step)."""
+def _fit_split(points: list[tuple[float, int, ByteSplit]]) -> tuple[LinearFit, LinearFit,
+                                                                     LinearFit, LinearFit]:
+    """Lines for FLOPs, weight, state and activation bytes over (b, flops, bytes) points.
 
-    critical_batch: float | None  # None: infinite
+    With a single batch size, weights are taken as fixed and the rest as per row.
+    """
+    bs = [p[0] for p in points]
+    flops = fit_line(bs, [float(p[1]) for p in points])
+    if len(points) == 1:
+        b, _, split = points[0]
+        return (flops, LinearFit(float(split.weights), 0.0),
+                LinearFit(0.0, split.state / b), LinearFit(0.0, split.activations / b))
+    return (flops, fit_line(bs, [float(p[2].weights) for p in points]),
+            fit_line(bs, [float(p[2].state) for p in points]),
+            fit_line(bs, [float(p[2].activations) for p in points]))
+
+
+@dataclass
+class ComputeBoundPrediction:
+    """Where the layers that read weights or state cross the ridge (all per step)."""
+
+    batch: float | None  # None: infinite, they never become compute-bound
     flops: LinearFit
     weight_bytes: float
-    per_row_bytes: float  # state + activations added by one more row
+    per_row_bytes: float  # state + activations (+ gathered weight rows) added by one row
     state_bytes_per_row: float
     peak_flops_per_s: float
     bandwidth_bytes_per_s: float
 
 
-def layer_totals(result: BatchResult) -> tuple[int, ByteSplit]:
-    """FLOPs and bytes per step of the ops that read weights or state."""
+def _layer_totals(result: BatchResult) -> tuple[int, ByteSplit]:
     flops = 0
     total = ByteSplit()
     for op in result.ops:
@@ -81,34 +101,57 @@ def layer_totals(result: BatchResult) -> tuple[int, ByteSplit]:
     return flops, total
 
 
-def predict_critical_batch(results: list[BatchResult], ceilings: Ceilings,
-                           dtype: str) -> Prediction | None:
-    """Predict B* from the counted FLOPs and bytes of the measured batch sizes."""
-    counted = [(r.batch_size, *layer_totals(r)) for r in results
-               if r.status == Status.OK and r.ops]
-    counted = [c for c in counted if c[1] > 0]
-    if not counted:
+def predict_compute_bound_batch(results: list[BatchResult], ceilings: Ceilings,
+                                dtype: str) -> ComputeBoundPrediction | None:
+    """The batch at which the weight- and state-reading layers turn compute-bound."""
+    points = [(float(r.batch_size), *_layer_totals(r)) for r in results
+              if r.status == Status.OK and r.ops]
+    points = [p for p in points if p[1] > 0]
+    if not points:
         return None
-    bs = [float(b) for b, _, _ in counted]
-    flops = fit_line(bs, [float(f) for _, f, _ in counted])
-    weights = fit_line(bs, [float(t.weights) for _, _, t in counted])
-    state = fit_line(bs, [float(t.state) for _, _, t in counted])
-    acts = fit_line(bs, [float(t.activations) for _, _, t in counted])
-    if len(counted) == 1:  # one point: weights do not grow, the rest is per row
-        weights = LinearFit(float(counted[0][2].weights), 0.0)
-        state = LinearFit(0.0, state.slope)
-        acts = LinearFit(0.0, acts.slope)
-    peak = ceilings.peak_for(dtype)
-    bw = ceilings.bandwidth_bytes_per_s
+    flops, weights, state, acts = _fit_split(points)
+    peak, bw = ceilings.peak_for(dtype), ceilings.bandwidth_bytes_per_s
     fixed_bytes = weights.intercept + state.intercept + acts.intercept
     per_row_bytes = weights.slope + state.slope + acts.slope
     numerator = fixed_bytes / bw - flops.intercept / peak
     denominator = flops.slope / peak - per_row_bytes / bw
-    if denominator <= 0:
-        critical = None
-    else:
-        critical = max(numerator / denominator, 1.0)
-    return Prediction(critical, flops, fixed_bytes, per_row_bytes, state.slope, peak, bw)
+    batch = max(numerator / denominator, 1.0) if denominator > 0 else None
+    return ComputeBoundPrediction(batch, flops, fixed_bytes, per_row_bytes, state.slope,
+                                  peak, bw)
+
+
+@dataclass
+class KneePrediction:
+    """The predicted B*: the shared per-step time over the per-row time."""
+
+    batch: float
+    shared_s: float  # t0: predicted step time as b -> 0 (mostly reading the weights)
+    per_row_s: float  # c: predicted time each extra row adds
+
+
+def predict_critical_batch(results: list[BatchResult], ceilings: Ceilings) -> KneePrediction | None:
+    """B* = t0 / c from per-op linear fits of the counted FLOPs and bytes (module doc)."""
+    by_op: dict[str, list[tuple[float, OpStat]]] = defaultdict(list)
+    for r in results:
+        if r.status == Status.OK:
+            for op in r.ops:
+                if op.flops is not None:
+                    by_op[op.op_id].append((float(r.batch_size), op))
+    if not by_op:
+        return None
+    bw, floor = ceilings.bandwidth_bytes_per_s, ceilings.overhead_s
+    shared = per_row = 0.0
+    for points in by_op.values():
+        op = points[0][1]
+        peak = ceilings.peak_for(op.dtype or "float32")
+        flops, weights, state, acts = _fit_split([(b, o.flops or 0, o.bytes) for b, o in points])
+        fixed_bytes = max(weights.intercept + state.intercept + acts.intercept, 0.0)
+        row_bytes = max(weights.slope + state.slope + acts.slope, 0.0)
+        shared += max(max(flops.intercept, 0.0) / peak, fixed_bytes / bw, op.calls * floor)
+        per_row += max(max(flops.slope, 0.0) / peak, row_bytes / bw)
+    if per_row <= 0:
+        return None
+    return KneePrediction(max(shared / per_row, 1.0), shared, per_row)
 
 
 def fit_knee(batch_sizes: list[float], latencies_s: list[float]) -> tuple[float | None, bool]:
@@ -136,11 +179,3 @@ def measured_knee(results: list[BatchResult]) -> tuple[float | None, bool]:
     ok = [r for r in results if r.status == Status.OK and r.latency_s is not None]
     return fit_knee([float(r.batch_size) for r in ok],
                     [r.latency_s.median for r in ok])  # type: ignore[union-attr]
-
-
-def predicted_knee(results: list[BatchResult]) -> tuple[float | None, bool]:
-    """The knee of the roofline-predicted step times, fitted exactly as the measured one,
-    so the two compare like with like."""
-    ok = [r for r in results if r.status == Status.OK and r.predicted_step_s]
-    return fit_knee([float(r.batch_size) for r in ok],
-                    [r.predicted_step_s for r in ok])  # type: ignore[misc]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchscope.classifiers.critical_batch import Prediction
+from batchscope.classifiers.critical_batch import ComputeBoundPrediction, KneePrediction
 from batchscope.classifiers.recommend import Choice
 from batchscope.records import BatchResult, Status
 
@@ -20,6 +20,14 @@ def fmt_flops(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:,.2f} {unit}"
     return f"{n:,.0f} FLOP"
+
+
+def fmt_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:,.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:,.2f} ms"
+    return f"{s * 1e6:,.1f} µs"
 
 
 def _pct(x: float) -> str:
@@ -47,53 +55,55 @@ def describe_first_batch(result: BatchResult) -> str:
     )
 
 
-def describe_prediction(p: Prediction) -> str:
-    """What sets the predicted B* and whether it is finite."""
-    ridge = p.peak_flops_per_s / p.bandwidth_bytes_per_s
-    per_row = (
-        f"each row adds {fmt_flops(p.flops.slope)} and {fmt_bytes(p.per_row_bytes)} "
-        f"(of which {fmt_bytes(p.state_bytes_per_row)} is inputs and state built by "
-        "make_inputs, such as a KV cache, which each row owns and no batch can share)"
+def describe_critical_batch(knee: KneePrediction, layers: ComputeBoundPrediction | None) -> str:
+    """What sets the predicted B*, and where (or whether) the layers turn compute-bound."""
+    text = (
+        f"On this machine's roofline a step costs about {fmt_seconds(knee.shared_s)} that the "
+        f"whole batch shares (reading the weights once, fixed per-op costs) plus "
+        f"{fmt_seconds(knee.per_row_s)} per row (its FLOPs, its activations and its state), "
+        f"so batching pays until about B* = {knee.batch:,.1f} rows, where the per-row time "
+        "catches up with the shared time."
     )
-    if p.critical_batch is None:
-        return (
-            f"In the layers that read weights or state, {per_row}: a row on its own sits "
-            f"below the ridge point of {ridge:.1f} FLOP/byte, so these layers never become "
-            "compute-bound and the predicted critical batch size B* is infinite; batching "
-            "amortizes only the weights, and throughput flattens as the per-row bytes take over."
+    if layers is None:
+        return text
+    ridge = layers.peak_flops_per_s / layers.bandwidth_bytes_per_s
+    state = (
+        f"{fmt_bytes(layers.state_bytes_per_row)} of inputs and state built by make_inputs "
+        "(a KV cache, for one), which each row owns and no batch can share"
+    )
+    if layers.batch is None:
+        return text + (
+            f" The layers that read weights or state never turn compute-bound: each row adds "
+            f"{fmt_flops(layers.flops.slope)} against {fmt_bytes(layers.per_row_bytes)} of "
+            f"its own bytes, of which {state}, which keeps a row below the ridge point of "
+            f"{ridge:.1f} FLOP/byte whatever the batch."
         )
-    if p.critical_batch <= 1.0:
-        return (
-            f"The layers are compute-bound already at batch 1: reading their weights "
-            f"({fmt_bytes(p.weight_bytes)}) takes less time than their FLOPs at this "
-            f"machine's ridge point of {ridge:.1f} FLOP/byte, so the predicted critical batch "
-            "size B* is 1 and a larger batch has little to share."
+    if layers.batch <= 1.0:
+        return text + (
+            f" The layers are compute-bound already at batch 1: reading their weights "
+            f"({fmt_bytes(layers.weight_bytes)}) takes less time than their FLOPs at the "
+            f"ridge point of {ridge:.1f} FLOP/byte, so a larger batch has little to share."
         )
-    return (
-        f"The layers' weights ({fmt_bytes(p.weight_bytes)}) are read once per step whatever "
-        f"the batch, while {per_row}; they leave the memory roof where their compute time "
-        f"catches up with reading the weights, at a predicted B* of {p.critical_batch:,.1f} "
-        f"rows (ridge point {ridge:.1f} FLOP/byte)."
+    return text + (
+        f" The layers that read weights or state ({fmt_bytes(layers.weight_bytes)} of "
+        f"weights) turn compute-bound from about {layers.batch:,.1f} rows (ridge point "
+        f"{ridge:.1f} FLOP/byte); each row adds {fmt_flops(layers.flops.slope)} and "
+        f"{fmt_bytes(layers.per_row_bytes)}, of which {state}."
     )
 
 
 def describe_knee(results: list[BatchResult], knee: float, knee_inside: bool,
-                  pred_knee: float | None) -> str:
-    """The measured knee against the roofline-predicted one, and why they differ."""
+                  predicted: float | None) -> str:
+    """The measured knee against the predicted B*, and why they differ."""
     if not knee_inside:
         return (
             "The measured latency was still flat at the largest batch measured, so the "
             f"throughput knee lies beyond it (the fit puts it near {knee:,.0f})."
         )
-    text = f"The measured throughput curve bends at a knee of about {knee:,.1f}"
+    text = f"The measured throughput curve bends at a knee of about {knee:,.1f} rows"
     ok = [r for r in results if r.predicted_step_s and r.profiled_step_s]
-    if pred_knee is None or len(ok) < 2:
+    if predicted is None or len(ok) < 2:
         return text + "."
-    text += (
-        f"; the roofline predicts {pred_knee:,.1f} once the per-row time of every op is "
-        "counted (in eager mode ops run one after another, so the time of ops whose bytes "
-        "grow with each row, such as attention over a KV cache or elementwise ops, adds up)"
-    )
     first, last = ok[0], ok[-1]
     e1 = first.predicted_step_s / first.profiled_step_s  # type: ignore[operator]
     en = last.predicted_step_s / last.profiled_step_s  # type: ignore[operator]
@@ -101,27 +111,28 @@ def describe_knee(results: list[BatchResult], knee: float, knee_inside: bool,
         f". The prediction assumes every op runs at its roof; measured, batch "
         f"{first.batch_size} ran at {_pct(e1)} of its roofline speed and batch "
         f"{last.batch_size} at {_pct(en)}, which by itself moves the knee {en / e1:,.1f}x "
-        f"(to about {pred_knee * en / e1:,.1f})."
+        f"from the predicted {predicted:,.1f} (to about {predicted * en / e1:,.1f})."
     )
 
 
-def explain(results: list[BatchResult], choice: Choice | None, prediction: Prediction | None,
-            knees: tuple[float | None, bool, float | None], unit: str,
-            stopped_at_cap: bool) -> str:
+def explain(results: list[BatchResult], choice: Choice | None,
+            predicted: KneePrediction | None, layers: ComputeBoundPrediction | None,
+            measured: tuple[float | None, bool], unit: str, stopped_at_cap: bool) -> str:
     """One paragraph, in plain words, with the user's numbers.
 
-    ``knees`` is (measured knee, whether it lies inside the sweep, predicted knee).
+    ``measured`` is (measured knee, whether it lies inside the sweep).
     """
-    knee, knee_inside, pred_knee = knees
+    knee, knee_inside = measured
     ok = [r for r in results if r.status == Status.OK]
     if not ok or choice is None:
         return "No batch size was measured, so there is nothing to explain."
     first = min(ok, key=lambda r: r.batch_size)
     text = [describe_first_batch(first)]
-    if prediction is not None:
-        text.append(describe_prediction(prediction))
+    if predicted is not None:
+        text.append(describe_critical_batch(predicted, layers))
     if knee is not None:
-        text.append(describe_knee(ok, knee, knee_inside, pred_knee))
+        text.append(describe_knee(ok, knee, knee_inside,
+                                  predicted.batch if predicted else None))
     if choice.speedup_from_batching is not None:
         text.append(
             f"Batching lifts throughput {choice.speedup_from_batching:,.1f}x over batch "

@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from batchscope.classifiers.critical_batch import measured_knee, predict_critical_batch
+from batchscope.classifiers.critical_batch import (
+    measured_knee,
+    predict_compute_bound_batch,
+    predict_critical_batch,
+)
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status
 
@@ -26,25 +30,41 @@ def counted(b: int, flops: int, weights: int, state: int, acts: int,
 
 def test_weight_only_layer_gives_textbook_b_star():
     # A 1000x1000 fp32 linear: F = 2*b*1e6, weights 4e6 bytes, activations ~0.
-    # B* = R * bytes_per_element / 2 = 5 * 4 / 2 = 10.
+    # B* = R * bytes_per_element / 2 = 5 * 4 / 2 = 10, by both definitions:
+    # shared t0 = 4e6 / 40e9 = 1e-4 s, per row c = 2e6 / 200e9 = 1e-5 s, t0 / c = 10.
     results = [counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0) for b in (1, 2, 4, 8)]
-    p = predict_critical_batch(results, CEIL, "float32")
-    assert p.critical_batch == pytest.approx(10.0)
+    knee = predict_critical_batch(results, CEIL)
+    assert knee.batch == pytest.approx(10.0)
+    assert knee.shared_s == pytest.approx(1e-4) and knee.per_row_s == pytest.approx(1e-5)
+    assert predict_compute_bound_batch(results, CEIL, "float32").batch == pytest.approx(10.0)
+
+
+def test_state_in_its_own_op_lowers_the_knee():
+    # The linear above plus attention reading 0.2e6 state bytes per row in a separate op:
+    # c = 1e-5 + 0.2e6 / 40e9 = 1.5e-5 s; the attention's shared part is its per-op floor,
+    # so t0 = 1e-4 + 3e-6 and B* = 1.03e-4 / 1.5e-5 = 6.87 (ops run one after another);
+    # throughput levels off sooner, at 1 / 1.5e-5 instead of 1 / 1e-5 rows/s.
+    results = []
+    for b in (1, 2, 4, 8):
+        r = counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0)
+        r.ops.append(op("attention", 10**5 * b, ByteSplit(0, 200_000 * b, 0)))
+        results.append(r)
+    assert predict_critical_batch(results, CEIL).batch == pytest.approx(103 / 15)
 
 
 def test_state_that_grows_as_fast_as_flops_makes_b_star_infinite():
     # Attention over a KV cache: per row 2e6 FLOP and 1e6 state bytes; intensity 2 < ridge 5.
     results = [counted(b, 2 * 10**6 * b, 0, 10**6 * b, 0) for b in (1, 2, 4)]
-    p = predict_critical_batch(results, CEIL, "float32")
-    assert p.critical_batch is None
+    p = predict_compute_bound_batch(results, CEIL, "float32")
+    assert p.batch is None
     assert p.state_bytes_per_row == pytest.approx(1e6)
 
 
-def test_state_pushes_b_star_up():
+def test_state_pushes_the_compute_bound_batch_up():
     # Weights 4e6 B and 2e6 FLOP per row as before, plus 0.2e6 state bytes per row:
     # B* = (4e6/40e9) / (2e6/200e9 - 0.2e6/40e9) = 1e-4 / (1e-5 - 5e-6) = 20.
     results = [counted(b, 2 * 10**6 * b, 4 * 10**6, 200_000 * b, 0) for b in (1, 2, 4)]
-    assert predict_critical_batch(results, CEIL, "float32").critical_batch == pytest.approx(20.0)
+    assert predict_compute_bound_batch(results, CEIL, "float32").batch == pytest.approx(20.0)
 
 
 def test_elementwise_ops_on_activations_are_left_out():
@@ -52,12 +72,12 @@ def test_elementwise_ops_on_activations_are_left_out():
     # the gelu never crosses the ridge whatever b, and must not make B* infinite.
     results = [counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0, elementwise_bytes=8 * 10**6 * b)
                for b in (1, 2, 4, 8)]
-    assert predict_critical_batch(results, CEIL, "float32").critical_batch == pytest.approx(10.0)
+    assert predict_compute_bound_batch(results, CEIL, "float32").batch == pytest.approx(10.0)
 
 
 def test_compute_bound_at_batch_one_gives_one():
     results = [counted(b, 10**12 * b, 10**6, 0, 10**6 * b) for b in (1, 2)]
-    assert predict_critical_batch(results, CEIL, "float32").critical_batch == 1.0
+    assert predict_compute_bound_batch(results, CEIL, "float32").batch == 1.0
 
 
 def lat(b: int, t: float) -> BatchResult:

@@ -1,0 +1,80 @@
+"""Classification of single ops against the ceilings measured on this machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchscope.classifiers.roofline import classify_op, time_share
+from batchscope.hardware import load_or_measure
+from batchscope.profiler.counting import count_step
+from batchscope.profiler.join import StepJoin, group_ops
+from batchscope.records import BatchResult, Bound, ByteSplit, OpStat, Status
+
+
+@pytest.fixture(scope="module")
+def ceilings():
+    return load_or_measure("cpu")
+
+
+def counted_op(fn, *tensors) -> OpStat:
+    with torch.inference_mode():
+        ops = count_step(fn, weights=[], state=tensors)
+    join = StepJoin(attributed_s=[1.0] * len(ops), matched=[True] * len(ops))
+    (stat,) = [s for s in group_ops(ops, join) if s.flops]
+    return stat
+
+
+def test_large_fp32_matmul_is_compute_bound(ceilings):
+    a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
+    op = classify_op(counted_op(lambda: torch.mm(a, b), a, b), ceilings)
+    # FLOPs 2 * 4096**3 = 137438953472; bytes 3 * 4096**2 * 4 = 201326592 (a, b, out)
+    assert op.flops == 137_438_953_472 and op.bytes.total == 201_326_592
+    assert op.intensity == pytest.approx(682.67, rel=1e-3)  # far above any CPU ridge (~5-20)
+    assert op.bound == Bound.COMPUTE
+
+
+def test_large_add_is_memory_bound(ceilings):
+    n = 64 * 2**20
+    a, b = torch.ones(n), torch.ones(n)
+    op = classify_op(counted_op(lambda: torch.add(a, b), a, b), ceilings)
+    # FLOPs n = 67108864; bytes 3 * n * 4 = 805306368: 1/12 FLOP per byte
+    assert op.flops == n and op.bytes.total == 3 * n * 4
+    assert op.bound == Bound.MEMORY
+
+
+def test_one_element_add_is_overhead_bound(ceilings):
+    a, b = torch.ones(1), torch.ones(1)
+    op = classify_op(counted_op(lambda: torch.add(a, b), a, b), ceilings)
+    # 1 FLOP and 12 bytes: its roof is ~1e-9 s, far below the ~1 us fixed cost of an op
+    assert op.flops == 1 and op.bytes.total == 12
+    assert op.bound == Bound.OVERHEAD
+
+
+def test_faster_than_its_roof_is_flagged(ceilings):
+    n = 64 * 2**20
+    op = OpStat(op_id="add@0", name="add", input_shapes=[[n], [n]], dtype="float32", module="",
+                calls=1, time_s=1e-6, flops=n, bytes=ByteSplit(0, 0, 3 * n * 4))
+    classified = classify_op(op, ceilings)  # 805 MB in 1 us would be 805 TB/s
+    assert classified.efficiency > 1 and any("accounting error" in f for f in classified.flags)
+
+
+def test_uncounted_ops_stay_uncounted(ceilings):
+    op = OpStat(op_id="sort@0", name="sort", input_shapes=[[8]], dtype="float32", module="",
+                calls=1, time_s=1e-5, flops=None, bytes=ByteSplit(0, 0, 64))
+    assert classify_op(op, ceilings).bound == Bound.UNCOUNTED
+
+
+def test_time_share_sums_to_one_with_framework_time():
+    ops = [OpStat(op_id=f"{name}@0", name=name, input_shapes=[], dtype="float32", module="",
+                  calls=1, time_s=t, flops=1, bytes=ByteSplit(), bound=bound)
+           for name, t, bound in (("mm", 6e-3, Bound.COMPUTE), ("add", 2e-3, Bound.MEMORY),
+                                  ("sort", 1e-3, Bound.UNCOUNTED))]
+    result = BatchResult(1, Status.OK, profiled_step_s=10e-3, op_time_s=9.5e-3, ops=ops,
+                         unmatched_ops_s={"foo": 0.5e-3})
+    share = time_share(result)
+    # compute 6/10, memory 2/10, uncounted (1 + 0.5)/10, framework (10 - 9.5)/10
+    assert (share.compute, share.memory) == (pytest.approx(0.6), pytest.approx(0.2))
+    assert share.uncounted == pytest.approx(0.15) and share.framework == pytest.approx(0.05)
+    assert share.compute + share.memory + share.overhead + share.uncounted + share.framework \
+        == pytest.approx(1.0)
