@@ -65,3 +65,16 @@ def test_hardware_prints_ceilings():
     result = runner.invoke(tools_app, ["hardware"])
     assert result.exit_code == 0, result.output
     assert "GFLOP/s" in result.output and "GB/s" in result.output
+
+
+def test_trace_is_exported_per_batch_size(tmp_path):
+    result = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--out", str(tmp_path),
+                                          "--batch-sizes", "1,2", "--min-time", "0.05",
+                                          "--trace"])
+    assert result.exit_code == 0, result.output
+    for b in (1, 2):
+        trace = json.loads((tmp_path / "traces" / f"trace_b{b}.json").read_text())
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert "batchscope::step" in names and "aten::addmm" in names
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["batches"][0]["trace_path"].endswith("trace_b1.json")

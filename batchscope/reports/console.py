@@ -11,7 +11,7 @@ from rich.table import Table
 
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, LatencyStats, Status
 from batchscope.report import Report
 
 
@@ -73,33 +73,38 @@ class ProgressCallbacks(Callbacks):
         self.console.print(escape(f"  batch {result.batch_size:>5}: {result.status.value:<11} {thr}"))
 
 
+def _latency_cells(lat: LatencyStats | None) -> tuple[str, str]:
+    if lat is None:
+        return "-", "-"
+    scale, unit = (1.0, "s") if lat.median >= 1 else (1e3, "ms") if lat.median >= 1e-3 else (1e6, "µs")
+    return (f"{lat.median * scale:,.3g} {unit}",
+            f"{lat.p25 * scale:,.3g}-{lat.p75 * scale:,.3g}")
+
+
 def print_summary(console: Console, report: Report) -> None:
     """The short table at the end: batch, latency, throughput, memory, status."""
     unit = report.model.get("unit") or "sample"
-    table = Table(title="batchscope sweep", title_justify="left")
-    for col in ("batch", "latency (median)", "p25-p75", f"{unit}s/s", "peak memory", "status"):
-        table.add_column(col, justify="right" if col != "status" else "left")
     rec = report.recommendation
+    table = Table(title="batchscope sweep", title_justify="left", padding=(0, 1))
+    for col in ("batch", "latency", "p25-p75", f"{unit}s/s", "peak mem", "status"):
+        table.add_column(col, justify="left" if col == "status" else "right")
     for b in report.batches:
-        lat = b.latency_s
+        median, spread = _latency_cells(b.latency_s)
         status = b.status.value
-        if rec and rec.batch_size == b.batch_size:
-            status += "  <- recommended"
+        if b.status != Status.OK and b.error:
+            status += ": " + b.error.splitlines()[0][:48]
+        mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
-            str(b.batch_size),
-            fmt_seconds(lat.median if lat else None),
-            f"{fmt_seconds(lat.p25)} - {fmt_seconds(lat.p75)}" if lat else "-",
+            f"{b.batch_size}{mark}", median, spread,
             f"{b.throughput_per_s:,.1f}" if b.throughput_per_s else "-",
-            fmt_bytes(b.peak_memory_bytes),
-            escape(status if b.status == Status.OK or not b.error
-                   else f"{status}: {b.error.splitlines()[0][:60]}"),
+            fmt_bytes(b.peak_memory_bytes), escape(status),
         )
     console.print(table)
     if rec and rec.batch_size is not None:
         speedup = f"{rec.speedup_from_batching:,.1f}x" if rec.speedup_from_batching else "-"
-        console.print(escape(f"recommended batch size: {rec.batch_size} ({rec.rule})"))
+        console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
         console.print(escape(f"speedup from batching: {speedup}"))
-        console.print(escape(rec.explanation), soft_wrap=False)
+        console.print(escape(rec.explanation))
     if report.stop_reason:
         console.print(escape(f"stopped: {report.stop_reason}"))
 
