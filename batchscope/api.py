@@ -136,6 +136,10 @@ class _ReportWriter(Callbacks):
         if self.inner:
             self.inner.on_phase(batch_size, phase)
 
+    def on_interrupt(self) -> None:
+        if self.inner:
+            self.inner.on_interrupt()
+
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         if self.options.out_dir is not None:
             report = self.build(results, partial=True, stop_reason="sweep in progress")
@@ -200,7 +204,7 @@ def exit_code(report: Report) -> ExitCode:
     statuses = [b.status for b in report.batches]
     if Status.OK not in statuses:
         return ExitCode.NOTHING_MEASURED
-    if any(s not in (Status.OK, Status.OOM) for s in statuses):
+    if any(s not in (Status.OK, Status.OOM, Status.SKIPPED) for s in statuses):
         return ExitCode.SOME_FAILED
     return ExitCode.OK
 
@@ -215,7 +219,9 @@ def nothing_measured_message(report: Report) -> str:
         what += f": {first.error.splitlines()[0]}"
     params = report.model.get("parameter_bytes")
     if first.status in (Status.OOM, Status.KILLED) and params:
-        what += f" (the model's parameters alone take {params / 2**20:,.0f} MiB)"
+        free = first.available_memory_bytes or report.model.get("available_memory_bytes")
+        what += f" (the model's parameters and buffers take {params / 2**20:,.0f} MiB"
+        what += f"; {free / 2**20:,.0f} MiB was free)" if free else ")"
     return what + "."
 
 

@@ -20,7 +20,10 @@ PLATEAU_GAIN = 0.05
 # a slow path, so batch 2 is barely faster than batch 1 on CPUs (CPU-TRIALS.md).
 PLATEAU_PATIENCE = 2
 # Statuses after which larger batch sizes would fail the same way (or worse).
-_STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT}
+_STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT, Status.SKIPPED}
+# Share of the free memory a batch size may be predicted to need before it is skipped: the
+# extrapolation is linear and allocators round up, so leave a margin.
+MEMORY_HEADROOM = 0.9
 
 
 @dataclass
@@ -119,6 +122,8 @@ class Plan:
 
     def _stop_rule(self, results: list[BatchResult]) -> str:
         last = results[-1]
+        if last.status == Status.SKIPPED:
+            return f"batch {last.batch_size} {last.error}"
         if last.status in _STOP_GOING_UP:
             return f"batch {last.batch_size} ended as {last.status.value}"
         limit = over_limits(last, self.limits)
@@ -142,3 +147,31 @@ def _plateaued(results: list[BatchResult]) -> bool:
             return False
         best_before = max(best_before, r.throughput_per_s)  # type: ignore[type-var]
     return True
+
+
+def predicted_not_to_fit(results: list[BatchResult], batch_size: int,
+                         budget_bytes: int | None = None) -> str:
+    """Why ``batch_size`` would not fit, extrapolated linearly from the last two measured
+    batch sizes: over the free memory of the device, or over ``budget_bytes`` (the
+    --memory-budget). "" when it should fit or there is too little to extrapolate from."""
+    ok = [r for r in results if r.status == Status.OK and r.peak_memory_bytes is not None]
+    if len(ok) < 2:
+        return ""
+    a, b = ok[-2], ok[-1]
+    peak_a, peak_b = a.peak_memory_bytes or 0, b.peak_memory_bytes or 0
+    slope = max((peak_b - peak_a) / (b.batch_size - a.batch_size), 0.0)
+    predicted = peak_b + slope * (batch_size - b.batch_size)
+    basis = f"extrapolated from batches {a.batch_size} and {b.batch_size}"
+    if budget_bytes is not None and predicted > budget_bytes:
+        return (
+            f"skipped: its peak memory, {basis}, would be {predicted / 2**20:,.0f} MiB, over "
+            f"the budget of {budget_bytes / 2**20:,.0f} MiB"
+        )
+    available = b.available_memory_bytes
+    if available is not None and predicted - peak_b > MEMORY_HEADROOM * available:
+        return (
+            f"skipped: its peak memory, {basis}, would be {predicted / 2**20:,.0f} MiB, "
+            f"{(predicted - peak_b) / 2**20:,.0f} MiB more than batch {b.batch_size} needed, "
+            f"and only {available / 2**20:,.0f} MiB was free"
+        )
+    return ""

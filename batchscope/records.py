@@ -152,6 +152,8 @@ class BatchResult:
     peak_memory_bytes: int | None = None
     peak_memory_method: str = ""
     baseline_memory_bytes: int | None = None
+    available_memory_bytes: int | None = None  # free on the device after this batch size
+    worker_pid: int | None = None
     error: str = ""
     flags: list[str] = field(default_factory=list)
     profiled_step_s: float | None = None

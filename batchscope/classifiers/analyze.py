@@ -55,7 +55,7 @@ def analyze(
     knee, knee_inside = measured_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     flags += noise_flags(batches)
-    failed = [r for r in batches if r.status not in (Status.OK, Status.OOM)]
+    failed = [r for r in batches if r.status not in (Status.OK, Status.OOM, Status.SKIPPED)]
     for r in failed:
         first_line = r.error.splitlines()[0] if r.error else ""
         flags.append(f"batch {r.batch_size} ended as {r.status.value}: {first_line}")
@@ -78,7 +78,8 @@ def analyze(
             excluded=choice.excluded,
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
-                                      "mode", "unit")}
+                                      "mode", "unit", "device", "threads",
+                                      "available_memory_bytes")}
     return Report(
         model=model,
         hardware=ceilings,

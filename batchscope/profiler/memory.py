@@ -48,6 +48,20 @@ def _reset_rss_peak() -> bool:
     return True
 
 
+def available_bytes(device: torch.device) -> int | None:
+    """Memory a new allocation could still get: CUDA free memory, or Linux MemAvailable."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class PeakMemory:
     """Measure the peak memory of the code run between :meth:`start` and :meth:`stop`."""
 

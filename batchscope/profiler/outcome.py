@@ -38,3 +38,26 @@ def classify_exception(exc: BaseException) -> tuple[Status, str]:
         if marker in text:
             return Status.DEVICE_ERROR, "device error: "
     return Status.MODEL_ERROR, ""
+
+
+# Failures of the first step that mean the model and its inputs disagree on device or dtype:
+# a contract problem of the model file, reported before any sweep with a hint.
+_MISMATCH_MARKERS = (
+    "Expected all tensors to be on the same device",
+    "expected scalar type",
+    "have the same dtype",
+    "should be the same",  # "Input type (...) and weight type (...) should be the same"
+    "found at least two devices",
+)
+MISMATCH_HINT = (
+    "the model and its inputs disagree on device or dtype; batchscope moves the model and "
+    "the floating-point tensors of make_inputs to --device/--dtype, so build any other "
+    "tensor inside forward with the device and dtype of an existing one "
+    "(e.g. torch.zeros(..., device=x.device, dtype=x.dtype))"
+)
+
+
+def is_mismatch(exc: BaseException) -> bool:
+    """True when ``exc`` says tensors disagree on device or dtype."""
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(m in text for m in _MISMATCH_MARKERS)

@@ -16,7 +16,7 @@ from typing import Any
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import Limits, Plan
+from batchscope.plan import Limits, Plan, predicted_not_to_fit
 from batchscope.profiler.worker import WorkerConfig, worker_main
 from batchscope.records import BatchResult, Status, batch_result_from_dict
 
@@ -62,6 +62,7 @@ class Callbacks:
     def on_ceilings(self, ceilings: Ceilings) -> None: ...
     def on_phase(self, batch_size: int, phase: str) -> None: ...
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None: ...
+    def on_interrupt(self) -> None: ...
 
 
 class _WorkerDied(Exception):
@@ -119,6 +120,20 @@ class _Handle:
         self.conn.close()
 
 
+def fmt_mib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def load_oom_message(payload: dict[str, Any]) -> str:
+    """One sentence for a model that does not even load onto its device."""
+    params = payload.get("parameter_bytes")
+    what = f" (its parameters and buffers take {fmt_mib(params)})" if params else ""
+    return (
+        f"the model does not fit on {payload.get('device', 'the device')}{what}: "
+        f"{payload['message']}; {fmt_mib(payload.get('available_memory_bytes'))} was free."
+    )
+
+
 def _death_status(exitcode: int | None) -> tuple[Status, str]:
     if exitcode is not None and exitcode < 0:
         sig = -exitcode
@@ -163,6 +178,9 @@ class Sweep:
             err = ModelFileError(payload["message"])
             err.detail = payload.get("detail", "")  # type: ignore[attr-defined]
             raise err
+        if kind == "load_oom":
+            handle.stop(graceful=False)
+            raise NothingMeasuredError(load_oom_message(payload))
         self.info = payload
         return handle
 
@@ -187,11 +205,14 @@ class Sweep:
             explicit = self.config.batch_sizes or self.info.get("batch_sizes")
             self.plan = Plan(explicit, self.config.limits)
             while (b := self.plan.next_batch(self.results)) is not None:
-                result = self._measure(b)
+                skip = predicted_not_to_fit(self.results, b,
+                                            self.config.limits.memory_budget_bytes)
+                result = BatchResult(b, Status.SKIPPED, error=skip) if skip else self._measure(b)
                 self.results.append(result)
                 self.callbacks.on_result(result, self.results)
         except KeyboardInterrupt:
             interrupted = True
+            self.callbacks.on_interrupt()
         finally:
             if self.handle is not None:
                 self.handle.stop(graceful=not interrupted)
@@ -215,7 +236,11 @@ class Sweep:
                 elif kind == "timed":
                     timed = batch_result_from_dict(payload)
                 elif kind == "result":
-                    return batch_result_from_dict(payload)
+                    result = batch_result_from_dict(payload)
+                    if result.status != Status.OK:  # the worker exits after any failure
+                        handle.stop(graceful=True)
+                        self.handle = None
+                    return result
                 elif kind == "contract_error":
                     err = ModelFileError(payload["message"])
                     err.detail = payload.get("detail", "")  # type: ignore[attr-defined]

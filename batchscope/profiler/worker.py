@@ -13,6 +13,7 @@ or a poisoned CUDA context costs the parent nothing it has already received.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import traceback
@@ -27,8 +28,8 @@ from batchscope.errors import ModelFileError
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
 from batchscope.profiler.join import group_ops, join_steps, sequences_differ
-from batchscope.profiler.memory import PeakMemory
-from batchscope.profiler.outcome import classify_exception
+from batchscope.profiler.memory import PeakMemory, available_bytes
+from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
 from batchscope.profiler.timing import TimingConfig, time_steps
 from batchscope.records import BatchResult, ByteSplit, Status, to_jsonable
 from batchscope.spec import (
@@ -105,13 +106,24 @@ class Worker:
                 f"{self.spec.path}: build_model() returned a {type(model).__name__}, "
                 "not a torch.nn.Module."
             )
-        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.parameter_bytes = sum(
+            t.numel() * self.dtype.itemsize if t.is_floating_point() else t.numel() * t.element_size()
+            for t in list(model.parameters()) + list(model.buffers())
+        )
+        try:
+            self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            exc.parameter_bytes = self.parameter_bytes  # type: ignore[attr-defined]
+            raise
         self.sync = _sync_fn(self.device)
+        self.measured_once = False
 
     def _call_user(self, fn, what: str, *args: Any) -> Any:
         try:
             return fn(*args)
         except Exception as exc:  # noqa: BLE001 - user code: one sentence + their frames
+            if classify_exception(exc)[0] == Status.OOM:
+                raise  # running out of memory is a status, not a contract problem
             err = ModelFileError(f"{self.spec.path}: {what} raised {describe_exception(exc)}")
             err.detail = user_frames(exc)  # type: ignore[attr-defined]
             raise err from None
@@ -129,6 +141,7 @@ class Worker:
             "batch_sizes": self.spec.batch_sizes,
             "threads": torch.get_num_threads(),
             "device": str(self.device),
+            "available_memory_bytes": available_bytes(self.device),
         }
 
     def make_inputs(self, batch_size: int) -> Any:
@@ -145,7 +158,7 @@ class Worker:
     def measure(self, batch_size: int) -> BatchResult:
         """Timing pass, then (when enabled) capture and counting passes, then the join."""
         started = time.perf_counter()
-        result = BatchResult(batch_size=batch_size, status=Status.OK)
+        result = BatchResult(batch_size=batch_size, status=Status.OK, worker_pid=os.getpid())
         phase = "make_inputs"
         try:
             inputs = self.make_inputs(batch_size)
@@ -169,11 +182,21 @@ class Worker:
                     phase = "profiling"
                     self.send(("phase", {"batch_size": batch_size, "phase": phase}))
                     self._op_breakdown(result, step, inputs)
-        except ModelFileError:
-            raise
+        except ModelFileError as exc:
+            if not self.measured_once:
+                raise  # before any batch size went well: the file breaks the contract
+            result.status = Status.MODEL_ERROR
+            result.error = str(exc)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
             if isinstance(exc, KeyboardInterrupt):
                 raise
+            if not self.measured_once and is_mismatch(exc):
+                err = ModelFileError(
+                    f"{self.spec.path}: the first step at batch {batch_size} raised "
+                    f"{describe_exception(exc)}; {MISMATCH_HINT}."
+                )
+                err.detail = user_frames(exc)  # type: ignore[attr-defined]
+                raise err from None
             status, label = classify_exception(exc)
             if phase != "timing" and phase != "make_inputs" and result.latency_s is not None:
                 # The timing pass succeeded; keep it and say the breakdown failed.
@@ -184,6 +207,9 @@ class Worker:
                 frames = user_frames(exc)
                 if frames and status == Status.MODEL_ERROR:
                     result.error += "\n" + frames
+        if result.status == Status.OK:
+            self.measured_once = True
+        result.available_memory_bytes = available_bytes(self.device)
         result.wall_s = time.perf_counter() - started
         return result
 
@@ -229,6 +255,22 @@ def worker_main(conn, config: WorkerConfig) -> None:
 
     try:
         worker = Worker(config, send)
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+        status, label = classify_exception(exc)
+        if status != Status.OOM:
+            send(("contract_error", {
+                "message": f"loading {config.model_path} failed: {describe_exception(exc)}",
+                "detail": user_frames(exc),
+            }))
+            return
+        device = resolve_device(config.device)
+        send(("load_oom", {
+            "message": f"{label}{describe_exception(exc)}",
+            "available_memory_bytes": available_bytes(device),
+            "parameter_bytes": getattr(exc, "parameter_bytes", None),
+            "device": str(device),
+        }))
+        return
     except ModelFileError as exc:
         send(("contract_error", {"message": str(exc), "detail": getattr(exc, "detail", "")}))
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 from rich.console import Console
@@ -9,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from batchscope.errors import ExitCode
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
 from batchscope.records import BatchResult, LatencyStats, Status
@@ -32,6 +35,10 @@ def fmt_seconds(s: float | None) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:,.2f} ms"
     return f"{s * 1e6:,.1f} µs"
+
+
+def _exit_now(signum: int, frame: object) -> None:
+    os._exit(int(ExitCode.INTERRUPTED))
 
 
 class ProgressCallbacks(Callbacks):
@@ -60,6 +67,12 @@ class ProgressCallbacks(Callbacks):
         self.progress.update(self.task, description=escape(
             f"{info.get('target')}: {info.get('parameters', 0):,} parameters on "
             f"{info.get('device')}, measuring ceilings"))
+
+    def on_interrupt(self) -> None:
+        """A second Ctrl-C while the partial report is written exits at once."""
+        signal.signal(signal.SIGINT, _exit_now)
+        signal.signal(signal.SIGTERM, _exit_now)
+        self.console.print("interrupted: writing the partial report (Ctrl-C again to quit now)")
 
     def on_ceilings(self, ceilings: Ceilings) -> None:
         self.progress.update(self.task, description="ceilings ready")
