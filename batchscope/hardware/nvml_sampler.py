@@ -1,0 +1,357 @@
+"""Power, energy, clocks and throttling around a measurement, sampled from NVML.
+
+:func:`make_sampler` is the one entry point: a live :class:`NvmlSampler` on a CUDA device
+NVML can see, else a :class:`NullSampler` whose window says why it is empty, so callers
+never branch on the device. :class:`ReplaySampler` reads a recording the live sampler wrote
+(``write_samples``) and gives the same window through the same :func:`summarize`.
+
+Example:
+    >>> sampler = make_sampler("cpu")
+    >>> sampler.start()
+    >>> window = sampler.stop()
+    >>> window.unsupported
+    {'all': 'no GPU: the device is cpu'}
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from batchscope.hardware.nvml_device import (
+    ERROR_FUNCTION_NOT_FOUND,
+    ERROR_NO_PERMISSION,
+    ERROR_NOT_SUPPORTED,
+    REASON_NOT_SUPPORTED_MIG,
+    NvmlDevice,
+    NvmlUnavailable,
+    init_nvml,
+    nvml_handle_for_cuda_index,
+    nvml_query,
+    nvml_query_first,
+)
+from batchscope.hardware.nvml_window import (
+    NvmlRecording,
+    NvmlSample,
+    NvmlWindow,
+    read_recording,
+    summarize,
+    write_recording,
+)
+
+# 20 Hz: several samples even in a 0.2 s window, and nine NVML calls per sample stay cheap.
+DEFAULT_INTERVAL_S = 0.05
+# Below this the thread would spin; NVML's own power readings refresh far slower.
+MIN_INTERVAL_S = 0.005
+# NVML enum values (nvml.h), used when a stand-in module does not define them.
+_NVML_CLOCK_SM = 1
+_NVML_CLOCK_MEM = 2
+_NVML_TEMPERATURE_GPU = 0
+MW_PER_W = 1000.0  # nvmlDeviceGetPowerUsage answers in milliwatts
+# Errors that will not change while the process lives: stop asking after the first one.
+_PERMANENT_ERRORS = frozenset({ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION, ERROR_FUNCTION_NOT_FOUND})
+
+
+class Sampler(Protocol):
+    """What the worker uses, live, null or replayed alike."""
+
+    def start(self) -> None: ...
+    def stop(self) -> NvmlWindow: ...
+    def write_samples(self, path: str | Path) -> Path: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Query:
+    """One NVML call feeding one or more sample fields."""
+
+    fields: tuple[str, ...]
+    functions: tuple[str, ...]  # tried in order while one is missing (older drivers)
+    args: tuple[Any, ...]
+    whole_gpu: bool  # a per-GPU quantity: read from the parent GPU on a MIG instance
+    convert: Callable[[Any], tuple[Any, ...]]
+
+
+def _int(value: Any) -> tuple[int]:
+    return (int(value),)
+
+
+def _queries(nvml: Any) -> tuple[_Query, ...]:
+    clock_sm = getattr(nvml, "NVML_CLOCK_SM", _NVML_CLOCK_SM)
+    clock_mem = getattr(nvml, "NVML_CLOCK_MEM", _NVML_CLOCK_MEM)
+    sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", _NVML_TEMPERATURE_GPU)
+    return (
+        _Query(("power_w",), ("nvmlDeviceGetPowerUsage",), (), True, lambda mw: (mw / MW_PER_W,)),
+        _Query(("energy_counter_mj",), ("nvmlDeviceGetTotalEnergyConsumption",), (), True, _int),
+        _Query(("sm_clock_mhz",), ("nvmlDeviceGetClockInfo",), (clock_sm,), True, _int),
+        _Query(("mem_clock_mhz",), ("nvmlDeviceGetClockInfo",), (clock_mem,), True, _int),
+        _Query(("temperature_c",), ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
+               (sensor,), True, _int),
+        _Query(("throttle_mask",), ("nvmlDeviceGetCurrentClocksEventReasons",
+                                    "nvmlDeviceGetCurrentClocksThrottleReasons"), (), True, _int),
+        _Query(("gpu_util_pct", "mem_util_pct"), ("nvmlDeviceGetUtilizationRates",), (), False,
+               lambda u: (int(u.gpu), int(u.memory))),
+        _Query(("memory_used_bytes",), ("nvmlDeviceGetMemoryInfo",), (), False,
+               lambda m: (int(m.used),)),
+    )
+
+
+class NvmlSampler:
+    """Samples one GPU from a background thread between :meth:`start` and :meth:`stop`.
+
+    Args:
+        device: the NVML device (see :func:`nvml_handle_for_cuda_index`).
+        nvml: the initialised ``pynvml`` module (or a stand-in).
+        interval_s: time between samples.
+        clock: monotonic seconds; tests inject a fake one.
+        owns_init: call ``nvmlShutdown`` in :meth:`close`.
+    """
+
+    def __init__(self, device: NvmlDevice, *, nvml: Any, interval_s: float = DEFAULT_INTERVAL_S,
+                 clock: Callable[[], float] = time.perf_counter, owns_init: bool = False) -> None:
+        self.device = device
+        self.interval_s = max(interval_s, MIN_INTERVAL_S)
+        self._nvml = nvml
+        self._clock = clock
+        self._owns_init = owns_init
+        self._queries = _queries(nvml)
+        self._chosen: dict[int, tuple[str, ...]] = {}  # query index -> functions still to try
+        self._permanent: dict[int, str] = {}  # query index -> reason it can never work
+        self._lost: str | None = None  # set once the GPU is gone: nothing more is asked
+        self._lock = threading.Lock()
+        self._samples: list[NvmlSample] = []
+        self._t0: float | None = None
+        self._duration_s: float | None = None
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def samples(self) -> list[NvmlSample]:
+        """The raw samples of the current (or last) window."""
+        with self._lock:
+            return list(self._samples)
+
+    def start(self, *, background: bool = True) -> None:
+        """Begin a window: forget earlier samples, take one now, then every ``interval_s``.
+
+        Args:
+            background: sample from a thread; False leaves sampling to :meth:`sample_once`.
+        """
+        if self._thread is not None:
+            raise RuntimeError("the sampler is already running; call stop() first")
+        with self._lock:
+            self._samples = []
+        self._duration_s = None
+        self._t0 = self._clock()
+        self.sample_once()
+        if background and self._lost is None:
+            self._stop_event.clear()
+            self._thread = threading.Thread(target=self._run, name="batchscope-nvml", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        next_s = self._clock() + self.interval_s
+        while not self._stop_event.wait(max(0.0, next_s - self._clock())):
+            self.sample_once()
+            if self._lost is not None:
+                return  # a lost GPU answers nothing more; stop() still adds the last sample
+            next_s = max(next_s + self.interval_s, self._clock())
+
+    def _read(self, index: int, query: _Query) -> tuple[Any, ...] | str:
+        """The converted values of one query, or the reason there are none."""
+        if self._lost is not None:
+            return self._lost
+        if index in self._permanent:
+            return self._permanent[index]
+        on_parent = query.whole_gpu and self.device.is_mig and self.device.parent_handle is not None
+        handle = self.device.parent_handle if on_parent else self.device.handle
+        functions = self._chosen.get(index, query.functions)
+        reading, used = nvml_query_first(self._nvml, functions, handle, *query.args)
+        self._chosen[index] = functions[functions.index(used):]
+        if reading.reason is None:
+            try:
+                return query.convert(reading.value)
+            except (TypeError, ValueError, AttributeError) as exc:
+                return f"unexpected value from {used}: {exc}"
+        reason = reading.reason
+        if reading.code == ERROR_NOT_SUPPORTED and self.device.is_mig and not on_parent:
+            reason = REASON_NOT_SUPPORTED_MIG
+        if reading.fatal:
+            self._lost = reason
+        elif reading.code in _PERMANENT_ERRORS:
+            self._permanent[index] = reason
+        return reason
+
+    def sample_once(self) -> NvmlSample:
+        """Read every field once and append the sample. Never raises."""
+        if self._t0 is None:
+            self._t0 = self._clock()
+        sample = NvmlSample(timestamp_s=self._clock() - self._t0)
+        for index, query in enumerate(self._queries):
+            got = self._read(index, query)
+            if isinstance(got, str):
+                sample.errors.update({name: got for name in query.fields})
+            else:
+                for name, value in zip(query.fields, got):
+                    setattr(sample, name, value)
+        with self._lock:
+            self._samples.append(sample)
+        return sample
+
+    def stop(self) -> NvmlWindow:
+        """End the window: stop the thread, take a last sample, summarise."""
+        if self._thread is not None:
+            self._stop_event.set()
+            self._thread.join()
+            self._thread = None
+        if self._t0 is None:
+            self._t0 = self._clock()
+        self.sample_once()
+        self._duration_s = self._clock() - self._t0
+        return summarize(self.recording())
+
+    def recording(self) -> NvmlRecording:
+        """The raw material of the current window, as :func:`write_samples` stores it."""
+        return NvmlRecording(device=self.device.describe(), interval_s=self.interval_s,
+                             duration_s=self._duration_s, samples=self.samples,
+                             notes=list(self.device.notes))
+
+    def write_samples(self, path: str | Path) -> Path:
+        """Write the raw samples (JSON lines) for :class:`ReplaySampler` and the tests."""
+        return write_recording(self.recording(), path)
+
+    def close(self) -> None:
+        """Stop sampling and release NVML (once)."""
+        if self._thread is not None:
+            self.stop()
+        if self._owns_init:
+            self._owns_init = False
+            nvml_query(self._nvml, "nvmlShutdown")
+
+
+class NullSampler:
+    """The sampler where NVML cannot help: every figure None, the reason under "all".
+
+    Args:
+        reason: why there is nothing to sample, e.g. "no GPU: the device is cpu".
+        clock: monotonic seconds; the window still reports its wall duration.
+    """
+
+    def __init__(self, reason: str, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.reason = reason
+        self._clock = clock
+        self._t0: float | None = None
+        self._duration_s: float | None = None
+
+    def start(self, *, background: bool = True) -> None:
+        """Note the start time; nothing else to do."""
+        self._t0 = self._clock()
+        self._duration_s = None
+
+    def sample_once(self) -> None:
+        """Nothing to sample."""
+        return None
+
+    def stop(self) -> NvmlWindow:
+        """A window of nulls, ``unsupported={"all": reason}``."""
+        if self._t0 is not None:
+            self._duration_s = self._clock() - self._t0
+        return summarize(self.recording())
+
+    def recording(self) -> NvmlRecording:
+        """An empty recording that carries the reason."""
+        return NvmlRecording(duration_s=self._duration_s, unavailable=self.reason)
+
+    def write_samples(self, path: str | Path) -> Path:
+        """Write the empty recording, so a replay says the same thing."""
+        return write_recording(self.recording(), path)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class ReplaySampler:
+    """Replays a file written by ``write_samples``: the same window, without a GPU.
+
+    Example:
+        >>> window = ReplaySampler("tests/data/nvml/decode.jsonl").stop()  # doctest: +SKIP
+        >>> window.energy_method  # doctest: +SKIP
+        'counter'
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._recording = read_recording(self.path)
+
+    @property
+    def samples(self) -> list[NvmlSample]:
+        """The recorded samples."""
+        return list(self._recording.samples)
+
+    def start(self, *, background: bool = True) -> None:
+        """Nothing to start: the samples are already recorded."""
+
+    def sample_once(self) -> None:
+        """Nothing to sample."""
+        return None
+
+    def stop(self) -> NvmlWindow:
+        """The recorded window, summarised by the live sampler's code."""
+        return summarize(self._recording)
+
+    def recording(self) -> NvmlRecording:
+        """The recording as read."""
+        return self._recording
+
+    def write_samples(self, path: str | Path) -> Path:
+        """Write the recording again (a copy)."""
+        return write_recording(self._recording, path)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _split_device(device_type: str, cuda_index: int) -> tuple[str, int]:
+    """ "cuda:1" -> ("cuda", 1); "cuda" -> ("cuda", cuda_index)."""
+    kind, _, index = device_type.partition(":")
+    return kind, int(index) if index.isdigit() else cuda_index
+
+
+def make_sampler(
+    device_type: str,
+    cuda_index: int = 0,
+    torch_uuid: str | None = None,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    *,
+    nvml: Any = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> NvmlSampler | NullSampler:
+    """The sampler for a device: live with NVML on CUDA, else null with the reason.
+
+    Never raises. Call ``close()`` when done with it.
+
+    Args:
+        device_type: "cpu", "cuda" or "cuda:N" (N overrides ``cuda_index``).
+        cuda_index: the CUDA ordinal in this process.
+        torch_uuid: ``str(torch.cuda.get_device_properties(cuda_index).uuid)``.
+        interval_s: time between samples.
+        nvml: a ``pynvml``-shaped module instead of ``pynvml`` (tests).
+        clock: monotonic seconds (tests).
+    """
+    kind, cuda_index = _split_device(device_type, cuda_index)
+    if kind != "cuda":
+        return NullSampler(f"no GPU: the device is {device_type}", clock=clock)
+    try:
+        nvml = init_nvml(nvml)
+    except NvmlUnavailable as exc:
+        return NullSampler(str(exc), clock=clock)
+    try:
+        device = nvml_handle_for_cuda_index(cuda_index, torch_uuid=torch_uuid, nvml=nvml)
+    except Exception as exc:  # noqa: BLE001 - NvmlUnavailable or a surprise: still no crash
+        nvml_query(nvml, "nvmlShutdown")
+        reason = str(exc) if isinstance(exc, NvmlUnavailable) else f"{type(exc).__name__}: {exc}"
+        return NullSampler(f"no NVML device for cuda:{cuda_index}: {reason}", clock=clock)
+    return NvmlSampler(device, nvml=nvml, interval_s=interval_s, clock=clock, owns_init=True)
