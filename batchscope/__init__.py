@@ -10,7 +10,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from batchscope.api import Options, diagnose_file, exit_code  # noqa: E402
+from batchscope.api import Options, diagnose, diagnose_file, exit_code  # noqa: E402
 from batchscope.report import Report  # noqa: E402
+from batchscope.watch import watch  # noqa: E402
 
-__all__ = ["Options", "Report", "__version__", "diagnose_file", "exit_code"]
+__all__ = ["Options", "Report", "__version__", "diagnose", "diagnose_file", "exit_code",
+           "watch"]

@@ -8,9 +8,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import sys
 import tempfile
+from collections.abc import Callable
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +160,7 @@ def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
     """Sweep the model file at ``path`` and return (and write) its report.
 
     Args:
-        path: a model file following the contract in DESIGN.md.
+        path: a model file following the contract in README.md.
         options: sweep options; keyword ``overrides`` replace single fields.
         callbacks: progress hooks (see :class:`~batchscope.profiler.supervisor.Callbacks`).
 
@@ -166,11 +169,64 @@ def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
         ModelFileError: the file breaks the contract.
         NothingMeasuredError: not even the smallest batch size could be measured.
     """
-    options = options or Options()
-    for key, value in overrides.items():
-        setattr(options, key, value)
+    options = _with_overrides(options, overrides)
     options.validate()
-    path = str(path)
+    return _run(str(path), None, options, callbacks)
+
+
+def diagnose(build_model: Callable[[], torch.nn.Module], make_inputs: Callable[[int], Any],
+             run: Callable[[torch.nn.Module, Any], Any] | None = None, *,
+             make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None,
+             loss: Callable[[Any, Any], torch.Tensor] | None = None,
+             unit: str | None = None, options: Options | None = None,
+             callbacks: Callbacks | None = None, **overrides: Any) -> Report:
+    """Sweep batch sizes of the model that ``build_model`` builds; the same as the CLI.
+
+    The functions run in a worker process, so they must be importable: defined at the top
+    level of a module or script (guard the script's own work with
+    ``if __name__ == "__main__":``), not inside a notebook or another function.
+
+    Example:
+        >>> from samples.mlp import build_model, make_inputs  # doctest: +SKIP
+        >>> report = batchscope.diagnose(build_model, make_inputs, max_batch=64)  # doctest: +SKIP
+        >>> report.save("out")  # doctest: +SKIP
+    """
+    options = _with_overrides(options, {"out_dir": None, **overrides})
+    options.validate()
+    callables = {"build_model": build_model, "make_inputs": make_inputs, "run": run,
+                 "make_optimizer": make_optimizer, "loss": loss, "unit": unit,
+                 "mode": options.mode, "batch_sizes": options.batch_sizes}
+    for name, fn in callables.items():
+        if callable(fn):
+            _check_importable(name, fn)
+    label = f"{build_model.__module__}.{build_model.__qualname__}"
+    callables["name"] = label
+    return _run(label, callables, options, callbacks)
+
+
+def _check_importable(name: str, fn: Callable[..., Any]) -> None:
+    qualname = getattr(fn, "__qualname__", "")
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise UsageError(f"{name} ({qualname}) is a local function or lambda; the worker "
+                         "process can only import functions defined at a module's top level.")
+    if module is not None and module.__name__ == "__main__" and not getattr(
+            module, "__file__", None):
+        raise UsageError(f"{name} is defined in a notebook or an interactive session; put it "
+                         "in a .py file and import it, or use batchscope.watch inside your loop.")
+
+
+def _with_overrides(options: Options | None, overrides: dict[str, Any]) -> Options:
+    options = dataclasses.replace(options) if options else Options()
+    for key, value in overrides.items():
+        if not hasattr(options, key):
+            raise UsageError(f"unknown option {key!r}.")
+        setattr(options, key, value)
+    return options
+
+
+def _run(target: str, callables: dict[str, Any] | None, options: Options,
+         callbacks: Callbacks | None) -> Report:
     started = time.time()
     run = {
         "tool_version": __version__,
@@ -178,9 +234,11 @@ def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "options": {k: v for k, v in vars(options).items() if k != "extra"},
     }
-    writer = _ReportWriter(path, options, run, callbacks)
+    writer = _ReportWriter(target, options, run, callbacks)
+    worker = _worker_config(target, options)
+    worker.callables = callables
     config = SweepConfig(
-        worker=_worker_config(path, options),
+        worker=worker,
         batch_sizes=options.batch_sizes,
         limits=options.limits(),
         batch_timeout_s=options.batch_timeout_s,
@@ -225,4 +283,4 @@ def nothing_measured_message(report: Report) -> str:
     return what + "."
 
 
-__all__ = ["Options", "diagnose_file", "exit_code", "NothingMeasuredError"]
+__all__ = ["Options", "diagnose", "diagnose_file", "exit_code", "NothingMeasuredError"]

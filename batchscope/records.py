@@ -167,6 +167,8 @@ class BatchResult:
     predicted_step_s: float | None = None
     ops: list[OpStat] = field(default_factory=list)
     unmatched_ops_s: dict[str, float] = field(default_factory=dict)  # profiled, not counted
+    nvml: dict[str, Any] | None = None  # NvmlWindow.to_dict() over the timed steps
+    energy_per_unit_j: float | None = None  # J per token/image/sample, from nvml
     trace_path: str = ""
     wall_s: float = 0.0  # wall time the tool spent on this batch size
 

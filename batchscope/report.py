@@ -50,6 +50,8 @@ class Report:
     flags: list[str] = field(default_factory=list)
     partial: bool = False
     stop_reason: str = ""
+    # Labelled estimates of larger batch sizes (``watch`` only); never measurements.
+    estimates: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         hardware = self.hardware.to_dict() if self.hardware else None
@@ -64,6 +66,7 @@ class Report:
             "recommendation": to_jsonable(self.recommendation),
             "batch_response": to_jsonable(self.batch_response),
             "flags": list(self.flags),
+            "estimates": to_jsonable(self.estimates),
         }
 
     def save(self, out_dir: str) -> dict[str, str]:

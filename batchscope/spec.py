@@ -45,6 +45,8 @@ class ModelSpec:
     unit: str
     mode: str
     module: Any = None
+    make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None
+    loss: Callable[[Any, Any], torch.Tensor] | None = None
 
     def step_fn(self, model: torch.nn.Module, inputs: Any) -> Callable[[], Any]:
         """One step of the model on ``inputs``, as a zero-argument callable."""
@@ -165,31 +167,51 @@ def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
                 f"{where} defines no {required}() (the contract needs build_model() and "
                 f"make_inputs(batch_size)); it defines: {names}."
             )
+    return check_spec(
+        path=path,
+        build_model=module.build_model,
+        make_inputs=module.make_inputs,
+        optional={name: getattr(module, name, None) for name in OPTIONAL_FUNCTIONS},
+        settings={name: getattr(module, name, None) for name in SETTINGS},
+        module=module,
+    )
+
+
+OPTIONAL_FUNCTIONS = ("run", "make_optimizer", "loss")
+SETTINGS = ("BATCH_SIZES", "UNIT", "MODE")
+
+
+def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[str, Any],
+               settings: dict[str, Any], module: Any = None) -> ModelSpec:
+    """Check the optional functions and settings of a model file (or of API arguments)."""
+    where = str(path)
+    for name in ("build_model", "make_inputs"):
+        fn = build_model if name == "build_model" else make_inputs
         if not callable(fn):
-            raise ModelFileError(
-                f"{where}: {required} is a {type(fn).__name__}, not a function."
-            )
-    run = getattr(module, "run", None)
-    if run is not None and not callable(run):
-        raise ModelFileError(f"{where}: run is a {type(run).__name__}, not a function.")
-    batch_sizes = getattr(module, "BATCH_SIZES", None)
+            raise ModelFileError(f"{where}: {name} is a {type(fn).__name__}, not a function.")
+    for name, fn in optional.items():
+        if fn is not None and not callable(fn):
+            raise ModelFileError(f"{where}: {name} is a {type(fn).__name__}, not a function.")
+    batch_sizes = settings.get("BATCH_SIZES")
     if batch_sizes is not None:
         batch_sizes = _check_batch_sizes(batch_sizes, where)
-    unit = getattr(module, "UNIT", DEFAULT_UNIT)
+    unit = settings.get("UNIT") or DEFAULT_UNIT
     if not isinstance(unit, str) or not unit.strip():
         raise ModelFileError(f"{where}: UNIT must be a non-empty string such as 'token'.")
-    mode = getattr(module, "MODE", DEFAULT_MODE)
+    mode = settings.get("MODE") or DEFAULT_MODE
     if mode not in MODES:
         raise ModelFileError(f"{where}: MODE must be one of {MODES}, not {mode!r}.")
     return ModelSpec(
         path=path,
-        build_model=module.build_model,
-        make_inputs=module.make_inputs,
-        run=run,
+        build_model=build_model,
+        make_inputs=make_inputs,
+        run=optional.get("run"),
         batch_sizes=batch_sizes,
         unit=unit.strip(),
         mode=mode,
         module=module,
+        make_optimizer=optional.get("make_optimizer"),
+        loss=optional.get("loss"),
     )
 
 
@@ -237,3 +259,19 @@ def check_inputs(inputs: Any, batch_size: int, where: str) -> None:
             f"{list(first.shape)}, whose leading (batch) dimension is {first.shape[0]}, "
             f"not {batch_size}."
         )
+
+
+def spec_from_callables(build_model: Any, make_inputs: Any, run: Any = None,
+                        make_optimizer: Any = None, loss: Any = None,
+                        batch_sizes: list[int] | None = None, unit: str | None = None,
+                        mode: str | None = None, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from functions passed to the Python API, checked the same way."""
+    label = name or getattr(build_model, "__module__", "model") + "." + getattr(
+        build_model, "__qualname__", "build_model")
+    return check_spec(
+        path=Path(label),
+        build_model=build_model,
+        make_inputs=make_inputs,
+        optional={"run": run, "make_optimizer": make_optimizer, "loss": loss},
+        settings={"BATCH_SIZES": batch_sizes, "UNIT": unit, "MODE": mode},
+    )

@@ -84,7 +84,7 @@ class ComputeBoundPrediction:
 
     batch: float | None  # None: infinite, they never become compute-bound
     flops: LinearFit
-    weight_bytes: float
+    fixed_bytes: float  # bytes moved per step whatever the batch (mostly weights)
     per_row_bytes: float  # state + activations (+ gathered weight rows) added by one row
     state_bytes_per_row: float
     peak_flops_per_s: float

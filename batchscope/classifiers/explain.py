@@ -80,13 +80,14 @@ def describe_critical_batch(knee: KneePrediction, layers: ComputeBoundPrediction
         )
     if layers.batch <= 1.0:
         return text + (
-            f" The layers are compute-bound already at batch 1: reading their weights "
-            f"({fmt_bytes(layers.weight_bytes)}) takes less time than their FLOPs at the "
-            f"ridge point of {ridge:.1f} FLOP/byte, so a larger batch has little to share."
+            " The layers are compute-bound already at batch 1: moving what they read "
+            f"whatever the batch ({fmt_bytes(layers.fixed_bytes)}) takes less time than "
+            f"their FLOPs at the ridge point of {ridge:.1f} FLOP/byte, so a larger batch has "
+            "little to share."
         )
     return text + (
-        f" The layers that read weights or state ({fmt_bytes(layers.weight_bytes)} of "
-        f"weights) turn compute-bound from about {layers.batch:,.1f} rows (ridge point "
+        f" The layers that read weights or state (moving {fmt_bytes(layers.fixed_bytes)} "
+        f"per step whatever the batch) turn compute-bound from about {layers.batch:,.1f} rows (ridge point "
         f"{ridge:.1f} FLOP/byte); each row adds {fmt_flops(layers.flops.slope)} and "
         f"{fmt_bytes(layers.per_row_bytes)}, of which {state}."
     )

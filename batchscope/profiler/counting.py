@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,10 +335,37 @@ def count_step(
         >>> [op.name for op in ops], ops[-1].flops  # 2 * 8 * 64 * 32
         (['t', 'addmm'], 32768)
     """
+    with counting(weights=weights, state=state, root=root) as session:
+        step()
+    return session.ops
+
+
+class CountingSession:
+    """What :func:`counting` records; ``add_state`` marks more tensors as state mid-way."""
+
+    def __init__(self, mode: _CountingMode) -> None:
+        self._mode = mode
+
+    @property
+    def ops(self) -> list[CountedOp]:
+        return self._mode.ops
+
+    def add_state(self, tensors: Iterable[Any]) -> None:
+        """Count these tensors' storages as state from now on (inputs seen mid-step)."""
+        self._mode._state |= _storages(tensors) - self._mode._weights
+
+
+@contextlib.contextmanager
+def counting(*, weights: Iterable[torch.Tensor], state: Iterable[Any],
+             root: torch.nn.Module | None = None) -> Iterator[CountingSession]:
+    """Count every aten op run inside the ``with`` block (see :func:`count_step`).
+
+    For callers that cannot hand over one step as a callable, such as
+    :class:`batchscope.watch`, which counts the user's own loop between two ``step()`` calls.
+    """
     weight_storages = _storages(weights)
     state_storages = _storages(state) - weight_storages
     tracker = _ModuleTracker(root) if root is not None else None
     mode = _CountingMode(weight_storages, state_storages, tracker)
     with tracker if tracker is not None else contextlib.nullcontext(), mode:
-        step()
-    return mode.ops
+        yield CountingSession(mode)

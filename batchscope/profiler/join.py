@@ -22,6 +22,8 @@ from batchscope.records import ByteSplit, CountedOp, OpStat, TimedOp
 # only ops the profiler sees but the dispatch mode does not (children of a matched op are
 # skipped by time, not by this window) lie in between.
 LOOKAHEAD_OPS = 64
+# A name-only match (one side recorded no shapes) is accepted only this close to the cursor.
+FALLBACK_OPS = 8
 # Clock resolution of profiler timestamps (1 ns), for comparing start and end times.
 EPS_S = 1e-9
 
@@ -70,7 +72,9 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
             if t.start_s + EPS_S >= last_end and t.name == op.name:
                 if keys[j] == want:
                     break
-                if fallback < 0:
+                # Shapes can only be missing, not different: a same-named op with other
+                # shapes is a later call (autograd's own detach calls are not profiled).
+                if fallback < 0 and (not keys[j] or not want) and j < cursor + FALLBACK_OPS:
                     fallback = j
             j += 1
         else:

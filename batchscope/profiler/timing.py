@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from batchscope.records import LatencyStats
 
@@ -57,19 +57,28 @@ def latency_stats(samples_s: list[float]) -> LatencyStats:
     )
 
 
+class Monitor(Protocol):
+    """Something that observes the measured steps (the NVML sampler)."""
+
+    def start(self) -> None: ...
+    def stop(self) -> Any: ...
+
+
 def time_steps(
     step: Callable[[], Any],
     sync: Callable[[], None],
     config: TimingConfig | None = None,
-) -> tuple[LatencyStats, list[float]]:
-    """Warm up, then time ``step`` repeatedly; return the statistics and raw samples.
+    monitor: Monitor | None = None,
+) -> tuple[LatencyStats, list[float], Any]:
+    """Warm up, then time ``step`` repeatedly; return the statistics, raw samples and what
+    ``monitor`` observed over the measured steps (None without one).
 
     Each sample is one step, the device synchronised before the clock stops. Garbage
     collection is paused while measuring, as :mod:`timeit` (and so
     ``torch.utils.benchmark.Timer``) does, so a collection does not land in one step.
 
     Example:
-        >>> stats, _ = time_steps(lambda: sum(range(100)), lambda: None)
+        >>> stats, _, _ = time_steps(lambda: sum(range(100)), lambda: None)
         >>> stats.n >= MEASURE_MIN_STEPS
         True
     """
@@ -85,6 +94,9 @@ def time_steps(
     gc.collect()
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    observed = None
+    if monitor is not None:
+        monitor.start()
     try:
         begin = clock()
         while len(samples) < config.measure_max_steps and (
@@ -95,6 +107,8 @@ def time_steps(
             sync()
             samples.append(clock() - t0)
     finally:
+        if monitor is not None:
+            observed = monitor.stop()
         if gc_was_enabled:
             gc.enable()
-    return latency_stats(samples), samples
+    return latency_stats(samples), samples, observed

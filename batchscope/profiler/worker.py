@@ -25,12 +25,14 @@ from typing import Any
 import torch
 
 from batchscope.errors import ModelFileError
+from batchscope.hardware.nvml import NvmlWindow, energy_per_unit_j, make_sampler
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
 from batchscope.profiler.join import group_ops, join_steps, sequences_differ
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
 from batchscope.profiler.timing import TimingConfig, time_steps
+from batchscope.profiler.training import default_optimizer, persistent_tensors, training_step
 from batchscope.records import BatchResult, ByteSplit, Status, to_jsonable
 from batchscope.spec import (
     ModelSpec,
@@ -39,6 +41,7 @@ from batchscope.spec import (
     iter_tensors,
     load_model_file,
     map_tensors,
+    spec_from_callables,
     user_frames,
 )
 
@@ -54,6 +57,7 @@ class WorkerConfig:
     """What the parent tells a new worker."""
 
     model_path: str
+    callables: dict[str, Any] | None = None  # API use: build_model, make_inputs, ... by name
     device: str = "cpu"
     dtype: str = "fp32"
     mode: str | None = None  # None: the model file's MODE
@@ -68,6 +72,14 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def _cuda_identity(device: torch.device) -> tuple[int, str | None]:
+    """CUDA index and the UUID torch reports, for the NVML handle (0, None on the CPU)."""
+    if device.type != "cuda":
+        return 0, None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return index, str(torch.cuda.get_device_properties(index).uuid)
 
 
 def _become_oom_victim() -> None:
@@ -94,12 +106,9 @@ class Worker:
         self.dtype = DTYPES[config.dtype]
         if config.threads:
             torch.set_num_threads(config.threads)
-        self.spec: ModelSpec = load_model_file(config.model_path)
+        self.spec: ModelSpec = (load_model_file(config.model_path) if config.callables is None
+                                else spec_from_callables(**config.callables))
         self.mode = config.mode or self.spec.mode
-        if self.mode != "inference":
-            raise ModelFileError(
-                f"MODE {self.mode!r} is not supported yet; use MODE = 'inference'."
-            )
         model = self._call_user(self.spec.build_model, "build_model()")
         if not isinstance(model, torch.nn.Module):
             raise ModelFileError(
@@ -111,12 +120,20 @@ class Worker:
             for t in list(model.parameters()) + list(model.buffers())
         )
         try:
-            self.model = model.to(device=self.device, dtype=self.dtype).eval()
+            self.model = model.to(device=self.device, dtype=self.dtype)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
             exc.parameter_bytes = self.parameter_bytes  # type: ignore[attr-defined]
             raise
+        self.optimizer: torch.optim.Optimizer | None = None
+        if self.mode == "train":
+            self.model.train()
+            make = self.spec.make_optimizer or default_optimizer
+            self.optimizer = self._call_user(make, "make_optimizer(model)", self.model)
+        else:
+            self.model.eval()
         self.sync = _sync_fn(self.device)
         self.measured_once = False
+        self.sampler = make_sampler(self.device.type, *_cuda_identity(self.device))
 
     def _call_user(self, fn, what: str, *args: Any) -> Any:
         try:
@@ -144,6 +161,15 @@ class Worker:
             "available_memory_bytes": available_bytes(self.device),
         }
 
+    def _energy(self, result: BatchResult, window: NvmlWindow, batch_size: int,
+                steps: int) -> None:
+        """Keep the NVML window of the timed steps; energy per unit; warn on throttling."""
+        result.nvml = window.to_dict()
+        result.energy_per_unit_j = energy_per_unit_j(window, batch_size, steps)
+        warning = window.throttle_warning()
+        if warning:
+            result.flags.append(warning)
+
     def make_inputs(self, batch_size: int) -> Any:
         inputs = self._call_user(self.spec.make_inputs, f"make_inputs({batch_size})", batch_size)
         check_inputs(inputs, batch_size, str(self.spec.path))
@@ -162,15 +188,20 @@ class Worker:
         phase = "make_inputs"
         try:
             inputs = self.make_inputs(batch_size)
-            step = self.spec.step_fn(self.model, inputs)
+            if self.optimizer is not None:
+                step = training_step(self.spec, self.model, inputs, self.optimizer)
+            else:
+                step = self.spec.step_fn(self.model, inputs)
             grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
             with grad:
                 phase = "timing"
                 self.send(("phase", {"batch_size": batch_size, "phase": phase}))
                 memory = PeakMemory(self.device)
                 memory.start()
-                stats, _ = time_steps(step, self.sync, self.config.timing)
+                stats, _, window = time_steps(step, self.sync, self.config.timing,
+                                              monitor=self.sampler)
                 reading = memory.stop()
+                self._energy(result, window, batch_size, stats.n)
                 result.latency_s = stats
                 result.throughput_per_s = batch_size / stats.median
                 result.peak_memory_bytes = reading.peak_bytes
@@ -222,7 +253,7 @@ class Worker:
         except ProfilerUnavailable as exc:
             result.flags.append(f"no op breakdown: {exc}")
             return
-        weights = list(self.model.parameters()) + list(self.model.buffers())
+        weights = list(persistent_tensors(self.model, self.optimizer))
         counted = counting.count_step(
             step, weights=weights, state=iter_tensors(inputs), root=self.model
         )
@@ -287,6 +318,7 @@ def worker_main(conn, config: WorkerConfig) -> None:
         except EOFError:
             return
         if kind == "stop":
+            worker.sampler.close()
             return
         if kind == "ceilings":
             from batchscope.hardware import load_or_measure

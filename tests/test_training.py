@@ -1,0 +1,117 @@
+"""Training mode, the Python API and ``watch`` on real models."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import batchscope
+from batchscope.api import Options, diagnose_file
+from batchscope.errors import UsageError
+from batchscope.profiler.training import default_loss, default_optimizer
+from batchscope.records import Status
+from tests.conftest import SAMPLES
+from tests.models import tiny
+
+# The ops FlopCounterMode has formulas for in a conv net's training step.
+FLOP_COUNTER_OPS = {"convolution", "convolution_backward", "addmm", "mm"}
+
+
+def load_sample(name: str):
+    spec = importlib.util.spec_from_file_location(name, SAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def cnn_runs(tmp_path_factory):
+    runs = {}
+    for mode in ("inference", "train"):
+        out = tmp_path_factory.mktemp(f"cnn_{mode}")
+        runs[mode] = diagnose_file(SAMPLES / "cnn.py", Options(
+            out_dir=str(out), batch_sizes=[1], min_time_s=0.2, mode=mode, device="cpu"))
+    return runs
+
+
+def test_training_flops_are_about_three_times_inference(cnn_runs):
+    train, infer = cnn_runs["train"].batches[0], cnn_runs["inference"].batches[0]
+    assert train.status == infer.status == Status.OK
+    ratio = train.flops / infer.flops  # forward 1x + backward 2x (input and weight grads)
+    assert 2.8 <= ratio <= 3.2, ratio
+
+
+def test_training_flops_match_flop_counter_mode(cnn_runs):
+    cnn = load_sample("cnn")
+    model = cnn.build_model().train()
+    optimizer = default_optimizer(model)
+    x = cnn.make_inputs(1)
+    with FlopCounterMode(display=False) as counter:
+        default_loss(model(x), x).backward()
+        optimizer.step()
+    ours = sum(op.flops for op in cnn_runs["train"].batches[0].ops
+               if op.name in FLOP_COUNTER_OPS)
+    assert ours == counter.get_total_flops()
+
+
+def test_training_peak_memory_holds_gradients_and_optimizer_state(cnn_runs):
+    train, infer = cnn_runs["train"], cnn_runs["inference"]
+    params = train.model["parameter_bytes"]
+    # gradients (1x) and AdamW's two moments (2x) on top of inference, at least
+    extra = train.batches[0].peak_memory_bytes - infer.batches[0].peak_memory_bytes
+    assert extra >= 3 * params, (extra, params)
+    assert train.model["mode"] == "train"
+
+
+def test_train_cnn_sample_loss_is_unchanged_by_watch(tmp_path):
+    sample = load_sample("train_cnn")
+    out = tmp_path / "report"
+    watched = sample.train(steps=16, batch_size=8, use_watch=True, out_dir=str(out))
+    plain = sample.train(steps=16, batch_size=8, use_watch=False, out_dir=str(out))
+    assert watched == plain  # bit for bit: watching changes nothing
+    data = json.loads((out / "report.json").read_text())
+    (batch,) = data["batches"]
+    assert batch["batch_size"] == 8 and batch["status"] == "ok" and batch["coverage"] > 0.95
+    assert data["model"]["mode"] == "train"
+    assert [e["batch_size"] for e in data["estimates"]] == [16, 32, 64]
+    assert all("estimate" in e["method"] for e in data["estimates"])
+
+
+def test_watch_estimate_within_2x_of_the_sweep(tmp_path):
+    sample = load_sample("train_cnn")
+    model = sample.build_model().train()
+    optimizer = sample.make_optimizer(model)
+    with batchscope.watch(model, optimizer=optimizer, out_dir=None) as w:
+        for step in range(20):
+            batch = sample.make_inputs(8, seed=step)
+            sample.loss(sample.run(model, batch), batch).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            w.step()
+    assert not w.active
+    estimate = next(e for e in w.report.estimates if e.batch_size == 32)
+    swept = diagnose_file(SAMPLES / "train_cnn.py",
+                          Options(out_dir=str(tmp_path), batch_sizes=[32], min_time_s=0.5))
+    measured = swept.batches[0].throughput_per_s
+    assert 0.5 <= estimate.throughput_per_s / measured <= 2.0, (estimate, measured)
+
+
+def test_python_api_runs_functions_in_the_worker(tmp_path):
+    report = batchscope.diagnose(tiny.build_model, tiny.make_inputs, batch_sizes=[1, 2],
+                                 min_time_s=0.05, measure_ceilings=False, op_breakdown=False,
+                                 unit="row")
+    assert [b.status for b in report.batches] == [Status.OK, Status.OK]
+    assert report.model["unit"] == "row" and report.model["target"].endswith("build_model")
+    paths = report.save(str(tmp_path))
+    assert json.loads(open(paths["json"]).read())["batches"][1]["batch_size"] == 2
+
+
+def test_python_api_refuses_what_the_worker_cannot_import():
+    with pytest.raises(UsageError, match="local function or lambda"):
+        batchscope.diagnose(lambda: torch.nn.Linear(2, 2), tiny.make_inputs)
+    with pytest.raises(UsageError, match="unknown option"):
+        batchscope.diagnose(tiny.build_model, tiny.make_inputs, max_batches=3)
