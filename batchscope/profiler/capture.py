@@ -136,5 +136,8 @@ def capture_steps(
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
-    steps = parse_events(prof.events(), use_device_time=False)[PROFILER_WARMUP_STEPS:]
+    # On a GPU an op's time is the time of the kernels it launched; the step's CPU range
+    # ends with a synchronise, so the rest of it (launch gaps, idle) is framework time.
+    steps = parse_events(prof.events(), use_device_time=device.type == "cuda")
+    steps = steps[PROFILER_WARMUP_STEPS:]
     return Capture(steps=steps, trace_path=str(trace_path) if trace_path else "")
