@@ -25,7 +25,7 @@ from batchscope.reports.console import ProgressCallbacks, print_ceilings, print_
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
-SUBCOMMANDS = ("hardware",)
+SUBCOMMANDS = ("hardware", "compare")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
                "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -51,10 +51,6 @@ def fail(exc: BatchscopeError) -> typer.Exit:
 
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-
-def _second_interrupt_exits(signum: int, frame: object) -> None:
-    os._exit(int(ExitCode.INTERRUPTED))
 
 
 diagnose_app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -114,8 +110,7 @@ def diagnose(
     code = exit_code(report)
     print_summary(out_console, report)
     if code == ExitCode.INTERRUPTED:
-        signal.signal(signal.SIGINT, _second_interrupt_exits)
-        err_console.print(f"interrupted: the partial report is in {out}/")
+        err_console.print(f"interrupted: the partial report is in {out}/", markup=False)
     elif code == ExitCode.NOTHING_MEASURED:
         err_console.print(f"error: {nothing_measured_message(report)}", markup=False)
     raise typer.Exit(code=int(code))
@@ -140,6 +135,44 @@ def hardware(
     if device not in ("cpu", "cuda"):
         raise fail(UsageError(f"unknown device {device!r}; use cpu or cuda."))
     print_ceilings(out_console, load_or_measure(device, recalibrate=recalibrate))
+
+
+@tools_app.command("compare")
+def compare(
+    base: Annotated[Path, typer.Argument(help="report.json of the base (e.g. the main branch).")],
+    head: Annotated[Path, typer.Argument(help="report.json of the head (e.g. the pull request).")],
+    threshold: Annotated[float, typer.Option("--threshold", help="Fail (exit 1) when throughput at the base's recommended batch size falls by more than this many percent.")] = 10.0,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write the comparison as Markdown to this file.")] = None,
+    output_format: Annotated[str, typer.Option("--format", help="What to print: text (a table) or markdown.")] = "text",
+) -> None:
+    """Compare two report.json files: throughput, latency, recommendation, op classes.
+
+    Exit 0: no regression; 1: throughput at the base's recommended batch size fell by more
+    than --threshold percent (or the head could not measure it); 4: unreadable input.
+    """
+    from batchscope.reports.compare import REGRESSION_EXIT_CODE, compare_files
+    from batchscope.reports.compare_render import print_comparison, render_markdown
+    from batchscope.reports.json_report import atomic_write_text
+
+    try:
+        if output_format not in ("text", "markdown"):
+            raise UsageError(f"--format must be text or markdown, not {output_format!r}.")
+        if not 0 < threshold < 100:
+            raise UsageError(f"--threshold must be a percentage between 0 and 100, not {threshold:g}.")
+        result = compare_files(base, head, threshold / 100)
+    except UsageError as exc:
+        raise fail(exc) from None
+    text = render_markdown(result)
+    if markdown is not None:
+        try:
+            atomic_write_text(markdown, text)
+        except OSError as exc:
+            raise fail(UsageError(f"cannot write --markdown {markdown}: {exc.strerror or exc}.")) from None
+    if output_format == "markdown":
+        sys.stdout.write(text)
+    else:
+        print_comparison(out_console, result)
+    raise typer.Exit(code=REGRESSION_EXIT_CODE if result.regression else 0)
 
 
 def main(argv: list[str] | None = None) -> None:

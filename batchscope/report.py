@@ -27,6 +27,9 @@ class Recommendation:
     # ``..._infinite`` True when they never do.
     predicted_compute_bound_batch: float | None = None
     predicted_compute_bound_infinite: bool = False
+    near_best_share: float = 0.9  # the rule's share of the best throughput
+    # The terms B* and the compute-bound batch came from (classifiers/critical_batch.py).
+    prediction: dict[str, Any] = field(default_factory=dict)
     best_batch_size: int | None = None
     best_throughput_per_s: float | None = None
     excluded: dict[int, str] = field(default_factory=dict)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from batchscope.classifiers.critical_batch import (
+    ComputeBoundPrediction,
+    KneePrediction,
     measured_knee,
     predict_compute_bound_batch,
     predict_critical_batch,
 )
 from batchscope.classifiers.explain import explain
-from batchscope.classifiers.recommend import recommend
+from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
@@ -33,6 +35,24 @@ def noise_flags(results: list[BatchResult]) -> list[str]:
                 f"{(lat.p75 - lat.p25) / lat.median:.0%} of the median (was the machine busy?)"
             )
     return flags
+
+
+def prediction_terms(knee: KneePrediction | None,
+                     layers: ComputeBoundPrediction | None) -> dict[str, Any]:
+    """The numbers the predictions came from, for renderers to quote (all per step)."""
+    terms: dict[str, Any] = {}
+    if knee is not None:
+        terms.update(shared_s=knee.shared_s, per_row_s=knee.per_row_s)
+    if layers is not None:
+        terms.update(
+            layers_fixed_bytes=layers.fixed_bytes,
+            layers_bytes_per_row=layers.per_row_bytes,
+            layers_state_bytes_per_row=layers.state_bytes_per_row,
+            layers_flops_per_row=layers.flops.slope,
+            peak_flops_per_s=layers.peak_flops_per_s,
+            bandwidth_bytes_per_s=layers.bandwidth_bytes_per_s,
+        )
+    return terms
 
 
 def analyze(
@@ -73,6 +93,8 @@ def analyze(
                                 unit, stopped_at_cap="largest batch size" in stop_reason),
             predicted_compute_bound_batch=layers.batch if layers else None,
             predicted_compute_bound_infinite=bool(layers and layers.batch is None),
+            near_best_share=NEAR_BEST_SHARE,
+            prediction=prediction_terms(predicted, layers),
             best_batch_size=choice.best_batch_size,
             best_throughput_per_s=choice.best_throughput_per_s,
             excluded=choice.excluded,

@@ -1,0 +1,327 @@
+"""The explanation, in plain words with the user's numbers, as titled sections of plain text.
+
+Four questions, each answered from the report dict alone: where the model sits at its
+smallest batch, what sets the critical batch size B* (and whether it is finite), why state
+such as a KV cache does not amortize, and what the throughput curve means for serving.
+The sections are plain strings; each renderer escapes them for its own format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from batchscope.reports import fmt
+from batchscope.reports import view as v
+from batchscope.reports.view import Doc
+
+# State under this share of a step's bytes at the largest batch is the inputs themselves
+# rather than a cache that competes with the weights: a sentence, not a warning.
+STATE_NEGLIGIBLE_SHARE = 0.10
+# An op whose bytes are mostly state is "state-bound": it cannot amortize with the batch.
+STATE_OP_SHARE = 0.5
+# A step whose bytes are mostly weights is the textbook case for batching.
+WEIGHT_DOMINATED_SHARE = 0.5
+# Ops named in the state paragraph, at most.
+MAX_STATE_OPS = 3
+
+
+@dataclass
+class Section:
+    """One titled part of the explanation."""
+
+    key: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+
+
+def _mb(n: float | None) -> str:
+    return fmt.nbytes(n)
+
+
+def _bound_words(bound: object) -> str:
+    """``"memory"`` -> ``"memory-bound"``; an op the roofline could not place says so."""
+    if bound in ("memory", "compute", "overhead"):
+        return f"{bound}-bound"
+    return "not classified (no FLOP formula or no ceilings)"
+
+
+def _module(op: Doc) -> str:
+    """The module path an op ran under, quoted (``*`` stands for several siblings)."""
+    return f"“{op.get('module')}”"
+
+
+def _share_sentence(batch: Doc) -> str:
+    share = batch.get("time_share") or {}
+    parts = [
+        f"{fmt.pct(share.get('memory'))} is in memory-bound ops",
+        f"{fmt.pct(share.get('compute'))} in compute-bound ops",
+        f"{fmt.pct(share.get('overhead'))} in ops too small to reach either roof (overhead)",
+        f"{fmt.pct(share.get('framework'))} between ops (Python and dispatch)",
+    ]
+    if (share.get("uncounted") or 0.0) >= 0.005:
+        parts.append(f"{fmt.pct(share.get('uncounted'))} in ops without a FLOP formula")
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _bound_reading(doc: Doc, batch: Doc) -> str:
+    dominant = v.dominant_bound(batch)
+    split = batch.get("bytes") or {}
+    total = v.step_bytes(batch) or 0.0
+    weight_share = (split.get("weights") or 0) / total if total else 0.0
+    hw = v.hardware(doc) or {}
+    if dominant == "memory" and weight_share >= WEIGHT_DOMINATED_SHARE:
+        return ("So the step waits on memory, and mostly on weights. Weights are read once per "
+                "step whatever the batch, so every extra row gets them for free: this is the "
+                "case batching is made for.")
+    if dominant == "memory":
+        return ("So the step waits on memory, but mostly not on weights: bytes that grow with "
+                "every row cannot be shared by a batch, so batching helps less than the "
+                "memory-bound label suggests.")
+    if dominant == "compute":
+        return ("The step is compute-bound already: its large ops do enough FLOPs per byte to "
+                "keep the arithmetic units busy, and a larger batch brings more FLOPs in "
+                "proportion. Batching can only amortize the small remainder (overhead and "
+                "memory-bound ops).")
+    if dominant in ("overhead", "framework"):
+        return ("The step is dominated by fixed costs: its ops are too small to reach a roof "
+                f"(this machine's measured cost of one small op is "
+                f"{fmt.seconds(hw.get('overhead_s'))}), and the Python between ops adds "
+                "more. Batching spreads fixed costs over more rows, which lifts throughput "
+                "through amortized overhead rather than weight reuse.")
+    if dominant == "uncounted":
+        return ("Most of the step is in ops without a FLOP formula, which the roofline cannot "
+                "place; the flags below list them.")
+    return ""
+
+
+def where_it_sits(doc: Doc) -> Section | None:
+    """Time share by bound and the bytes of the smallest measured batch."""
+    measured = v.measured(doc)
+    if not measured:
+        return None
+    b0 = measured[0]
+    n = b0["batch_size"]
+    lat = b0.get("latency_s") or {}
+    sec = Section("start", f"Where the model sits at batch {n}")
+    first = (f"At batch {n} a step takes {fmt.seconds(lat.get('median'))} (median of "
+             f"{lat.get('n', '?')} timed steps).")
+    if b0.get("time_share"):
+        first += f" Of the profiled step, {_share_sentence(b0)}."
+    sec.paragraphs.append(first)
+    split, total = b0.get("bytes"), v.step_bytes(b0)
+    if split and total:
+        text = (f"One step moves {_mb(total)}: {_mb(split.get('weights'))} of weights "
+                f"({fmt.pct(split.get('weights', 0) / total)}), {_mb(split.get('state'))} of "
+                f"inputs and state built by make_inputs "
+                f"({fmt.pct(split.get('state', 0) / total)}) and "
+                f"{_mb(split.get('activations'))} of activations, for "
+                f"{fmt.si(b0.get('flops'), 'FLOP')}.")
+        intensity, ridge = v.step_intensity(b0), v.ridge(doc)
+        if intensity is not None and ridge:
+            side = "below" if intensity < ridge else "above"
+            text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} this machine's "
+                     f"ridge point of {fmt.number(ridge)} FLOP/byte ({v.model_dtype(doc)}).")
+        sec.paragraphs.append(text)
+    reading = _bound_reading(doc, b0)
+    top = v.ops_by_time(b0)
+    if top and top[0].get("time_s"):
+        op = top[0]
+        where = f" in {_module(op)}" if op.get("module") else ""
+        reading += (f" The largest op is {op.get('name')} on {fmt.shapes(op.get('input_shapes'))}"
+                    f"{where}, {fmt.pct(v.op_share(op, b0))} of the step, "
+                    f"{_bound_words(op.get('bound'))}.")
+    if reading:
+        sec.paragraphs.append(reading.strip())
+    return sec
+
+
+def _intensity_path(doc: Doc) -> str:
+    points = [(b["batch_size"], v.step_intensity(b)) for b in v.measured(doc)]
+    points = [(n, i) for n, i in points if i is not None]
+    if len(points) < 2:
+        return ""
+    first, last = points[0], points[-1]
+    return (f"The step's intensity goes from {fmt.number(first[1])} FLOP/byte at batch "
+            f"{first[0]} to {fmt.number(last[1])} at batch {last[0]}.")
+
+
+def critical_batch(doc: Doc) -> Section | None:
+    """What sets B*, where the layers turn compute-bound, and why the knee differs."""
+    rec = v.recommendation(doc)
+    if not rec:
+        return None
+    sec = Section("bstar", "What sets the critical batch size B*")
+    terms = rec.get("prediction") or {}
+    predicted, ridge = rec.get("predicted_critical_batch"), v.ridge(doc)
+    ridge_text = f"{fmt.number(ridge)} FLOP/byte" if ridge else "the ridge point"
+    if predicted is not None and terms.get("per_row_s"):
+        sec.paragraphs.append(
+            f"On this machine's roofline a step costs {fmt.seconds(terms.get('shared_s'))} "
+            "that the whole batch shares (reading the weights once, fixed per-op costs) plus "
+            f"{fmt.seconds(terms['per_row_s'])} for every row (its FLOPs, activations and "
+            f"state). Batching pays until the per-row time catches up with the shared time: "
+            f"B* ≈ {fmt.number(predicted)} rows.")
+    else:
+        sec.paragraphs.append("B* could not be predicted: this run has no measured ceilings "
+                              "or no counted FLOPs.")
+    flops_row, bytes_row = terms.get("layers_flops_per_row"), terms.get("layers_bytes_per_row")
+    if rec.get("predicted_compute_bound_infinite"):
+        text = ("The layers that read weights or state never turn compute-bound, however "
+                "large the batch")
+        if flops_row and bytes_row:
+            text += (f": each row adds {fmt.si(flops_row, 'FLOP')} against "
+                     f"{_mb(bytes_row)} of its own bytes "
+                     f"({_mb(terms.get('layers_state_bytes_per_row') or 0)} of it state), "
+                     f"{fmt.number(flops_row / bytes_row)} FLOP/byte, below the ridge of "
+                     f"{ridge_text}; batching amortizes only the weights")
+        sec.paragraphs.append(text + ".")
+    elif rec.get("predicted_compute_bound_batch") is not None:
+        crossing = rec["predicted_compute_bound_batch"]
+        if crossing <= 1.0:
+            sec.paragraphs.append(
+                "The layers do more FLOPs per byte than the ridge point of "
+                f"{ridge_text} already at batch 1: they are compute-bound from the start and "
+                "a larger batch has little to share.")
+        else:
+            sec.paragraphs.append(
+                f"The layers that read weights or state reach the ridge point of {ridge_text} "
+                f"at about {fmt.number(crossing)} rows: from there they are compute-bound. "
+                f"{_intensity_path(doc)}".strip())
+    knee = rec.get("measured_knee_batch")
+    if knee is not None:
+        largest = v.measured(doc)[-1]["batch_size"] if v.measured(doc) else None
+        if rec.get("measured_knee_within_sweep"):
+            text = f"Measured, the throughput curve bends at a knee of about {fmt.number(knee)}."
+        else:
+            text = (f"Measured, the throughput curve was still rising at the largest batch "
+                    f"({largest}): its knee is beyond the sweep (fit: about {fmt.number(knee)});"
+                    " a larger --max-batch would find it.")
+        last = v.measured(doc)[-1] if v.measured(doc) else None
+        eff = v.time_weighted_efficiency(last) if last else None
+        if predicted is not None:
+            if knee < predicted:
+                text += (" It comes before the prediction because real kernels run below their "
+                         "roof as they grow")
+            else:
+                text += (" It comes after the prediction because small batches run far below "
+                         "their roof (fixed per-op costs), so amortizing those keeps paying")
+            text += (f" (at batch {last['batch_size']} the counted ops run at "
+                     f"{fmt.pct(eff)} of their roofline speed, time-weighted)." if last and eff
+                     else ".")
+            if eff and eff > 1:
+                text += (" Over 100% means kernels beat the measured ceilings: the ceilings "
+                         "are low for this machine, see the flags under the method.")
+        sec.paragraphs.append(text)
+    return sec
+
+
+def _state_ops(batch: Doc) -> list[Doc]:
+    out = []
+    for op in v.ops_by_time(batch):
+        split = op.get("bytes") or {}
+        total = sum(split.get(k, 0) for k in v.BYTE_KINDS)
+        if total and split.get("state", 0) / total >= STATE_OP_SHARE:
+            out.append(op)
+    return out[:MAX_STATE_OPS]
+
+
+def state(doc: Doc) -> Section | None:
+    """Weights amortize, state does not: per-row bytes at the smallest and largest batch."""
+    pts = [b for b in v.measured(doc) if b.get("bytes")]
+    if not pts:
+        return None
+    lo, hi = pts[0], pts[-1]
+    n0, n1 = lo["batch_size"], hi["batch_size"]
+    w0, s0 = lo["bytes"].get("weights", 0), lo["bytes"].get("state", 0)
+    s1 = hi["bytes"].get("state", 0)
+    total1, total0 = v.step_bytes(hi) or 1.0, v.step_bytes(lo) or 1.0
+    negligible = s1 / total1 < STATE_NEGLIGIBLE_SHARE
+    title = ("Weights amortize; nothing here that does not" if negligible
+             else "Why state such as a KV cache does not amortize")
+    sec = Section("state", title)
+    if n1 > n0:
+        sec.paragraphs.append(
+            f"Weights are {_mb(w0)} per step at every batch size, read once and shared by every "
+            f"row: per row they fall from {_mb(w0 / n0)} at batch {n0} to "
+            f"{_mb(hi['bytes'].get('weights', 0) / n1)} at batch {n1}.")
+    else:
+        sec.paragraphs.append(f"Weights are {_mb(w0)} per step, read once and shared by every "
+                              "row of a batch; only one batch size was measured.")
+    if negligible:
+        sec.paragraphs.append(
+            f"Inputs and state built by make_inputs take {_mb(s1 / n1)} per row "
+            f"({fmt.pct(s1 / total1)} of the step's bytes at batch {n1}): each row brings its "
+            "own, so they never amortize, but at this size they do not hold the weights back. "
+            "Activations grow with the batch, as they must "
+            f"({_mb(hi['bytes'].get('activations', 0) / n1)} per row at batch {n1}).")
+        return sec
+    sec.paragraphs.append(
+        f"State (tensors make_inputs built that every step reads again, such as a KV cache) is "
+        f"{_mb(s0 / n0)} per row at batch {n0} and {_mb(s1 / n1)} per row at batch {n1}: every "
+        "row owns its own, so no batch can share it. It is "
+        f"{fmt.pct(s1 / total1)} of the step's bytes at batch {n1}, up from "
+        f"{fmt.pct(s0 / total0)} at batch {n0}.")
+    ops = _state_ops(hi)
+    if ops:
+        first = {o.get("op_id"): o for o in lo.get("ops") or []}
+        names = []
+        for op in ops:
+            before = first.get(op.get("op_id")) or {}
+            names.append(f"{op.get('name')}{' in ' + _module(op) if op.get('module') else ''} "
+                         f"(intensity {fmt.number(before.get('intensity'))} FLOP/byte at batch "
+                         f"{n0}, {fmt.number(op.get('intensity'))} at batch {n1}, "
+                         f"{_bound_words(op.get('bound'))})")
+        sec.paragraphs.append(
+            "The ops that read it stay where they were on the roofline as the batch grows: "
+            + "; ".join(names) + ". A longer context or a larger cache makes state a bigger "
+            "share of every step, and batching stops paying sooner.")
+    return sec
+
+
+def serving(doc: Doc) -> Section | None:
+    """Static batches against continuous batching, with the recommended batch's numbers."""
+    rec_batch = v.recommended(doc)
+    if rec_batch is None:
+        return None
+    unit, n = v.unit(doc), rec_batch["batch_size"]
+    thr, step = rec_batch.get("throughput_per_s"), v.latency_median(rec_batch)
+    sec = Section("serving", "What the curve means for serving")
+    if n == 1:
+        sec.paragraphs.append(
+            f"The recommendation is batch 1 ({fmt.rate(thr, unit)}, {fmt.seconds(step)} per "
+            "step): no larger batch measured gave enough throughput to be worth its latency, "
+            "so serve requests one at a time; batching them would only make each one wait.")
+        return sec
+    sec.paragraphs.append(
+        f"Every throughput here is for a full batch: {n} rows in every step. At batch {n} "
+        f"that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}, so each row gets "
+        f"{fmt.rate(1 / step if step else None, unit)}.")
+    if n >= 2 and step and thr:
+        half = max(n // 2, 1)
+        half_batch = v.batch_of(doc, half)
+        text = (f"A static batch starts {n} requests together and runs until the last one is "
+                "done; slots whose requests finish early sit idle. Half full on average, it "
+                f"still pays {fmt.seconds(step)} per step but yields {half} {unit}s: "
+                f"{fmt.rate(half / step, unit)}")
+        if half_batch:
+            text += (f", no better than batch {half} kept full "
+                     f"({fmt.rate(half_batch.get('throughput_per_s'), unit)} measured)")
+        sec.paragraphs.append(text + ".")
+        sec.paragraphs.append(
+            "Continuous batching (in-flight batching, as in vLLM, TGI or TensorRT-LLM; dynamic "
+            "batching with a maximum wait for one-step requests, as in Triton or TorchServe) "
+            f"admits a waiting request as soon as a slot frees, so the batch stays at {n} and "
+            f"the {fmt.rate(thr, unit)} holds while requests are queued. With fewer than {n} "
+            "in flight the batch runs partly empty and throughput follows the measured curve "
+            "down; the latency of each step follows it up.")
+    limit = v.latency_limit_s(doc)
+    if limit:
+        sec.paragraphs.append(f"The run was given a latency limit of {fmt.seconds(limit)} per "
+                              "step; batch sizes above it were not recommended.")
+    return sec
+
+
+def sections(doc: Doc) -> list[Section]:
+    """The explanation, in reading order; empty when nothing was measured."""
+    out = [where_it_sits(doc), critical_batch(doc), state(doc), serving(doc)]
+    return [s for s in out if s is not None and s.paragraphs]

@@ -1,0 +1,189 @@
+"""Read-only accessors over the report dict (what report.json holds), shared by renderers.
+
+Renderers never recompute the analysis: the classifiers did that and wrote it into the dict.
+What lives here is lookup (the recommended batch, the ops of one batch size, the limits the
+run was given) and small display arithmetic on measured values (a share, a per-row figure).
+Every accessor tolerates missing keys, so a partial report or an older one still renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Doc = dict[str, Any]
+
+BOUNDS = ("memory", "compute", "overhead", "uncounted")
+BYTE_KINDS = ("weights", "state", "activations")
+# Time shares of a batch, in stacking order: the four bounds and the time between ops.
+SHARES = (*BOUNDS, "framework")
+SHARE_LABELS = {
+    "memory": "memory-bound",
+    "compute": "compute-bound",
+    "overhead": "overhead-bound",
+    "uncounted": "uncounted (no FLOP formula)",
+    "framework": "between ops (Python, dispatch)",
+}
+# Colours, one per bound and one per byte kind, used by every chart and legend in the HTML.
+BOUND_COLORS = {
+    "memory": "#2563eb",
+    "compute": "#dc2626",
+    "overhead": "#d97706",
+    "uncounted": "#7c8594",
+    "framework": "#cbd2dc",
+}
+BYTE_COLORS = {"weights": "#7c3aed", "state": "#0d9488", "activations": "#94a3b8"}
+# Op flags that start with this are roofline accounting errors (DESIGN.md, Definitions).
+ACCOUNTING_FLAG = "accounting error"
+
+
+def unit(doc: Doc) -> str:
+    """What one batch row yields per step ("token", "image", ...)."""
+    return str((doc.get("model") or {}).get("unit") or "sample")
+
+
+def target(doc: Doc) -> str:
+    """The model file the report is about."""
+    return str((doc.get("model") or {}).get("target") or "model")
+
+
+def model_dtype(doc: Doc) -> str:
+    """The dtype the model ran in, as a torch name ("float32")."""
+    return str((doc.get("model") or {}).get("dtype") or "float32")
+
+
+def hardware(doc: Doc) -> Doc | None:
+    """The ceilings section, or None when ceilings were not measured."""
+    hw = doc.get("hardware")
+    return hw if isinstance(hw, dict) and hw.get("peak_flops_per_s") else None
+
+
+def ridge(doc: Doc) -> float | None:
+    """Ridge point of the model's dtype in FLOP/byte (falls back to float32)."""
+    hw = hardware(doc)
+    if hw is None:
+        return None
+    ridges = hw.get("ridge_flops_per_byte") or {}
+    return ridges.get(model_dtype(doc)) or ridges.get("float32")
+
+
+def options(doc: Doc) -> Doc:
+    """The options the run was given (``run.options``)."""
+    return (doc.get("run") or {}).get("options") or {}
+
+
+def latency_limit_s(doc: Doc) -> float | None:
+    """The --latency-limit-ms the run was given, in seconds (None: no limit)."""
+    return options(doc).get("latency_limit_s")
+
+
+def memory_budget_bytes(doc: Doc) -> float | None:
+    """The --memory-budget the run was given, in bytes (None: no budget)."""
+    return options(doc).get("memory_budget_bytes")
+
+
+def batches(doc: Doc) -> list[Doc]:
+    """Every batch size tried, in sweep order."""
+    return [b for b in doc.get("batches") or [] if isinstance(b, dict)]
+
+
+def is_measured(batch: Doc) -> bool:
+    """True for a batch size that finished with a throughput."""
+    return batch.get("status") == "ok" and bool(batch.get("throughput_per_s"))
+
+
+def measured(doc: Doc) -> list[Doc]:
+    """The batch sizes that were measured, smallest first."""
+    return sorted((b for b in batches(doc) if is_measured(b)), key=lambda b: b["batch_size"])
+
+
+def failed(doc: Doc) -> list[Doc]:
+    """The batch sizes that did not finish (OOM, error, timeout...)."""
+    return [b for b in batches(doc) if b.get("status") != "ok"]
+
+
+def recommendation(doc: Doc) -> Doc:
+    """The recommendation section ({} when there is none)."""
+    return doc.get("recommendation") or {}
+
+
+def batch_of(doc: Doc, batch_size: int | None) -> Doc | None:
+    """The measured batch of that size, or None."""
+    for b in measured(doc):
+        if b["batch_size"] == batch_size:
+            return b
+    return None
+
+
+def recommended(doc: Doc) -> Doc | None:
+    """The measured batch the report recommends."""
+    return batch_of(doc, recommendation(doc).get("batch_size"))
+
+
+def latency_median(batch: Doc | None) -> float | None:
+    """Median step latency of a batch in seconds, or None."""
+    lat = (batch or {}).get("latency_s") or {}
+    return lat.get("median")
+
+
+def step_bytes(batch: Doc) -> float | None:
+    """Counted bytes of one step, all kinds together."""
+    split = batch.get("bytes")
+    return float(sum(split.get(k, 0) for k in BYTE_KINDS)) if split else None
+
+
+def step_intensity(batch: Doc) -> float | None:
+    """FLOP per byte of the whole step (counted FLOPs over counted bytes)."""
+    total = step_bytes(batch)
+    flops = batch.get("flops")
+    return flops / total if flops and total else None
+
+
+def op_share(op: Doc, batch: Doc) -> float | None:
+    """An op's share of the profiled step time."""
+    step = batch.get("profiled_step_s")
+    return op.get("time_s", 0.0) / step if step else None
+
+
+def ops_by_time(batch: Doc | None) -> list[Doc]:
+    """Ops of one batch, most time first."""
+    return sorted((batch or {}).get("ops") or [], key=lambda o: -(o.get("time_s") or 0.0))
+
+
+def time_weighted_efficiency(batch: Doc) -> float | None:
+    """Roofline time over measured time of the counted ops together (1 = at the roof)."""
+    roof = sum(o.get("roof_time_s") or 0.0 for o in batch.get("ops") or [] if o.get("roof_time_s"))
+    spent = sum(o.get("time_s") or 0.0 for o in batch.get("ops") or [] if o.get("roof_time_s"))
+    return roof / spent if spent else None
+
+
+@dataclass
+class Flag:
+    """One thing the reader should know about the measurement."""
+
+    text: str
+    batch_size: int | None = None
+    op_id: str = ""
+
+
+def flags(doc: Doc) -> list[Flag]:
+    """Report-level flags, then every op's flags (accounting errors and the like)."""
+    out = [Flag(str(f)) for f in doc.get("flags") or []]
+    for b in batches(doc):
+        for op in b.get("ops") or []:
+            for text in op.get("flags") or []:
+                out.append(Flag(str(text), b.get("batch_size"), str(op.get("op_id", ""))))
+    return out
+
+
+def accounting_errors(doc: Doc) -> list[Flag]:
+    """Ops measured faster than their roof: the ceilings or the counts are off."""
+    return [f for f in flags(doc) if f.text.startswith(ACCOUNTING_FLAG)]
+
+
+def dominant_bound(batch: Doc) -> str | None:
+    """The bound (or "framework") holding the largest share of the step."""
+    share = batch.get("time_share")
+    if not share:
+        return None
+    return max(SHARES, key=lambda k: share.get(k) or 0.0)

@@ -1,0 +1,63 @@
+"""report.html in a real headless browser: every chart drawn, no network request, a screenshot.
+
+Skipped where no chromium is installed (``.ci/run`` installs Debian's). Set
+``BATCHSCOPE_SCREENSHOT_DIR`` to keep the screenshots (CI uploads them as an artifact).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchscope.reports.html import render_html
+from tests.reports.browser import PageRun, find_chromium, open_page, png_size
+from tests.reports.conftest import SAMPLES, load
+
+CHROMIUM = find_chromium()
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="no chromium on PATH (apt-get install chromium)")
+WIDTH, HEIGHT = 1400, 4000
+# A blank or failed page compresses to a few kB; a page of charts is far larger.
+MIN_SCREENSHOT_BYTES = 100_000
+
+
+def check_page(run: PageRun) -> None:
+    body = run.body
+    assert body, f"no <body> in the dumped DOM; stderr: {run.stderr}"
+    assert "data-chart-errors" not in body, body.get("data-chart-errors")
+    assert int(body["data-charts-expected"]) > 0
+    assert body["data-charts-drawn"] == body["data-charts-expected"]
+    assert body["data-resource-requests"] == "0"
+    assert body["data-csp-violations"] == "0"
+    assert run.page_requests == []
+    assert png_size(run.screenshot) == (WIDTH, HEIGHT)
+    assert run.screenshot.stat().st_size > MIN_SCREENSHOT_BYTES
+    keep = os.environ.get("BATCHSCOPE_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(run.screenshot, Path(keep) / run.screenshot.name)
+
+
+def open_report(doc: dict[str, Any], name: str, tmp_path: Path) -> PageRun:
+    page = tmp_path / f"{name}.html"
+    page.write_text(render_html(doc), encoding="utf-8")
+    assert CHROMIUM is not None
+    return open_page(CHROMIUM, page, tmp_path / "browser", WIDTH, HEIGHT)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_sample_report_draws_every_chart_offline(name: str, tmp_path: Path) -> None:
+    run = open_report(load(name), name, tmp_path)
+    check_page(run)
+    assert run.body["data-charts-drawn"] == "7"  # every chart of the report
+    assert run.dom.count("<script") == 4  # plotly.js, the page script, two JSON blocks
+    assert 'class="main-svg"' in run.dom  # plotly drew SVG
+    # The op table's script ran: it filtered to the recommended batch and counted the rows.
+    rec = load(name)["recommendation"]["batch_size"]
+    shown = sum(len(b["ops"]) for b in load(name)["batches"] if b["batch_size"] == rec)
+    assert re.search(rf'id="op-count"[^>]*>{shown} of \d+ rows<', run.dom)

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from batchscope.cli import main, tools_app
+from batchscope.reports.compare import compare
+from batchscope.reports.compare_render import render_markdown
+from batchscope.reports.json_report import MAX_REPORT_BYTES
+from tests.reports.conftest import REPORTS
+
+runner = CliRunner()
+LLM = REPORTS / "llm_decode.json"
+
+
+def write(tmp_path: Path, name: str, doc: Any) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def scaled(doc: dict[str, Any], factor: float) -> dict[str, Any]:
+    """A copy with every throughput times ``factor`` (and latencies divided by it)."""
+    out = copy.deepcopy(doc)
+    for b in out["batches"]:
+        if b.get("throughput_per_s"):
+            b["throughput_per_s"] *= factor
+            for key in ("median", "p25", "p75", "min", "max"):
+                b["latency_s"][key] /= factor
+    return out
+
+
+def test_a_report_against_itself_exits_0(tmp_path: Path) -> None:
+    result = runner.invoke(tools_app, ["compare", str(LLM), str(LLM)])
+    assert result.exit_code == 0, result.output
+    assert "no regression" in result.output
+
+
+def test_throughput_times_0_8_is_a_regression(tmp_path: Path, sample_doc: dict[str, Any]) -> None:
+    base = write(tmp_path, "base.json", sample_doc)
+    head = write(tmp_path, "head.json", scaled(sample_doc, 0.8))
+    md = tmp_path / "compare.md"
+    result = runner.invoke(tools_app, ["compare", str(base), str(head), "--markdown", str(md)])
+    assert result.exit_code == 1, result.output
+    gate = sample_doc["recommendation"]["batch_size"]
+    assert "regression" in result.output and f"batch {gate}" in result.output
+    assert "−20.0%" in result.output  # 0.8 - 1 = -20%
+    text = md.read_text(encoding="utf-8")
+    assert text.startswith("### ❌ batchscope compare: regression")
+    assert f"throughput at batch {gate} (the base's recommendation)" in text
+
+
+def test_threshold_option(tmp_path: Path) -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    base, head = write(tmp_path, "b.json", doc), write(tmp_path, "h.json", scaled(doc, 0.8))
+    for threshold, code in (("25", 0), ("0", 4), ("100", 4)):
+        args = ["compare", str(base), str(head), "--threshold", threshold]
+        assert runner.invoke(tools_app, args).exit_code == code
+    slight = write(tmp_path, "s.json", scaled(doc, 0.95))
+    assert runner.invoke(tools_app, ["compare", str(base), str(slight)]).exit_code == 0
+
+
+def test_markdown_to_stdout_and_the_main_entry_point(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(LLM), str(LLM), "--format", "markdown"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### ✅ batchscope compare: no regression")
+    assert "| batch | status |" in out
+
+
+def test_head_without_the_gate_batch_is_a_regression(tmp_path: Path) -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    head = copy.deepcopy(doc)
+    gate = doc["recommendation"]["batch_size"]
+    (batch,) = [b for b in head["batches"] if b["batch_size"] == gate]
+    batch.update(status="oom", throughput_per_s=None, latency_s=None, ops=[])
+    result = runner.invoke(tools_app, ["compare", str(LLM), str(write(tmp_path, "h.json", head))])
+    assert result.exit_code == 1
+    assert f"did not measure batch {gate}" in result.output
+
+
+def test_ops_that_changed_class_are_named() -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    head = copy.deepcopy(doc)
+    op = head["batches"][0]["ops"][0]
+    op["bound"] = "compute" if op["bound"] != "compute" else "memory"
+    result = compare(doc, head)
+    assert not result.regression
+    assert [(c.batch_size, c.op_id) for c in result.class_changes] == [(1, op["op_id"])]
+    assert "Ops that changed class (1)" in render_markdown(result)
+
+
+def test_different_machines_are_flagged() -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    head = copy.deepcopy(doc)
+    head["hardware"]["name"] = "another CPU"
+    assert any("different machines" in w for w in compare(doc, head).warnings)
+
+
+@pytest.mark.parametrize("text", [
+    '{"schema": "batchscope.report/1", "batches": [], "x": NaN}',
+    '{"schema": "batchscope.report/1", "batches": [], "x": Infinity}',
+    '{"schema": "someone.else/3", "batches": []}',
+    '{"schema": "batchscope.report/1", "batches": {"a": 1}}',
+    '{"schema": "batchscope.report/1", "batches": [{"batch_size": "1", "status": "ok"}]}',
+    '{"schema": "batchscope.report/1", "batches": [{"batch_size": 1, "status": "ok", '
+    '"throughput_per_s": -5}]}',
+    '{"schema": "batchscope.report/1", "batches": [], "hardware": [1]}',
+    '[1, 2, 3]',
+    'not json at all',
+])
+def test_bad_input_exits_4(tmp_path: Path, text: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(text, encoding="utf-8")
+    for args in ([str(LLM), str(bad)], [str(bad), str(LLM)]):
+        result = runner.invoke(tools_app, ["compare", *args])
+        assert result.exit_code == 4, (text, result.output)
+        assert "error:" in result.output
+
+
+def test_an_oversized_file_exits_4_without_being_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:  # sparse: the size is there, the bytes are not
+        f.truncate(MAX_REPORT_BYTES + 1)
+    result = runner.invoke(tools_app, ["compare", str(LLM), str(big)])
+    assert result.exit_code == 4 and "cap" in result.output
+
+
+def test_a_base_without_a_recommendation_exits_4(tmp_path: Path) -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    doc["recommendation"] = None
+    result = runner.invoke(tools_app, ["compare", str(write(tmp_path, "b.json", doc)), str(LLM)])
+    assert result.exit_code == 4 and "no recommended batch size" in result.output

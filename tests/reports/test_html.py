@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from batchscope.reports import fmt, view
+from batchscope.reports.html import CHARTS, render_html
+
+PLOTLY_BANNER = "plotly.js v"
+# A start tag, and one attribute in it (name, then an optional quoted or bare value).
+START_TAG = re.compile(
+    r"""<[a-zA-Z][\w-]*((?:\s+[^\s=>/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+))?)*)\s*/?>""")
+ATTRIBUTE = re.compile(r"""\s+([^\s=>/]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>]+))?""")
+
+
+class Page(HTMLParser):
+    """The parts of a rendered page the tests look at."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self.ids: set[str] = set()
+        self.urls: list[str] = []
+        self.csp = ""
+        self.text: list[str] = []
+        self._script: dict[str, str | None] | None = None
+        self._body: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(str(a["id"]))
+        for name in ("src", "href", "action", "srcset", "poster", "data"):
+            if a.get(name):
+                self.urls.append(str(a[name]))
+        if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy":
+            self.csp = str(a.get("content"))
+        if tag == "script":
+            self._script, self._body = a, []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._script is not None:
+            self.scripts.append((self._script, "".join(self._body)))
+            self._script = None
+
+    def handle_data(self, data: str) -> None:
+        if self._script is not None:
+            self._body.append(data)
+        else:
+            self.text.append(data)
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def json_block(page: Page, block_id: str) -> Any:
+    for attrs, body in page.scripts:
+        if attrs.get("id") == block_id:
+            assert attrs.get("type") == "application/json"
+            return json.loads(body)
+    raise AssertionError(f"no JSON block {block_id}")
+
+
+def sha(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode() + "'"
+
+
+def test_page_is_self_contained(sample_doc: dict[str, Any]) -> None:
+    html = render_html(sample_doc)
+    page = parse(html)
+    assert html.count(PLOTLY_BANNER) == 1  # plotly.js inlined exactly once
+    assert all(u.startswith("#") for u in page.urls), page.urls  # no external resource
+    code = [body for attrs, body in page.scripts if attrs.get("type") != "application/json"]
+    assert len(code) == 2 and not any(attrs.get("src") for attrs, _ in page.scripts)
+    # The CSP allows exactly these two scripts and no connection at all.
+    assert "default-src 'none'" in page.csp and "connect-src 'none'" in page.csp
+    assert all(sha(body) in page.csp for body in code)
+    assert json_block(page, "batchscope-report") == sample_doc
+
+
+def test_every_chart_has_a_place_and_data(sample_doc: dict[str, Any]) -> None:
+    page = parse(render_html(sample_doc))
+    figures = json_block(page, "batchscope-figures")
+    assert set(figures) == {key for key, _, _ in CHARTS}  # the samples have data for all
+    for key, fig in figures.items():
+        assert f"fig-{key}" in page.ids
+        assert fig["data"] and fig["layout"]["height"] > 0
+
+
+def test_roofline_has_a_roof_per_dtype_and_every_op(sample_doc: dict[str, Any]) -> None:
+    figures = json_block(parse(render_html(sample_doc)), "batchscope-figures")
+    traces = figures["roofline"]["data"]
+    roofs = {t["name"] for t in traces if t["name"].endswith(" roof")}
+    assert roofs == {f"{d} roof" for d in sample_doc["hardware"]["peak_flops_per_s"]}
+    points = [t for t in traces if t.get("mode") == "markers" and t.get("showlegend") is False]
+    expected = [op for b in view.measured(sample_doc) for op in b["ops"]
+                if op["flops"] and op["intensity"] and op["time_s"] > 0]
+    assert sum(len(t["x"]) for t in points) == len(expected)
+    colours = [c for t in points for c in t["marker"]["color"]]
+    assert colours == [view.BOUND_COLORS[op["bound"]] for op in expected]
+    assert figures["roofline"]["layout"]["xaxis"]["type"] == "log"
+    assert figures["roofline"]["layout"]["yaxis"]["type"] == "log"
+
+
+def test_every_attribute_is_quoted(sample_doc: dict[str, Any]) -> None:
+    html = render_html(sample_doc)
+    markup = re.sub(r"(?s)<(script|style)\b([^>]*)>.*?</\1>", r"<\1\2></\1>", html)
+    tags = list(START_TAG.finditer(markup))
+    assert len(tags) > 100
+    for tag in tags:
+        for name, value in ATTRIBUTE.findall(tag.group(1)):
+            assert value.startswith('"'), f"{name} is not quoted in {tag.group(0)[:120]}"
+
+
+def test_the_explanation_uses_the_users_numbers(sample_docs: dict[str, dict[str, Any]]) -> None:
+    text = {name: " ".join(parse(render_html(doc)).text) for name, doc in sample_docs.items()}
+    llm = text["llm_decode"]
+    for heading in ("Where the model sits at batch 1", "What sets the critical batch size B*",
+                    "Why state such as a KV cache does not amortize",
+                    "What the curve means for serving"):
+        assert heading in llm
+    predicted = sample_docs["llm_decode"]["recommendation"]["predicted_critical_batch"]
+    assert f"B* ≈ {fmt.number(predicted)} rows" in llm
+    assert "turn compute-bound" in llm or "reach the ridge point" in llm
+    assert "every row owns its own, so no batch can share it" in llm
+    assert "Continuous batching" in llm and "static batch" in llm
+    assert "compute-bound from the start" in text["cnn"]
+    assert "dominated by fixed costs" in text["mlp"]
+
+
+def test_machine_and_method(sample_doc: dict[str, Any]) -> None:
+    text = " ".join(parse(render_html(sample_doc)).text)
+    for dtype in sample_doc["hardware"]["peak_flops_per_s"]:
+        assert f"peak {dtype} matmul" in text
+    assert "memory bandwidth" in text and "fixed cost of one small op" in text
+    assert "IQR / median" in text and "Measured" in text and "Computed" in text
+
+
+def _without_ceilings(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["hardware"] = None
+    for b in doc["batches"]:
+        b["time_share"] = None
+        for op in b["ops"]:
+            op.update(bound="uncounted", intensity=None, efficiency=None, roof_time_s=None)
+    return doc
+
+
+def _nothing_measured(doc: dict[str, Any]) -> dict[str, Any]:
+    for b in doc["batches"]:
+        b.update(status="oom", throughput_per_s=None, latency_s=None, ops=[], error="CUDA OOM")
+    doc["recommendation"] = None
+    return doc
+
+
+def _no_ops(doc: dict[str, Any]) -> dict[str, Any]:
+    for b in doc["batches"]:
+        b.update(ops=[], time_share=None, flops=None, bytes=None)
+    doc["batch_response"] = {}
+    return doc
+
+
+def _one_batch(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["batches"] = doc["batches"][:1]
+    doc["recommendation"]["batch_size"] = doc["batches"][0]["batch_size"]
+    return doc
+
+
+def _gpu_like(doc: dict[str, Any]) -> dict[str, Any]:
+    """Ceilings shaped like a GPU's: more dtypes, no CPU benchmark details, a datasheet."""
+    bw = 3.35e12
+    peaks = {"float32": 5.1e13, "tfloat32": 3.8e14, "bfloat16": 7.4e14, "float16": 7.5e14}
+    doc["hardware"] = {"device": "cuda", "name": "NVIDIA H100 80GB HBM3", "threads": 1,
+                       "peak_flops_per_s": peaks, "bandwidth_bytes_per_s": bw,
+                       "overhead_s": 4e-6, "source": "measured", "details": {},
+                       "ridge_flops_per_byte": {k: p / bw for k, p in peaks.items()},
+                       "spec": {"bf16_dense_flops_per_s": 9.89e14, "source": "datasheet"}}
+    return doc
+
+
+@pytest.mark.parametrize("change", [_without_ceilings, _nothing_measured, _no_ops, _one_batch,
+                                    _gpu_like])
+def test_partial_and_degenerate_reports_render(sample_doc: dict[str, Any], change: Any) -> None:
+    doc = change(sample_doc)
+    doc["partial"] = True
+    page = parse(render_html(doc))
+    figures = json_block(page, "batchscope-figures")
+    assert all(f"fig-{key}" in page.ids for key in figures)
+    assert "Partial report" in " ".join(page.text)

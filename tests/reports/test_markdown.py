@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from batchscope.reports import view
+from batchscope.reports.markdown import MAX_CHARS, render_summary
+
+HOSTILE = "<script>alert(1)</script> | [x](y) @someone"
+
+
+def render(markdown: str) -> str:
+    """GitHub-like rendering: CommonMark with GFM tables and raw HTML passed through."""
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
+
+
+def test_summary_of_each_sample(sample_doc: dict[str, Any]) -> None:
+    text = render_summary(sample_doc)
+    rec = sample_doc["recommendation"]
+    assert len(text) < MAX_CHARS
+    assert f"**Recommended batch size: {rec['batch_size']}**" in text
+    assert "Rule: smallest batch size" in text
+    assert "```mermaid\nxychart-beta" in text
+    sizes = ", ".join(str(b["batch_size"]) for b in view.measured(sample_doc))
+    assert f'x-axis "batch size" [{sizes}]' in text
+    assert "#### Top ops at batch" in text
+    html = render(text)
+    assert html.count("<table>") == 3  # facts, batch sizes, top ops
+    assert "<script" not in html and "<a " not in html
+
+
+def test_batch_table_has_one_row_per_batch(sample_doc: dict[str, Any]) -> None:
+    html = render(render_summary(sample_doc))
+    batch_table = html.split("<table>")[2]
+    rows = batch_table.split("<tbody>")[1].count("<tr>")
+    assert rows == len(sample_doc["batches"])
+    assert "★" in batch_table
+
+
+def _hostile(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["model"]["target"] = f"models/{HOSTILE}.py"
+    doc["model"]["unit"] = 'tok"]|[x](y)'
+    doc["batches"][-1].update(status="model_error", error=f"RuntimeError: {HOSTILE}\n" + "x" * 5000)
+    doc["flags"] = [HOSTILE] * 3
+    op = view.ops_by_time(doc["batches"][0])[0]
+    op["module"] = HOSTILE
+    op["flags"] = [HOSTILE]
+    return doc
+
+
+def test_user_text_is_inert(sample_doc: dict[str, Any]) -> None:
+    text = render_summary(_hostile(sample_doc))
+    html = render(text)
+    assert "<script" not in html and "<a " not in html and "<img" not in html
+    assert "@someone" not in text and "@\u200bsomeone" in html  # no mention: a ZWSP breaks it
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text
+    for table in html.split("<table>")[1:]:  # the pipes did not add columns
+        head = len(re.findall(r"<th[ >]", table.split("</thead>")[0]))
+        body = table.split("<tbody>")[1].split("</tbody>")[0]
+        for row in body.split("</tr>")[:-1]:
+            assert len(re.findall(r"<td[ >]", row)) == head
+    mermaid = text.split("```mermaid")[1].split("```")[0]
+    assert not re.search(r'[\[\]|]', mermaid.split("y-axis")[1].split("\n")[0].strip('" '))
+
+
+def test_long_error_text_is_cut(sample_doc: dict[str, Any]) -> None:
+    text = render_summary(_hostile(sample_doc))
+    assert "x" * 200 not in text and "…" in text
+
+
+def test_a_huge_report_stays_under_the_comment_limit(sample_doc: dict[str, Any]) -> None:
+    doc = copy.deepcopy(sample_doc)
+    template = doc["batches"][-1]
+    doc["batches"] = [dict(template, batch_size=i + 1) for i in range(300)]
+    doc["recommendation"]["batch_size"] = 300  # one of the copies
+    doc["flags"] = [f"flag {i}: " + "y" * 3000 for i in range(500)]
+    text = render_summary(doc)
+    assert len(text) <= MAX_CHARS
+    assert text.startswith("### batchscope")
+    assert "**Recommended batch size" in text
+
+
+def test_nothing_measured(sample_doc: dict[str, Any]) -> None:
+    for b in sample_doc["batches"]:
+        b.update(status="oom", throughput_per_s=None, latency_s=None, ops=[])
+    sample_doc["recommendation"] = None
+    text = render_summary(sample_doc)
+    assert "**No batch size could be measured**" in text and "mermaid" not in text
