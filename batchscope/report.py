@@ -72,6 +72,16 @@ class Report:
             "estimates": to_jsonable(self.estimates),
         }
 
+    def _repr_html_(self) -> str:
+        """Notebook display: the full report.html in a sandboxed iframe."""
+        import html
+
+        from batchscope.reports.html import render_html
+
+        page = render_html(self.to_dict())
+        return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
+                'style="width: 100%; height: 900px; border: 0"></iframe>')
+
     def save(self, out_dir: str) -> dict[str, str]:
         """Write report.json (and the other formats that exist) into ``out_dir``."""
         from batchscope.reports import write_all

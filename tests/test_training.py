@@ -108,6 +108,8 @@ def test_python_api_runs_functions_in_the_worker(tmp_path):
     assert report.model["unit"] == "row" and report.model["target"].endswith("build_model")
     paths = report.save(str(tmp_path))
     assert json.loads(open(paths["json"]).read())["batches"][1]["batch_size"] == 2
+    shown = report._repr_html_()  # a notebook shows the whole HTML report, escaped inline
+    assert shown.startswith("<iframe srcdoc=") and "&lt;script" in shown and "<script" not in shown
 
 
 def test_python_api_refuses_what_the_worker_cannot_import():
