@@ -7,7 +7,6 @@ to stderr. Exit codes are documented in README.md and :class:`batchscope.errors.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sys
@@ -16,8 +15,15 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from batchscope.api import DEFAULT_OUT_DIR, Options, diagnose_file, exit_code, nothing_measured_message
+from batchscope.api import (
+    DEFAULT_OUT_DIR,
+    Options,
+    diagnose_file,
+    exit_code,
+    nothing_measured_message,
+)
 from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
 from batchscope.plan import DEFAULT_MAX_BATCH, parse_batch_sizes
 from batchscope.reports.console import ProgressCallbacks, print_ceilings, print_summary
@@ -42,7 +48,7 @@ def parse_size(text: str) -> int:
 
 
 def fail(exc: BatchscopeError) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
     detail = getattr(exc, "detail", "")
     if detail:
         err_console.print(detail, markup=False, highlight=False)

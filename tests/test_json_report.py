@@ -5,9 +5,9 @@ import json
 import pytest
 
 from batchscope.errors import UsageError
+from batchscope.records import BatchResult, Status
 from batchscope.report import SCHEMA, Report
 from batchscope.reports.json_report import MAX_REPORT_BYTES, dumps, read_json, write_json
-from batchscope.records import BatchResult, Status
 
 
 def minimal_report() -> Report:

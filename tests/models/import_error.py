@@ -1,4 +1,3 @@
-import torch
 
 
 def _load_config():
