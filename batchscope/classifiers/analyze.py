@@ -74,6 +74,8 @@ def analyze(
     layers = predict_compute_bound_batch(batches, ceilings, dtype) if ceilings else None
     knee, knee_inside = measured_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
+    flags += [f"batch {r.batch_size}: {op.name} ({op.module or 'top level'}): {flag}"
+              for r in batches for op in r.ops for flag in op.flags]
     flags += noise_flags(batches)
     failed = [r for r in batches if r.status not in (Status.OK, Status.OOM, Status.SKIPPED)]
     for r in failed:
