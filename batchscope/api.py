@@ -191,7 +191,8 @@ def diagnose(build_model: Callable[[], torch.nn.Module], make_inputs: Callable[[
         >>> report = batchscope.diagnose(build_model, make_inputs, max_batch=64)  # doctest: +SKIP
         >>> report.save("out")  # doctest: +SKIP
     """
-    options = _with_overrides(options, {"out_dir": None, **overrides})
+    # Without options the API writes nothing unless asked (Report.save); with them, as told.
+    options = _with_overrides(options, overrides if options else {"out_dir": None, **overrides})
     options.validate()
     callables = {"build_model": build_model, "make_inputs": make_inputs, "run": run,
                  "make_optimizer": make_optimizer, "loss": loss, "unit": unit,
@@ -250,6 +251,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     run["stop_reason"] = outcome.stop_reason
     report = writer.build(outcome.results, partial=outcome.interrupted,
                           stop_reason=outcome.stop_reason)
+    report.flags[:0] = outcome.flags
     if options.out_dir is not None:
         write_all(report, options.out_dir)
     return report

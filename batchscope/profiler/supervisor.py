@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +52,7 @@ class SweepOutcome:
     results: list[BatchResult]
     stop_reason: str
     interrupted: bool = False
+    flags: list[str] = field(default_factory=list)
 
 
 class Callbacks:
@@ -159,6 +159,7 @@ class Sweep:
         self.ceilings: Ceilings | None = None
         self.results: list[BatchResult] = []
         self.plan: Plan | None = None
+        self.ceilings_error = ""
 
     def _start_worker(self) -> _Handle:
         handle = _Handle(self.config.worker)
@@ -198,10 +199,7 @@ class Sweep:
             handle = self._worker()
             self.callbacks.on_ready(self.info)
             if self.config.measure_ceilings:
-                handle.send(("ceilings", self.config.recalibrate))
-                kind, payload = handle.recv(time.monotonic() + CEILINGS_TIMEOUT_S)
-                self.ceilings = Ceilings.from_dict(payload)
-                self.callbacks.on_ceilings(self.ceilings)
+                self._measure_ceilings(handle)
             explicit = self.config.batch_sizes or self.info.get("batch_sizes")
             self.plan = Plan(explicit, self.config.limits)
             while (b := self.plan.next_batch(self.results)) is not None:
@@ -220,14 +218,33 @@ class Sweep:
         stop_reason = "interrupted by the user" if interrupted else (
             self.plan.stop_reason if self.plan else ""
         )
-        return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted)
+        flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
+        return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
+                            flags)
+
+    def _measure_ceilings(self, handle: _Handle) -> None:
+        """Ask the worker for the ceilings; without them the sweep still runs, unclassified."""
+        try:
+            handle.send(("ceilings", self.config.recalibrate))
+            kind, payload = handle.recv(time.monotonic() + CEILINGS_TIMEOUT_S)
+        except (_WorkerDied, _Timeout) as exc:
+            self.ceilings_error = f"measuring the ceilings failed ({exc or 'timed out'})"
+            if self.handle is not None:
+                self.handle.stop(graceful=False)
+                self.handle = None
+            return
+        self.ceilings = Ceilings.from_dict(payload)
+        self.callbacks.on_ceilings(self.ceilings)
 
     def _measure(self, batch_size: int) -> BatchResult:
         timed: BatchResult | None = None
         started = time.monotonic()
         deadline = started + self.config.batch_timeout_s
         try:
-            handle = self._worker()
+            try:
+                handle = self._worker()
+            except NothingMeasuredError as exc:  # a replacement worker failed to start
+                return BatchResult(batch_size, Status.KILLED, error=str(exc))
             handle.send(("batch", batch_size))
             while True:
                 kind, payload = handle.recv(deadline)
