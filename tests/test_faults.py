@@ -172,3 +172,14 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
     proc.communicate(timeout=30)
     assert proc.returncode == ExitCode.INTERRUPTED
     assert time.monotonic() - started < 5
+
+
+def test_a_replacement_worker_that_cannot_start_costs_one_batch(monkeypatch, tmp_path):
+    monkeypatch.setenv("BATCHSCOPE_TEST_COUNTER", str(tmp_path / "loads"))
+    report = diagnose_file(MODELS / "second_load_fails.py",
+                           Options(out_dir=str(tmp_path / "out"), **FAST))
+    assert statuses(report) == [(1, Status.OK), (2, Status.MODEL_ERROR), (4, Status.KILLED)]
+    assert "does not fit" in report.batches[2].error
+    assert exit_code(report) == ExitCode.SOME_FAILED
+    on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [b["status"] for b in on_disk["batches"]] == ["ok", "model_error", "killed"]
