@@ -64,12 +64,13 @@ def analyze(
     *,
     partial: bool = False,
     stop_reason: str = "",
+    objective: str = "throughput",
 ) -> Report:
     """Classify every op, predict and measure B*, recommend a batch size, explain it."""
     unit = info.get("unit", "sample")
     dtype = info.get("dtype", "float32")
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
-    choice = recommend(batches, limits, unit)
+    choice = recommend(batches, limits, unit, objective)
     predicted = predict_critical_batch(batches, ceilings) if ceilings else None
     layers = predict_compute_bound_batch(batches, ceilings, dtype) if ceilings else None
     knee, knee_inside = measured_knee(batches)

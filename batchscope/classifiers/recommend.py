@@ -25,8 +25,31 @@ class Choice:
     excluded: dict[int, str]
 
 
-def recommend(results: list[BatchResult], limits: Limits, unit: str) -> Choice | None:
-    """Pick the batch size to run; None when no batch size was measured."""
+OBJECTIVES = ("throughput", "energy")
+
+
+def _by_energy(allowed: list[BatchResult], unit: str) -> tuple[BatchResult, str] | None:
+    """The smallest batch within reach of the lowest energy per unit, or None without data."""
+    metered = [r for r in allowed if r.energy_per_unit_j]
+    if not metered:
+        return None
+    best = min(metered, key=lambda r: r.energy_per_unit_j or 0.0)
+    best_j = best.energy_per_unit_j or 0.0
+    chosen = min((r for r in metered if (r.energy_per_unit_j or 0.0) * NEAR_BEST_SHARE <= best_j),
+                 key=lambda r: r.batch_size)
+    return chosen, (
+        f"smallest batch size whose energy per {unit} is within {1 / NEAR_BEST_SHARE - 1:.0%} "
+        f"of the lowest measured ({best_j:.4g} J/{unit} at batch {best.batch_size})"
+    )
+
+
+def recommend(results: list[BatchResult], limits: Limits, unit: str,
+              objective: str = "throughput") -> Choice | None:
+    """Pick the batch size to run; None when no batch size was measured.
+
+    ``objective`` "energy" picks by NVML energy per unit (J/token) where it was measured,
+    and falls back to throughput, saying so, where it was not (a CPU, no NVML).
+    """
     measured = [r for r in results if r.status == Status.OK and r.throughput_per_s]
     excluded = {r.batch_size: why for r in measured if (why := over_limits(r, limits))}
     allowed = [r for r in measured if r.batch_size not in excluded]
@@ -42,6 +65,13 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str) -> Choice |
         f"smallest batch size whose throughput is at least {NEAR_BEST_SHARE:.0%} of the best "
         f"measured ({best_t:,.1f} {unit}s/s at batch {best.batch_size})"
     )
+    if objective == "energy":
+        by_energy = _by_energy(allowed, unit)
+        if by_energy is None:
+            rule = ("energy objective unavailable (no energy readings: NVML needs an NVIDIA "
+                    "GPU); by throughput: " + rule)
+        else:
+            chosen, rule = by_energy
     if excluded:
         rule += "; batch sizes over a limit were not considered (" + "; ".join(
             f"{b}: {why}" for b, why in sorted(excluded.items())

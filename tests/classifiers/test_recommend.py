@@ -39,3 +39,17 @@ def test_failed_batches_are_ignored_and_nothing_measured_gives_none():
     results = [ok(1, 10.0), BatchResult(2, Status.OOM)]
     assert recommend(results, Limits(), "sample").batch_size == 1
     assert recommend([BatchResult(1, Status.OOM)], Limits(), "sample") is None
+
+
+def test_energy_objective_picks_by_joules_per_unit():
+    results = [ok(b, t) for b, t in ((1, 26.4), (8, 117), (64, 362), (128, 371))]
+    for r, joules in zip(results, (2.0, 0.40, 0.110, 0.105)):
+        r.energy_per_unit_j = joules
+    choice = recommend(results, Limits(), "token", objective="energy")
+    # lowest 0.105 J/token at 128; within 1/0.9 of it (<= 0.1167): batch 64 (0.110)
+    assert choice.batch_size == 64 and "energy per token" in choice.rule
+
+
+def test_energy_objective_without_readings_falls_back_and_says_so():
+    choice = recommend(DECODE, Limits(), "token", objective="energy")
+    assert choice.batch_size == 64 and "energy objective unavailable" in choice.rule
