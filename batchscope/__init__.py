@@ -10,9 +10,25 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
 from batchscope.api import Options, diagnose, diagnose_file, exit_code  # noqa: E402
 from batchscope.report import Report  # noqa: E402
-from batchscope.watch import watch  # noqa: E402
+
+if TYPE_CHECKING:
+    from batchscope.watch import watch
+
+
+def __getattr__(name: str) -> Any:
+    # watch profiles in this process and needs torch; the sweep's parent process never
+    # imports torch (only its worker does), so it is loaded on first use.
+    if name == "watch":
+        from batchscope.watch import watch
+
+        globals()["watch"] = watch  # importing batchscope.watch bound the module to the name
+        return watch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Options", "Report", "__version__", "diagnose", "diagnose_file", "exit_code",
            "watch"]

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 import re
 import sys
@@ -17,9 +18,7 @@ from collections.abc import Callable
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from batchscope import __version__
 from batchscope.classifiers.analyze import analyze
@@ -33,12 +32,19 @@ from batchscope.profiler.supervisor import (
     SweepConfig,
 )
 from batchscope.profiler.timing import TimingConfig
-from batchscope.profiler.worker import DTYPES, WorkerConfig
+from batchscope.profiler.worker_config import DTYPE_NAMES, WorkerConfig
 from batchscope.records import BatchResult, Status
 from batchscope.report import Report
-from batchscope.reports import write_all
+from batchscope.reports import write_all, write_json
+
+if TYPE_CHECKING:  # the parent process of a sweep never imports torch; its worker does
+    import torch
 
 DEFAULT_OUT_DIR = "batchscope-report"
+# While the sweep runs, report.json (the record) is rewritten after every batch size, but
+# report.html and summary.md (0.1-0.2 s to render, longer than measuring a small model's
+# batch size) at most this often; all three at the end.
+PARTIAL_RENDER_INTERVAL_S = 10.0
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -53,7 +59,7 @@ class Options:
     latency_limit_s: float | None = None
     memory_budget_bytes: int | None = None
     out_dir: str | None = DEFAULT_OUT_DIR
-    min_time_s: float = TimingConfig.measure_min_s
+    min_time_s: float | None = None  # None: adaptive (TimingConfig); else fixed seconds
     batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
     threads: int | None = None
     trace: bool = False
@@ -70,7 +76,7 @@ class Options:
         """Raise :class:`UsageError` (exit 4) for any bad option."""
         if not _DEVICE.match(self.device):
             raise UsageError(f"unknown device {self.device!r}; use auto, cpu, cuda or cuda:N.")
-        if self.dtype not in DTYPES:
+        if self.dtype not in DTYPE_NAMES:
             raise UsageError(
                 f"unknown dtype {self.dtype!r}; use one of fp32, bf16, fp16."
             )
@@ -102,7 +108,7 @@ def check_writable(folder: Path) -> None:
 
 def _worker_config(path: str, options: Options) -> WorkerConfig:
     device = options.device
-    timing = TimingConfig(measure_min_s=options.min_time_s)
+    timing = TimingConfig() if options.min_time_s is None else TimingConfig.fixed(options.min_time_s)
     trace_dir = str(Path(options.out_dir) / "traces") if options.trace and options.out_dir else None
     return WorkerConfig(
         model_path=path,
@@ -124,6 +130,7 @@ class _ReportWriter(Callbacks):
         self.path, self.options, self.run, self.inner = path, options, run, inner
         self.info: dict[str, Any] = {"target": path}
         self.ceilings: Ceilings | None = None
+        self.rendered_at = time.monotonic()  # of the last HTML/Markdown (none yet: the start)
 
     def on_ready(self, info: dict[str, Any]) -> None:
         self.info = info
@@ -146,7 +153,12 @@ class _ReportWriter(Callbacks):
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         if self.options.out_dir is not None:
             report = self.build(results, partial=True, stop_reason="sweep in progress")
-            write_all(report, self.options.out_dir)
+            now = time.monotonic()
+            if now - self.rendered_at >= PARTIAL_RENDER_INTERVAL_S:
+                write_all(report, self.options.out_dir)
+                self.rendered_at = now
+            else:
+                write_json(report, self.options.out_dir)
         if self.inner:
             self.inner.on_result(result, results)
 
@@ -226,12 +238,22 @@ def _with_overrides(options: Options | None, overrides: dict[str, Any]) -> Optio
     return options
 
 
+def _torch_version() -> str:
+    """torch.__version__ without importing torch here (only the worker needs it)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _run(target: str, callables: dict[str, Any] | None, options: Options,
          callbacks: Callbacks | None) -> Report:
     started = time.time()
     run = {
         "tool_version": __version__,
-        "torch_version": torch.__version__,
+        "torch_version": _torch_version(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "options": {k: v for k, v in vars(options).items() if k != "extra"},
     }

@@ -3,9 +3,11 @@
 Both measure the same model file at the same batch sizes in one run, interleaved (batchscope's
 sweep, then Timer at every batch size, repeated ``--rounds`` times) so that drift of a noisy
 machine hits both alike. Prints the ratio per batch size, the median of the ratios and their
-spread.
+spread, and how long batchscope's timing took against Timer's.
 
-    python benchmarks/timing_fidelity.py samples/mlp.py samples/cnn.py samples/llm_decode.py
+    python benchmarks/timing_fidelity.py                       # every sample
+    python benchmarks/timing_fidelity.py samples/mlp.py --rounds 3
+    python benchmarks/timing_fidelity.py samples/cnn.py --min-time 1   # the old fixed 1 s
 """
 
 from __future__ import annotations
@@ -14,80 +16,95 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
-
-import torch
-import torch.utils.benchmark as tbench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from batchscope.api import Options, diagnose_file  # noqa: E402
-from batchscope.records import Status  # noqa: E402
-from batchscope.spec import load_model_file  # noqa: E402
+from batchscope.api import Options, diagnose_file
+from batchscope.records import Status
+from benchmarks._common import SAMPLES, Stepper, table
 
-DEFAULT_SIZES = {"mlp.py": "1,8,64,512", "cnn.py": "1,4,16", "llm_decode.py": "1,8,32,128"}
-
-
-def timer_median_s(path: str, batch_sizes: list[int], min_run_time_s: float) -> dict[int, float]:
-    """Median step latency per batch size from torch.utils.benchmark.Timer, in this process."""
-    spec = load_model_file(path)
-    model = spec.build_model().eval()
-    out = {}
-    for b in batch_sizes:
-        inputs = spec.make_inputs(b)
-        step = spec.step_fn(model, inputs)
-        with torch.inference_mode():
-            timer = tbench.Timer(stmt="step()", globals={"step": step},
-                                 num_threads=torch.get_num_threads())
-            out[b] = timer.blocked_autorange(min_run_time=min_run_time_s).median
-    return out
+DEFAULT_SIZES = {"mlp.py": "1,8,64,512", "cnn.py": "1,4,16", "llm_decode.py": "1,8,32,128",
+                 "train_cnn.py": "1,8,32"}
+# Timer's own measuring time per batch size: long enough to be the reference.
+TIMER_MIN_RUN_TIME_S = 1.0
+# The fidelity the adaptive timing pass is held to.
+TOLERANCE = 0.05
 
 
-def batchscope_median_s(path: str, batch_sizes: list[int], min_time_s: float) -> dict[int, float]:
+def timer_median_s(path: str, batch_sizes: list[int]) -> tuple[dict[int, float], float]:
+    """Median step latency per batch size from Timer, in this process; and its wall time."""
+    started = time.perf_counter()
+    stepper = Stepper(path)
+    out = {b: stepper.timer_median_s(stepper.spec.make_inputs(b), TIMER_MIN_RUN_TIME_S)
+           for b in batch_sizes}
+    return out, time.perf_counter() - started
+
+
+def batchscope_median_s(path: str, batch_sizes: list[int],
+                        min_time_s: float | None) -> tuple[dict[int, float], dict[int, int]]:
+    """batchscope's median and step count per batch size (timing pass only)."""
     with tempfile.TemporaryDirectory() as out_dir:
         report = diagnose_file(path, Options(batch_sizes=batch_sizes, out_dir=out_dir,
-                                             min_time_s=min_time_s, op_breakdown=False,
-                                             measure_ceilings=False))
-    return {r.batch_size: r.latency_s.median for r in report.batches
-            if r.status == Status.OK and r.latency_s}
+                                             device="cpu", min_time_s=min_time_s,
+                                             op_breakdown=False, measure_ceilings=False))
+    ok = [r for r in report.batches if r.status == Status.OK and r.latency_s]
+    return ({r.batch_size: r.latency_s.median for r in ok},
+            {r.batch_size: r.latency_s.n for r in ok})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="+")
+    parser.add_argument("models", nargs="*", default=SAMPLES)
     parser.add_argument("--batch-sizes", default=None, help="default: per sample, see source")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--min-time", type=float, default=1.0)
+    parser.add_argument("--min-time", type=float, default=None,
+                        help="batchscope's --min-time (default: its adaptive timing)")
+    parser.add_argument("--compare-fixed", type=float, default=None, metavar="S",
+                        help="also run batchscope with --min-time S in every round (the old "
+                             "fixed 1 s: --compare-fixed 1)")
     args = parser.parse_args()
-    all_ratios = []
+    variants: dict[str, float | None] = {"batchscope": args.min_time}
+    if args.compare_fixed is not None:
+        variants[f"batchscope --min-time {args.compare_fixed:g}"] = args.compare_fixed
+    ratios_all: dict[str, list[float]] = {v: [] for v in variants}
+    rows = []
     for path in args.models:
         text = args.batch_sizes or DEFAULT_SIZES.get(Path(path).name, "1,4,16")
         sizes = [int(x) for x in text.split(",")]
-        ratios: dict[int, list[float]] = {b: [] for b in sizes}
-        ours: dict[int, list[float]] = {b: [] for b in sizes}
+        ours = {v: {b: [] for b in sizes} for v in variants}
+        steps = {v: {b: [] for b in sizes} for v in variants}
         theirs: dict[int, list[float]] = {b: [] for b in sizes}
-        for _ in range(args.rounds):
-            a = batchscope_median_s(path, sizes, args.min_time)
-            t = timer_median_s(path, sizes, args.min_time)
+        for _ in range(args.rounds):  # one round: every variant, then Timer
+            got = {v: batchscope_median_s(path, sizes, t) for v, t in variants.items()}
+            timer, _ = timer_median_s(path, sizes)
             for b in sizes:
-                if b in a:
-                    ours[b].append(a[b])
-                    theirs[b].append(t[b])
-                    ratios[b].append(a[b] / t[b])
-        print(f"\n{path}")
-        print(f"{'batch':>6} {'batchscope ms':>14} {'Timer ms':>10} {'ratio':>7} {'ratios per round'}")
+                theirs[b].append(timer[b])
+                for v, (median, n) in got.items():
+                    ours[v][b].append(median.get(b, float("nan")))
+                    steps[v][b].append(n.get(b, 0))
         for b in sizes:
-            if not ratios[b]:
-                print(f"{b:>6}  (not measured)")
-                continue
-            r = statistics.median(ratios[b])
-            all_ratios.extend(ratios[b])
-            print(f"{b:>6} {statistics.median(ours[b]) * 1e3:>14.3f} "
-                  f"{statistics.median(theirs[b]) * 1e3:>10.3f} {r:>7.3f} "
-                  + " ".join(f"{x:.3f}" for x in ratios[b]))
-    if all_ratios:
-        print(f"\nall: median ratio {statistics.median(all_ratios):.3f}, "
-              f"min {min(all_ratios):.3f}, max {max(all_ratios):.3f}, n {len(all_ratios)}")
+            row = [Path(path).name, str(b), f"{statistics.median(theirs[b]) * 1e3:.3f}"]
+            for v in variants:
+                ratios = [x / y for x, y in zip(ours[v][b], theirs[b])]
+                ratios_all[v].extend(ratios)
+                row += [f"{statistics.median(ratios):.3f}", " ".join(f"{r:.3f}" for r in ratios),
+                        str(int(statistics.median(steps[v][b])))]
+            rows.append(row)
+        print(f"{path}: done", file=sys.stderr, flush=True)
+    header = ["sample", "batch", "Timer median ms"]
+    for v in variants:
+        header += [f"{v} / Timer", "per round", "timed steps"]
+    print(table(header, rows))
+    for v, ratios in ratios_all.items():
+        if not ratios:
+            continue
+        inside = sum(abs(r - 1) <= TOLERANCE for r in ratios)
+        dev = statistics.median(abs(r - 1) for r in ratios)
+        print(f"\n{v}: median ratio {statistics.median(ratios):.3f}, median |ratio - 1| "
+              f"{dev:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}, n {len(ratios)}; "
+              f"{inside}/{len(ratios)} within ±{TOLERANCE:.0%}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ a fresh worker, so an OOM kill or a poisoned CUDA context costs one batch size o
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, Plan, predicted_not_to_fit
-from batchscope.profiler.worker import WorkerConfig, worker_main
+from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, Status, batch_result_from_dict
 
 # A batch size that takes longer than this (warm-up, timing, profiling, counting together) is
@@ -75,13 +77,30 @@ class _Timeout(Exception):
     pass
 
 
+def _worker_entry(conn: Any, config: WorkerConfig) -> None:
+    """The worker process's target: imports torch there only, and leaves without teardown.
+
+    The parent refers to this function, not to :mod:`batchscope.profiler.worker`, so it never
+    imports torch. After a normal end the process exits at once: an interpreter that has
+    loaded torch takes ~0.7 s to tear down, and the parent waits for it. Everything the
+    worker produces has been sent through the pipe or written by then.
+    """
+    from batchscope.profiler.worker import worker_main
+
+    worker_main(conn, config)
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 class _Handle:
     """One worker process and its pipe."""
 
     def __init__(self, config: WorkerConfig) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child, config), daemon=True)
+        self.proc = ctx.Process(target=_worker_entry, args=(child, config), daemon=True)
         self.proc.start()
         child.close()
 

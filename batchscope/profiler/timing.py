@@ -1,8 +1,9 @@
-"""Timing pass: warm-up, then repeated steps for a minimum time, no profiler attached."""
+"""Timing pass: warm-up, then repeated steps until the median is known, no profiler attached."""
 
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -12,26 +13,69 @@ from typing import Any, Protocol
 from batchscope.records import LatencyStats
 
 # Warm-up until both hold: caches, allocator pools and oneDNN/cuDNN kernel choices are keyed
-# on shape, so each batch size warms up anew.
-WARMUP_MIN_STEPS = 2
-WARMUP_MIN_S = 0.2
-# Measure until both hold: a second of steps puts the median's noise well under the ±5%
-# that the timing-fidelity benchmark checks against torch.utils.benchmark.
+# on shape, so each batch size warms up anew. The first step at a new shape carries that
+# cost (up to 2x on the samples); the second already runs at its usual speed, and the median
+# of the timed steps would shrug off one more slow step anyway (docs/benchmarks.md).
+WARMUP_MIN_STEPS = 1
+WARMUP_MIN_S = 0.02
+# Measure at least this many steps for this long...
 MEASURE_MIN_STEPS = 5
-MEASURE_MIN_S = 1.0
+MEASURE_MIN_S = 0.05
+# ...then stop once the median is pinned down: its 95% confidence interval (from order
+# statistics, no assumption on the distribution) within ±3% of it. Well inside the ±5% that
+# the timing-fidelity benchmark checks against torch.utils.benchmark.Timer.
+MEDIAN_CI_REL = 0.03
+# ...or after this long, whatever the spread (the old fixed measuring time).
+MEASURE_MAX_S = 1.0
 # Fast steps (an MLP at batch 1 takes ~50 µs) would otherwise collect ~20k samples.
 MEASURE_MAX_STEPS = 5000
+# z of a two-sided 95% interval; the median's interval spans ranks n/2 ± z·sqrt(n)/2.
+_Z95 = 1.96
+# Re-check the stop rule after the sample count grows by this factor (sorting is O(n log n)).
+_CHECK_GROWTH = 1.25
 
 
 @dataclass
 class TimingConfig:
-    """How long to warm up and measure at each batch size."""
+    """How long to warm up and measure at each batch size.
+
+    The default is adaptive: between ``measure_min_s`` and ``measure_max_s`` of timed steps,
+    stopping once the median's 95% confidence interval is within ``median_ci_rel`` of it.
+    :meth:`fixed` measures for a fixed time instead (``--min-time``).
+    """
 
     warmup_min_steps: int = WARMUP_MIN_STEPS
     warmup_min_s: float = WARMUP_MIN_S
     measure_min_steps: int = MEASURE_MIN_STEPS
     measure_min_s: float = MEASURE_MIN_S
+    measure_max_s: float = MEASURE_MAX_S
+    median_ci_rel: float = MEDIAN_CI_REL
     measure_max_steps: int = MEASURE_MAX_STEPS
+
+    @classmethod
+    def fixed(cls, seconds: float) -> TimingConfig:
+        """Measure for ``seconds`` (and at least MEASURE_MIN_STEPS steps), not adaptively."""
+        return cls(measure_min_s=seconds, measure_max_s=seconds)
+
+
+def median_ci_rel(sorted_values: list[float]) -> float:
+    """Half-width of the distribution-free 95% confidence interval of the median, relative
+    to the median: the order statistics at ranks n/2 ± 1.96·sqrt(n)/2 (inf below 2 values).
+
+    Example:
+        >>> round(median_ci_rel([1.0, 1.0, 1.1, 1.2, 1.2]), 3)  # ranks 0..4: (1.2 - 1.0) / 2 / 1.1
+        0.091
+    """
+    n = len(sorted_values)
+    if n < 2:
+        return math.inf
+    half = _Z95 * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    median = statistics.median(sorted_values)
+    if median <= 0:
+        return math.inf
+    return (sorted_values[hi] - sorted_values[lo]) / 2 / median
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -73,6 +117,10 @@ def time_steps(
     """Warm up, then time ``step`` repeatedly; return the statistics, raw samples and what
     ``monitor`` observed over the measured steps (None without one).
 
+    Measuring stops once at least ``measure_min_steps`` steps and ``measure_min_s`` seconds
+    are in and the median's 95% confidence interval is within ``median_ci_rel`` of it, or
+    after ``measure_max_s`` seconds, or at ``measure_max_steps`` steps.
+
     Each sample is one step, the device synchronised before the clock stops. Garbage
     collection is paused while measuring, as :mod:`timeit` (and so
     ``torch.utils.benchmark.Timer``) does, so a collection does not land in one step.
@@ -91,7 +139,8 @@ def time_steps(
         sync()
         steps += 1
     samples: list[float] = []
-    gc.collect()
+    # No gc.collect() first (timeit does none either): with torch loaded a full collection
+    # takes ~75 ms, longer than measuring a small model's batch size.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     observed = None
@@ -99,13 +148,22 @@ def time_steps(
         monitor.start()
     try:
         begin = clock()
-        while len(samples) < config.measure_max_steps and (
-            len(samples) < config.measure_min_steps or clock() - begin < config.measure_min_s
-        ):
+        next_check = config.measure_min_steps
+        while len(samples) < config.measure_max_steps:
             t0 = clock()
             step()
             sync()
-            samples.append(clock() - t0)
+            t1 = clock()
+            samples.append(t1 - t0)
+            if len(samples) < config.measure_min_steps:
+                continue
+            elapsed = t1 - begin
+            if elapsed >= config.measure_max_s:
+                break
+            if elapsed >= config.measure_min_s and len(samples) >= next_check:
+                if median_ci_rel(sorted(samples)) <= config.median_ci_rel:
+                    break
+                next_check = math.ceil(len(samples) * _CHECK_GROWTH)
     finally:
         if monitor is not None:
             observed = monitor.stop()

@@ -18,7 +18,6 @@ import signal
 import time
 import traceback
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,9 @@ from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
 from batchscope.profiler.join import group_ops, join_steps, sequences_differ
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
-from batchscope.profiler.timing import TimingConfig, time_steps
+from batchscope.profiler.timing import time_steps
 from batchscope.profiler.training import default_optimizer, persistent_tensors, training_step
+from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, ByteSplit, Status, to_jsonable
 from batchscope.spec import (
     ModelSpec,
@@ -50,21 +50,6 @@ DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
     "fp16": torch.float16, "float16": torch.float16,
 }
-
-
-@dataclass
-class WorkerConfig:
-    """What the parent tells a new worker."""
-
-    model_path: str
-    callables: dict[str, Any] | None = None  # API use: build_model, make_inputs, ... by name
-    device: str = "cpu"
-    dtype: str = "fp32"
-    mode: str | None = None  # None: the model file's MODE
-    threads: int | None = None
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    op_breakdown: bool = True  # capture + counting passes
-    trace_dir: str | None = None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -249,7 +234,9 @@ class Worker:
         if self.config.trace_dir:
             trace = Path(self.config.trace_dir) / f"trace_b{result.batch_size}.json"
         try:
-            capture = capture_steps(step, self.sync, self.device, trace_path=trace)
+            step_s = result.latency_s.median if result.latency_s else None
+            capture = capture_steps(step, self.sync, self.device, trace_path=trace,
+                                    step_s=step_s)
         except ProfilerUnavailable as exc:
             result.flags.append(f"no op breakdown: {exc}")
             return

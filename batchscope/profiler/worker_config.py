@@ -1,0 +1,31 @@
+"""What the parent tells a new worker, importable without torch.
+
+The parent process (the CLI, :mod:`batchscope.api`, :mod:`batchscope.profiler.supervisor`)
+never imports torch: only the worker needs it, and importing it in both processes, one after
+the other, cost ~1.5 s of every run on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchscope.profiler.timing import TimingConfig
+
+# The --dtype names the worker understands (batchscope.profiler.worker.DTYPES maps them).
+DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+
+
+@dataclass
+class WorkerConfig:
+    """What the parent tells a new worker."""
+
+    model_path: str
+    callables: dict[str, Any] | None = None  # API use: build_model, make_inputs, ... by name
+    device: str = "cpu"
+    dtype: str = "fp32"
+    mode: str | None = None  # None: the model file's MODE
+    threads: int | None = None
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    op_breakdown: bool = True  # capture + counting passes
+    trace_dir: str | None = None

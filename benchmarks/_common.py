@@ -1,0 +1,119 @@
+"""Helpers shared by the benchmark scripts (not part of batchscope, not run by the tests).
+
+Every benchmark measures the things it compares in one run, side by side, and prints ratios:
+on these noisy 2-core machines an absolute time alone means little.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+SAMPLES = ["samples/mlp.py", "samples/cnn.py", "samples/llm_decode.py", "samples/train_cnn.py"]
+
+
+def bench_env() -> dict[str, str]:
+    """The environment for child runs: ceilings cached in one place (measured once)."""
+    env = dict(os.environ)
+    env.setdefault("BATCHSCOPE_CACHE_DIR", "/tmp/bench-cache")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_timed(cmd: list[str], env: dict[str, str] | None = None,
+              cwd: Path = ROOT) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run ``cmd`` to completion; wall seconds from start to exit, and its output."""
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env or bench_env(), text=True,
+                          capture_output=True, check=False)
+    wall = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        sys.stderr.write(proc.stderr[-3000:])
+        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}")
+    return wall, proc
+
+
+def diagnose_cli(sample: str, out_dir: str, *args: str,
+                 env: dict[str, str] | None = None) -> tuple[float, dict[str, Any]]:
+    """batchscope's whole run as a user runs it: the ``diagnose`` command, start to exit."""
+    diagnose = str(Path(PYTHON).parent / "diagnose")  # the console script README.md runs
+    cmd = [diagnose, sample, "--device", "cpu", "--out", out_dir, *args]
+    wall, _ = run_timed(cmd, env)
+    return wall, json.loads((Path(out_dir) / "report.json").read_text())
+
+
+def load_spec(path: str) -> Any:
+    """The model file through batchscope's own loader (the contract's defaults)."""
+    from batchscope.spec import load_model_file
+
+    return load_model_file(path)
+
+
+class Stepper:
+    """One step of a sample at one batch size, as the worker runs it (inference or train)."""
+
+    def __init__(self, path: str) -> None:
+        import torch
+
+        from batchscope.profiler.training import default_optimizer
+
+        self.spec = load_spec(path)
+        self.model = self.spec.build_model()
+        self.train = self.spec.mode == "train"
+        self.model.train() if self.train else self.model.eval()
+        make = self.spec.make_optimizer or default_optimizer
+        self.optimizer = make(self.model) if self.train else None
+        self.grad = (lambda: nullcontext()) if self.train else torch.inference_mode
+
+    def step_for(self, inputs: Any) -> Callable[[], Any]:
+        from batchscope.profiler.training import training_step
+
+        if self.optimizer is not None:
+            return training_step(self.spec, self.model, inputs, self.optimizer)
+        return self.spec.step_fn(self.model, inputs)
+
+    def timer_median_s(self, inputs: Any, min_run_time_s: float) -> float:
+        """Median step latency from torch.utils.benchmark.Timer."""
+        import torch
+        import torch.utils.benchmark as tbench
+
+        step = self.step_for(inputs)
+        with self.grad():
+            timer = tbench.Timer(stmt="step()", globals={"step": step},
+                                 num_threads=torch.get_num_threads())
+            return timer.blocked_autorange(min_run_time=min_run_time_s).median
+
+
+def pick_throughputs(path: str, batch_sizes: list[int], rounds: int = 2,
+                     min_run_time_s: float = 1.0) -> dict[int, float]:
+    """Rows per second at each batch size by torch.utils.benchmark.Timer, in this process,
+    the batch sizes interleaved over ``rounds`` so that drift hits them alike (median)."""
+    stepper = Stepper(path)
+    sizes = sorted(set(batch_sizes))
+    inputs = {b: stepper.spec.make_inputs(b) for b in sizes}
+    seen: dict[int, list[float]] = {b: [] for b in sizes}
+    for _ in range(rounds):
+        for b in sizes:
+            seen[b].append(stepper.timer_median_s(inputs[b], min_run_time_s))
+    return {b: b / statistics.median(v) for b, v in seen.items()}
+
+
+def fmt_s(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)

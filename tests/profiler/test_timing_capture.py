@@ -1,0 +1,157 @@
+"""The timing pass's stop rule, the capture pass's own event parser, and what the parent imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.autograd.profiler import profile, record_function
+
+from batchscope.profiler import timing
+from batchscope.profiler.capture import (
+    LONG_STEP_CAPTURE_STEPS,
+    LONG_STEP_S,
+    STEP_TAG,
+    capture_steps,
+    cpu_events,
+    parse_events,
+)
+from batchscope.profiler.timing import (
+    MEASURE_MIN_STEPS,
+    TimingConfig,
+    median_ci_rel,
+    time_steps,
+)
+from tests.conftest import ROOT
+
+
+def test_median_ci_uses_order_statistics() -> None:
+    # n = 5: ranks 5/2 ± 1.96·sqrt(5)/2 = 2.5 ± 2.19 -> 0 .. 4, the whole range
+    assert median_ci_rel([1.0, 1.0, 1.1, 1.2, 1.2]) == pytest.approx((1.2 - 1.0) / 2 / 1.1)
+    # n = 100: 50 ± 9.8 -> ranks 40 .. 59 of 0, 1, ..., 99 around a median of 49.5
+    values = [float(i) for i in range(100)]
+    assert median_ci_rel(values) == pytest.approx((59 - 40) / 2 / 49.5)
+    assert median_ci_rel([1.0]) == float("inf")
+
+
+class _FakeClock:
+    """Stands in for the timing module's ``time``: each step advances it by a set duration."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.now = 0.0
+        self.durations = durations
+        self.steps = 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def step(self) -> None:
+        self.now += self.durations[self.steps % len(self.durations)]
+        self.steps += 1
+
+
+def _timed(monkeypatch: pytest.MonkeyPatch, durations: list[float],
+           config: TimingConfig) -> tuple[list[float], float]:
+    clock = _FakeClock(durations)
+    monkeypatch.setattr(timing, "time", clock)
+    _, samples, _ = time_steps(clock.step, lambda: None, config)
+    return samples, sum(samples)
+
+
+def test_steady_steps_stop_at_the_minimum_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1 ms steps with a ±1% wobble: the median is pinned at once, so the floor decides
+    samples, total = _timed(monkeypatch, [0.00099, 0.001, 0.00101],
+                            TimingConfig(measure_min_s=0.05, measure_max_s=1.0))
+    assert 0.05 <= total < 0.05 * timing._CHECK_GROWTH + 0.002
+    assert len(samples) >= MEASURE_MIN_STEPS
+
+
+def test_slow_steps_still_take_the_minimum_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    samples, _ = _timed(monkeypatch, [0.5], TimingConfig())
+    assert len(samples) == MEASURE_MIN_STEPS  # 2.5 s is past the ceiling after 5 steps
+
+
+def test_fixed_time_measures_that_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, total = _timed(monkeypatch, [0.001], TimingConfig.fixed(0.3))
+    assert 0.3 <= total < 0.302
+
+
+def test_noisy_steps_run_to_the_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 4x spread between alternate steps never pins the median to ±3%
+    _, total = _timed(monkeypatch, [0.001, 0.004], TimingConfig(measure_max_s=0.4))
+    assert 0.4 <= total < 0.405
+
+
+def _model_and_step() -> tuple[nn.Module, torch.Tensor]:
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    return model.eval(), torch.randn(8, 16)
+
+
+def test_own_event_parser_matches_torch_function_events() -> None:
+    model, x = _model_and_step()
+    with torch.inference_mode(), profile(use_cpu=True, record_shapes=True,
+                                         use_kineto=True) as prof:
+        for _ in range(2):
+            with record_function(STEP_TAG):
+                model(x)
+    ours = parse_events(cpu_events(prof.kineto_results))
+    torchs = parse_events(prof.function_events)
+    assert len(ours) == len(torchs) == 2
+    for a, b in zip(ours, torchs, strict=True):
+        assert a.step_s == pytest.approx(b.step_s)
+        assert [(o.name, o.input_shapes, o.depth) for o in a.ops] == \
+            [(o.name, o.input_shapes, o.depth) for o in b.ops]
+        assert [o.duration_s for o in a.ops] == pytest.approx([o.duration_s for o in b.ops])
+        assert {"addmm", "relu", "native_layer_norm"} <= {o.name for o in a.ops}
+
+
+def test_long_cpu_steps_are_captured_twice_without_warm_up() -> None:
+    model, x = _model_and_step()
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        model(x)
+
+    with torch.inference_mode():
+        short = capture_steps(step, lambda: None, torch.device("cpu"), step_s=0.001)
+        assert len(short.steps) == 3 and len(calls) == 4  # one warm-up step dropped
+        calls.clear()
+        long = capture_steps(step, lambda: None, torch.device("cpu"), step_s=LONG_STEP_S)
+    assert len(long.steps) == LONG_STEP_CAPTURE_STEPS == len(calls)
+
+
+def _imports(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, check=True,
+                          capture_output=True).stdout.strip()
+
+
+def test_the_sweeps_parent_process_never_imports_torch() -> None:
+    code = ("import sys, batchscope, batchscope.cli, batchscope.api, batchscope.hardware; "
+            "print('torch' in sys.modules)")
+    assert _imports(code) == "False"
+
+
+def test_dtype_names_are_the_workers_dtypes() -> None:
+    from batchscope.profiler.worker import DTYPES
+    from batchscope.profiler.worker_config import DTYPE_NAMES
+
+    assert set(DTYPE_NAMES) == set(DTYPES)
+
+
+def test_neither_pass_imports_dynamo() -> None:
+    code = """
+import sys, torch
+from batchscope.profiler.capture import capture_steps
+from batchscope.profiler.counting import count_step
+m = torch.nn.Linear(4, 4)
+x = torch.randn(2, 4)
+with torch.inference_mode():
+    capture_steps(lambda: m(x), lambda: None, torch.device("cpu"))
+    count_step(lambda: m(x), weights=m.parameters(), state=[x], root=m)
+print("torch._dynamo" in sys.modules)
+"""
+    assert _imports(code).splitlines()[-1] == "False"
