@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from batchscope import __version__
 from batchscope.classifiers.analyze import analyze
+from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import DEFAULT_MAX_BATCH, Limits
@@ -67,6 +68,7 @@ class Options:
     op_breakdown: bool = True
     measure_ceilings: bool = True
     mode: str | None = None
+    objective: str = "throughput"  # or "energy": J per unit from NVML, where measured
     extra: dict[str, Any] = field(default_factory=dict)
 
     def limits(self) -> Limits:
@@ -90,6 +92,9 @@ class Options:
                 raise UsageError(f"{name} must be positive.")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be at least 1, not {self.threads}.")
+        if self.objective not in OBJECTIVES:
+            raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, "
+                             f"not {self.objective!r}.")
         if self.mode not in (None, "inference", "train"):
             raise UsageError(f"--mode must be inference or train, not {self.mode!r}.")
         if self.out_dir is not None:
@@ -164,7 +169,8 @@ class _ReportWriter(Callbacks):
 
     def build(self, results: list[BatchResult], partial: bool, stop_reason: str) -> Report:
         return analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
-                       partial=partial, stop_reason=stop_reason)
+                       partial=partial, stop_reason=stop_reason,
+                       objective=self.options.objective)
 
 
 def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,

@@ -72,7 +72,8 @@ def diagnose(
     memory_budget: Annotated[Optional[str], typer.Option("--memory-budget", help="Stop above this peak memory, e.g. 8GiB.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
-    mode: Annotated[Optional[str], typer.Option("--mode", help="inference (train: not yet).")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="inference or train (default: the file's MODE).")] = None,
+    objective: Annotated[str, typer.Option("--objective", help="throughput, or energy (J per unit; needs NVML).")] = "throughput",
     min_time: Annotated[Optional[float], typer.Option("--min-time", help="Seconds of timed steps per batch size (default: adaptive, 0.05-1 s, until the median is known to ±3%).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per batch size.")] = 600.0,
     threads: Annotated[Optional[int], typer.Option("--threads", help="torch intra-op threads.")] = None,
@@ -100,6 +101,7 @@ def diagnose(
             recalibrate=recalibrate,
             op_breakdown=not no_ops,
             mode=mode,
+            objective=objective,
         )
         options.validate()
     except UsageError as exc:

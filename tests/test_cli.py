@@ -29,7 +29,8 @@ def test_bad_batch_sizes_exit_4_before_the_model_is_imported(tmp_path):
                                               "--out", str(tmp_path / "o")])
         assert result.exit_code == 4, result.output
         assert "batch" in result.output
-    for option, value in (("--dtype", "fp8"), ("--device", "tpu"), ("--memory-budget", "lots")):
+    for option, value in (("--dtype", "fp8"), ("--device", "tpu"), ("--memory-budget", "lots"),
+                          ("--objective", "speed")):
         result = runner.invoke(diagnose_app, [str(model), option, value])
         assert result.exit_code == 4
     assert not marker.exists()

@@ -13,6 +13,7 @@ or a poisoned CUDA context costs the parent nothing it has already received.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -44,6 +45,10 @@ from batchscope.spec import (
     spec_from_callables,
     user_frames,
 )
+
+# Power readings average over ~1 s on recent GPUs and the energy counter ticks slowly: the
+# timed steps of a batch size on a GPU last at least this long.
+NVML_WINDOW_MIN_S = 1.0
 
 DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,
@@ -119,6 +124,11 @@ class Worker:
         self.sync = _sync_fn(self.device)
         self.measured_once = False
         self.sampler = make_sampler(self.device.type, *_cuda_identity(self.device))
+        if self.device.type == "cuda":  # NVML needs a steady window of at least a second
+            t = config.timing
+            config.timing = dataclasses.replace(
+                t, measure_min_s=max(t.measure_min_s, NVML_WINDOW_MIN_S),
+                measure_max_s=max(t.measure_max_s, NVML_WINDOW_MIN_S))
 
     def _call_user(self, fn, what: str, *args: Any) -> Any:
         try:
