@@ -107,6 +107,10 @@ def diagnose(
     except UsageError as exc:
         raise fail(exc) from None
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    # A process started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and Python then keeps ignoring it: Ctrl-C (or a CI runner's SIGINT) must
+    # still stop the sweep and write the partial report.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     progress = ProgressCallbacks(err_console)
     try:
         with progress:
