@@ -13,9 +13,9 @@ from batchscope.records import BatchResult, Status
 # Powers of two up to this unless --max-batch says otherwise: far past the knee of the
 # models we target, and the plateau rule stops long before it on most of them.
 DEFAULT_MAX_BATCH = 1024
-# A doubling that lifts the best throughput by less than this counts as flat: below the
-# ±5% noise of one batch size's median on a busy machine.
-PLATEAU_GAIN = 0.05
+# A doubling that lifts the best throughput by less than this counts as flat: it doubles
+# the latency for a gain inside the 10% the recommendation rule forgives anyway.
+PLATEAU_GAIN = 0.10
 # Stop after this many flat doublings in a row. One is not enough: MKL runs 2-8 fp32 rows on
 # a slow path, so batch 2 is barely faster than batch 1 on CPUs (CPU-TRIALS.md).
 PLATEAU_PATIENCE = 2
