@@ -14,8 +14,8 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

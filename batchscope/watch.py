@@ -32,11 +32,11 @@ from batchscope.classifiers.estimate import estimate_batch
 from batchscope.plan import Limits
 from batchscope.profiler.capture import STEP_TAG, parse_events
 from batchscope.profiler.counting import counting
-from batchscope.profiler.join import group_ops, join_steps, sequences_differ
+from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.timing import latency_stats
 from batchscope.profiler.training import persistent_tensors
-from batchscope.records import BatchResult, ByteSplit, Status
+from batchscope.records import BatchResult, Status
 from batchscope.report import Report
 from batchscope.spec import iter_tensors
 
@@ -163,20 +163,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         result.available_memory_bytes = available_bytes(self._device)
         if self._profiler is not None and self._session is not None:
             steps = parse_events(self._profiler.events())[1:]
-            counted = self._session.ops
-            joined = join_steps(counted, steps)
-            result.profiled_step_s, result.op_time_s = joined.step_s, joined.op_time_s
-            result.ops = group_ops(counted, joined)
-            result.unmatched_ops_s = dict(joined.unmatched_s)
-            result.flops = sum(op.flops for op in counted if op.flops is not None)
-            total = ByteSplit()
-            for op in counted:
-                total = total + op.bytes
-            result.bytes = total
-            counted_time = sum(s.time_s for s in result.ops if s.flops is not None)
-            result.coverage = counted_time / joined.op_time_s if joined.op_time_s else None
-            if sequences_differ(steps):
-                result.flags.append("non-deterministic: the op sequence differed between steps")
+            fill_breakdown(result, self._session.ops, steps)
         return result
 
     def _finish(self, partial: bool) -> None:

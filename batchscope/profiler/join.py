@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from batchscope.profiler.capture import StepCapture
-from batchscope.records import ByteSplit, CountedOp, OpStat, TimedOp
+from batchscope.records import BatchResult, ByteSplit, CountedOp, OpStat, TimedOp
 
 # How far past the cursor we look for a counted op's profiled twin before giving up on it:
 # only ops the profiler sees but the dispatch mode does not (children of a matched op are
@@ -189,3 +189,23 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
             stat.flags.append("unmatched: some calls had no profiled twin, their time is missing")
         stats.append(stat)
     return stats
+
+
+def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
+                   steps: Sequence[StepCapture]) -> None:
+    """Join ``counted`` to the profiled ``steps`` and store the op breakdown in ``result``:
+    per-op groups, totals, coverage, unmatched time, and a flag when steps differ."""
+    joined = join_steps(counted, steps)
+    result.profiled_step_s = joined.step_s
+    result.op_time_s = joined.op_time_s
+    result.ops = group_ops(counted, joined)
+    result.unmatched_ops_s = dict(joined.unmatched_s)
+    result.flops = sum(op.flops for op in counted if op.flops is not None)
+    total = ByteSplit()
+    for op in counted:
+        total = total + op.bytes
+    result.bytes = total
+    counted_time = sum(s.time_s for s in result.ops if s.flops is not None)
+    result.coverage = counted_time / joined.op_time_s if joined.op_time_s > 0 else None
+    if sequences_differ(steps):
+        result.flags.append("non-deterministic: the op sequence differed between profiled steps")

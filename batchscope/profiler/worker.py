@@ -28,13 +28,13 @@ from batchscope.errors import ModelFileError
 from batchscope.hardware.nvml import NvmlWindow, energy_per_unit_j, make_sampler
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
-from batchscope.profiler.join import group_ops, join_steps, sequences_differ
+from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
 from batchscope.profiler.timing import time_steps
 from batchscope.profiler.training import default_optimizer, persistent_tensors, training_step
 from batchscope.profiler.worker_config import WorkerConfig
-from batchscope.records import BatchResult, ByteSplit, Status, to_jsonable
+from batchscope.records import BatchResult, Status, to_jsonable
 from batchscope.spec import (
     ModelSpec,
     check_inputs,
@@ -254,23 +254,8 @@ class Worker:
         counted = counting.count_step(
             step, weights=weights, state=iter_tensors(inputs), root=self.model
         )
-        joined = join_steps(counted, capture.steps)
         result.trace_path = capture.trace_path
-        result.profiled_step_s = joined.step_s
-        result.op_time_s = joined.op_time_s
-        result.ops = group_ops(counted, joined)
-        result.flops = sum(op.flops for op in counted if op.flops is not None)
-        total = ByteSplit()
-        for op in counted:
-            total = total + op.bytes
-        result.bytes = total
-        counted_time = sum(s.time_s for s in result.ops if s.flops is not None)
-        result.coverage = counted_time / joined.op_time_s if joined.op_time_s > 0 else None
-        result.unmatched_ops_s = dict(joined.unmatched_s)
-        if sequences_differ(capture.steps):
-            result.flags.append(
-                "non-deterministic: the op sequence differed between profiled steps"
-            )
+        fill_breakdown(result, counted, capture.steps)
 
 
 def worker_main(conn, config: WorkerConfig) -> None:
