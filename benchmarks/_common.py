@@ -96,16 +96,63 @@ class Stepper:
 
 def pick_throughputs(path: str, batch_sizes: list[int], rounds: int = 2,
                      min_run_time_s: float = 1.0) -> dict[int, float]:
-    """Rows per second at each batch size by torch.utils.benchmark.Timer, in this process,
-    the batch sizes interleaved over ``rounds`` so that drift hits them alike (median)."""
-    stepper = Stepper(path)
+    """Rows per second at each batch size by torch.utils.benchmark.Timer, the median over
+    ``rounds`` rounds, each batch size in a fresh process of its own (after a step of a
+    huge batch, a small one here ran 7x slower in the same process: the host was short of
+    memory), the batch sizes interleaved so that drift hits them alike."""
     sizes = sorted(set(batch_sizes))
-    inputs = {b: stepper.spec.make_inputs(b) for b in sizes}
     seen: dict[int, list[float]] = {b: [] for b in sizes}
     for _ in range(rounds):
         for b in sizes:
-            seen[b].append(stepper.timer_median_s(inputs[b], min_run_time_s))
+            cmd = [PYTHON, str(Path(__file__).resolve()), "timer", path, str(b),
+                   str(min_run_time_s)]
+            _, proc = run_timed(cmd)
+            seen[b].append(float(proc.stdout.strip().splitlines()[-1]))
     return {b: b / statistics.median(v) for b, v in seen.items()}
+
+
+class OtherLoad:
+    """Share of the machine's CPU that other processes used while the block ran.
+
+    Busy CPU time from /proc/stat less this process's and its waited-for children's
+    (``os.times``), over wall time × cores. These machines are shared: a result measured
+    while something else ran is flagged, not trusted.
+
+    Example:
+        >>> with OtherLoad() as load:  # doctest: +SKIP
+        ...     run_benchmark()
+        >>> load.share  # doctest: +SKIP
+        0.02
+    """
+
+    share: float = float("nan")
+
+    @staticmethod
+    def _busy_s() -> float:
+        try:
+            fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        except OSError:
+            return float("nan")
+        ticks = [int(x) for x in fields]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _ours_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> OtherLoad:  # noqa: PYI034
+        self._wall, self._busy, self._ours = time.perf_counter(), self._busy_s(), self._ours_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._wall
+        other = (self._busy_s() - self._busy) - (self._ours_s() - self._ours)
+        self.share = max(0.0, other) / (wall * (os.cpu_count() or 1))
+
+    def note(self) -> str:
+        return f"{self.share:.0%}"
 
 
 def fmt_s(seconds: float) -> str:
@@ -117,3 +164,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python benchmarks/_common.py timer SAMPLE BATCH MIN_RUN_TIME_S
+    _, _, sample, batch, min_run = sys.argv
+    sys.path.insert(0, str(ROOT))
+    stepper = Stepper(sample)
+    print(stepper.timer_median_s(stepper.spec.make_inputs(int(batch)), float(min_run)))

@@ -29,7 +29,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import SAMPLES, bench_env, diagnose_cli, load_spec, table
+from benchmarks._common import (
+    SAMPLES,
+    OtherLoad,
+    bench_env,
+    diagnose_cli,
+    load_spec,
+    table,
+)
 
 
 def split(wall_s: float, report: dict[str, Any]) -> dict[str, float]:
@@ -64,7 +71,7 @@ def main() -> None:
             env = bench_env()
             if src:
                 env["PYTHONPATH"] = src
-            with tempfile.TemporaryDirectory() as out:
+            with tempfile.TemporaryDirectory() as out, OtherLoad() as load:
                 wall, report = diagnose_cli(sample, out, env=env)
             parts = split(wall, report)
             sizes = [b["batch_size"] for b in report["batches"] if b.get("latency_s")]
@@ -74,12 +81,13 @@ def main() -> None:
                 f"{parts['timed']:.1f} s", f"{parts['per_batch_outside']:.1f} s",
                 f"{user:.1f} s", f"{parts['fixed']:.1f} s",
                 f"{1 - parts['timed'] / wall:.0%}",
-                f"{1 - (parts['timed'] + user) / wall:.0%}",
+                f"{1 - (parts['timed'] + user) / wall:.0%}", load.note(),
             ])
             print(f"{sample} {label}: {wall:.1f} s", file=sys.stderr, flush=True)
     print(table(["sample", "batchscope", "batch sizes", "whole run", "timed steps",
                  "per batch size, outside timed steps", "of which make_inputs",
-                 "fixed", "overhead share", "overhead share without make_inputs"], rows))
+                 "fixed", "overhead share", "overhead share without make_inputs",
+                 "other processes' CPU"], rows))
 
 
 if __name__ == "__main__":

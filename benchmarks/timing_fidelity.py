@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchscope.api import Options, diagnose_file
 from batchscope.records import Status
-from benchmarks._common import SAMPLES, Stepper, table
+from benchmarks._common import SAMPLES, OtherLoad, Stepper, table
 
 DEFAULT_SIZES = {"mlp.py": "1,8,64,512", "cnn.py": "1,4,16", "llm_decode.py": "1,8,32,128",
                  "train_cnn.py": "1,8,32"}
@@ -69,21 +69,22 @@ def main() -> None:
     if args.compare_fixed is not None:
         variants[f"batchscope --min-time {args.compare_fixed:g}"] = args.compare_fixed
     ratios_all: dict[str, list[float]] = {v: [] for v in variants}
-    rows = []
+    rows, loads = [], []
     for path in args.models:
         text = args.batch_sizes or DEFAULT_SIZES.get(Path(path).name, "1,4,16")
         sizes = [int(x) for x in text.split(",")]
         ours = {v: {b: [] for b in sizes} for v in variants}
         steps = {v: {b: [] for b in sizes} for v in variants}
         theirs: dict[int, list[float]] = {b: [] for b in sizes}
-        for _ in range(args.rounds):  # one round: every variant, then Timer
-            got = {v: batchscope_median_s(path, sizes, t) for v, t in variants.items()}
-            timer, _ = timer_median_s(path, sizes)
-            for b in sizes:
-                theirs[b].append(timer[b])
-                for v, (median, n) in got.items():
-                    ours[v][b].append(median.get(b, float("nan")))
-                    steps[v][b].append(n.get(b, 0))
+        with OtherLoad() as load:
+            for _ in range(args.rounds):  # one round: every variant, then Timer
+                got = {v: batchscope_median_s(path, sizes, t) for v, t in variants.items()}
+                timer, _ = timer_median_s(path, sizes)
+                for b in sizes:
+                    theirs[b].append(timer[b])
+                    for v, (median, n) in got.items():
+                        ours[v][b].append(median.get(b, float("nan")))
+                        steps[v][b].append(n.get(b, 0))
         for b in sizes:
             row = [Path(path).name, str(b), f"{statistics.median(theirs[b]) * 1e3:.3f}"]
             for v in variants:
@@ -93,10 +94,12 @@ def main() -> None:
                         str(int(statistics.median(steps[v][b])))]
             rows.append(row)
         print(f"{path}: done", file=sys.stderr, flush=True)
+        loads.append(f"{Path(path).name} {load.note()}")
     header = ["sample", "batch", "Timer median ms"]
     for v in variants:
         header += [f"{v} / Timer", "per round", "timed steps"]
     print(table(header, rows))
+    print(f"\nother processes' share of the CPU during each sample: {', '.join(loads)}")
     for v, ratios in ratios_all.items():
         if not ratios:
             continue
