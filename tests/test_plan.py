@@ -45,6 +45,12 @@ def test_plateau_stops_a_flat_cnn():
     assert run_plan(Plan(None, Limits()), cnn) == [1, 2, 4, 8, 16]
 
 
+def test_steady_small_gains_keep_going_until_two_doublings_add_little():
+    # this machine's ResNet-18: 4-9% per doubling; each alone is under the bar, two are not
+    cnn = {1: 37.3, 2: 39.0, 4: 42.4, 8: 45.0, 16: 47.1, 32: 48.0, 64: 47.5}
+    assert run_plan(Plan(None, Limits()), cnn) == [1, 2, 4, 8, 16, 32]  # 48.0 < 45.0 * 1.1
+
+
 def test_gain_just_above_threshold_keeps_going():
     gains = {b: 100 * (1 + PLATEAU_GAIN * 1.2) ** i for i, b in enumerate([1, 2, 4, 8, 16])}
     assert run_plan(Plan(None, Limits(max_batch=16)), gains) == [1, 2, 4, 8, 16]
