@@ -120,7 +120,11 @@ class OpStat:
 
 @dataclass
 class LatencyStats:
-    """Step latency over the timing pass, in seconds."""
+    """Step latency over the timing pass, in seconds.
+
+    Each sample is the mean step of a block of ``block_steps`` steps timed together (1: each
+    step timed alone); the quantiles are over those samples and ``n`` counts steps.
+    """
 
     median: float
     p25: float
@@ -128,6 +132,7 @@ class LatencyStats:
     n: int
     min: float = 0.0
     max: float = 0.0
+    block_steps: int = 1
 
 
 @dataclass

@@ -94,20 +94,32 @@ class Stepper:
             return timer.blocked_autorange(min_run_time=min_run_time_s).median
 
 
+def fresh_timer_median_s(path: str, batch_size: int, min_run_time_s: float = 1.0) -> float:
+    """Median step latency from torch.utils.benchmark.Timer in a fresh process of its own.
+
+    Fresh, because the process's history moves the result: glibc's malloc raises its mmap and
+    trim thresholds after freeing large blocks, and a CNN step at batch 4 ran 78 ms in a new
+    process but 67 ms after a few steps at batch 16 (fewer pages faulted in per step); after
+    a step of a huge batch, a small one once ran 7x slower (the host was short of memory).
+    batchscope's worker measures each batch size after only the smaller ones.
+    """
+    cmd = [PYTHON, str(Path(__file__).resolve()), "timer", path, str(batch_size),
+           str(min_run_time_s)]
+    _, proc = run_timed(cmd)
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
 def pick_throughputs(path: str, batch_sizes: list[int], rounds: int = 2,
                      min_run_time_s: float = 1.0) -> dict[int, float]:
     """Rows per second at each batch size by torch.utils.benchmark.Timer, the median over
-    ``rounds`` rounds, each batch size in a fresh process of its own (after a step of a
-    huge batch, a small one here ran 7x slower in the same process: the host was short of
-    memory), the batch sizes interleaved so that drift hits them alike."""
+    ``rounds`` rounds, each batch size in a fresh process of its own
+    (:func:`fresh_timer_median_s`), the batch sizes interleaved so that drift hits them
+    alike."""
     sizes = sorted(set(batch_sizes))
     seen: dict[int, list[float]] = {b: [] for b in sizes}
     for _ in range(rounds):
         for b in sizes:
-            cmd = [PYTHON, str(Path(__file__).resolve()), "timer", path, str(b),
-                   str(min_run_time_s)]
-            _, proc = run_timed(cmd)
-            seen[b].append(float(proc.stdout.strip().splitlines()[-1]))
+            seen[b].append(fresh_timer_median_s(path, b, min_run_time_s))
     return {b: b / statistics.median(v) for b, v in seen.items()}
 
 

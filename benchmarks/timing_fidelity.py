@@ -1,9 +1,10 @@
 """Timing fidelity: batchscope's median step latency vs torch.utils.benchmark.Timer.
 
-Both measure the same model file at the same batch sizes in one run, interleaved (batchscope's
-sweep, then Timer at every batch size, repeated ``--rounds`` times) so that drift of a noisy
-machine hits both alike. Prints the ratio per batch size, the median of the ratios and their
-spread, and how long batchscope's timing took against Timer's.
+Both measure the same model file at the same batch sizes in one run, interleaved batch size
+by batch size (batchscope's sweep of that one batch size in its own worker, then Timer on it
+in a fresh process, the order reversed every other round, ``--rounds`` rounds) so that the drift of a noisy machine, which
+here moves a 30 µs step by 10% within a minute, hits both alike. Prints the ratio per batch
+size (the median over rounds and each round's), the median of all ratios and their spread.
 
     python benchmarks/timing_fidelity.py                       # every sample
     python benchmarks/timing_fidelity.py samples/mlp.py --rounds 3
@@ -16,14 +17,13 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchscope.api import Options, diagnose_file
 from batchscope.records import Status
-from benchmarks._common import SAMPLES, OtherLoad, Stepper, table
+from benchmarks._common import SAMPLES, OtherLoad, fresh_timer_median_s, table
 
 DEFAULT_SIZES = {"mlp.py": "1,8,64,512", "cnn.py": "1,4,16", "llm_decode.py": "1,8,32,128",
                  "train_cnn.py": "1,8,32"}
@@ -33,32 +33,25 @@ TIMER_MIN_RUN_TIME_S = 1.0
 TOLERANCE = 0.05
 
 
-def timer_median_s(path: str, batch_sizes: list[int]) -> tuple[dict[int, float], float]:
-    """Median step latency per batch size from Timer, in this process; and its wall time."""
-    started = time.perf_counter()
-    stepper = Stepper(path)
-    out = {b: stepper.timer_median_s(stepper.spec.make_inputs(b), TIMER_MIN_RUN_TIME_S)
-           for b in batch_sizes}
-    return out, time.perf_counter() - started
-
-
-def batchscope_median_s(path: str, batch_sizes: list[int],
-                        min_time_s: float | None) -> tuple[dict[int, float], dict[int, int]]:
-    """batchscope's median and step count per batch size (timing pass only)."""
+def batchscope_median_s(path: str, batch_size: int,
+                        min_time_s: float | None) -> tuple[float, int]:
+    """batchscope's median step latency and step count at one batch size (timing pass only,
+    its own worker process, as a sweep measures it)."""
     with tempfile.TemporaryDirectory() as out_dir:
-        report = diagnose_file(path, Options(batch_sizes=batch_sizes, out_dir=out_dir,
+        report = diagnose_file(path, Options(batch_sizes=[batch_size], out_dir=out_dir,
                                              device="cpu", min_time_s=min_time_s,
                                              op_breakdown=False, measure_ceilings=False))
     ok = [r for r in report.batches if r.status == Status.OK and r.latency_s]
-    return ({r.batch_size: r.latency_s.median for r in ok},
-            {r.batch_size: r.latency_s.n for r in ok})
+    if not ok:
+        return float("nan"), 0
+    return ok[0].latency_s.median, ok[0].latency_s.n
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=SAMPLES)
     parser.add_argument("--batch-sizes", default=None, help="default: per sample, see source")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min-time", type=float, default=None,
                         help="batchscope's --min-time (default: its adaptive timing)")
     parser.add_argument("--compare-fixed", type=float, default=None, metavar="S",
@@ -77,14 +70,17 @@ def main() -> None:
         steps = {v: {b: [] for b in sizes} for v in variants}
         theirs: dict[int, list[float]] = {b: [] for b in sizes}
         with OtherLoad() as load:
-            for _ in range(args.rounds):  # one round: every variant, then Timer
-                got = {v: batchscope_median_s(path, sizes, t) for v, t in variants.items()}
-                timer, _ = timer_median_s(path, sizes)
+            for r in range(args.rounds):
                 for b in sizes:
-                    theirs[b].append(timer[b])
-                    for v, (median, n) in got.items():
-                        ours[v][b].append(median.get(b, float("nan")))
-                        steps[v][b].append(n.get(b, 0))
+                    order = ["timer", *variants] if r % 2 else [*variants, "timer"]
+                    for who in order:
+                        if who == "timer":
+                            theirs[b].append(fresh_timer_median_s(path, b,
+                                                                  TIMER_MIN_RUN_TIME_S))
+                        else:
+                            median, n = batchscope_median_s(path, b, variants[who])
+                            ours[who][b].append(median)
+                            steps[who][b].append(n)
         for b in sizes:
             row = [Path(path).name, str(b), f"{statistics.median(theirs[b]) * 1e3:.3f}"]
             for v in variants:

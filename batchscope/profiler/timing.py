@@ -1,4 +1,12 @@
-"""Timing pass: warm-up, then repeated steps until the median is known, no profiler attached."""
+"""Timing pass: warm-up, then repeated steps until the median is known, no profiler attached.
+
+A fast step is timed in blocks of several steps (one clock read and one device sync per
+block), as ``torch.utils.benchmark.Timer`` does: a step of a few tens of microseconds is
+right-skewed (most steps fast, every few an allocator or scheduler hiccup), and the median of
+single steps then sits 10-20% under what a loop of them sustains (the MLP sample at batch 1:
+median 26.8 µs, mean 29.8 µs; docs/benchmarks.md). The median of block means is what the loop sustains and
+still shrugs off a block hit by a one-off interruption.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +26,14 @@ from batchscope.records import LatencyStats
 # of the timed steps would shrug off one more slow step anyway (docs/benchmarks.md).
 WARMUP_MIN_STEPS = 1
 WARMUP_MIN_S = 0.02
-# Measure at least this many steps for this long...
+# Steps shorter than this are timed in blocks lasting about this long (Timer's floor for
+# blocks when it measures for 1 s); a step this long or longer is timed alone.
+BLOCK_MIN_S = 0.001
+# Measure at least this many samples (single steps or blocks) for this long, Timer's own
+# default: the blocks of a fast step agree to ±3% at once, and a shorter window (0.05 s
+# before) catches the machine at one moment of its drift, ±10% over seconds on a 2-core VM...
 MEASURE_MIN_STEPS = 5
-MEASURE_MIN_S = 0.05
+MEASURE_MIN_S = 0.2
 # ...then stop once the median is pinned down: its 95% confidence interval (from order
 # statistics, no assumption on the distribution) within ±3% of it. Well inside the ±5% that
 # the timing-fidelity benchmark checks against torch.utils.benchmark.Timer.
@@ -51,6 +64,7 @@ class TimingConfig:
     measure_max_s: float = MEASURE_MAX_S
     median_ci_rel: float = MEDIAN_CI_REL
     measure_max_steps: int = MEASURE_MAX_STEPS
+    block_min_s: float = BLOCK_MIN_S
 
     @classmethod
     def fixed(cls, seconds: float) -> TimingConfig:
@@ -88,17 +102,31 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def latency_stats(samples_s: list[float]) -> LatencyStats:
-    """Median, quartiles, count, min and max of step latencies."""
+def latency_stats(samples_s: list[float], block_steps: int = 1) -> LatencyStats:
+    """Median, quartiles, min and max of per-step latencies, each sample the mean step of a
+    block of ``block_steps`` steps; ``n`` counts the steps."""
     values = sorted(samples_s)
     return LatencyStats(
         median=statistics.median(values),
         p25=quantile(values, 0.25),
         p75=quantile(values, 0.75),
-        n=len(values),
+        n=len(values) * block_steps,
         min=values[0],
         max=values[-1],
+        block_steps=block_steps,
     )
+
+
+def block_steps_for(step_s: float, block_min_s: float) -> int:
+    """Steps per timed block: enough that a block lasts ``block_min_s``, 1 for slower steps.
+
+    Example:
+        >>> block_steps_for(30e-6, 0.001), block_steps_for(0.002, 0.001)
+        (34, 1)
+    """
+    if step_s <= 0:
+        return 1
+    return max(1, math.ceil(round(block_min_s / step_s, 6)))  # 0.001 / 1e-5 is 100.00000000000001
 
 
 class Monitor(Protocol):
@@ -114,30 +142,38 @@ def time_steps(
     config: TimingConfig | None = None,
     monitor: Monitor | None = None,
 ) -> tuple[LatencyStats, list[float], Any]:
-    """Warm up, then time ``step`` repeatedly; return the statistics, raw samples and what
-    ``monitor`` observed over the measured steps (None without one).
+    """Warm up, then time ``step`` repeatedly; return the statistics, the raw samples (mean
+    step latency of each timed block) and what ``monitor`` observed over the measured steps
+    (None without one).
 
-    Measuring stops once at least ``measure_min_steps`` steps and ``measure_min_s`` seconds
-    are in and the median's 95% confidence interval is within ``median_ci_rel`` of it, or
-    after ``measure_max_s`` seconds, or at ``measure_max_steps`` steps.
+    Steps shorter than ``block_min_s`` (judged on the warm-up's median step) are timed in
+    blocks of :func:`block_steps_for` steps; the others one at a time. Measuring stops once
+    at least ``measure_min_steps`` samples and ``measure_min_s`` seconds are in and the
+    median's 95% confidence interval is within ``median_ci_rel`` of it, or after
+    ``measure_max_s`` seconds, or at ``measure_max_steps`` steps (but never fewer than
+    ``measure_min_steps`` samples).
 
-    Each sample is one step, the device synchronised before the clock stops. Garbage
-    collection is paused while measuring, as :mod:`timeit` (and so
-    ``torch.utils.benchmark.Timer``) does, so a collection does not land in one step.
+    The device is synchronised before the clock stops. Garbage collection is paused while
+    measuring, as :mod:`timeit` (and so ``torch.utils.benchmark.Timer``) does, so a
+    collection does not land in one sample.
 
     Example:
         >>> stats, _, _ = time_steps(lambda: sum(range(100)), lambda: None)
-        >>> stats.n >= MEASURE_MIN_STEPS
+        >>> stats.n >= MEASURE_MIN_STEPS * stats.block_steps
         True
     """
     config = config or TimingConfig()
     clock = time.perf_counter
     start = clock()
-    steps = 0
-    while steps < config.warmup_min_steps or clock() - start < config.warmup_min_s:
+    warmup_s: list[float] = []
+    while len(warmup_s) < config.warmup_min_steps or clock() - start < config.warmup_min_s:
+        t0 = clock()
         step()
         sync()
-        steps += 1
+        warmup_s.append(clock() - t0)
+    # The later half of the warm-up: the first steps at a new shape are the slow ones.
+    block = block_steps_for(statistics.median(warmup_s[len(warmup_s) // 2:]),
+                            config.block_min_s)
     samples: list[float] = []
     # No gc.collect() first (timeit does none either): with torch loaded a full collection
     # takes ~75 ms, longer than measuring a small model's batch size.
@@ -149,16 +185,17 @@ def time_steps(
     try:
         begin = clock()
         next_check = config.measure_min_steps
-        while len(samples) < config.measure_max_steps:
+        while True:
             t0 = clock()
-            step()
+            for _ in range(block):
+                step()
             sync()
             t1 = clock()
-            samples.append(t1 - t0)
+            samples.append((t1 - t0) / block)
             if len(samples) < config.measure_min_steps:
                 continue
             elapsed = t1 - begin
-            if elapsed >= config.measure_max_s:
+            if elapsed >= config.measure_max_s or len(samples) * block >= config.measure_max_steps:
                 break
             if elapsed >= config.measure_min_s and len(samples) >= next_check:
                 if median_ci_rel(sorted(samples)) <= config.median_ci_rel:
@@ -169,4 +206,4 @@ def time_steps(
             observed = monitor.stop()
         if gc_was_enabled:
             gc.enable()
-    return latency_stats(samples), samples, observed
+    return latency_stats(samples, block), samples, observed

@@ -156,7 +156,7 @@ def _timing_rows(doc: Doc) -> list[dict[str, Any]]:
         iqr = (lat["p75"] - lat["p25"]) / med if med and "p75" in lat and "p25" in lat else None
         rows.append({
             "batch": b.get("batch_size"), "status": b.get("status", "?"), "n": lat.get("n"),
-            "median": fmt.seconds(med), "p25": fmt.seconds(lat.get("p25")),
+            "block": lat.get("block_steps") or 1, "median": fmt.seconds(med), "p25": fmt.seconds(lat.get("p25")),
             "p75": fmt.seconds(lat.get("p75")), "min": fmt.seconds(lat.get("min")),
             "max": fmt.seconds(lat.get("max")), "iqr": fmt.pct(iqr, 1),
             "profiled": fmt.seconds(b.get("profiled_step_s")),

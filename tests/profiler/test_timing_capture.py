@@ -85,6 +85,37 @@ def test_noisy_steps_run_to_the_ceiling(monkeypatch: pytest.MonkeyPatch) -> None
     assert 0.4 <= total < 0.405
 
 
+def test_fast_steps_are_timed_in_blocks_that_keep_their_hiccups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 10 µs steps with a 100 µs hiccup every tenth: a loop of them sustains 19 µs a step,
+    # the median single step says 10 µs
+    durations = [10e-6] * 9 + [100e-6]
+    clock = _FakeClock(durations)
+    monkeypatch.setattr(timing, "time", clock)
+    stats, samples, _ = time_steps(clock.step, lambda: None, TimingConfig(block_min_s=0.001))
+    assert stats.block_steps == 100  # the warm-up's later half is mostly 10 µs steps
+    assert stats.n == len(samples) * 100
+    assert stats.median == pytest.approx(19e-6)
+    assert len(samples) >= MEASURE_MIN_STEPS
+
+
+def test_steps_as_long_as_a_block_are_timed_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock([0.002])
+    monkeypatch.setattr(timing, "time", clock)
+    stats, samples, _ = time_steps(clock.step, lambda: None, TimingConfig(block_min_s=0.001))
+    assert stats.block_steps == 1 and stats.n == len(samples)
+    assert timing.block_steps_for(0.0005, 0.001) == 2
+
+
+def test_the_step_cap_never_leaves_fewer_than_the_minimum_samples(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock([1e-6])
+    monkeypatch.setattr(timing, "time", clock)
+    stats, samples, _ = time_steps(clock.step, lambda: None,
+                                   TimingConfig(block_min_s=0.001, measure_max_steps=2000))
+    assert len(samples) == MEASURE_MIN_STEPS and stats.n == MEASURE_MIN_STEPS * 1000
+
+
 def _model_and_step() -> tuple[nn.Module, torch.Tensor]:
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.LayerNorm(32), nn.Linear(32, 4))
     return model.eval(), torch.randn(8, 16)
