@@ -74,7 +74,7 @@ def diagnose(
     dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
     mode: Annotated[Optional[str], typer.Option("--mode", help="inference or train (default: the file's MODE).")] = None,
     objective: Annotated[str, typer.Option("--objective", help="throughput, or energy (J per unit; needs NVML).")] = "throughput",
-    min_time: Annotated[Optional[float], typer.Option("--min-time", help="Seconds of timed steps per batch size (default: adaptive, 0.2-1 s, until the median is known to ±3%).")] = None,
+    min_time: Annotated[Optional[float], typer.Option("--min-time", help="Seconds of timed steps per batch size (default: adaptive, 0.05-1 s, until the median is known to ±3%).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per batch size.")] = 600.0,
     threads: Annotated[Optional[int], typer.Option("--threads", help="torch intra-op threads.")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="Export a Perfetto trace per batch size.")] = False,

@@ -29,11 +29,13 @@ WARMUP_MIN_S = 0.02
 # Steps shorter than this are timed in blocks lasting about this long (Timer's floor for
 # blocks when it measures for 1 s); a step this long or longer is timed alone.
 BLOCK_MIN_S = 0.001
-# Measure at least this many samples (single steps or blocks) for this long, Timer's own
-# default: the blocks of a fast step agree to ±3% at once, and a shorter window (0.05 s
-# before) catches the machine at one moment of its drift, ±10% over seconds on a 2-core VM...
+# Measure at least this many samples (single steps or blocks) for this long. Not longer: a
+# 2-core VM drifts by ±10% over seconds, which no window short of many seconds averages out
+# (0.2 s, Timer's default, left the MLP's round-to-round spread against Timer as wide as
+# 0.05 s did), and 0.2 s at each of 11 batch sizes made the MLP's whole run slower than a
+# hand-written profiled sweep (docs/benchmarks.md).
 MEASURE_MIN_STEPS = 5
-MEASURE_MIN_S = 0.2
+MEASURE_MIN_S = 0.05
 # ...then stop once the median is pinned down: its 95% confidence interval (from order
 # statistics, no assumption on the distribution) within ±3% of it. Well inside the ±5% that
 # the timing-fidelity benchmark checks against torch.utils.benchmark.Timer.
