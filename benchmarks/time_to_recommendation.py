@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -70,21 +71,27 @@ def lightning_run(sample: str, max_val: int) -> tuple[float, int]:
 def measure(sample: str, args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """One sample: every tool run once, then the throughput of their picks."""
     name = Path(sample).name
-    wall_b, grid, pick_b = batchscope_run(sample)
-    print(f"{name}: batchscope {wall_b:.1f} s, grid {grid}, pick {pick_b}",
-          file=sys.stderr, flush=True)
+    loads: list[str] = []
+
+    def timed(label: str, fn: Callable[[], tuple]) -> tuple:
+        with OtherLoad() as load:
+            out = fn()
+        loads.append(load.note())
+        print(f"{name}: {label} {out[0]:.1f} s, pick {out[-1]}, other processes' CPU "
+              f"{load.note()}", file=sys.stderr, flush=True)
+        return out
+
+    wall_b, grid, pick_b = timed("batchscope", lambda: batchscope_run(sample))
     before = ""
     if args.before_src:
-        wall_old, grid_old, pick_old = batchscope_run(sample, args.before_src)
+        wall_old, grid_old, pick_old = timed(
+            "batchscope before", lambda: batchscope_run(sample, args.before_src))
         before = f"{wall_old:.1f} s ({grid_old[0]}–{grid_old[-1]}, pick {pick_old})"
-        print(f"{name}: batchscope before {wall_old:.1f} s", file=sys.stderr, flush=True)
-    wall_p, pick_p = plain_run(sample, grid)
-    print(f"{name}: plain {wall_p:.1f} s, pick {pick_p}", file=sys.stderr, flush=True)
+    wall_p, pick_p = timed("plain sweep", lambda: plain_run(sample, grid))
     wall_l, pick_l = (float("nan"), 0)
     if not args.no_lightning:
-        wall_l, pick_l = lightning_run(sample, args.lightning_max_val)
-        print(f"{name}: lightning {wall_l:.1f} s, pick {pick_l}", file=sys.stderr,
-              flush=True)
+        wall_l, pick_l = timed("Lightning",
+                               lambda: lightning_run(sample, args.lightning_max_val))
     picks = [b for b in (pick_b, pick_p, pick_l) if b]
     tput = pick_throughputs(sample, picks, rounds=args.throughput_rounds)
     grid_text = f"{grid[0]}–{grid[-1]} ({len(grid)} sizes)"
@@ -94,6 +101,7 @@ def measure(sample: str, args: argparse.Namespace) -> tuple[list[str], list[str]
     row += [f"{wall_p:.1f} s", f"{wall_b / wall_p:.2f}"]
     if not args.no_lightning:
         row += [f"{wall_l:.1f} s", f"{wall_b / wall_l:.2f}"]
+    row.append(" / ".join(loads))
     prow = [name, f"{pick_b} → {tput[pick_b]:,.1f}/s", f"{pick_p} → {tput[pick_p]:,.1f}/s"]
     if pick_l:
         prow += [f"{pick_l} → {tput[pick_l]:,.1f}/s", f"{tput[pick_b] / tput[pick_l]:.2f}"]
@@ -111,9 +119,8 @@ def main() -> None:
     args = parser.parse_args()
     rows, pick_rows = [], []
     for sample in args.models:
-        with OtherLoad() as load:
-            row, prow = measure(sample, args)
-        rows.append(row + [load.note()])
+        row, prow = measure(sample, args)
+        rows.append(row)
         pick_rows.append(prow)
     header = ["sample", "grid", "batchscope"]
     if args.before_src:
@@ -121,7 +128,7 @@ def main() -> None:
     header += ["plain profiled sweep", "batchscope / plain"]
     if not args.no_lightning:
         header += ["Lightning BatchSizeFinder", "batchscope / Lightning"]
-    header.append("other processes' CPU")
+    header.append("other processes' CPU during each run")
     print(table(header, rows))
     print()
     pheader = ["sample", "batchscope pick → Timer throughput", "plain sweep pick → throughput"]
