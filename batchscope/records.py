@@ -174,6 +174,8 @@ class BatchResult:
     unmatched_ops_s: dict[str, float] = field(default_factory=dict)  # profiled, not counted
     nvml: dict[str, Any] | None = None  # NvmlWindow.to_dict() over the timed steps
     energy_per_unit_j: float | None = None  # J per token/image/sample, from nvml
+    # Minor page faults per timed step on the CPU (memory mapped afresh and touched each step).
+    page_faults_per_step: float | None = None
     trace_path: str = ""
     wall_s: float = 0.0  # wall time the tool spent on this batch size
 

@@ -138,6 +138,23 @@ class Monitor(Protocol):
     def stop(self) -> Any: ...
 
 
+class Monitors:
+    """Several monitors as one: started in order, stopped in reverse; ``stop`` returns what
+    each observed, in the order given (None for a missing one)."""
+
+    def __init__(self, *monitors: Monitor | None) -> None:
+        self.monitors = monitors
+
+    def start(self) -> None:
+        for m in self.monitors:
+            if m is not None:
+                m.start()
+
+    def stop(self) -> tuple[Any, ...]:
+        seen = [m.stop() if m is not None else None for m in reversed(self.monitors)]
+        return tuple(reversed(seen))
+
+
 def time_steps(
     step: Callable[[], Any],
     sync: Callable[[], None],

@@ -29,9 +29,9 @@ from batchscope.hardware.nvml import NvmlWindow, energy_per_unit_j, make_sampler
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
 from batchscope.profiler.join import fill_breakdown
-from batchscope.profiler.memory import PeakMemory, available_bytes
+from batchscope.profiler.memory import PageFaults, PeakMemory, available_bytes
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
-from batchscope.profiler.timing import time_steps
+from batchscope.profiler.timing import Monitors, time_steps
 from batchscope.profiler.training import default_optimizer, persistent_tensors, training_step
 from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, Status, to_jsonable
@@ -193,10 +193,14 @@ class Worker:
                 self.send(("phase", {"batch_size": batch_size, "phase": phase}))
                 memory = PeakMemory(self.device)
                 memory.start()
-                stats, _, window = time_steps(step, self.sync, self.config.timing,
-                                              monitor=self.sampler)
+                # Host page faults only matter to a step that runs on the host.
+                faults = PageFaults() if self.device.type == "cpu" else None
+                stats, _, (window, fault_count) = time_steps(
+                    step, self.sync, self.config.timing, monitor=Monitors(self.sampler, faults))
                 reading = memory.stop()
                 self._energy(result, window, batch_size, stats.n)
+                if fault_count is not None:
+                    result.page_faults_per_step = fault_count / stats.n
                 result.latency_s = stats
                 result.throughput_per_s = batch_size / stats.median
                 result.peak_memory_bytes = reading.peak_bytes

@@ -159,6 +159,8 @@ def _timing_rows(doc: Doc) -> list[dict[str, Any]]:
             "block": lat.get("block_steps") or 1, "median": fmt.seconds(med), "p25": fmt.seconds(lat.get("p25")),
             "p75": fmt.seconds(lat.get("p75")), "min": fmt.seconds(lat.get("min")),
             "max": fmt.seconds(lat.get("max")), "iqr": fmt.pct(iqr, 1),
+            "faults": (f"{b['page_faults_per_step']:,.0f}"
+                       if isinstance(b.get("page_faults_per_step"), (int, float)) else "–"),
             "profiled": fmt.seconds(b.get("profiled_step_s")),
             "coverage": fmt.pct(b.get("coverage")), "wall": fmt.seconds(b.get("wall_s")),
             "error": truncate_text(str(b.get("error") or ""), MAX_ERROR_CHARS),
