@@ -79,3 +79,22 @@ def test_trace_is_exported_per_batch_size(tmp_path):
         assert "batchscope::step" in names and "aten::addmm" in names
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["batches"][0]["trace_path"].endswith("trace_b1.json")
+
+
+def test_the_terminal_gets_no_profiler_chatter(tmp_path):
+    # Kineto prints "USDT: ... profiler_start" around every capture unless told not to; the
+    # worker's stderr is the user's terminal, so run the real command and read both streams.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-m", "batchscope", str(MODELS / "tiny.py"),
+                           "--batch-sizes", "1,2", "--min-time", "0.05", "--device", "cpu",
+                           "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert all(b["ops"] for b in data["batches"])  # the capture pass did run
+    assert "USDT" not in proc.stdout + proc.stderr
+    assert "profiler_start" not in proc.stdout + proc.stderr
