@@ -4,8 +4,8 @@ A fast step is timed in blocks of several steps (one clock read and one device s
 block), as ``torch.utils.benchmark.Timer`` does: a step of a few tens of microseconds is
 right-skewed (most steps fast, every few an allocator or scheduler hiccup), and the median of
 single steps then sits 10-20% under what a loop of them sustains (the MLP sample at batch 1:
-median 26.8 µs, mean 29.8 µs; docs/benchmarks.md). The median of block means is what the loop sustains and
-still shrugs off a block hit by a one-off interruption.
+median 26.8 µs, mean 29.8 µs; docs/benchmarks.md). The median of block means is what the
+loop sustains and still shrugs off a block hit by a one-off interruption.
 """
 
 from __future__ import annotations
