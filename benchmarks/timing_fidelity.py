@@ -2,11 +2,12 @@
 
 Both measure the same model file at the same batch sizes in one run, interleaved batch size
 by batch size (batchscope's sweep of that one batch size in its own worker, then Timer on it
-in a fresh process, the order reversed every other round, ``--rounds`` rounds) so that the drift of a noisy machine, which
-here moves a 30 µs step by 10% within a minute, hits both alike. Prints the ratio per batch
-size (the median over rounds and each round's), the median of all ratios and their spread.
+in a fresh process, the order reversed every other round, ``--rounds`` rounds) so that the
+drift of a noisy machine, which here moves a 30 µs step by 10% within a minute, hits both
+alike. Prints the ratio per batch size (the median over rounds and each round's), the median
+of all ratios and their spread. docs/benchmarks.md has a 9-round table.
 
-    python benchmarks/timing_fidelity.py                       # every sample
+    python benchmarks/timing_fidelity.py --rounds 9            # every sample, ~22 min
     python benchmarks/timing_fidelity.py samples/mlp.py --rounds 3
     python benchmarks/timing_fidelity.py samples/cnn.py --min-time 1   # the old fixed 1 s
 """
