@@ -167,10 +167,6 @@ class OtherLoad:
         return f"{self.share:.0%}"
 
 
-def fmt_s(seconds: float) -> str:
-    return f"{seconds:.1f} s"
-
-
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

@@ -64,7 +64,7 @@ def page_fault_flags(results: list[BatchResult]) -> list[str]:
                       for b, f, s in hit)
     return [
         f"page faults per step, with the memory mapped afresh every step and the share of the "
-        f"step they take at ~1 µs a fault: {parts}. The allocator returns large buffers to the "
+        f"step they take at ~{PAGE_FAULT_COST_S * 1e6:g} µs a fault: {parts}. The allocator returns large buffers to the "
         f"OS and faults them in again each step; jemalloc or tcmalloc (LD_PRELOAD), or glibc's "
         f"MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set above the largest buffer, keep "
         f"them mapped"
