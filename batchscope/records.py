@@ -102,7 +102,7 @@ class TimedOp:
 class OpStat:
     """One op group at one batch size: all calls of one op name on one set of shapes."""
 
-    op_id: str  # stable across batch sizes: "<name>@<index of first call in the step>"
+    op_id: str  # stable across batch sizes: "<module path>:<name>#<call under that path>"
     name: str
     input_shapes: list[list[int]]
     dtype: str
@@ -178,6 +178,13 @@ class BatchResult:
     page_faults_per_step: float | None = None
     trace_path: str = ""
     wall_s: float = 0.0  # wall time the tool spent on this batch size
+
+    @property
+    def framework_s(self) -> float | None:
+        """Profiled step time outside aten ops: Python, module calls, dispatch, the loader."""
+        if self.profiled_step_s is None:
+            return None
+        return max(self.profiled_step_s - (self.op_time_s or 0.0), 0.0)
 
 
 def to_jsonable(obj: Any) -> Any:

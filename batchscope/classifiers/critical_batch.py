@@ -31,6 +31,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, ByteSplit, OpStat, Status
 
@@ -110,7 +111,8 @@ def predict_compute_bound_batch(results: list[BatchResult], ceilings: Ceilings,
     if not points:
         return None
     flops, weights, state, acts = _fit_split(points)
-    peak, bw = ceilings.peak_for(dtype), ceilings.bandwidth_bytes_per_s
+    roof = Roof.of(ceilings, dtype)
+    peak, bw = roof.peak_flops_per_s, roof.bandwidth_bytes_per_s
     fixed_bytes = weights.intercept + state.intercept + acts.intercept
     per_row_bytes = weights.slope + state.slope + acts.slope
     numerator = fixed_bytes / bw - flops.intercept / peak
@@ -139,16 +141,15 @@ def predict_critical_batch(results: list[BatchResult], ceilings: Ceilings) -> Kn
                     by_op[op.op_id].append((float(r.batch_size), op))
     if not by_op:
         return None
-    bw, floor = ceilings.bandwidth_bytes_per_s, ceilings.overhead_s
     shared = per_row = 0.0
     for points in by_op.values():
         op = points[0][1]
-        peak = ceilings.peak_for(op.dtype or "float32")
+        roof = Roof.of(ceilings, op.dtype)
         flops, weights, state, acts = _fit_split([(b, o.flops or 0, o.bytes) for b, o in points])
         fixed_bytes = max(weights.intercept + state.intercept + acts.intercept, 0.0)
         row_bytes = max(weights.slope + state.slope + acts.slope, 0.0)
-        shared += max(max(flops.intercept, 0.0) / peak, fixed_bytes / bw, op.calls * floor)
-        per_row += max(max(flops.slope, 0.0) / peak, row_bytes / bw)
+        shared += roof.floored_s(max(flops.intercept, 0.0), fixed_bytes, op.calls)
+        per_row += roof.time_s(max(flops.slope, 0.0), row_bytes)
     if per_row <= 0:
         return None
     return KneePrediction(max(shared / per_row, 1.0), shared, per_row)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, OpStat
 
@@ -30,10 +31,9 @@ class Estimate:
 
 
 def _roof(op: OpStat, scale: float, ceilings: Ceilings) -> float:
-    flops = (op.flops or 0) * scale
+    """The op's floored roof time with its batch-dependent work scaled by ``scale``."""
     moved = op.bytes.weights + (op.bytes.state + op.bytes.activations) * scale
-    return max(flops / ceilings.peak_for(op.dtype or "float32"),
-               moved / ceilings.bandwidth_bytes_per_s, op.calls * ceilings.overhead_s)
+    return Roof.of(ceilings, op.dtype).floored_s((op.flops or 0) * scale, moved, op.calls)
 
 
 def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int) -> Estimate | None:
@@ -48,8 +48,7 @@ def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int) -> 
         else:
             op_time += op.time_s * _roof(op, scale, ceilings) / _roof(op, 1.0, ceilings)
     op_time += sum(result.unmatched_ops_s.values()) * scale
-    framework = max(result.profiled_step_s - (result.op_time_s or 0.0), 0.0)
-    profiled = op_time + framework
+    profiled = op_time + (result.framework_s or 0.0)
     # Profiled times carry the profiler's overhead; the ratio carries over to the latency.
     latency = result.latency_s.median * profiled / result.profiled_step_s
     return Estimate(batch_size, latency, batch_size / latency)

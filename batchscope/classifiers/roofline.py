@@ -1,10 +1,16 @@
-"""Per-op roofline classification and per-batch time shares (DESIGN.md, Definitions)."""
+"""The roofline model, in one place: an op's roof time, its bound, and per-batch shares.
+
+Every figure that compares work with this machine's ceilings goes through :class:`Roof`:
+the classification of each op here, the predicted B* (:mod:`.critical_batch`) and the
+estimates of ``watch`` (:mod:`.estimate`). Definitions as in DESIGN.md.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-from batchscope.hardware.types import Ceilings
+from batchscope.hardware.types import FP32, Ceilings
 from batchscope.records import BatchResult, Bound, OpStat, TimeShare
 
 # An op may measure a little faster than its roof from timer resolution and the ±10% noise
@@ -15,6 +21,36 @@ ROOF_TOLERANCE = 1.15
 CACHE_BYTES_HINT = 32 * 2**20
 
 
+@dataclass(frozen=True)
+class Roof:
+    """The roofline of one dtype on one machine.
+
+    ``time_s`` is the roofline time ``max(FLOPs / peak, bytes / bandwidth)``; ``floored_s``
+    adds the fixed cost of each call, ``max(roof, calls × per-op floor)``: what an op
+    costs at best, measured ops included.
+    """
+
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    overhead_s: float  # the fixed cost of one small op: the floor under every call
+
+    @classmethod
+    def of(cls, ceilings: Ceilings, dtype: str | None) -> Roof:
+        """The roof of ``dtype`` (fp32 when unknown) under ``ceilings``."""
+        return cls(ceilings.peak_for(dtype or FP32), ceilings.bandwidth_bytes_per_s,
+                   ceilings.overhead_s)
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        return self.peak_flops_per_s / self.bandwidth_bytes_per_s
+
+    def time_s(self, flops: float, bytes_moved: float) -> float:
+        return max(flops / self.peak_flops_per_s, bytes_moved / self.bandwidth_bytes_per_s)
+
+    def floored_s(self, flops: float, bytes_moved: float, calls: int) -> float:
+        return max(self.time_s(flops, bytes_moved), calls * self.overhead_s)
+
+
 def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
     """Intensity, roofline time, bound and efficiency of one op group (a new record)."""
     out = dataclasses.replace(op, flags=list(op.flags))
@@ -23,13 +59,13 @@ def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
         return out
     calls = max(op.calls, 1)
     total_bytes = op.bytes.total
-    peak = ceilings.peak_for(op.dtype or "float32")
-    roof_s = max(op.flops / peak, total_bytes / ceilings.bandwidth_bytes_per_s)
+    roof = Roof.of(ceilings, op.dtype)
+    roof_s = roof.time_s(op.flops, total_bytes)
     out.roof_time_s = roof_s
     out.intensity = op.flops / total_bytes if total_bytes else None
-    if roof_s / calls < ceilings.overhead_s:
+    if roof_s / calls < roof.overhead_s:
         out.bound = Bound.OVERHEAD
-    elif out.intensity is not None and out.intensity < ceilings.ridge_for(op.dtype or "float32"):
+    elif out.intensity is not None and out.intensity < roof.ridge_flops_per_byte:
         out.bound = Bound.MEMORY
     else:
         out.bound = Bound.COMPUTE
@@ -55,7 +91,7 @@ def time_share(result: BatchResult) -> TimeShare | None:
     for op in result.ops:
         by_bound[op.bound] += op.time_s
     unmatched = sum(result.unmatched_ops_s.values())
-    framework = max(step - (result.op_time_s or 0.0), 0.0)
+    framework = result.framework_s or 0.0
     return TimeShare(
         memory=by_bound[Bound.MEMORY] / step,
         compute=by_bound[Bound.COMPUTE] / step,
@@ -69,8 +105,8 @@ def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
     """A copy of ``result`` with every op classified and the time shares filled."""
     out = dataclasses.replace(result, ops=[classify_op(op, ceilings) for op in result.ops])
     out.time_share = time_share(out)
-    predicted = [max(op.roof_time_s, op.calls * ceilings.overhead_s)
-                 for op in out.ops if op.roof_time_s is not None]
+    predicted = [Roof.of(ceilings, op.dtype).floored_s(op.flops, op.bytes.total, op.calls)
+                 for op in out.ops if op.flops is not None]
     out.predicted_step_s = sum(predicted) if predicted else None
     return out
 
@@ -78,7 +114,7 @@ def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
 def batch_response(results: list[BatchResult]) -> dict[str, list[dict[str, float]]]:
     """Per op across batch sizes: time per batch row against b (the batch-response curve).
 
-    Keyed by ``op_id``, which is stable across batch sizes while the op sequence is.
+    Keyed by ``op_id``: the same op at every batch size (see ``profiler.join.op_ids``).
     """
     curves: dict[str, list[dict[str, float]]] = {}
     for r in results:

@@ -11,7 +11,7 @@ top-level ops (Python, module calls) is framework time.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,10 +37,6 @@ class StepJoin:
     unmatched_s: dict[str, float] = field(default_factory=dict)  # op name -> seconds
     op_time_s: float = 0.0  # time inside top-level aten ops
     step_s: float = 0.0
-
-    @property
-    def framework_s(self) -> float:
-        return max(self.step_s - self.op_time_s, 0.0)
 
 
 def _shape_key(shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
@@ -161,8 +157,24 @@ def module_pattern(paths: Sequence[str]) -> str:
     return ", ".join(patterns[:2]) + (f" (+{len(patterns) - 2} more)" if len(patterns) > 2 else "")
 
 
+def op_ids(counted: Sequence[CountedOp]) -> list[str]:
+    """The identity of each call, the same at every batch size: the module path it ran
+    under, its op name, and how many calls of that name ran under that path before it in
+    the step (``"blocks.0.attn:addmm#1"``). An op that runs only at some batch sizes
+    shifts no other op's identity, unless it has the same name under the same module."""
+    seen: Counter[tuple[str, str]] = Counter()
+    ids = []
+    for op in counted:
+        key = (op.module, op.name)
+        ids.append(f"{op.module or TOP_LEVEL}:{op.name}#{seen[key]}")
+        seen[key] += 1
+    return ids
+
+
 def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
-    """Group calls with the same name, shapes and dtype into one :class:`OpStat` each."""
+    """Group calls with the same name, shapes and dtype into one :class:`OpStat` each,
+    identified by the :func:`op_ids` identity of its first call."""
+    ids = op_ids(counted)
     groups: dict[tuple, list[int]] = {}
     for i, op in enumerate(counted):
         key = (op.name, _shape_key(op.input_shapes), op.dtype)
@@ -175,7 +187,7 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
         for i in members:
             total_bytes = total_bytes + counted[i].bytes
         stat = OpStat(
-            op_id=f"{name}@{members[0]}",
+            op_id=ids[members[0]],
             name=name,
             input_shapes=[list(s) for s in first.input_shapes],
             dtype=dtype,

@@ -1,0 +1,57 @@
+"""Joining the counting pass to the capture pass, and op identity across batch sizes."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from batchscope.classifiers.roofline import batch_response
+from batchscope.profiler.capture import capture_steps
+from batchscope.profiler.counting import count_step
+from batchscope.profiler.join import fill_breakdown
+from batchscope.records import BatchResult, Status
+
+# From this batch size on, the model runs one extra op before its layers.
+EXTRA_OP_FROM = 4
+
+
+class _SometimesScaled(nn.Module):
+    """Two linear layers; at larger batch sizes an extra top-level op runs before them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(16, 32)  # shapes differ, so each layer is a group of its own
+        self.second = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] >= EXTRA_OP_FROM:
+            x = torch.addmm(x, x, torch.eye(16))  # same name as the layers' own addmm
+        return self.second(torch.relu(self.first(x)))
+
+
+def _measure(model: nn.Module, batch_size: int) -> BatchResult:
+    x = torch.randn(batch_size, 16)
+    result = BatchResult(batch_size, Status.OK)
+    with torch.inference_mode():
+        capture = capture_steps(lambda: model(x), lambda: None, torch.device("cpu"))
+        counted = count_step(lambda: model(x), weights=list(model.parameters()), state=[x],
+                             root=model)
+    fill_breakdown(result, counted, capture.steps)
+    return result
+
+
+def test_an_op_that_runs_only_at_some_batch_sizes_shifts_no_other_op() -> None:
+    model = _SometimesScaled().eval()
+    small, large = _measure(model, 2), _measure(model, 8)
+    layers = {"first", "second"}
+    ids_small = {op.op_id for op in small.ops if op.module in layers and op.name == "addmm"}
+    ids_large = {op.op_id for op in large.ops if op.module in layers and op.name == "addmm"}
+    assert ids_small == ids_large == {"first:addmm#0", "second:addmm#0"}
+    extra = [op for op in large.ops if op.module == "(top level)" and op.name == "addmm"]
+    assert [op.op_id for op in extra] == ["(top level):addmm#0"]
+    assert not any(op.module == "(top level)" and op.name == "addmm" for op in small.ops)
+    # Each layer's batch-response curve has a point at both sizes, never another op's.
+    curves = batch_response([small, large])
+    for op_id in ids_small:
+        assert [p["batch_size"] for p in curves[op_id]] == [2, 8]
+    assert [p["batch_size"] for p in curves["(top level):addmm#0"]] == [8]
