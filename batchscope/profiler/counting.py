@@ -1,9 +1,11 @@
 """The counting pass: one :class:`CountedOp` per aten op call of one real step.
 
 A ``TorchDispatchMode`` sees every aten op below autograd, runs it, and records its FLOPs
-(from :mod:`batchscope.profiler.formulas`) and the bytes of the distinct tensors it touched,
-split by where their storage comes from: the model's weights, the state ``make_inputs``
-built (a KV cache, the input batch) or activations.
+(from :mod:`batchscope.profiler.formulas`) and the bytes of the distinct tensors it read and
+wrote, split by where their storage comes from: the model's weights, the state
+``make_inputs`` built (a KV cache, the input batch) or activations. The op's schema says
+which tensors it writes: a tensor it reads and writes (``x`` in ``x.add_(y)``, the moments
+of an AdamW step) counts twice, once as a read and once as a write.
 
 Composite ops (``aten.linear``, ``aten.matmul``, ``aten.scaled_dot_product_attention``,
 ...) reach the mode whole under ``torch.inference_mode()``; the mode runs their C++
@@ -27,12 +29,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
-from batchscope.profiler.formulas import Formula, formula_for
+from batchscope.profiler.formulas import Formula, formula_for, hidden_writes, reads_destination
 from batchscope.records import ByteSplit, CountedOp
 
 __all__ = ["count_step"]
 
 log = logging.getLogger(__name__)
+
+_ViewKey = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+"""(storage data pointer, offset, shape, strides): one view of one storage."""
+_NO_STORAGE = -1  # the "storage" of sparse, nested, ... tensors, keyed by id instead
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 # Device type -> dispatch key of its own kernels (an op may be composite on one backend only).
@@ -62,11 +68,33 @@ _PASS_THROUGH = {
 
 
 @dataclass(frozen=True)
+class _Signature:
+    """What an overload's schema says about its tensors, read once (reading it costs ~16 us)."""
+
+    arguments: tuple[tuple[str, bool, bool], ...]
+    """(name, written, an ``out=`` argument) of each argument, in order."""
+    fresh_returns: tuple[bool, ...]
+    """Whether each return is a new tensor, not an alias of an argument."""
+
+
+def _signature(func: torch._ops.OpOverload) -> _Signature:
+    schema = func._schema
+    return _Signature(
+        arguments=tuple(
+            (arg.name, arg.alias_info is not None and arg.alias_info.is_write, arg.is_out)
+            for arg in schema.arguments
+        ),
+        fresh_returns=tuple(ret.alias_info is None for ret in schema.returns),
+    )
+
+
+@dataclass(frozen=True)
 class _Plan:
     """How the mode treats one overload on one device type, decided once."""
 
     decompose: bool
     formula: Formula | None
+    signature: _Signature
 
 
 def _has_backend_kernel(func: torch._ops.OpOverload, device_type: str) -> bool:
@@ -87,8 +115,8 @@ def _plan(func: torch._ops.OpOverload, device_type: str) -> _Plan:
     except RuntimeError:  # a TorchScript-only overload
         composite = False
     if composite and not _has_backend_kernel(func, device_type):
-        return _Plan(True, None)
-    return _Plan(False, formula_for(func))
+        return _Plan(True, None, _signature(func))
+    return _Plan(False, formula_for(func), _signature(func))
 
 
 def _decompose(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -122,6 +150,71 @@ def _distinct_elements(t: torch.Tensor) -> int:
         if stride != 0:
             n *= size
     return n
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in an argument or return value (a tensor, a list of them, or neither)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):  # Tensor[], Tensor?[]: schemas nest no deeper
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _reads_and_writes(
+    func: torch._ops.OpOverload,
+    signature: _Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    out: Any,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The tensors an op reads and those it writes, from its schema.
+
+    An argument marked written (``Tensor(a!)``: an in-place ``self``, an ``out=``) is
+    written, and read too unless it is an ``out=`` or the op overwrites it (``fill_``,
+    ``zero_``, ``copy_``: :func:`~batchscope.profiler.formulas.reads_destination`); other
+    arguments are read, and also written where the schema hides it (batch norm's running
+    statistics). A return is written unless it aliases an argument (``Tensor(a!)``, the
+    written argument itself; ``Tensor(a)``, an alias that moves nothing).
+    """
+    reads_written = reads_destination(func, args, kwargs)
+    reads: list[torch.Tensor] = []
+    writes: list[torch.Tensor] = []
+    for i, (name, written, is_out) in enumerate(signature.arguments):
+        tensors = _tensors(args[i] if i < len(args) else kwargs.get(name))
+        if written:
+            writes += tensors
+        if not written or (reads_written and not is_out):
+            reads += tensors
+    writes += _tensors(hidden_writes(func, args))  # batch norm's running stats
+    returned = out if len(signature.fresh_returns) > 1 else (out,)
+    for fresh, value in zip(signature.fresh_returns, returned, strict=False):
+        if fresh:
+            writes += _tensors(value)
+    return reads, writes
+
+
+def _view_key(t: torch.Tensor) -> _ViewKey:
+    """What makes two tensors the same bytes: the same view of the same storage."""
+    try:
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+    except (RuntimeError, NotImplementedError):  # sparse, nested, ... tensors
+        return (_NO_STORAGE, id(t), (), ())
+
+
+def _passes(
+    reads: list[torch.Tensor], writes: list[torch.Tensor]
+) -> dict[_ViewKey, tuple[torch.Tensor, int]]:
+    """Each distinct view: its first tensor and 1 (read or written) or 2 (read and written)."""
+    passes: dict[_ViewKey, tuple[torch.Tensor, int]] = {}
+    for group in (reads, writes):
+        distinct: dict[_ViewKey, torch.Tensor] = {}
+        for t in group:
+            distinct.setdefault(_view_key(t), t)
+        for key, t in distinct.items():
+            first, n = passes.get(key, (t, 0))
+            passes[key] = (first, n + 1)
+    return passes
 
 
 class _ModuleTracker:
@@ -240,18 +333,19 @@ class _CountingMode(TorchDispatchMode):
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)
-        self.ops.append(self._record(func, plan.formula, args, kwargs, inputs, out))
+        self.ops.append(self._record(func, plan, args, kwargs, inputs, out))
         return out
 
     def _record(
         self,
         func: torch._ops.OpOverload,
-        formula: Formula | None,
+        plan: _Plan,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         inputs: list[torch.Tensor],
         out: Any,
     ) -> CountedOp:
+        formula = plan.formula
         outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         flops: int | None = None
         touched: dict[int, int] = {}
@@ -264,30 +358,31 @@ class _CountingMode(TorchDispatchMode):
                 log.debug("formula for %s failed: %s", func, exc)
                 flops, touched = None, {}
         moves = formula is None or formula.moves_bytes
+        split = ByteSplit()
+        if moves:
+            reads, writes = _reads_and_writes(func, plan.signature, args, kwargs, out)
+            split = self._bytes(reads, writes, touched)
         return CountedOp(
             name=func._overloadpacket.__name__,
             input_shapes=[list(t.shape) for t in inputs],
             dtype=_first_float_dtype(inputs, outputs),
             flops=flops,
-            bytes=self._bytes(inputs + outputs, touched) if moves else ByteSplit(),
+            bytes=split,
             module=self._modules.current() if self._modules is not None else "",
         )
 
-    def _bytes(self, tensors: list[torch.Tensor], touched: dict[int, int]) -> ByteSplit:
-        """Bytes of the distinct tensors, each once, split by where its storage lives."""
+    def _bytes(
+        self, reads: list[torch.Tensor], writes: list[torch.Tensor], touched: dict[int, int]
+    ) -> ByteSplit:
+        """Bytes of the distinct tensors read and written, split by where their storage lives.
+
+        A tensor only read or only written counts once; one read and written counts twice,
+        both times in its own kind (the weights an optimizer updates are weights twice).
+        """
         split = ByteSplit()
-        seen: set[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = set()
-        for t in tensors:
-            try:
-                storage = t.untyped_storage().data_ptr()
-                key = (storage, t.storage_offset(), tuple(t.shape), t.stride())
-            except (RuntimeError, NotImplementedError):  # sparse, nested, ... tensors
-                storage, key = -1, (id(t), 0, (), ())
-            if key in seen:
-                continue
-            seen.add(key)
-            elements = touched.get(id(t), _distinct_elements(t) if storage != -1 else t.numel())
-            n_bytes = elements * t.element_size()
+        for (storage, *_), (t, passes) in _passes(reads, writes).items():
+            spanned = _distinct_elements(t) if storage != _NO_STORAGE else t.numel()
+            n_bytes = passes * touched.get(id(t), spanned) * t.element_size()
             if storage in self._weights:
                 split.weights += n_bytes
             elif storage in self._state:

@@ -8,8 +8,10 @@ is *uncounted* (``None``). Multiply and add count one FLOP each (m x k by k x n 
 per-row work (one rsqrt per row of a norm) is ignored beside per-element work.
 
 Bytes follow the generic rule in :mod:`batchscope.profiler.counting` (each distinct tensor
-once, by the elements its view spans) unless a formula's ``touched`` says an op reads or
-writes only part of a tensor: the gathered rows of an embedding table, say.
+once per direction, by the elements its view spans: once if only read or only written, twice
+if read and written, as ``x`` in ``x.add_(y)``) unless a formula's ``touched`` says an op
+reads or writes only part of a tensor: the gathered rows of an embedding table, say.
+:func:`reads_destination` says which in-place ops overwrite their destination unread.
 """
 
 from __future__ import annotations
@@ -433,6 +435,75 @@ METADATA = (
 register(DATA_MOVEMENT)(_zero)
 register(METADATA, moves_bytes=False)(_zero)
 register(["native_dropout"])(_out_elements)  # one multiply by the mask per element
+
+# ------------------------------------------------------------- written destinations
+
+OVERWRITES_DESTINATION = (
+    "fill_", "zero_", "copy_", "_foreach_copy_", "_foreach_zero_", "index_fill_",
+    "index_copy_", "masked_fill_", "masked_scatter_", "scatter_.src", "scatter_.value",
+    "normal_", "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+    "bernoulli_",
+)
+"""In-place ops that write their destination without reading it: every other in-place op
+(``add_``, ``mul_``, ``lerp_``, ``addcdiv_``, ``relu_``, ``scatter_add_``...) reads it too."""
+ACCUMULATING = ("index_put_", "_index_put_impl_", "put_")
+"""In-place ops that read their destination only when accumulating into it."""
+ACCUMULATE_ARG = 3  # index_put_(self, indices, values, accumulate), put_(self, index, src, acc)
+_OVERWRITES = frozenset(_targets(OVERWRITES_DESTINATION))
+_ACCUMULATES = frozenset(_targets(ACCUMULATING))
+
+
+def _arg(args: Args, i: int, default: Any = None) -> Any:
+    return args[i] if len(args) > i else default
+
+
+@dataclass(frozen=True)
+class HiddenWrites:
+    """Arguments an op updates in place though its schema does not mark them ``Tensor(a!)``.
+
+    Attributes:
+        args: positions of the arguments written (each also read).
+        when: position of the bool that must be true for the write (``training``), or None.
+    """
+
+    args: tuple[int, ...]
+    when: int | None = None
+
+
+# Batch norms that update running_mean, running_var in training; _native_batch_norm_legit and
+# _batch_norm_with_update mark the same arguments (a!) and need no entry.
+_BATCH_NORM_STATS = HiddenWrites(args=(3, 4), when=5)  # (x, w, b, mean, var, training, ...)
+HIDDEN_WRITES: dict[Target, HiddenWrites] = {
+    target: writes
+    for names, writes in (
+        (("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"), _BATCH_NORM_STATS),
+        (("batch_norm_update_stats",), HiddenWrites(args=(1, 2))),  # (x, mean, var, momentum)
+    )
+    for target in _targets(names)
+}
+
+
+def hidden_writes(func: torch._ops.OpOverload, args: Args) -> list[Any]:
+    """The arguments ``func`` writes in place without its schema saying so (see above)."""
+    writes = HIDDEN_WRITES.get(func) or HIDDEN_WRITES.get(func._overloadpacket)
+    if writes is None or (writes.when is not None and not _arg(args, writes.when)):
+        return []
+    return [args[i] for i in writes.args if i < len(args)]
+
+
+def reads_destination(func: torch._ops.OpOverload, args: Args, kwargs: Kwargs) -> bool:
+    """Whether an op reads the arguments it writes in place (not its ``out=`` arguments).
+
+    ``x.add_(y)`` reads x and writes it back; ``x.zero_()`` and ``x.copy_(y)`` only write
+    x; ``x.index_put_(indices, v, accumulate=True)`` reads the elements it adds into.
+    """
+    packet = func._overloadpacket
+    if func in _OVERWRITES or packet in _OVERWRITES:
+        return False
+    if func in _ACCUMULATES or packet in _ACCUMULATES:
+        return bool(_arg(args, ACCUMULATE_ARG, kwargs.get("accumulate", False)))
+    return True
+
 
 # --------------------------------------------------------------------- generic rules
 

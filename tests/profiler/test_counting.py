@@ -131,10 +131,79 @@ def test_broadcast_operand_counted_once_per_distinct_element() -> None:
     assert op.bytes == ByteSplit(weights=512, state=32768, activations=32768)
 
 
-def test_in_place_op_counts_its_tensor_once() -> None:
+def test_in_place_op_reads_and_writes_its_destination() -> None:
     x, y = torch.randn(32, 32), torch.randn(32, 32)
     op = only(count(lambda: x.add_(y), state=[x, y]), "add_")
-    assert op.bytes == ByteSplit(state=8192)  # x (read and written) 32*32*4 = 4096 + y 4096
+    # x read 32*32*4 = 4096 and written back 4096, y read 4096
+    assert op.bytes == ByteSplit(state=12288)
+
+
+@pytest.mark.parametrize(
+    ("name", "overwrite", "read_bytes"),
+    [
+        ("zero_", lambda x, y: x.zero_(), 0),
+        ("fill_", lambda x, y: x.fill_(1.5), 0),
+        ("normal_", lambda x, y: x.normal_(), 0),
+        ("copy_", lambda x, y: x.copy_(y), 4096),  # y read 32*32*4
+    ],
+)
+def test_overwritten_destination_is_written_once(
+    name: str, overwrite: Callable[[torch.Tensor, torch.Tensor], Any], read_bytes: int
+) -> None:
+    x, y = torch.randn(32, 32), torch.randn(32, 32)
+    op = only(count(lambda: overwrite(x, y), state=[x, y]), name)
+    assert op.bytes == ByteSplit(state=4096 + read_bytes)  # x written 32*32*4, never read
+
+
+def test_out_argument_is_written_once_unless_it_is_also_read() -> None:
+    x, y, z = torch.randn(32, 32), torch.randn(32, 32), torch.empty(32, 32)
+    fresh = only(count(lambda: torch.add(x, y, out=z), state=[x, y]), "add")
+    assert fresh.bytes == ByteSplit(state=8192, activations=4096)  # x, y read 4096 each; z written
+    into_x = only(count(lambda: torch.add(x, y, out=x), state=[x, y]), "add")
+    assert into_x.bytes == ByteSplit(state=12288)  # x read and written (2 * 4096), y read 4096
+
+
+@pytest.mark.parametrize(("accumulate", "x_bytes"), [(False, 384), (True, 768)])
+def test_index_put_reads_its_destination_only_when_accumulating(
+    accumulate: bool, x_bytes: int
+) -> None:
+    x, rows, values = torch.randn(32, 32), torch.tensor([1, 5, 7]), torch.randn(3, 32)
+    step = partial(x.index_put_, (rows,), values, accumulate=accumulate)
+    op = only(count(step, state=[x, rows, values]), "index_put_")
+    # x: the 3 rows of 32 * 4 = 384 written (and read when adding); values 384; rows 3*8 = 24
+    assert op.bytes == ByteSplit(state=x_bytes + 384 + 24)
+
+
+@pytest.mark.parametrize(("training", "stats_bytes"), [(True, 256), (False, 128)])
+def test_batch_norm_running_stats_are_read_and_written_in_training(
+    training: bool, stats_bytes: int
+) -> None:
+    bn, x = nn.BatchNorm1d(16).train(training), torch.randn(8, 16)
+    ops = count(lambda: bn(x), [*bn.parameters(), *bn.buffers()], [x], context=torch.enable_grad)
+    op = only(ops, "native_batch_norm")
+    # weight, bias 2 * 16*4 = 128 read; running mean, var 2 * 64 read (and written in training)
+    # although the op's schema does not mark them written
+    assert op.bytes.weights == 128 + stats_bytes
+
+
+def test_adamw_step_reads_and_writes_parameters_and_moments() -> None:
+    lin, x = nn.Linear(16, 8), torch.randn(4, 16)
+    opt = torch.optim.AdamW(lin.parameters(), foreach=False)
+    lin(x).square().mean().backward()
+    opt.step()  # creates the moments and step counters
+    moments = [t for s in opt.state.values() for k, t in s.items() if k != "step"]
+    counters = [s["step"] for s in opt.state.values()]
+    ops = count(opt.step, lin.parameters(), moments + counters)
+    param_bytes = sum(p.numel() * p.element_size() for p in lin.parameters())  # (128 + 8) * 4
+    counter_bytes = 3 * 4 * len(counters)  # float32 step: += 1 reads and writes it, .item() reads
+    # per parameter p (m, v its moments, g its gradient, all of p's size):
+    # weights: p.mul_(1 - lr * wd) reads and writes p, p.addcdiv_(m, denom) again: 4 * p
+    # state: m.lerp_(g) 2, v.mul_(beta2) 2, v.addcmul_(g, g) 2, v.sqrt() 1, addcdiv_ reads m 1
+    # activations: g read by lerp_ and addcmul_ 2, sqrt writes s 1, s / c reads s, writes
+    #   denom 2, denom.add_(eps) 2, addcdiv_ reads denom 1
+    assert sum(op.bytes.weights for op in ops) == 4 * param_bytes == 2176
+    assert sum(op.bytes.state for op in ops) == 8 * param_bytes + counter_bytes == 4376
+    assert sum(op.bytes.activations for op in ops) == 8 * param_bytes == 4352
 
 
 def test_kv_cache_slice_read_and_write_count_the_slice_only() -> None:

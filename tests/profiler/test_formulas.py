@@ -9,11 +9,16 @@ import torch
 from torch.utils import flop_counter
 
 from batchscope.profiler.formulas import (
+    ACCUMULATING,
+    HIDDEN_WRITES,
+    OVERWRITES_DESTINATION,
     POINTWISE,
     REGISTRY,
     VIEW,
     formula_for,
+    hidden_writes,
     indexed_elements,
+    reads_destination,
 )
 
 aten = torch.ops.aten
@@ -189,6 +194,30 @@ def test_scatters_touch_the_rows_they_write() -> None:
     }  # 3 * 4*64*16
     assert indexed_elements([2, 4, 64, 16], [None, None, position]) == 128  # 2 * 4 * 1 * 16
     assert indexed_elements([10, 6], [meta(10, dtype=torch.bool)]) == 60  # mask: upper bound 10 * 6
+
+
+def test_in_place_ops_read_their_destination_unless_they_overwrite_it() -> None:
+    for name in OVERWRITES_DESTINATION + ACCUMULATING:  # each exists: none silently dropped
+        packet, _, overload = name.partition(".")
+        assert overload in getattr(aten, packet).overloads() if overload else hasattr(aten, packet)
+    x, rows = meta(4, 4), meta(2, dtype=torch.int64)
+    for func in (aten.add_.Tensor, aten.mul_.Scalar, aten.lerp_.Scalar, aten.addcdiv_.default,
+                 aten.relu_.default, aten.scatter_add_.default, aten.scatter_.reduce):
+        assert reads_destination(func, (x,), {})
+    for func in (aten.fill_.Scalar, aten.zero_.default, aten.copy_.default, aten.normal_.default,
+                 aten.scatter_.src, aten.masked_fill_.Scalar):
+        assert not reads_destination(func, (x,), {})
+    assert not reads_destination(aten.index_put_.default, (x, [rows], meta(4)), {})
+    assert reads_destination(aten.index_put_.default, (x, [rows], meta(4), True), {})
+
+
+def test_batch_norm_writes_its_running_stats_in_training_only() -> None:
+    x, w, b, mean, var = meta(8, 4), meta(4), meta(4), meta(4), meta(4)
+    assert aten.native_batch_norm in HIDDEN_WRITES
+    args = (x, w, b, mean, var, True, 0.1, 1e-5)
+    assert hidden_writes(aten.native_batch_norm.default, args) == [mean, var]
+    assert hidden_writes(aten.native_batch_norm.default, (*args[:5], False, 0.1, 1e-5)) == []
+    assert hidden_writes(aten.add_.Tensor, (x, x)) == []
 
 
 def test_matvec_and_dot() -> None:
