@@ -54,7 +54,7 @@ def diagnose_cli(sample: str, out_dir: str, *args: str,
 
 def load_spec(path: str) -> Any:
     """The model file through batchscope's own loader (the contract's defaults)."""
-    from batchscope.spec import load_model_file
+    from batchscope.contract import load_model_file
 
     return load_model_file(path)
 

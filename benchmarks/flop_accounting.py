@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchscope.profiler.counting import count_step
 from batchscope.profiler.training import persistent_tensors
-from batchscope.spec import iter_tensors
+from batchscope.tensors import iter_tensors
 from benchmarks._common import SAMPLES, Stepper, table
 
 TOOLS = ["batchscope", "flop_counter", "fvcore", "ptflops (pytorch)", "ptflops (aten)", "thop",

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from batchscope.spec import ModelSpec, iter_tensors
+from batchscope.contract import ModelSpec
+from batchscope.tensors import iter_tensors
 
 # AdamW's default learning rate is irrelevant to speed; a small one keeps random-weight
 # models numerically quiet over many steps.

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from batchscope.errors import ModelFileError
-from batchscope.spec import check_inputs, load_model_file
+from batchscope.contract import check_inputs, load_model_file
 from tests.conftest import MODELS, SAMPLES
 
 

@@ -1,0 +1,307 @@
+"""The model-file contract (DESIGN.md): load a user's file into a :class:`ModelSpec`.
+
+A model file defines ``build_model()`` and ``make_inputs(batch_size)``, optionally
+``run(model, inputs)`` and the settings ``BATCH_SIZES``, ``UNIT`` and ``MODE``. Anything
+that breaks the contract raises :class:`~batchscope.errors.ModelFileError` with one
+sentence naming what is wrong, and the user's own traceback frames where there are any.
+
+This module imports user code, so only the worker process calls :func:`load_model_file`;
+the parent checks options only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import operator
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from batchscope.errors import ModelFileError
+from batchscope.tensors import iter_tensors
+from batchscope.tracebacks import describe_exception, quote, truncate, user_frames
+
+MODES = ("inference", "train")
+DEFAULT_UNIT = "sample"
+DEFAULT_MODE = "inference"
+# Even at one byte per row a batch this large is a terabyte: beyond any one device, and
+# still far inside the int64 sizes torch and the byte accounting work in.
+MAX_BATCH_SIZE = 2**40
+# A unit is one word ("token", "image"); it is printed in every table header and rate.
+MAX_UNIT_CHARS = 32
+# A file that lacks build_model() is told what it does define; past this many names, "…".
+MAX_NAMES_LISTED = 12
+OPTIONAL_FUNCTIONS = ("run", "make_optimizer", "loss")
+SETTINGS = ("BATCH_SIZES", "UNIT", "MODE")
+# More batch sizes than this is not a sweep anyone waits for (each takes seconds), and
+# refusing early keeps a runaway range(1, 2**40) from being walked at all.
+MAX_BATCH_SIZES = 1024
+# The positional arguments the sweep calls each function of the contract with.
+PARAMETERS = {
+    "build_model": (),
+    "make_inputs": ("batch_size",),
+    "run": ("model", "inputs"),
+    "make_optimizer": ("model",),
+    "loss": ("outputs", "inputs"),
+}
+
+
+@dataclass
+class ModelSpec:
+    """What a model file provides, checked against the contract."""
+
+    path: Path
+    build_model: Callable[[], torch.nn.Module]
+    make_inputs: Callable[[int], Any]
+    run: Callable[[torch.nn.Module, Any], Any] | None
+    batch_sizes: list[int] | None
+    unit: str
+    mode: str
+    module: Any = None
+    make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None
+    loss: Callable[[Any, Any], torch.Tensor] | None = None
+
+    def step_fn(self, model: torch.nn.Module, inputs: Any) -> Callable[[], Any]:
+        """One step of the model on ``inputs``, as a zero-argument callable."""
+        if self.run is not None:
+            run = self.run
+            return lambda: run(model, inputs)
+        if isinstance(inputs, Mapping):
+            return lambda: model(**inputs)
+        if isinstance(inputs, (tuple, list)):
+            return lambda: model(*inputs)
+        return lambda: model(inputs)
+
+
+def _a(type_name: str) -> str:
+    """``"an int"``, ``"a str"``: the article a type name takes."""
+    return f"{'an' if type_name[:1].lower() in 'aeiou' else 'a'} {type_name}"
+
+
+def _defined_names(namespace: Mapping[str, Any]) -> str:
+    """The public functions and settings a module defines, listed for an error sentence."""
+    names = sorted(
+        name
+        for name, value in namespace.items()
+        if isinstance(name, str) and name.isidentifier() and not name.startswith("_")
+        and (callable(value) or name.isupper()) and not inspect.ismodule(value)
+    )
+    listed = ", ".join(names[:MAX_NAMES_LISTED]) or "nothing public"
+    more = len(names) - MAX_NAMES_LISTED
+    return f"{listed} and {more} more" if more > 0 else listed
+
+
+def _length(value: list[Any] | tuple[Any, ...] | range) -> int:
+    """``len(value)``, also for a range longer than ``len`` can count."""
+    if isinstance(value, range):
+        return max(0, -((value.start - value.stop) // value.step))
+    return len(value)
+
+
+def _check_batch_sizes(value: Any, where: str) -> list[int]:
+    """BATCH_SIZES as sorted plain ints, or :class:`ModelFileError` naming what is wrong."""
+    if not isinstance(value, (list, tuple, range)) or _length(value) == 0:
+        raise ModelFileError(f"{where}: BATCH_SIZES must be a non-empty list of integers, "
+                             f"not {quote(value)}.")
+    if _length(value) > MAX_BATCH_SIZES:
+        raise ModelFileError(f"{where}: BATCH_SIZES lists {_length(value):,} batch sizes, "
+                             f"more than the {MAX_BATCH_SIZES:,} a sweep can measure.")
+    sizes = []
+    for b in value:
+        if isinstance(b, bool) or not hasattr(type(b), "__index__") \
+                or not 0 < operator.index(b) <= MAX_BATCH_SIZE:
+            raise ModelFileError(f"{where}: BATCH_SIZES must hold integers from 1 to "
+                                 f"{MAX_BATCH_SIZE:,}, found {quote(b)}.")
+        sizes.append(operator.index(b))
+    if len(set(sizes)) != len(sizes):
+        raise ModelFileError(f"{where}: BATCH_SIZES lists a batch size twice: {quote(sizes)}.")
+    return sorted(sizes)
+
+
+def _check_unit(value: Any, where: str) -> str:
+    unit = value.strip() if isinstance(value, str) else ""
+    if not unit or len(unit) > MAX_UNIT_CHARS or not unit.isprintable():
+        raise ModelFileError(f"{where}: UNIT must be a short word such as 'token' (at most "
+                             f"{MAX_UNIT_CHARS} printable characters), not {quote(value)}.")
+    return unit
+
+
+def _check_mode(value: Any, where: str) -> str:
+    if not isinstance(value, str) or value not in MODES:
+        raise ModelFileError(f"{where}: MODE must be one of {MODES}, not {quote(value)}.")
+    return value
+
+
+def _check_function(name: str, fn: Any, where: str) -> None:
+    """``fn`` is callable the way the sweep calls it (see :data:`PARAMETERS`)."""
+    if not callable(fn):
+        raise ModelFileError(f"{where}: {name} is {_a(type(fn).__name__)}, not a function.")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C function without a signature: it is called as it is
+    parameters = PARAMETERS[name]
+    try:
+        signature.bind(*parameters)
+    except TypeError:
+        raise ModelFileError(f"{where}: {name} cannot be called as {name}("
+                             f"{', '.join(parameters)}); check its parameters.") from None
+
+
+def import_model_file(path: Path) -> Any:
+    """Import ``path`` as a fresh module, translating failures into :class:`ModelFileError`."""
+    if not path.exists():
+        raise ModelFileError(f"model file {path} does not exist.")
+    if not path.is_file():
+        raise ModelFileError(f"model file {path} is not a file.")
+    module_name = f"batchscope_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ModelFileError(f"{path} cannot be imported as Python (is it a .py file?).")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # so the file can import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(module_name, None)
+        raise ModelFileError(
+            f"{path} line {exc.lineno}: syntax error: {truncate(str(exc.msg))}."
+        ) from None
+    except SystemExit as exc:
+        sys.modules.pop(module_name, None)
+        raise ModelFileError(
+            f"importing {path} raised SystemExit({quote(exc.code)}): a model file must only "
+            "define functions and settings when imported (guard a script's own work with "
+            "if __name__ == '__main__':)."
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - any user exception becomes one sentence
+        sys.modules.pop(module_name, None)
+        err = ModelFileError(f"importing {path} raised {_sentence(describe_exception(exc))}")
+        err.detail = user_frames(exc)  # type: ignore[attr-defined]
+        raise err from None
+    return module
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending with a full stop (once)."""
+    return text if text.endswith(".") else text + "."
+
+
+def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
+    """Load a model file and check it against the contract.
+
+    Example:
+        >>> spec = load_model_file("samples/mlp.py")  # doctest: +SKIP
+        >>> model = spec.build_model()  # doctest: +SKIP
+    """
+    path = Path(path)
+    module = import_model_file(path)
+    # What the file itself defines: a module-level __getattr__ must not invent (or raise
+    # for) names the file does not have.
+    namespace = vars(module)
+    for required in ("build_model", "make_inputs"):
+        if namespace.get(required) is None:
+            raise ModelFileError(
+                f"{path} defines no {required}() (the contract needs build_model() and "
+                f"make_inputs(batch_size)); it defines: {_defined_names(namespace)}."
+            )
+    return check_spec(
+        path=path,
+        build_model=namespace["build_model"],
+        make_inputs=namespace["make_inputs"],
+        optional={name: namespace.get(name) for name in OPTIONAL_FUNCTIONS},
+        settings={name: namespace.get(name) for name in SETTINGS},
+        module=module,
+    )
+
+
+def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[str, Any],
+               settings: dict[str, Any], module: Any = None) -> ModelSpec:
+    """Check the functions and settings of a model file (or of API arguments).
+
+    A setting that is None is not set and takes its default; any other value must be of
+    the right type and range.
+
+    Raises:
+        ModelFileError: one sentence naming ``path`` and the first thing that is wrong.
+    """
+    where = str(path)
+    try:
+        _check_function("build_model", build_model, where)
+        _check_function("make_inputs", make_inputs, where)
+        for name, fn in optional.items():
+            if fn is not None:
+                _check_function(name, fn, where)
+        batch_sizes = settings.get("BATCH_SIZES")
+        if batch_sizes is not None:
+            batch_sizes = _check_batch_sizes(batch_sizes, where)
+        unit = settings.get("UNIT")
+        unit = DEFAULT_UNIT if unit is None else _check_unit(unit, where)
+        mode = settings.get("MODE")
+        mode = DEFAULT_MODE if mode is None else _check_mode(mode, where)
+    except ModelFileError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the values are user objects running user code
+        raise ModelFileError(
+            f"{where}: checking its functions and settings raised "
+            f"{_sentence(describe_exception(exc))}"
+        ) from None
+    return ModelSpec(
+        path=path,
+        build_model=build_model,
+        make_inputs=make_inputs,
+        run=optional.get("run"),
+        batch_sizes=batch_sizes,
+        unit=unit,
+        mode=mode,
+        module=module,
+        make_optimizer=optional.get("make_optimizer"),
+        loss=optional.get("loss"),
+    )
+
+
+def check_inputs(inputs: Any, batch_size: int, where: str) -> None:
+    """Check what ``make_inputs(batch_size)`` returned against the contract."""
+    if not isinstance(inputs, (torch.Tensor, tuple, list, Mapping)):
+        raise ModelFileError(
+            f"{where}: make_inputs({batch_size}) returned a {type(inputs).__name__}; "
+            "expected a Tensor, a tuple/list (positional arguments) or a dict (keyword "
+            "arguments)."
+        )
+    tensors = [t for t in iter_tensors(inputs) if t.dim() > 0]
+    if not tensors:
+        raise ModelFileError(
+            f"{where}: make_inputs({batch_size}) returned no tensor with a batch dimension."
+        )
+    first = tensors[0]
+    if first.shape[0] != batch_size:
+        raise ModelFileError(
+            f"{where}: make_inputs({batch_size}) returned a first tensor of shape "
+            f"{list(first.shape)}, whose leading (batch) dimension is {first.shape[0]}, "
+            f"not {batch_size}."
+        )
+
+
+def spec_from_callables(build_model: Any, make_inputs: Any, run: Any = None,
+                        make_optimizer: Any = None, loss: Any = None,
+                        batch_sizes: list[int] | None = None, unit: str | None = None,
+                        mode: str | None = None, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from functions passed to the Python API, checked the same way."""
+    label = name or getattr(build_model, "__module__", "model") + "." + getattr(
+        build_model, "__qualname__", "build_model")
+    return check_spec(
+        path=Path(label),
+        build_model=build_model,
+        make_inputs=make_inputs,
+        optional={"run": run, "make_optimizer": make_optimizer, "loss": loss},
+        settings={"BATCH_SIZES": batch_sizes, "UNIT": unit, "MODE": mode},
+    )
