@@ -9,41 +9,50 @@ Example:
 
 Between consecutive ``w.step()`` calls lies one step of the user's loop. ``watch`` lets the
 first steps warm up, times the next ones (wall clock between ``step()`` calls, the device
-synchronised: the loop as it runs, data loading included), profiles a few with
-torch.profiler, counts one under the counting mode, then removes every hook and writes the
-same report as ``diagnose`` for that one batch size, plus labelled estimates of larger
-batch sizes. Nothing it does changes the loop's numerics: the profiler only observes, and
+synchronised: the loop as it runs, data loading included; steps under a millisecond in
+blocks, with NVML on a GPU and page faults on the CPU, as the sweep's timing pass does),
+profiles a few with the sweep's own profiler session, counts one under the counting mode,
+then removes every hook and writes the same report as ``diagnose`` for that one batch
+size, plus labelled estimates of larger batch sizes. Nothing it does changes the loop's numerics: the profiler only observes, and
 the counting mode runs every op exactly as it would run anyway.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
 
 from batchscope import __version__
 from batchscope.classifiers.analyze import analyze
 from batchscope.classifiers.estimate import estimate_batch
 from batchscope.plan import Limits
-from batchscope.profiler.capture import STEP_TAG, parse_events
+from batchscope.profiler.capture import ProfilerSession, ProfilerUnavailable, StepCapture
 from batchscope.profiler.counting import counting
 from batchscope.profiler.join import fill_breakdown
+from batchscope.profiler.measurement import (
+    NVML_WINDOW_MIN_S,
+    device_sampler,
+    device_sync,
+    record_timing,
+    step_monitors,
+)
 from batchscope.profiler.memory import PeakMemory, available_bytes
-from batchscope.profiler.timing import latency_stats
+from batchscope.profiler.timing import BLOCK_MIN_S, block_steps_for, latency_stats
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import BatchResult, Status
-from batchscope.report import Report
-from batchscope.spec import iter_tensors
+from batchscope.records import Report
+from batchscope.tensors import iter_tensors
 
 WARMUP_STEPS = 2  # first steps allocate gradients and optimizer state, autotune kernels
-TIMED_STEPS = 8
+TIMED_STEPS = 8  # timed samples: single steps, or blocks of fast steps
 PROFILED_STEPS = 3  # plus one dropped: the first step under a fresh profiler runs slow
 ESTIMATE_FACTORS = (2, 4, 8)  # larger batch sizes to estimate, as multiples of the measured
+WARMUP, TIMED, PROFILED, COUNTED = "warmup", "timed", "profiled", "counted"
 
 
 class watch:  # noqa: N801 - used as a context manager, named like one
@@ -55,7 +64,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         batch_size: rows per step; found from the first tensor given to ``model`` if None.
         unit: what one row yields ("sample", "token", "image").
         out_dir: where to write report.json (and the other formats); None writes nothing.
-        warmup_steps, timed_steps, profiled_steps: how many loop steps each phase takes.
+        warmup_steps, timed_steps, profiled_steps: how many loop steps each phase takes
+            (``timed_steps`` counts samples: a step under a millisecond is timed in blocks
+            of steps lasting about one, and on a GPU the timed steps last at least a second
+            so that NVML sees them).
     """
 
     def __init__(self, model: torch.nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
@@ -64,26 +76,45 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                  timed_steps: int = TIMED_STEPS, profiled_steps: int = PROFILED_STEPS) -> None:
         self.model, self.optimizer = model, optimizer
         self.batch_size, self.unit, self.out_dir = batch_size, unit, out_dir
-        self.plan = ["warmup"] * warmup_steps + ["timed"] * timed_steps + \
-            ["profiled"] * (1 + profiled_steps) + ["counted"]
-        self.index = 0
+        phases = [(WARMUP, warmup_steps), (TIMED, timed_steps),
+                  (PROFILED, 1 + profiled_steps), (COUNTED, 1)]
+        self._phases = [(name, n) for name, n in phases if n > 0]
+        self._phase = 0  # index into _phases
+        self._left = self._phases[0][1]  # steps (timed: samples) left in the phase
+        self.index = 0  # loop steps seen
         self.report: Report | None = None
         self._stack = ExitStack()
-        self._phase_stack = ExitStack()
-        self._hook: Any = None
+        self._step_stack = ExitStack()  # what wraps the current step (profiler tag, counting)
         self._inputs: list[torch.Tensor] = []
-        self._samples: list[float] = []
         self._last = 0.0
-        self._profiler: profile | None = None
-        self._session: Any = None
         self._device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        self._sync = device_sync(self._device)
+        # Timing, as the sweep's timing pass: blocks of fast steps, NVML, page faults.
+        self._warmup_s: list[float] = []
+        self._samples: list[float] = []
+        self._block = 1
+        self._in_block = 0
+        self._timed_begin = 0.0
         self._memory = PeakMemory(self._device)
+        self._sampler = device_sampler(self._device)
+        self._monitors = step_monitors(self._device, self._sampler)
+        self._observed: tuple[Any, ...] | None = None  # (memory, NVML window, page faults)
+        self._timing = False
+        # Profiling and counting.
+        self._profiling = ProfilerSession(self._device)
+        self._profiling_on = False
+        self._captured: list[StepCapture] = []
+        self._no_breakdown = ""
+        self._session: Any = None
 
     # -- the context manager -------------------------------------------------------------
     def __enter__(self) -> watch:
-        self._hook = self.model.register_forward_pre_hook(self._see_inputs)
-        self._stack.callback(self._hook.remove)
-        self._begin(self.plan[0] if self.plan else "done")
+        hook = self.model.register_forward_pre_hook(self._see_inputs)
+        self._stack.callback(hook.remove)
+        self._stack.callback(self._sampler.close)
+        self._begin_phase(self._current)
+        self._begin_step(self._current)
+        self._last = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,19 +126,37 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         """False once the watched steps are over: ``step()`` then does nothing."""
         return self.report is None
 
+    @property
+    def _current(self) -> str:
+        return self._phases[self._phase][0]
+
     def step(self) -> None:
         """Mark the end of one step of the user's loop."""
         if self.report is not None:
             return
+        self.index += 1
+        phase = self._current
+        if phase == TIMED:
+            self._in_block += 1
+            if self._in_block < self._block:
+                return  # within a block of fast steps: no sync, no clock read
+            self._in_block = 0
         self._sync()
         now = time.perf_counter()
-        phase = self.plan[self.index]
-        self._end(phase, now)
-        self.index += 1
-        if self.index >= len(self.plan):
-            self._finish(partial=False)
-            return
-        self._begin(self.plan[self.index])
+        self._end_step(phase, now)
+        self._left -= 1
+        if phase == TIMED and self._left <= 0 and self._device.type == "cuda" \
+                and now - self._timed_begin < NVML_WINDOW_MIN_S:
+            self._left = 1  # NVML needs a steady window of at least a second
+        if self._left <= 0:
+            self._end_phase(phase)
+            self._phase += 1
+            if self._phase >= len(self._phases):
+                self._finish(partial=False)
+                return
+            self._left = self._phases[self._phase][1]
+            self._begin_phase(self._current)
+        self._begin_step(self._current)
         self._last = time.perf_counter()
 
     # -- phases --------------------------------------------------------------------------
@@ -119,58 +168,64 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             self._session.add_state(tensors)
             self._inputs.extend(tensors)
 
-    def _sync(self) -> None:
-        if self._device.type == "cuda":
-            torch.cuda.synchronize(self._device)
-
-    def _begin(self, phase: str) -> None:
-        if phase == "timed" and not self._samples:
+    def _begin_phase(self, phase: str) -> None:
+        if phase == TIMED:
+            later = self._warmup_s[len(self._warmup_s) // 2:]
+            if later:
+                self._block = block_steps_for(statistics.median(later), BLOCK_MIN_S)
             self._memory.start()
-        elif phase == "profiled":
-            if self._profiler is None:
-                activities = [ProfilerActivity.CPU]
-                if self._device.type == "cuda":
-                    activities.append(ProfilerActivity.CUDA)
-                self._profiler = profile(activities=activities, record_shapes=True)
-                self._profiler.__enter__()
-            self._phase_stack.enter_context(record_function(STEP_TAG))
-        elif phase == "counted":
-            self._session = self._phase_stack.enter_context(counting(
+            self._monitors.start()
+            self._timing = True
+            self._timed_begin = time.perf_counter()
+        elif phase == PROFILED:
+            try:
+                self._profiling.start()
+                self._profiling_on = True
+            except ProfilerUnavailable as exc:
+                self._no_breakdown = f"no op breakdown: {exc}"
+
+    def _begin_step(self, phase: str) -> None:
+        if phase == PROFILED and self._profiling_on:
+            self._step_stack.enter_context(self._profiling.step())
+        elif phase == COUNTED:
+            self._session = self._step_stack.enter_context(counting(
                 weights=list(persistent_tensors(self.model, self.optimizer)), state=[],
                 root=self.model))
-        self._last = time.perf_counter()
 
-    def _end(self, phase: str, now: float) -> None:
-        if phase == "timed":
-            self._samples.append(now - self._last)
-        elif phase in ("profiled", "counted"):
-            self._phase_stack.close()
-            next_phase = self.plan[self.index + 1] if self.index + 1 < len(self.plan) else ""
-            if phase == "profiled" and next_phase != "profiled" and self._profiler is not None:
-                self._profiler.__exit__(None, None, None)
+    def _end_step(self, phase: str, now: float) -> None:
+        if phase == WARMUP:
+            self._warmup_s.append(now - self._last)
+        elif phase == TIMED:
+            self._samples.append((now - self._last) / self._block)
+        self._step_stack.close()
+
+    def _end_phase(self, phase: str) -> None:
+        if phase == TIMED and self._timing:
+            self._timing = False
+            window, faults = self._monitors.stop()
+            self._observed = (self._memory.stop(), window, faults)
+        elif phase == PROFILED and self._profiling_on:
+            self._profiling_on = False
+            # The first step under a fresh profiler runs slow: dropped.
+            self._captured = self._profiling.stop()[1:]
 
     # -- the report ----------------------------------------------------------------------
     def _result(self) -> BatchResult:
-        b = self.batch_size or 1
-        result = BatchResult(b, Status.OK)
-        if self._samples:
-            reading = self._memory.stop()
-            stats = latency_stats(self._samples)
-            result.latency_s, result.throughput_per_s = stats, b / stats.median
-            result.peak_memory_bytes, result.peak_memory_method = (reading.peak_bytes,
-                                                                   reading.method)
-            result.baseline_memory_bytes = reading.baseline_bytes
+        result = BatchResult(self.batch_size or 1, Status.OK)
+        if self._samples and self._observed is not None:
+            record_timing(result, latency_stats(self._samples, self._block), *self._observed)
         result.available_memory_bytes = available_bytes(self._device)
-        if self._profiler is not None and self._session is not None:
-            steps = parse_events(self._profiler.events())[1:]
-            fill_breakdown(result, self._session.ops, steps)
+        if self._no_breakdown:
+            result.flags.append(self._no_breakdown)
+        if self._captured and self._session is not None:
+            fill_breakdown(result, self._session.ops, self._captured)
         return result
 
     def _finish(self, partial: bool) -> None:
-        self._phase_stack.close()
-        if self._profiler is not None and torch.autograd._profiler_enabled():
-            self._profiler.__exit__(None, None, None)
-        self._stack.close()  # hooks off: the loop runs untouched from here
+        self._step_stack.close()
+        if partial:  # the loop ended mid-phase: keep what that phase measured
+            self._end_phase(self._current)
+        self._stack.close()  # hooks off, sampler closed: the loop runs untouched from here
         from batchscope.hardware import load_or_measure
 
         ceilings = load_or_measure(self._device.type)
@@ -184,7 +239,8 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                                   torch.float32)).replace("torch.", ""),
                 "device": str(self._device), "threads": torch.get_num_threads()}
         run = {"tool_version": __version__, "torch_version": torch.__version__,
-               "watch": {"steps": self.index, "timed_steps": len(self._samples)}}
+               "watch": {"steps": self.index, "timed_steps": len(self._samples) * self._block,
+                         "block_steps": self._block}}
         report = analyze(info, ceilings, [result] if result.latency_s else [], Limits(), run,
                          partial=partial, stop_reason="watched steps done" if not partial
                          else "the loop ended before the watched steps were done")

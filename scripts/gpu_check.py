@@ -4,7 +4,7 @@
 
 Writes under OUT: for each sample and dtype a report folder (report.json, report.html,
 summary.md, Perfetto traces), the raw NVML samples of a steady window (``nvml/*.jsonl``,
-replayable by ``batchscope.hardware.nvml.ReplaySampler``), the measured ceilings and
+replayable by ``batchscope.hardware.nvml_sampler.ReplaySampler``), the measured ceilings and
 ``summary.json`` with the numbers docs/validation.md needs. Run it where a GPU is lent;
 its output becomes recorded test data under tests/data/gpu/.
 """
@@ -43,7 +43,7 @@ def record_nvml(out: Path) -> dict:
     """A steady bf16 matmul loop for 2 s under the live sampler; raw samples kept."""
     import torch
 
-    from batchscope.hardware.nvml import make_sampler
+    from batchscope.hardware.nvml_sampler import make_sampler
 
     props = torch.cuda.get_device_properties(0)
     sampler = make_sampler("cuda", 0, torch_uuid=str(props.uuid))

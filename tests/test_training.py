@@ -117,3 +117,28 @@ def test_python_api_refuses_what_the_worker_cannot_import():
         batchscope.diagnose(lambda: torch.nn.Linear(2, 2), tiny.make_inputs)
     with pytest.raises(UsageError, match="unknown option"):
         batchscope.diagnose(tiny.build_model, tiny.make_inputs, max_batches=3)
+
+
+def test_watch_times_fast_steps_in_blocks_as_the_sweep_does():
+    # A 16-wide linear step takes microseconds: the timed samples are blocks of steps
+    # lasting about a millisecond, with the NVML window (empty on the CPU, saying why) and
+    # page faults recorded as by the sweep's timing pass.
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    with torch.inference_mode(), batchscope.watch(model.eval(), out_dir=None) as w:
+        for _ in range(20_000):
+            if not w.active:
+                break
+            model(x)
+            w.step()
+    assert not w.active
+    batch = w.report.batches[0]
+    assert batch.batch_size == 4 and batch.latency_s.block_steps > 1
+    assert batch.latency_s.n == watch_timed_steps(w)
+    assert batch.nvml["unsupported"]["all"].startswith("no GPU")
+    assert batch.page_faults_per_step is not None
+    assert batch.ops and batch.coverage is not None
+
+
+def watch_timed_steps(w) -> int:
+    return w.report.run["watch"]["timed_steps"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.autograd import DeviceType
+from torch._C._profiler import _EventType
 from torch.autograd.profiler import profile, record_function
 
 from batchscope.records import TimedOp
@@ -30,7 +30,8 @@ PROFILER_WARMUP_STEPS = 1
 LONG_STEP_S = 0.2
 LONG_STEP_CAPTURE_STEPS = 2
 US = 1e-6
-# Utility events torch's own parser drops before building the event tree (profiler_util.py).
+NS = 1e-9
+# Utility events torch's own parser drops (profiler_util.py); their children are kept.
 _FILTERED_NAMES = frozenset({
     "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
     "profiler::_record_function_enter_new", "profiler::_record_function_exit",
@@ -77,9 +78,8 @@ def _event_duration_s(event: Any, use_device_time: bool) -> float:
 def parse_events(events: Iterable[Any], use_device_time: bool = False) -> list[StepCapture]:
     """Split profiler ``FunctionEvent`` objects into steps tagged with :data:`STEP_TAG`.
 
-    Works on the events of a live ``torch.profiler.profile`` (``prof.events()``) and on any
-    object with the same attributes (name, time_range, input_shapes, cpu_parent,
-    cpu_time_total, thread).
+    Works on the events of a live profiler (``prof.function_events``): on a GPU, where an
+    op's time is the device time of the kernels torch links to it (``use_device_time``).
     """
     events = list(events)
     steps = sorted((e for e in events if e.name == STEP_TAG), key=lambda e: e.time_range.start)
@@ -95,115 +95,148 @@ def parse_events(events: Iterable[Any], use_device_time: bool = False) -> list[S
             and e.time_range.end <= end
         ]
         ops.sort(key=lambda e: (e.time_range.start, -e.time_range.end))
-        step_s = (end - begin) * US
-        captured.append(
-            StepCapture(
-                step_s=step_s,
-                ops=[
-                    TimedOp(
-                        name=e.name[len("aten::"):],
-                        input_shapes=[list(s) if isinstance(s, (list, tuple)) else []
-                                      for s in (e.input_shapes or [])],
-                        start_s=(e.time_range.start - begin) * US,
-                        end_s=(e.time_range.end - begin) * US,
-                        duration_s=_event_duration_s(e, use_device_time),
-                        depth=_depth(e),
-                    )
-                    for e in ops
-                ],
+        captured.append(StepCapture(step_s=(end - begin) * US, ops=[
+            TimedOp(
+                name=e.name[len("aten::"):],
+                input_shapes=[list(s) if isinstance(s, (list, tuple)) else []
+                              for s in (e.input_shapes or [])],
+                start_s=(e.time_range.start - begin) * US,
+                end_s=(e.time_range.end - begin) * US,
+                duration_s=_event_duration_s(e, use_device_time),
+                depth=_depth(e),
             )
-        )
+            for e in ops
+        ]))
     return captured
 
 
-@dataclass
-class _Range:
-    start: float  # µs from the start of the trace, as FunctionEvent.time_range
-    end: float
+def _input_shapes(inputs: Iterable[Any]) -> list[Any]:
+    """Shapes of an op's inputs as ``FunctionEvent.input_shapes`` gives them: a tensor's
+    sizes, a list of sizes for a tensor list, ``[]`` for anything else."""
+    shapes: list[Any] = []
+    for value in inputs:
+        if hasattr(value, "sizes"):
+            shapes.append(list(value.sizes))
+        elif isinstance(value, list) and value and all(hasattr(t, "sizes") for t in value):
+            shapes.append([list(t.sizes) for t in value])
+        else:
+            shapes.append([])
+    return shapes
 
 
-@dataclass(eq=False)
-class _CpuEvent:
-    """The attributes of a ``FunctionEvent`` that :func:`parse_events` reads."""
-
-    name: str
-    time_range: _Range
-    input_shapes: list[Any]
-    thread: int
-    is_async: bool
-    cpu_parent: _CpuEvent | None = None
-    cpu_children: list[_CpuEvent] = field(default_factory=list)
-
-    @property
-    def cpu_time_total(self) -> float:
-        return self.time_range.end - self.time_range.start
+def _children(event: Any) -> list[Any]:
+    """An event's children in start order, a lone child of its own name merged into it
+    (as torch's ``EventList`` does) and the utility events torch drops left out."""
+    children = event.children
+    while len(children) == 1 and children[0].name == event.name:
+        children = children[0].children
+    out: list[Any] = []
+    for child in children:
+        if child.name in _FILTERED_NAMES:
+            out.extend(_children(child))
+        elif child.tag == _EventType.TorchOp:
+            out.append(child)
+    return sorted(out, key=lambda e: (e.start_time_ns, -e.end_time_ns))
 
 
-def cpu_events(kineto_results: Any) -> list[_CpuEvent]:
-    """The CPU events of a finished Kineto run with their parents, as torch builds them.
+def _step_ops(step: Any) -> list[TimedOp]:
+    """The aten ops under one step event of torch's event tree, in start order."""
+    begin = step.start_time_ns
+    ops: list[TimedOp] = []
+    pending = [(child, 0) for child in reversed(_children(step))]
+    while pending:
+        event, depth = pending.pop()
+        is_op = event.name.startswith("aten::")
+        if is_op:
+            ops.append(TimedOp(
+                name=event.name[len("aten::"):],
+                input_shapes=_input_shapes(event.extra_fields.inputs),
+                start_s=(event.start_time_ns - begin) * NS,
+                end_s=(event.end_time_ns - begin) * NS,
+                duration_s=(event.end_time_ns - event.start_time_ns) * NS,
+                depth=depth,
+            ))
+        pending.extend((c, depth + is_op) for c in reversed(_children(event)))
+    return ops
 
-    The same tree as ``profile.function_events`` (a child lies within its parent's time
-    range on the same thread; a parent with a single child of its own name is merged into
-    it), built from the raw events in ~1/10 of the time: torch also converts stacks, memory
-    records and device links for every event, ~65 µs each, which is 0.35 s for a profiled
-    GPT-2 step of 1.4k ops.
+
+def parse_event_tree(roots: Iterable[Any]) -> list[StepCapture]:
+    """The steps tagged with :data:`STEP_TAG` in torch's own event tree of a finished CPU
+    run (``prof.kineto_results.experimental_event_tree()``), in start order.
+
+    The tree is built by torch's profiler itself (parents, children, input metadata); it
+    gives the same ops, shapes, depths and times as ``prof.function_events`` without the
+    ~65 µs per event torch spends there on stacks, memory records and device links (0.35 s
+    for a profiled GPT-2 step of 1.4k ops).
     """
-    trace_start_ns = kineto_results.trace_start_ns()
-    events: list[_CpuEvent] = []
-    for e in kineto_results.events():
-        if e.device_type() != DeviceType.CPU:
-            continue
-        name = e.name()
-        if name in _FILTERED_NAMES or getattr(e, "is_hidden_event", lambda: False)():
-            continue
-        events.append(_CpuEvent(
-            name=name,
-            time_range=_Range((e.start_ns() - trace_start_ns) / 1000,
-                              (e.end_ns() - trace_start_ns) / 1000),
-            input_shapes=e.shapes(),
-            thread=e.start_thread_id(),
-            is_async=e.is_async() or e.start_thread_id() != e.end_thread_id(),
-        ))
-    _link_parents(events)
-    return _merge_duplicates(events)
+    steps: list[Any] = []
+    pending = list(roots)
+    while pending:
+        event = pending.pop()
+        if event.name == STEP_TAG:
+            steps.append(event)
+        else:
+            pending.extend(event.children)
+    steps.sort(key=lambda e: e.start_time_ns)
+    return [StepCapture(step_s=(s.end_time_ns - s.start_time_ns) * NS, ops=_step_ops(s))
+            for s in steps]
 
 
-def _link_parents(events: list[_CpuEvent]) -> None:
-    """Parent = the innermost enclosing event on the same thread (torch's algorithm)."""
-    by_thread: dict[int, list[_CpuEvent]] = {}
-    for e in events:
-        if not e.is_async:
-            by_thread.setdefault(e.thread, []).append(e)
-    for thread_events in by_thread.values():
-        thread_events.sort(key=lambda e: (e.time_range.start, -e.time_range.end))
-        open_events: list[_CpuEvent] = []
-        for e in thread_events:
-            while open_events:
-                parent = open_events[-1]
-                if (e.time_range.start >= parent.time_range.end
-                        or e.time_range.end > parent.time_range.end):
-                    open_events.pop()
-                else:
-                    parent.cpu_children.append(e)
-                    e.cpu_parent = parent
-                    break
-            open_events.append(e)
+class ProfilerSession:
+    """torch.profiler around steps tagged :data:`STEP_TAG`: the one way batchscope profiles,
+    for the sweep's capture pass and for ``watch`` alike.
 
+    The autograd profiler is driven directly (with Kineto, as ``torch.profiler.profile``
+    does): the ``torch.profiler`` wrapper imports ``torch._inductor`` and ``torch._dynamo``
+    on its first use to read one config flag, ~1.2-1.7 s of a sweep on a 2-core CPU.
 
-def _merge_duplicates(events: list[_CpuEvent]) -> list[_CpuEvent]:
-    """Drop an event whose parent has its name and no other child, lifting its children."""
-    while True:
-        dropped: set[int] = set()
-        for e in events:
-            parent = e.cpu_parent
-            if parent is not None and parent.name == e.name and len(parent.cpu_children) == 1:
-                parent.cpu_children = e.cpu_children
-                for child in e.cpu_children:
-                    child.cpu_parent = parent
-                dropped.add(id(e))
-        if not dropped:
-            return events
-        events = [e for e in events if id(e) not in dropped]
+    Example:
+        >>> session = ProfilerSession(torch.device("cpu"))
+        >>> session.start()
+        >>> with session.step():
+        ...     _ = torch.ones(4) + 1
+        >>> [op.name for op in session.stop()[0].ops]
+        ['ones', 'empty', 'fill_', 'add']
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.on_gpu = device.type == "cuda"
+        self._prof: Any = None
+
+    def start(self) -> None:
+        """Start profiling.
+
+        Raises:
+            ProfilerUnavailable: another profiler is active on this thread, or it failed.
+        """
+        if torch.autograd._profiler_enabled():
+            raise ProfilerUnavailable("another profiler is already running on this thread")
+        try:
+            self._prof = profile(use_cpu=True, use_device="cuda" if self.on_gpu else None,
+                                 record_shapes=True, use_kineto=True)
+            self._prof.__enter__()
+        except RuntimeError as exc:
+            raise ProfilerUnavailable(f"torch.profiler failed to start: {exc}") from exc
+
+    def step(self) -> record_function:
+        """A context manager around one step."""
+        return record_function(STEP_TAG)
+
+    def stop(self, trace_path: Path | None = None) -> list[StepCapture]:
+        """Stop, export a Perfetto trace when asked, and parse the steps.
+
+        On a GPU an op's time is the time of the kernels it launched (torch links them to
+        their ops); the step's CPU range ends with a synchronise, so the rest of it (launch
+        gaps, idle) is framework time. On the CPU torch's event tree suffices, and is fast.
+        """
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        if trace_path is not None:
+            trace_path.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(trace_path))
+        if self.on_gpu:
+            return parse_events(prof.function_events, use_device_time=True)
+        return parse_event_tree(prof.kineto_results.experimental_event_tree())
 
 
 def capture_steps(
@@ -219,39 +252,19 @@ def capture_steps(
     ``step_s``, the step latency the timing pass measured, shortens the capture of long CPU
     steps to :data:`LONG_STEP_CAPTURE_STEPS` steps without a warm-up step.
 
-    The autograd profiler is driven directly (with Kineto, as ``torch.profiler.profile``
-    does): the ``torch.profiler`` wrapper imports ``torch._inductor`` and ``torch._dynamo``
-    on its first use to read one config flag, ~1.2-1.7 s of a sweep on a 2-core CPU.
-
     Raises:
         ProfilerUnavailable: another profiler is active on this thread, or it failed to start.
     """
-    if torch.autograd._profiler_enabled():
-        raise ProfilerUnavailable("another profiler is already running on this thread")
-    on_gpu = device.type == "cuda"
+    session = ProfilerSession(device)
     warmup_steps = PROFILER_WARMUP_STEPS
-    if not on_gpu and step_s is not None and step_s >= LONG_STEP_S:
+    if not session.on_gpu and step_s is not None and step_s >= LONG_STEP_S:
         warmup_steps, n_steps = 0, min(n_steps, LONG_STEP_CAPTURE_STEPS)
-    try:
-        prof = profile(use_cpu=True, use_device="cuda" if on_gpu else None,
-                       record_shapes=True, use_kineto=True)
-        prof.__enter__()
-    except RuntimeError as exc:
-        raise ProfilerUnavailable(f"torch.profiler failed to start: {exc}") from exc
+    session.start()
     try:
         for _ in range(warmup_steps + n_steps):
-            with record_function(STEP_TAG):
+            with session.step():
                 step()
                 sync()
     finally:
-        prof.__exit__(None, None, None)
-    if trace_path is not None:
-        trace_path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace_path))
-    # On a GPU an op's time is the time of the kernels it launched (torch links them to
-    # their ops); the step's CPU range ends with a synchronise, so the rest of it (launch
-    # gaps, idle) is framework time. On the CPU the raw events suffice and parse faster.
-    events = prof.function_events if on_gpu else cpu_events(prof.kineto_results)
-    steps = parse_events(events, use_device_time=on_gpu)
-    steps = steps[warmup_steps:]
-    return Capture(steps=steps, trace_path=str(trace_path) if trace_path else "")
+        steps = session.stop(trace_path)
+    return Capture(steps=steps[warmup_steps:], trace_path=str(trace_path) if trace_path else "")

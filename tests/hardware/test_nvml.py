@@ -17,21 +17,21 @@ from typing import Any, Callable
 import pynvml as real
 import pytest
 
-from batchscope.hardware.nvml import (
-    NullSampler,
-    NvmlSampler,
+from batchscope.hardware.nvml_device import (
+    REASON_GPU_LOST,
+    REASON_NOT_SUPPORTED_MIG,
     NvmlUnavailable,
-    NvmlWindow,
-    ReplaySampler,
-    decode_throttle,
-    energy_per_unit_j,
-    make_sampler,
     nvml_handle_for_cuda_index,
     nvml_status,
     parse_visible_devices,
+)
+from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler, ReplaySampler, make_sampler
+from batchscope.hardware.nvml_window import (
+    NvmlWindow,
+    decode_throttle,
+    energy_per_unit_j,
     trapezoid_j,
 )
-from batchscope.hardware.nvml_device import REASON_GPU_LOST, REASON_NOT_SUPPORTED_MIG
 
 GPU0 = "GPU-8f3c1111-0000-0000-0000-000000000000"
 GPU1 = "GPU-8f3d2222-0000-0000-0000-000000000000"

@@ -16,7 +16,7 @@ from batchscope.profiler.capture import (
     LONG_STEP_S,
     STEP_TAG,
     capture_steps,
-    cpu_events,
+    parse_event_tree,
     parse_events,
 )
 from batchscope.profiler.timing import (
@@ -128,7 +128,7 @@ def test_own_event_parser_matches_torch_function_events() -> None:
         for _ in range(2):
             with record_function(STEP_TAG):
                 model(x)
-    ours = parse_events(cpu_events(prof.kineto_results))
+    ours = parse_event_tree(prof.kineto_results.experimental_event_tree())
     torchs = parse_events(prof.function_events)
     assert len(ours) == len(torchs) == 2
     for a, b in zip(ours, torchs, strict=True):
