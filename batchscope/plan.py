@@ -27,6 +27,12 @@ _STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT, Status.SKIPPED}
 # Share of the free memory a batch size may be predicted to need before it is skipped: the
 # extrapolation is linear and allocators round up, so leave a margin.
 MEMORY_HEADROOM = 0.9
+# The sweep stops going up after this many batch sizes in a row failed in a way a fresh
+# worker did not cure: larger ones would almost surely fail the same way, each after a
+# fresh worker's start and model build.
+REPEATED_ERROR_LIMIT = 2
+# Failures after which the plan goes on to the next batch size (the others stop it at once).
+_RETRIED = (Status.MODEL_ERROR, Status.DEVICE_ERROR)
 
 
 @dataclass
@@ -105,6 +111,7 @@ class Plan:
         else:
             self.candidates = default_batch_sizes(limits.max_batch)
         self.stop_reason = ""
+        self.stopped_at_cap = False  # True when the default sweep ran out of batch sizes
 
     def next_batch(self, results: list[BatchResult]) -> int | None:
         """The next batch size to run, or None (then :attr:`stop_reason` says why)."""
@@ -116,7 +123,9 @@ class Plan:
                 return None
         for b in self.candidates:
             if b not in done:
-                return b
+                self.stop_reason = repeated_errors(results)
+                return None if self.stop_reason else b
+        self.stopped_at_cap = not self.explicit
         self.stop_reason = (
             "every requested batch size was measured" if self.explicit
             else f"reached the largest batch size ({self.candidates[-1]})"
@@ -138,6 +147,25 @@ class Plan:
                 f"less than {PLATEAU_GAIN:.0%} over the best before them"
             )
         return ""
+
+
+def repeated_errors(results: list[BatchResult]) -> str:
+    """Why the sweep stops going up: the last REPEATED_ERROR_LIMIT batch sizes all failed
+    with an error a fresh worker did not cure; "" when they did not.
+
+    Example:
+        >>> repeated_errors([BatchResult(b, Status.MODEL_ERROR) for b in (4, 8)])
+        'batches 4 and 8 in a row ended as model_error; larger batch sizes were not tried'
+    """
+    last = results[-REPEATED_ERROR_LIMIT:]
+    if len(last) < REPEATED_ERROR_LIMIT or any(r.status not in _RETRIED for r in last):
+        return ""
+    sizes = [str(r.batch_size) for r in last]
+    statuses = list(dict.fromkeys(r.status.value for r in last))
+    return (
+        f"batches {', '.join(sizes[:-1])} and {sizes[-1]} in a row ended as "
+        f"{' and '.join(statuses)}; larger batch sizes were not tried"
+    )
 
 
 def _plateaued(results: list[BatchResult]) -> bool:

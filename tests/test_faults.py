@@ -14,6 +14,9 @@ import pytest
 from batchscope.api import Options, diagnose_file, exit_code, nothing_measured_message
 from batchscope.errors import ExitCode, ModelFileError, NothingMeasuredError
 from batchscope.plan import predicted_not_to_fit
+from batchscope.plan import repeated_errors
+from batchscope.profiler.timing import TimingConfig
+from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, LatencyStats, Status
 from tests.conftest import MODELS, ROOT
 
@@ -51,6 +54,95 @@ def test_device_errors_get_their_own_status_and_a_fresh_worker(monkeypatch, tmp_
     assert failed.bytes is None and not failed.ops  # never classified, never memory-bound
     assert after.worker_pid != first.worker_pid  # the next batch size got a fresh worker
     assert exit_code(report) == ExitCode.SOME_FAILED
+
+
+REPEATED = "in a row ended as model_error; larger batch sizes were not tried"
+
+
+def final_report(out) -> dict:
+    """report.json as the end of the run left it, after checking all three files are there."""
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk["stop_reason"] != "sweep in progress" and on_disk["partial"] is False
+    assert (out / "report.html").is_file() and (out / "summary.md").is_file()
+    return on_disk
+
+
+def test_inputs_failing_in_a_replacement_worker_are_model_errors(tmp_path):
+    # Batch 4 fails, so batch 8 gets a fresh worker that has measured nothing itself; the
+    # run has, so make_inputs(8) raising is batch 8's model_error, not a contract error.
+    report = diagnose_file(MODELS / "inputs_fail_from_4.py",
+                           Options(out_dir=str(tmp_path), **FAST))
+    assert exit_code(report) == ExitCode.SOME_FAILED  # what the CLI exits with
+    assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.MODEL_ERROR),
+                                (8, Status.MODEL_ERROR)]
+    assert "make_inputs(8) raised ValueError: no inputs for batch 8" in report.batches[3].error
+    assert report.stop_reason == f"batches 4 and 8 {REPEATED}"
+    on_disk = final_report(tmp_path)
+    assert on_disk["stop_reason"] == report.stop_reason
+    assert [b["status"] for b in on_disk["batches"]] == ["ok", "ok", "model_error", "model_error"]
+
+
+def test_a_contract_error_at_the_first_step_is_still_exit_4(tmp_path):
+    with pytest.raises(ModelFileError, match=r"make_inputs\(4\) raised ValueError") as info:
+        diagnose_file(MODELS / "inputs_fail_from_4.py",
+                      Options(out_dir=str(tmp_path), batch_sizes=[4, 8], **FAST))
+    assert info.value.exit_code == ExitCode.USAGE
+    assert not (tmp_path / "report.json").exists()  # nothing was swept
+
+
+def test_inputs_failing_after_a_failed_first_step_are_model_errors(tmp_path):
+    # The first step got past make_inputs and failed in the model: the contract was checked
+    # there. make_inputs(2) raising is then batch 2's model_error; two in a row stop the sweep.
+    report = diagnose_file(MODELS / "fails_then_inputs_fail.py",
+                           Options(out_dir=str(tmp_path), **FAST))
+    assert statuses(report) == [(1, Status.MODEL_ERROR), (2, Status.MODEL_ERROR)]
+    assert report.stop_reason == f"batches 1 and 2 {REPEATED}"
+    assert exit_code(report) == ExitCode.NOTHING_MEASURED
+    on_disk = final_report(tmp_path)
+    assert on_disk["stop_reason"] == report.stop_reason
+    assert [b["status"] for b in on_disk["batches"]] == ["model_error", "model_error"]
+
+
+def test_errors_a_fresh_worker_did_not_cure_stop_the_sweep_when_they_repeat():
+    def failed(b, status):
+        return BatchResult(b, status, error="x")
+    ok = BatchResult(1, Status.OK)
+    assert repeated_errors([ok, failed(2, Status.MODEL_ERROR)]) == ""
+    assert repeated_errors([failed(1, Status.MODEL_ERROR), ok,
+                            failed(4, Status.DEVICE_ERROR)]) == ""
+    assert repeated_errors([ok, failed(2, Status.DEVICE_ERROR),
+                            failed(4, Status.MODEL_ERROR)]) == (
+        "batches 2 and 4 in a row ended as device_error and model_error; "
+        "larger batch sizes were not tried")
+
+
+def test_the_worker_keeps_its_own_timing():
+    import torch
+
+    from batchscope.profiler.measurement import NVML_WINDOW_MIN_S, timing_for
+
+    given = TimingConfig.fixed(0.05)
+    on_gpu = timing_for(torch.device("cuda"), given)
+    assert on_gpu.measure_min_s == on_gpu.measure_max_s == NVML_WINDOW_MIN_S
+    assert given == TimingConfig.fixed(0.05)  # the caller's config is left alone
+    assert timing_for(torch.device("cpu"), given) == given
+
+
+@pytest.mark.gpu
+def test_a_cuda_worker_leaves_its_config_alone():
+    import torch
+
+    from batchscope.profiler.measurement import NVML_WINDOW_MIN_S
+    from batchscope.profiler.worker import Worker
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    config = WorkerConfig(str(MODELS / "tiny.py"), device="cuda",
+                          timing=TimingConfig.fixed(0.05))
+    worker = Worker(config, send=lambda message: None)
+    worker.sampler.close()
+    assert config.timing == TimingConfig.fixed(0.05)
+    assert worker.timing.measure_min_s == NVML_WINDOW_MIN_S
 
 
 def test_model_that_does_not_fit_at_batch_one_exits_5(monkeypatch, tmp_path):

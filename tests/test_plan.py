@@ -70,3 +70,11 @@ def test_latency_limit_and_memory_budget_stop_the_sweep():
     plan = Plan(None, Limits(memory_budget_bytes=1000))
     assert plan.next_batch([ok(1, 100, memory=2000)]) is None
     assert "memory" in plan.stop_reason
+
+
+def test_the_plan_says_when_its_cap_ended_the_sweep():
+    ok = [BatchResult(b, Status.OK, throughput_per_s=float(b)) for b in (1, 2, 4)]
+    default = Plan(None, Limits(max_batch=4))
+    assert default.next_batch(ok) is None and default.stopped_at_cap
+    explicit = Plan([1, 2, 4], Limits())
+    assert explicit.next_batch(ok) is None and not explicit.stopped_at_cap

@@ -63,11 +63,13 @@ def test_decode_weight_bytes_stay_constant(decode):
 
 def test_decode_has_a_predicted_and_a_measured_critical_batch(decode):
     # What holds on any machine: decode shares its weight read, so the roofline predicts a
-    # B* above 1, and the measured latency bends inside the sweep. How close the two come
-    # depends on the CPU (0.80 on a Xeon, 0.24-0.38 on an EPYC): benchmarks/critical_batch.py.
+    # B* above 1, and the measured latency has a knee above batch 1 (where it lies, and
+    # whether inside this short sweep, moves with the CPU and its load). How close the two
+    # come depends on the CPU (0.80 on a Xeon, 0.24-0.38 on an EPYC):
+    # benchmarks/critical_batch.py.
     rec = decode.recommendation
     assert rec.predicted_critical_batch is not None and rec.predicted_critical_batch > 1
-    assert rec.measured_knee_within_sweep and rec.measured_knee_batch > 1
+    assert rec.measured_knee_batch is not None and rec.measured_knee_batch > 1
     terms = rec.prediction
     assert terms["shared_s"] / terms["per_row_s"] == pytest.approx(rec.predicted_critical_batch)
 

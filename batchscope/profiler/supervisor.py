@@ -2,7 +2,9 @@
 
 The parent never imports the user's model nor touches CUDA. It keeps one worker for as many
 batch sizes as go well (the model is built once); after any failure the next batch size gets
-a fresh worker, so an OOM kill or a poisoned CUDA context costs one batch size only.
+a fresh worker, so an OOM kill or a poisoned CUDA context costs one batch size only. The
+parent owns what the run knows: which batch size is the run's first step (where a failure
+the contract explains is a model-file error, exit 4), and when errors repeat.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class SweepOutcome:
     stop_reason: str
     interrupted: bool = False
     flags: list[str] = field(default_factory=list)
+    stopped_at_cap: bool = False  # the plan's largest batch size was reached (--max-batch)
 
 
 class Callbacks:
@@ -245,7 +248,7 @@ class Sweep:
         )
         flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
         return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
-                            flags)
+                            flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap))
 
     def _measure_ceilings(self, handle: _Handle) -> None:
         """Ask the worker for the ceilings; without them the sweep still runs, unclassified."""
@@ -270,7 +273,9 @@ class Sweep:
                 handle = self._worker()
             except NothingMeasuredError as exc:  # a replacement worker failed to start
                 return BatchResult(batch_size, Status.KILLED, error=str(exc))
-            handle.send(("batch", batch_size))
+            # The run's first step is where the contract is checked; a replacement worker
+            # cannot tell, so the parent says.
+            handle.send(("batch", {"batch_size": batch_size, "first_step": not self.results}))
             while True:
                 kind, payload = handle.recv(deadline)
                 if kind == "phase":

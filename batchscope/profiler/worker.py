@@ -3,7 +3,8 @@
 The parent (:mod:`batchscope.profiler.supervisor`) starts it with the ``spawn`` method and
 talks to it over a pipe. Messages are ``(kind, payload)`` tuples of plain Python values:
 
-parent -> worker: ``("ceilings", recalibrate)``, ``("batch", batch_size)``, ``("stop", None)``
+parent -> worker: ``("ceilings", recalibrate)``, ``("batch", {batch_size, first_step})``,
+``("stop", None)``
 worker -> parent: ``("ready", ModelInfo dict)``, ``("contract_error", {message, detail})``,
 ``("ceilings", dict)``, ``("phase", {batch_size, phase})``, ``("result", BatchResult dict)``
 
@@ -13,7 +14,6 @@ or a poisoned CUDA context costs the parent nothing it has already received.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import time
@@ -24,31 +24,26 @@ from typing import Any
 
 import torch
 
+from batchscope.contract import ModelSpec, check_inputs, load_model_file, spec_from_callables
 from batchscope.errors import ModelFileError
-from batchscope.hardware.nvml import NvmlWindow, energy_per_unit_j, make_sampler
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
 from batchscope.profiler.join import fill_breakdown
-from batchscope.profiler.memory import PageFaults, PeakMemory, available_bytes
+from batchscope.profiler.measurement import (
+    device_sampler,
+    device_sync,
+    record_timing,
+    step_monitors,
+    timing_for,
+)
+from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
-from batchscope.profiler.timing import Monitors, time_steps
+from batchscope.profiler.timing import time_steps
 from batchscope.profiler.training import default_optimizer, persistent_tensors, training_step
 from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, Status, to_jsonable
-from batchscope.spec import (
-    ModelSpec,
-    check_inputs,
-    describe_exception,
-    iter_tensors,
-    load_model_file,
-    map_tensors,
-    spec_from_callables,
-    user_frames,
-)
-
-# Power readings average over ~1 s on recent GPUs and the energy counter ticks slowly: the
-# timed steps of a batch size on a GPU last at least this long.
-NVML_WINDOW_MIN_S = 1.0
+from batchscope.tensors import iter_tensors, map_tensors
+from batchscope.tracebacks import describe_exception, user_frames
 
 DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,
@@ -64,26 +59,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _cuda_identity(device: torch.device) -> tuple[int, str | None]:
-    """CUDA index and the UUID torch reports, for the NVML handle (0, None on the CPU)."""
-    if device.type != "cuda":
-        return 0, None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return index, str(torch.cuda.get_device_properties(index).uuid)
-
-
 def _become_oom_victim() -> None:
     """Make this process the kernel OOM killer's first choice, sparing the parent."""
     try:
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:
         pass
-
-
-def _sync_fn(device: torch.device):
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
 
 
 class Worker:
@@ -121,14 +102,9 @@ class Worker:
             self.optimizer = self._call_user(make, "make_optimizer(model)", self.model)
         else:
             self.model.eval()
-        self.sync = _sync_fn(self.device)
-        self.measured_once = False
-        self.sampler = make_sampler(self.device.type, *_cuda_identity(self.device))
-        if self.device.type == "cuda":  # NVML needs a steady window of at least a second
-            t = config.timing
-            config.timing = dataclasses.replace(
-                t, measure_min_s=max(t.measure_min_s, NVML_WINDOW_MIN_S),
-                measure_max_s=max(t.measure_max_s, NVML_WINDOW_MIN_S))
+        self.sync = device_sync(self.device)
+        self.sampler = device_sampler(self.device)
+        self.timing = timing_for(self.device, config.timing)
 
     def _call_user(self, fn, what: str, *args: Any) -> Any:
         try:
@@ -156,15 +132,6 @@ class Worker:
             "available_memory_bytes": available_bytes(self.device),
         }
 
-    def _energy(self, result: BatchResult, window: NvmlWindow, batch_size: int,
-                steps: int) -> None:
-        """Keep the NVML window of the timed steps; energy per unit; warn on throttling."""
-        result.nvml = window.to_dict()
-        result.energy_per_unit_j = energy_per_unit_j(window, batch_size, steps)
-        warning = window.throttle_warning()
-        if warning:
-            result.flags.append(warning)
-
     def make_inputs(self, batch_size: int) -> Any:
         inputs = self._call_user(self.spec.make_inputs, f"make_inputs({batch_size})", batch_size)
         check_inputs(inputs, batch_size, str(self.spec.path))
@@ -176,8 +143,20 @@ class Worker:
 
         return map_tensors(inputs, cast)
 
-    def measure(self, batch_size: int) -> BatchResult:
-        """Timing pass, then (when enabled) capture and counting passes, then the join."""
+    def measure(self, batch_size: int, first_step: bool) -> BatchResult:
+        """Timing pass, then (when enabled) capture and counting passes, then the join.
+
+        Args:
+            batch_size: the batch size to measure.
+            first_step: True for the run's first batch size (the parent knows; a replacement
+                worker does not): only there does a failure the contract explains (make_inputs
+                raising or returning the wrong thing, a device or dtype mismatch) raise
+                :class:`ModelFileError`. At any later batch size it is that batch size's
+                ``model_error``.
+
+        Raises:
+            ModelFileError: at the first step, the model file breaks the contract.
+        """
         started = time.perf_counter()
         result = BatchResult(batch_size=batch_size, status=Status.OK, worker_pid=os.getpid())
         phase = "make_inputs"
@@ -192,20 +171,11 @@ class Worker:
                 phase = "timing"
                 self.send(("phase", {"batch_size": batch_size, "phase": phase}))
                 memory = PeakMemory(self.device)
-                memory.start()
-                # Host page faults only matter to a step that runs on the host.
-                faults = PageFaults() if self.device.type == "cpu" else None
-                stats, _, (window, fault_count) = time_steps(
-                    step, self.sync, self.config.timing, monitor=Monitors(self.sampler, faults))
-                reading = memory.stop()
-                self._energy(result, window, batch_size, stats.n)
-                if fault_count is not None:
-                    result.page_faults_per_step = fault_count / stats.n
-                result.latency_s = stats
-                result.throughput_per_s = batch_size / stats.median
-                result.peak_memory_bytes = reading.peak_bytes
-                result.baseline_memory_bytes = reading.baseline_bytes
-                result.peak_memory_method = reading.method
+                memory.start()  # before the warm-up: its first step allocates the most
+                stats, _, (window, faults) = time_steps(
+                    step, self.sync, self.timing,
+                    monitor=step_monitors(self.device, self.sampler))
+                record_timing(result, stats, memory.stop(), window, faults)
                 # The timing result goes out first: it survives a crash in the later passes.
                 self.send(("timed", to_jsonable(result)))
                 if self.config.op_breakdown:
@@ -213,14 +183,15 @@ class Worker:
                     self.send(("phase", {"batch_size": batch_size, "phase": phase}))
                     self._op_breakdown(result, step, inputs)
         except ModelFileError as exc:
-            if not self.measured_once:
-                raise  # before any batch size went well: the file breaks the contract
+            if first_step:
+                raise  # nothing measured yet in the run: the file breaks the contract
             result.status = Status.MODEL_ERROR
-            result.error = str(exc)
+            detail = getattr(exc, "detail", "")
+            result.error = f"{exc}\n{detail}" if detail else str(exc)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            if not self.measured_once and is_mismatch(exc):
+            if first_step and is_mismatch(exc):
                 err = ModelFileError(
                     f"{self.spec.path}: the first step at batch {batch_size} raised "
                     f"{describe_exception(exc)}; {MISMATCH_HINT}."
@@ -237,8 +208,6 @@ class Worker:
                 frames = user_frames(exc)
                 if frames and status == Status.MODEL_ERROR:
                     result.error += "\n" + frames
-        if result.status == Status.OK:
-            self.measured_once = True
         result.available_memory_bytes = available_bytes(self.device)
         result.wall_s = time.perf_counter() - started
         return result
@@ -313,7 +282,8 @@ def worker_main(conn, config: WorkerConfig) -> None:
             send(("ceilings", ceilings.to_dict()))
         elif kind == "batch":
             try:
-                result = worker.measure(int(payload))
+                result = worker.measure(int(payload["batch_size"]),
+                                        first_step=bool(payload["first_step"]))
             except ModelFileError as exc:
                 send(("contract_error", {"message": str(exc),
                                          "detail": getattr(exc, "detail", "")}))
