@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from batchscope.api import Options, diagnose, diagnose_file, exit_code  # noqa: E402
-from batchscope.report import Report  # noqa: E402
+from batchscope.records import Report  # noqa: E402
 
 if TYPE_CHECKING:
     from batchscope.watch import watch

@@ -34,8 +34,7 @@ from batchscope.profiler.supervisor import (
 )
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import DTYPE_NAMES, WorkerConfig
-from batchscope.records import BatchResult, Status
-from batchscope.report import Report
+from batchscope.records import BatchResult, Report, Status
 from batchscope.reports import write_all, write_json
 
 if TYPE_CHECKING:  # the parent process of a sweep never imports torch; its worker does
@@ -167,9 +166,10 @@ class _ReportWriter(Callbacks):
         if self.inner:
             self.inner.on_result(result, results)
 
-    def build(self, results: list[BatchResult], partial: bool, stop_reason: str) -> Report:
+    def build(self, results: list[BatchResult], partial: bool, stop_reason: str,
+              stopped_at_cap: bool = False) -> Report:
         return analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
-                       partial=partial, stop_reason=stop_reason,
+                       partial=partial, stop_reason=stop_reason, stopped_at_cap=stopped_at_cap,
                        objective=self.options.objective)
 
 
@@ -278,7 +278,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     run["wall_s"] = time.time() - started
     run["stop_reason"] = outcome.stop_reason
     report = writer.build(outcome.results, partial=outcome.interrupted,
-                          stop_reason=outcome.stop_reason)
+                          stop_reason=outcome.stop_reason, stopped_at_cap=outcome.stopped_at_cap)
     report.flags[:0] = outcome.flags
     if options.out_dir is not None:
         write_all(report, options.out_dir)

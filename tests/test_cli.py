@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from typer.testing import CliRunner
 
@@ -65,7 +66,9 @@ def test_cli_sweep_prints_summary_and_writes_json(tmp_path):
 def test_hardware_prints_ceilings():
     result = runner.invoke(tools_app, ["hardware"])
     assert result.exit_code == 0, result.output
-    assert "GFLOP/s" in result.output and "GB/s" in result.output
+    # SI prefixes as report.html shows them (fmt.si): "14.4 GFLOP/s", "3.34 GB/s".
+    assert re.search(r"\d [kMGTP]?FLOP/s", result.output)
+    assert re.search(r"\d [kMGTP]?B/s", result.output)
 
 
 def test_trace_is_exported_per_batch_size(tmp_path):

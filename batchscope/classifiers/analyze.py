@@ -1,4 +1,4 @@
-"""Turn a sweep's raw results into a :class:`~batchscope.report.Report` (pure, no I/O)."""
+"""Turn a sweep's raw results into a :class:`~batchscope.records.Report` (pure, no I/O)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from batchscope.classifiers.critical_batch import (
     predict_compute_bound_batch,
     predict_critical_batch,
 )
-from batchscope.classifiers.explain import explain
-from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
+from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
-from batchscope.records import BatchResult, Status
-from batchscope.report import Recommendation, Report
+from batchscope.records import BatchResult, Recommendation, Report, Status
 
 # A batch size whose interquartile range of step latency exceeds this share of its median
 # was measured on a busy machine (or has bimodal steps): flagged, its numbers are doubtful.
@@ -71,6 +69,13 @@ def page_fault_flags(results: list[BatchResult]) -> list[str]:
     ]
 
 
+def _still_rising_at_cap(results: list[BatchResult], choice: Choice, stopped_at_cap: bool) -> bool:
+    """True when the best throughput came at the largest batch and the plan's cap ended the
+    sweep (rather than an OOM, a limit or a plateau), so a larger batch was never tried."""
+    largest = max((r.batch_size for r in results if r.status == Status.OK), default=None)
+    return stopped_at_cap and choice.best_batch_size == largest
+
+
 def prediction_terms(knee: KneePrediction | None,
                      layers: ComputeBoundPrediction | None) -> dict[str, Any]:
     """The numbers the predictions came from, for renderers to quote (all per step)."""
@@ -98,9 +103,10 @@ def analyze(
     *,
     partial: bool = False,
     stop_reason: str = "",
+    stopped_at_cap: bool = False,
     objective: str = "throughput",
 ) -> Report:
-    """Classify every op, predict and measure B*, recommend a batch size, explain it."""
+    """Classify every op, predict and measure B*, recommend a batch size (numbers only)."""
     unit = info.get("unit", "sample")
     dtype = info.get("dtype", "float32")
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
@@ -127,8 +133,7 @@ def analyze(
             predicted_critical_batch=predicted.batch if predicted else None,
             measured_knee_batch=knee,
             measured_knee_within_sweep=knee_inside,
-            explanation=explain(batches, choice, predicted, layers, (knee, knee_inside),
-                                unit, stopped_at_cap="largest batch size" in stop_reason),
+            explanation="",  # Report fills it from the document (reports.narrative)
             predicted_compute_bound_batch=layers.batch if layers else None,
             predicted_compute_bound_infinite=bool(layers and layers.batch is None),
             near_best_share=NEAR_BEST_SHARE,
@@ -136,6 +141,7 @@ def analyze(
             best_batch_size=choice.best_batch_size,
             best_throughput_per_s=choice.best_throughput_per_s,
             excluded=choice.excluded,
+            still_rising_at_cap=_still_rising_at_cap(batches, choice, stopped_at_cap),
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",

@@ -1,4 +1,4 @@
-"""Renderers and writers of a :class:`~batchscope.report.Report` (the only code that writes files).
+"""Renderers and writers of a :class:`~batchscope.records.Report` (the only code that writes files).
 
 Every renderer takes the report dict (what report.json holds), so the HTML, the Markdown and
 ``compare`` read exactly what a later reader of report.json would.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from batchscope.report import Report
+from batchscope.records import Report
 from batchscope.reports.html import render_html
-from batchscope.reports.json_report import atomic_write_text, read_json, write_json
+from batchscope.reports.json_report import atomic_write_text, load_report, write_json
 from batchscope.reports.markdown import render_summary
 
 HTML_NAME = "report.html"
@@ -34,4 +34,4 @@ def write_all(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, str]
     return paths
 
 
-__all__ = ["read_json", "write_all", "write_json"]
+__all__ = ["load_report", "write_all", "write_json"]

@@ -26,25 +26,6 @@ LOG_AXIS_SPAN = 30.0
 # Marker symbols told apart at a glance, one per batch size (cycled beyond ten).
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "pentagon", "star", "hexagon",
            "triangle-down", "cross", "x")
-# Display scales for seconds and bytes: (threshold, divisor, unit).
-_TIME_UNITS = ((1.0, 1.0, "s"), (1e-3, 1e-3, "ms"), (0.0, 1e-6, "µs"))
-_BYTE_UNITS = ((1e9, 1e9, "GB"), (1e6, 1e6, "MB"), (0, 1e3, "kB"))
-
-
-def time_unit(largest_s: float) -> tuple[float, str]:
-    """Divisor and unit name that show ``largest_s`` with 1-3 digits before the point."""
-    for threshold, divisor, name in _TIME_UNITS:
-        if largest_s >= threshold:
-            return divisor, name
-    return _TIME_UNITS[-1][1], _TIME_UNITS[-1][2]
-
-
-def byte_unit(largest: float) -> tuple[float, str]:
-    """Divisor and unit name for a byte axis."""
-    for threshold, divisor, name in _BYTE_UNITS:
-        if largest >= threshold:
-            return divisor, name
-    return _BYTE_UNITS[-1][1], _BYTE_UNITS[-1][2]
 
 
 def wants_log(values: list[float]) -> bool:

@@ -1,4 +1,8 @@
-"""Terminal output: a progress bar while the sweep runs, a summary table at the end."""
+"""Terminal output: a progress bar while the sweep runs, a summary table at the end.
+
+Numbers go through :mod:`batchscope.reports.fmt` and the explanation is the text report.json
+holds, so the terminal reads like report.html and summary.md (decimal bytes included).
+"""
 
 from __future__ import annotations
 
@@ -15,26 +19,8 @@ from batchscope.errors import ExitCode
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
 from batchscope.records import BatchResult, LatencyStats, Status
-from batchscope.report import Report
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,.0f} B"
-
-
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:,.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:,.2f} ms"
-    return f"{s * 1e6:,.1f} µs"
+from batchscope.records import Report
+from batchscope.reports import fmt
 
 
 def _exit_now(signum: int, frame: object) -> None:
@@ -82,16 +68,17 @@ class ProgressCallbacks(Callbacks):
 
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         self.progress.advance(self.task)
-        thr = f"{result.throughput_per_s:,.1f} {self.unit}s/s" if result.throughput_per_s else ""
+        thr = fmt.rate(result.throughput_per_s, self.unit) if result.throughput_per_s else ""
         self.console.print(escape(f"  batch {result.batch_size:>5}: {result.status.value:<11} {thr}"))
 
 
 def _latency_cells(lat: LatencyStats | None) -> tuple[str, str]:
+    """The median and the p25-p75 range in one unit, the median's."""
     if lat is None:
-        return "-", "-"
-    scale, unit = (1.0, "s") if lat.median >= 1 else (1e3, "ms") if lat.median >= 1e-3 else (1e6, "µs")
-    return (f"{lat.median * scale:,.3g} {unit}",
-            f"{lat.p25 * scale:,.3g}-{lat.p75 * scale:,.3g}")
+        return fmt.MISSING, fmt.MISSING
+    scale, unit = fmt.time_scale(lat.median)
+    return (f"{lat.median / scale:,.3g} {unit}",
+            f"{lat.p25 / scale:,.3g}-{lat.p75 / scale:,.3g}")
 
 
 def print_summary(console: Console, report: Report) -> None:
@@ -109,15 +96,15 @@ def print_summary(console: Console, report: Report) -> None:
         mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
             f"{b.batch_size}{mark}", median, spread,
-            f"{b.throughput_per_s:,.1f}" if b.throughput_per_s else "-",
-            fmt_bytes(b.peak_memory_bytes), escape(status),
+            fmt.si(b.throughput_per_s), fmt.nbytes(b.peak_memory_bytes), escape(status),
         )
     console.print(table)
     if rec and rec.batch_size is not None:
-        speedup = f"{rec.speedup_from_batching:,.1f}x" if rec.speedup_from_batching else "-"
         console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
-        console.print(escape(f"speedup from batching: {speedup}"))
+        console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
+        console.print()
         console.print(escape(rec.explanation))
+        console.print()
     if report.stop_reason:
         console.print(escape(f"stopped: {report.stop_reason}"))
 
@@ -129,11 +116,11 @@ def print_ceilings(console: Console, ceilings: Ceilings) -> None:
     table.add_column("ceiling")
     table.add_column("value", justify="right")
     for dtype, peak in ceilings.peak_flops_per_s.items():
-        table.add_row(f"peak {dtype} matmul", f"{peak / 1e9:,.1f} GFLOP/s")
-        table.add_row(f"ridge point {dtype}", f"{ceilings.ridge_for(dtype):,.1f} FLOP/byte")
+        table.add_row(f"peak {dtype} matmul", fmt.si(peak, "FLOP/s"))
+        table.add_row(f"ridge point {dtype}", f"{fmt.number(ceilings.ridge_for(dtype))} FLOP/byte")
     table.add_row("memory bandwidth (copy, read+write)",
-                  f"{ceilings.bandwidth_bytes_per_s / 1e9:,.1f} GB/s")
-    table.add_row("fixed cost of one small op", fmt_seconds(ceilings.overhead_s))
+                  fmt.si(ceilings.bandwidth_bytes_per_s, "B/s"))
+    table.add_row("fixed cost of one small op", fmt.seconds(ceilings.overhead_s))
     console.print(table)
     console.print(escape(f"source: {ceilings.source} (torch {ceilings.torch_version}, "
                          f"measured {ceilings.measured_at})"))

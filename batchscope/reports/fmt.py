@@ -1,4 +1,9 @@
-"""Number formatting shared by the HTML, Markdown and compare renderers.
+"""Number formatting: the one module every renderer and the prose use.
+
+The HTML, the Markdown summary, ``compare``, the terminal and the explanation
+(:mod:`batchscope.reports.narrative`) all format through here, so one quantity reads the
+same wherever it is shown. Bytes are decimal (1 MB = 1e6 bytes) everywhere, as bandwidths
+(GB/s) are quoted, so a step's bytes and the bandwidth that moves them share units.
 
 Every formatter takes ``None`` (a value the report does not have) and returns ``"–"``, so a
 renderer never has to branch on missing data to print it.
@@ -8,18 +13,26 @@ from __future__ import annotations
 
 MISSING = "–"
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-# Bytes in decimal units, like bandwidth (GB/s) and the classifier's explanation (MB).
+# (scale, unit), largest first; below the last entry a quantity is shown in its base unit.
 _BYTES = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
+_TIMES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+# Durations from this many seconds up are shown without decimals ("125 s").
+WHOLE_SECONDS_FROM = 100.0
 
 
 def si(value: float | None, unit: str = "", digits: int = 3) -> str:
-    """``1.23e9, "FLOP"`` -> ``"1.23 GFLOP"`` (3 significant digits by default)."""
+    """``1.23e9, "FLOP/s"`` -> ``"1.23 GFLOP/s"`` (3 significant digits by default)."""
     if value is None:
         return MISSING
     for scale, prefix in _SI:
         if abs(value) >= scale:
             return f"{value / scale:.{digits}g} {prefix}{unit}".rstrip()
     return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def flops(value: float | None) -> str:
+    """A FLOP count: ``2.52e8`` -> ``"252 MFLOP"``."""
+    return si(value, "FLOP")
 
 
 def nbytes(value: float | None) -> str:
@@ -32,19 +45,35 @@ def nbytes(value: float | None) -> str:
     return f"{value:,.0f} B"
 
 
+def byte_scale(largest: float) -> tuple[float, str]:
+    """Divisor and unit that show ``largest`` bytes with 1-3 digits before the point.
+
+    For a chart axis or a table column, where every value shares one unit.
+    """
+    for scale, unit in _BYTES:
+        if largest >= scale:
+            return scale, unit
+    return 1.0, "B"
+
+
+def time_scale(largest_s: float) -> tuple[float, str]:
+    """Divisor and unit that show ``largest_s`` seconds with 1-3 digits before the point."""
+    for scale, unit in _TIMES:
+        if largest_s >= scale:
+            return scale, unit
+    return _TIMES[-1]
+
+
 def seconds(value: float | None) -> str:
     """A duration with a unit that keeps 3-4 significant digits: ``"61.5 ms"``."""
     if value is None:
         return MISSING
-    if value >= 100:
+    if value >= WHOLE_SECONDS_FROM:
         return f"{value:,.0f} s"
     if value >= 1:
         return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    if value >= 1e-6:
-        return f"{value * 1e6:.3g} µs"
-    return f"{value * 1e9:.3g} ns"
+    scale, unit = time_scale(value)
+    return f"{value / scale:.3g} {unit}"
 
 
 def rate(value: float | None, unit: str) -> str:
@@ -71,9 +100,12 @@ def signed_pct(value: float | None) -> str:
 
 
 def ratio(value: float | None) -> str:
-    """A speedup or factor: ``"6.5×"``."""
+    """A speedup or factor: ``"6.5×"``, ``"133×"``; below 1 two significant digits
+    (``"0.031×"``), so a factor that shrinks something never reads ``"0.0×"``."""
     if value is None:
         return MISSING
+    if abs(value) < 1:
+        return f"{value:.2g}×"
     return f"{value:,.1f}×" if value < 100 else f"{value:,.0f}×"
 
 

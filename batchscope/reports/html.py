@@ -6,8 +6,8 @@ the report travel as JSON in ``<script type="application/json">`` blocks, and a 
 Security Policy allows only those two scripts (by hash) and no connection at all.
 
 Example:
-    >>> from batchscope.reports.json_report import read_json
-    >>> html = render_html(read_json("batchscope-report/report.json"))  # doctest: +SKIP
+    >>> from batchscope.reports.json_report import load_report
+    >>> html = render_html(load_report("batchscope-report/report.json"))  # doctest: +SKIP
 """
 
 from __future__ import annotations

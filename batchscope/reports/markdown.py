@@ -7,8 +7,8 @@ under :data:`MAX_CHARS` (GitHub refuses comments over 65,536 characters): option
 dropped, longest lists first, until it fits.
 
 Example:
-    >>> from batchscope.reports.json_report import read_json
-    >>> text = render_summary(read_json("batchscope-report/report.json"))  # doctest: +SKIP
+    >>> from batchscope.reports.json_report import load_report
+    >>> text = render_summary(load_report("batchscope-report/report.json"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -121,19 +121,12 @@ def _batch_rows(doc: Doc) -> str:
 
 
 def _explanation(doc: Doc) -> str:
-    rec = v.recommendation(doc)
-    parts = []
-    if rec.get("explanation"):
-        parts.append(md_text(rec["explanation"], 3000))
-    sections = narrative.sections(doc)
-    if sections:
-        body = []
-        for s in sections:
-            body.append(f"**{md_text(s.title)}**")
-            body += [md_text(p, 2000) for p in s.paragraphs]
-        parts.append("<details>\n<summary>The explanation in full</summary>\n\n"
-                     + "\n\n".join(body) + "\n\n</details>")
-    return "\n\n".join(parts)
+    """The explanation's sections (the text report.json holds), titles in bold."""
+    body = []
+    for s in narrative.sections(doc):
+        body.append(f"**{md_text(s.title)}**")
+        body += [md_text(p, 2000) for p in s.paragraphs]
+    return "\n\n".join(["#### The explanation", *body]) if body else ""
 
 
 def _top_ops(doc: Doc) -> str:

@@ -1,9 +1,16 @@
-"""The explanation, in plain words with the user's numbers, as titled sections of plain text.
+"""The explanation, in plain words with the user's numbers: the one home of the prose.
 
-Four questions, each answered from the report dict alone: where the model sits at its
-smallest batch, what sets the critical batch size B* (and whether it is finite), why state
-such as a KV cache does not amortize, and what the throughput curve means for serving.
+Every explanation sentence batchscope writes comes from here, from the report dict alone
+(what report.json holds), so report.json (``recommendation.explanation``, filled by
+:meth:`~batchscope.records.Report.explain`), report.html, summary.md and the terminal say the
+same thing in the same words. Four questions, each a titled section: where the model sits
+at its smallest batch, what sets the critical batch size B* (and whether it is finite), why
+state such as a KV cache does not amortize, and what the throughput curve means for serving.
 The sections are plain strings; each renderer escapes them for its own format.
+
+Example:
+    >>> from batchscope.reports.json_report import load_report
+    >>> print(explanation(load_report("batchscope-report/report.json")))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ STATE_OP_SHARE = 0.5
 WEIGHT_DOMINATED_SHARE = 0.5
 # Ops named in the state paragraph, at most.
 MAX_STATE_OPS = 3
+# What ``explanation`` says when no batch size was measured.
+NOTHING_MEASURED = "No batch size was measured, so there is nothing to explain."
 
 
 @dataclass
@@ -32,10 +41,6 @@ class Section:
     key: str
     title: str
     paragraphs: list[str] = field(default_factory=list)
-
-
-def _mb(n: float | None) -> str:
-    return fmt.nbytes(n)
 
 
 def _bound_words(bound: object) -> str:
@@ -110,12 +115,12 @@ def where_it_sits(doc: Doc) -> Section | None:
     sec.paragraphs.append(first)
     split, total = b0.get("bytes"), v.step_bytes(b0)
     if split and total:
-        text = (f"One step moves {_mb(total)}: {_mb(split.get('weights'))} of weights "
-                f"({fmt.pct(split.get('weights', 0) / total)}), {_mb(split.get('state'))} of "
-                f"inputs and state built by make_inputs "
+        text = (f"One step moves {fmt.nbytes(total)}: {fmt.nbytes(split.get('weights'))} of "
+                f"weights ({fmt.pct(split.get('weights', 0) / total)}), "
+                f"{fmt.nbytes(split.get('state'))} of inputs and state built by make_inputs "
                 f"({fmt.pct(split.get('state', 0) / total)}) and "
-                f"{_mb(split.get('activations'))} of activations, for "
-                f"{fmt.si(b0.get('flops'), 'FLOP')}.")
+                f"{fmt.nbytes(split.get('activations'))} of activations, for "
+                f"{fmt.flops(b0.get('flops'))}.")
         intensity, ridge = v.step_intensity(b0), v.ridge(doc)
         if intensity is not None and ridge:
             side = "below" if intensity < ridge else "above"
@@ -145,73 +150,91 @@ def _intensity_path(doc: Doc) -> str:
             f"{first[0]} to {fmt.number(last[1])} at batch {last[0]}.")
 
 
+def _rows(n: float) -> str:
+    """``64.0`` -> ``"64 rows"``; ``1.0`` -> ``"1 row"``."""
+    text = fmt.number(n)
+    return f"{text} row" if text == "1" else f"{text} rows"
+
+
+def _prediction(rec: Doc, terms: Doc) -> str:
+    predicted = rec.get("predicted_critical_batch")
+    if predicted is None or not terms.get("per_row_s"):
+        return ("B* could not be predicted: this run has no measured ceilings or no counted "
+                "FLOPs.")
+    return (f"On this machine's roofline a step costs {fmt.seconds(terms.get('shared_s'))} "
+            "that the whole batch shares (reading the weights once, fixed per-op costs) plus "
+            f"{fmt.seconds(terms['per_row_s'])} for every row (its FLOPs, activations and "
+            "state). Batching pays until the per-row time catches up with the shared time: "
+            f"B* ≈ {_rows(predicted)}.")
+
+
+def _layers(doc: Doc, rec: Doc, terms: Doc) -> str:
+    """Where the layers that read weights or state turn compute-bound, or that they never do."""
+    ridge = v.ridge(doc)
+    ridge_text = f"{fmt.number(ridge)} FLOP/byte" if ridge else "the ridge point"
+    flops_row, bytes_row = terms.get("layers_flops_per_row"), terms.get("layers_bytes_per_row")
+    fixed = fmt.nbytes(terms.get("layers_fixed_bytes"))
+    per_row = (f"each row adds {fmt.flops(flops_row)} and {fmt.nbytes(bytes_row)} of its own "
+               f"bytes ({fmt.nbytes(terms.get('layers_state_bytes_per_row') or 0)} of it state)")
+    crossing = rec.get("predicted_compute_bound_batch")
+    if rec.get("predicted_compute_bound_infinite"):
+        text = ("The layers that read weights or state never turn compute-bound, however "
+                "large the batch")
+        if flops_row and bytes_row:
+            text += (f": {per_row}, {fmt.number(flops_row / bytes_row)} FLOP/byte, below the "
+                     f"ridge of {ridge_text}; batching amortizes only the weights")
+        return text + "."
+    if crossing is None:
+        return ""
+    if crossing <= 1.0:
+        return ("The layers do more FLOPs per byte than the ridge point of "
+                f"{ridge_text} already at batch 1 (moving the {fixed} they read whatever the "
+                "batch takes less time than their FLOPs): they are compute-bound from the start "
+                "and a larger batch has little to share.")
+    return (f"The layers that read weights or state move {fixed} per step whatever the batch, "
+            f"and {per_row}: they reach the ridge point of {ridge_text} at about "
+            f"{fmt.number(crossing)} rows and are compute-bound from there. "
+            f"{_intensity_path(doc)}").strip()
+
+
+def _knee(doc: Doc, rec: Doc) -> str:
+    """The measured knee against the predicted B*, and how far efficiency alone moves it."""
+    knee, predicted, measured = (rec.get("measured_knee_batch"),
+                                 rec.get("predicted_critical_batch"), v.measured(doc))
+    if knee is None or not measured:
+        return ""
+    if rec.get("measured_knee_within_sweep"):
+        text = f"Measured, the throughput curve bends at a knee of about {_rows(knee)}"
+    else:
+        text = (f"Measured, the latency was still flat at the largest batch "
+                f"({measured[-1]['batch_size']}): the throughput knee lies beyond the sweep "
+                f"(the fit puts it near {fmt.number(knee)})")
+    text += f", against the predicted {fmt.number(predicted)}." if predicted else "."
+    eff = [(b["batch_size"], e) for b in measured if (e := v.step_efficiency(b))]
+    if predicted is None or len(eff) < 2:
+        return text
+    (n0, e0), (n1, e1) = eff[0], eff[-1]
+    closer = ("Larger batches run closer to their roof (fixed per-op costs weigh less)"
+              if e1 >= e0 else "Larger batches run further below their roof")
+    text += (f" The prediction assumes every op runs at its roof; measured, batch {n0} ran at "
+             f"{fmt.pct(e0)} of its roofline speed and batch {n1} at {fmt.pct(e1)}. {closer}, "
+             f"which by itself moves the knee {fmt.ratio(e1 / e0)}, from the predicted "
+             f"{fmt.number(predicted)} to about {fmt.number(predicted * e1 / e0)}.")
+    if max(e0, e1) > 1:
+        text += (" Over 100% means the step beat the measured ceilings: they are low for this "
+                 "machine, see the flags under the method.")
+    return text
+
+
 def critical_batch(doc: Doc) -> Section | None:
     """What sets B*, where the layers turn compute-bound, and why the knee differs."""
     rec = v.recommendation(doc)
     if not rec:
         return None
-    sec = Section("bstar", "What sets the critical batch size B*")
     terms = rec.get("prediction") or {}
-    predicted, ridge = rec.get("predicted_critical_batch"), v.ridge(doc)
-    ridge_text = f"{fmt.number(ridge)} FLOP/byte" if ridge else "the ridge point"
-    if predicted is not None and terms.get("per_row_s"):
-        sec.paragraphs.append(
-            f"On this machine's roofline a step costs {fmt.seconds(terms.get('shared_s'))} "
-            "that the whole batch shares (reading the weights once, fixed per-op costs) plus "
-            f"{fmt.seconds(terms['per_row_s'])} for every row (its FLOPs, activations and "
-            f"state). Batching pays until the per-row time catches up with the shared time: "
-            f"B* ≈ {fmt.number(predicted)} rows.")
-    else:
-        sec.paragraphs.append("B* could not be predicted: this run has no measured ceilings "
-                              "or no counted FLOPs.")
-    flops_row, bytes_row = terms.get("layers_flops_per_row"), terms.get("layers_bytes_per_row")
-    if rec.get("predicted_compute_bound_infinite"):
-        text = ("The layers that read weights or state never turn compute-bound, however "
-                "large the batch")
-        if flops_row and bytes_row:
-            text += (f": each row adds {fmt.si(flops_row, 'FLOP')} against "
-                     f"{_mb(bytes_row)} of its own bytes "
-                     f"({_mb(terms.get('layers_state_bytes_per_row') or 0)} of it state), "
-                     f"{fmt.number(flops_row / bytes_row)} FLOP/byte, below the ridge of "
-                     f"{ridge_text}; batching amortizes only the weights")
-        sec.paragraphs.append(text + ".")
-    elif rec.get("predicted_compute_bound_batch") is not None:
-        crossing = rec["predicted_compute_bound_batch"]
-        if crossing <= 1.0:
-            sec.paragraphs.append(
-                "The layers do more FLOPs per byte than the ridge point of "
-                f"{ridge_text} already at batch 1: they are compute-bound from the start and "
-                "a larger batch has little to share.")
-        else:
-            sec.paragraphs.append(
-                f"The layers that read weights or state reach the ridge point of {ridge_text} "
-                f"at about {fmt.number(crossing)} rows: from there they are compute-bound. "
-                f"{_intensity_path(doc)}".strip())
-    knee = rec.get("measured_knee_batch")
-    if knee is not None:
-        largest = v.measured(doc)[-1]["batch_size"] if v.measured(doc) else None
-        if rec.get("measured_knee_within_sweep"):
-            text = f"Measured, the throughput curve bends at a knee of about {fmt.number(knee)}."
-        else:
-            text = (f"Measured, the throughput curve was still rising at the largest batch "
-                    f"({largest}): its knee is beyond the sweep (fit: about {fmt.number(knee)});"
-                    " a larger --max-batch would find it.")
-        last = v.measured(doc)[-1] if v.measured(doc) else None
-        eff = v.time_weighted_efficiency(last) if last else None
-        if predicted is not None:
-            if knee < predicted:
-                text += (" It comes before the prediction because real kernels run below their "
-                         "roof as they grow")
-            else:
-                text += (" It comes after the prediction because small batches run far below "
-                         "their roof (fixed per-op costs), so amortizing those keeps paying")
-            text += (f" (at batch {last['batch_size']} the counted ops run at "
-                     f"{fmt.pct(eff)} of their roofline speed, time-weighted)." if last and eff
-                     else ".")
-            if eff and eff > 1:
-                text += (" Over 100% means kernels beat the measured ceilings: the ceilings "
-                         "are low for this machine, see the flags under the method.")
-        sec.paragraphs.append(text)
+    sec = Section("bstar", "What sets the critical batch size B*")
+    parts = [_prediction(rec, terms), _layers(doc, rec, terms), _knee(doc, rec)]
+    sec.paragraphs += [p for p in parts if p]
     return sec
 
 
@@ -241,24 +264,24 @@ def state(doc: Doc) -> Section | None:
     sec = Section("state", title)
     if n1 > n0:
         sec.paragraphs.append(
-            f"Weights are {_mb(w0)} per step at every batch size, read once and shared by every "
-            f"row: per row they fall from {_mb(w0 / n0)} at batch {n0} to "
-            f"{_mb(hi['bytes'].get('weights', 0) / n1)} at batch {n1}.")
+            f"Weights are {fmt.nbytes(w0)} per step at every batch size, read once and shared "
+            f"by every row: per row they fall from {fmt.nbytes(w0 / n0)} at batch {n0} to "
+            f"{fmt.nbytes(hi['bytes'].get('weights', 0) / n1)} at batch {n1}.")
     else:
-        sec.paragraphs.append(f"Weights are {_mb(w0)} per step, read once and shared by every "
-                              "row of a batch; only one batch size was measured.")
+        sec.paragraphs.append(f"Weights are {fmt.nbytes(w0)} per step, read once and shared by "
+                              "every row of a batch; only one batch size was measured.")
     if negligible:
         sec.paragraphs.append(
-            f"Inputs and state built by make_inputs take {_mb(s1 / n1)} per row "
+            f"Inputs and state built by make_inputs take {fmt.nbytes(s1 / n1)} per row "
             f"({fmt.pct(s1 / total1)} of the step's bytes at batch {n1}): each row brings its "
             "own, so they never amortize, but at this size they do not hold the weights back. "
             "Activations grow with the batch, as they must "
-            f"({_mb(hi['bytes'].get('activations', 0) / n1)} per row at batch {n1}).")
+            f"({fmt.nbytes(hi['bytes'].get('activations', 0) / n1)} per row at batch {n1}).")
         return sec
     sec.paragraphs.append(
         f"State (tensors make_inputs built that every step reads again, such as a KV cache) is "
-        f"{_mb(s0 / n0)} per row at batch {n0} and {_mb(s1 / n1)} per row at batch {n1}: every "
-        "row owns its own, so no batch can share it. It is "
+        f"{fmt.nbytes(s0 / n0)} per row at batch {n0} and {fmt.nbytes(s1 / n1)} per row at "
+        f"batch {n1}: every row owns its own, so no batch can share it. It is "
         f"{fmt.pct(s1 / total1)} of the step's bytes at batch {n1}, up from "
         f"{fmt.pct(s0 / total0)} at batch {n0}.")
     ops = _state_ops(hi)
@@ -278,25 +301,45 @@ def state(doc: Doc) -> Section | None:
     return sec
 
 
+def _verdict(doc: Doc, rec: Doc) -> str:
+    """The speedup from batching, the recommended batch and its rule, and the cap hint."""
+    n, speedup = rec.get("batch_size"), rec.get("speedup_from_batching")
+    text = f"Batch {n} is recommended"
+    if speedup is not None:
+        text = (f"Batching lifts throughput {fmt.ratio(speedup)} over batch "
+                f"{rec.get('speedup_baseline_batch')}, and batch {n} is recommended")
+    text += f": {rec['rule']}." if rec.get("rule") else "."
+    limit = v.latency_limit_s(doc)
+    if limit and not rec.get("excluded"):  # else the rule names the batch sizes over it
+        text += (f" The run was given a latency limit of {fmt.seconds(limit)} per step, and "
+                 "every batch size measured stayed within it.")
+    if rec.get("still_rising_at_cap") and v.measured(doc):
+        text += (" Throughput was still rising at the largest batch tried "
+                 f"({v.measured(doc)[-1]['batch_size']}): raise --max-batch to see where it "
+                 "levels off.")
+    return text
+
+
 def serving(doc: Doc) -> Section | None:
-    """Static batches against continuous batching, with the recommended batch's numbers."""
+    """The recommendation, then static batches against continuous batching at its numbers."""
     rec_batch = v.recommended(doc)
     if rec_batch is None:
         return None
     unit, n = v.unit(doc), rec_batch["batch_size"]
     thr, step = rec_batch.get("throughput_per_s"), v.latency_median(rec_batch)
     sec = Section("serving", "What the curve means for serving")
+    sec.paragraphs.append(_verdict(doc, v.recommendation(doc)))
     if n == 1:
         sec.paragraphs.append(
-            f"The recommendation is batch 1 ({fmt.rate(thr, unit)}, {fmt.seconds(step)} per "
-            "step): no larger batch measured gave enough throughput to be worth its latency, "
-            "so serve requests one at a time; batching them would only make each one wait.")
+            f"At batch 1 that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}: no "
+            "larger batch measured gave enough throughput to be worth its latency, so serve "
+            "requests one at a time; batching them would only make each one wait.")
         return sec
     sec.paragraphs.append(
         f"Every throughput here is for a full batch: {n} rows in every step. At batch {n} "
         f"that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}, so each row gets "
         f"{fmt.rate(1 / step if step else None, unit)}.")
-    if n >= 2 and step and thr:
+    if step and thr:
         half = max(n // 2, 1)
         half_batch = v.batch_of(doc, half)
         text = (f"A static batch starts {n} requests together and runs until the last one is "
@@ -314,10 +357,6 @@ def serving(doc: Doc) -> Section | None:
             f"the {fmt.rate(thr, unit)} holds while requests are queued. With fewer than {n} "
             "in flight the batch runs partly empty and throughput follows the measured curve "
             "down; the latency of each step follows it up.")
-    limit = v.latency_limit_s(doc)
-    if limit:
-        sec.paragraphs.append(f"The run was given a latency limit of {fmt.seconds(limit)} per "
-                              "step; batch sizes above it were not recommended.")
     return sec
 
 
@@ -325,3 +364,10 @@ def sections(doc: Doc) -> list[Section]:
     """The explanation, in reading order; empty when nothing was measured."""
     out = [where_it_sits(doc), critical_batch(doc), state(doc), serving(doc)]
     return [s for s in out if s is not None and s.paragraphs]
+
+
+def explanation(doc: Doc) -> str:
+    """The sections as plain text: each title on its own line, then its paragraphs, one a
+    line; a blank line between sections. What report.json holds and the terminal prints."""
+    text = ["\n".join([s.title, *s.paragraphs]) for s in sections(doc)]
+    return "\n\n".join(text) or NOTHING_MEASURED

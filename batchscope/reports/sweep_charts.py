@@ -82,7 +82,7 @@ def _guides(doc: Doc, y_lo: float, y_hi: float) -> list[dict[str, Any]]:
     share = rec.get("near_best_share") or DEFAULT_NEAR_BEST_SHARE
     if best and sizes:
         out.append({"type": "scatter", "mode": "lines",
-                    "name": f"{share:.0%} of best (the rule)", "x": [lo, hi],
+                    "name": f"{fmt.pct(share)} of best (the rule)", "x": [lo, hi],
                     "y": [share * best] * 2, "hoverinfo": "skip",
                     "line": {"color": st.ACCENT, "dash": "dash", "width": 1.2}})
     return out
@@ -145,7 +145,7 @@ def latency(doc: Doc) -> st.Figure | None:
         return None
     limit = v.latency_limit_s(doc)
     largest = max([b["latency_s"]["median"] for b in ok] + ([limit] if limit else []))
-    div, name = st.time_unit(largest)
+    div, name = fmt.time_scale(largest)
     xs = [b["batch_size"] for b in ok]
     lat = [b["latency_s"] for b in ok]
     med = [x["median"] / div for x in lat]
@@ -187,7 +187,7 @@ def memory(doc: Doc) -> st.Figure | None:
     if not ok:
         return None
     budget = v.memory_budget_bytes(doc)
-    div, name = st.byte_unit(max([b["peak_memory_bytes"] for b in ok] + [budget or 0]))
+    div, name = fmt.byte_scale(max([b["peak_memory_bytes"] for b in ok] + [budget or 0]))
     xs = [b["batch_size"] for b in ok]
     data = [{"type": "scatter", "mode": "lines+markers", "name": "peak", "x": xs,
              "y": [b["peak_memory_bytes"] / div for b in ok],
@@ -247,8 +247,9 @@ def bytes_per_step(doc: Doc) -> st.Figure | None:
     ok = [b for b in v.measured(doc) if b.get("bytes")]
     if not ok:
         return None
-    div, name = st.byte_unit(max(v.step_bytes(b) or 0.0 for b in ok))
-    row_div, row_name = st.byte_unit(max((v.step_bytes(b) or 0.0) / b["batch_size"] for b in ok))
+    div, name = fmt.byte_scale(max(v.step_bytes(b) or 0.0 for b in ok))
+    row_div, row_name = fmt.byte_scale(
+        max((v.step_bytes(b) or 0.0) / b["batch_size"] for b in ok))
     xs = [str(b["batch_size"]) for b in ok]
     per_step = [[b["bytes"].get(k, 0) / div for b in ok] for k in v.BYTE_KINDS]
     per_row = [[b["bytes"].get(k, 0) / b["batch_size"] / row_div for b in ok] for k in v.BYTE_KINDS]
@@ -290,7 +291,7 @@ def batch_response(doc: Doc) -> st.Figure | None:
     batch = v.recommended(doc) or v.measured(doc)[-1]
     ops = {str(op.get("op_id")): op for op in batch.get("ops") or []}
     values = [p["time_per_row_s"] for i in ids for p in curves[i] if p.get("time_per_row_s")]
-    div, name = st.time_unit(max(values))
+    div, name = fmt.time_scale(max(values))
     data = []
     for n, op_id in enumerate(ids):
         op = ops.get(op_id, {})

@@ -150,11 +150,12 @@ def ops_by_time(batch: Doc | None) -> list[Doc]:
     return sorted((batch or {}).get("ops") or [], key=lambda o: -(o.get("time_s") or 0.0))
 
 
-def time_weighted_efficiency(batch: Doc) -> float | None:
-    """Roofline time over measured time of the counted ops together (1 = at the roof)."""
-    roof = sum(o.get("roof_time_s") or 0.0 for o in batch.get("ops") or [] if o.get("roof_time_s"))
-    spent = sum(o.get("time_s") or 0.0 for o in batch.get("ops") or [] if o.get("roof_time_s"))
-    return roof / spent if spent else None
+def step_efficiency(batch: Doc) -> float | None:
+    """Roofline-predicted step time over the profiled step time (1 = the step at its roof)."""
+    predicted, profiled = batch.get("predicted_step_s"), batch.get("profiled_step_s")
+    if not all(isinstance(x, (int, float)) and x > 0 for x in (predicted, profiled)):
+        return None
+    return predicted / profiled
 
 
 @dataclass

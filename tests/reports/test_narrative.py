@@ -1,0 +1,106 @@
+"""The one prose module: every fact of the explanation stated once, and the same text in
+report.json, report.html and summary.md."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from batchscope.classifiers.analyze import analyze
+from batchscope.plan import Limits
+from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.reports import fmt, narrative
+from batchscope.reports.escape import md_text
+from batchscope.reports.html import render_html
+from batchscope.reports.markdown import render_summary
+from tests.reports.test_html import parse
+
+# A phrase per fact of the explanation; each must appear exactly once.
+FACTS = (
+    "Of the profiled step,",             # time share by bound at the first batch
+    "One step moves",                    # the byte split
+    "B* ≈",                              # the predicted B*, from shared and per-row time
+    "that the whole batch shares",
+    "Measured, the",                     # the measured knee against the prediction
+    "of its roofline speed",             # efficiency at the first and the last batch
+    "Batching lifts throughput",         # the speedup and the recommendation rule
+)
+
+
+def test_each_fact_is_stated_once(sample_docs: dict[str, dict[str, Any]]) -> None:
+    for name, doc in sample_docs.items():
+        text = narrative.explanation(doc)
+        for fact in FACTS:
+            assert text.count(fact) == 1, (name, fact)
+        rec = doc["recommendation"]
+        assert text.count(rec["rule"]) == 1
+        assert f"B* ≈ {fmt.number(rec['predicted_critical_batch'])} row" in text
+
+
+def test_where_the_layers_turn_compute_bound(sample_docs: dict[str, dict[str, Any]]) -> None:
+    llm = narrative.explanation(sample_docs["llm_decode"])
+    terms = sample_docs["llm_decode"]["recommendation"]["prediction"]
+    # moving 494.6 MB whatever the batch, each row adds 252 MFLOP and 10.7 MB (9.6 MB state)
+    assert f"move {fmt.nbytes(terms['layers_fixed_bytes'])} per step" in llm
+    assert f"each row adds {fmt.flops(terms['layers_flops_per_row'])}" in llm
+    assert "reach the ridge point of 13.8 FLOP/byte at about 65 rows" in llm
+    assert "compute-bound from the start" in narrative.explanation(sample_docs["cnn"])
+    doc = copy.deepcopy(sample_docs["llm_decode"])
+    doc["recommendation"].update(predicted_compute_bound_batch=None,
+                                 predicted_compute_bound_infinite=True)
+    assert "never turn compute-bound" in narrative.explanation(doc)
+
+
+def test_the_knee_moves_by_the_efficiency_ratio(sample_docs: dict[str, dict[str, Any]]) -> None:
+    doc = sample_docs["mlp"]
+    first, last = doc["batches"][0], doc["batches"][-1]
+    e0 = first["predicted_step_s"] / first["profiled_step_s"]
+    e1 = last["predicted_step_s"] / last["profiled_step_s"]
+    predicted = doc["recommendation"]["predicted_critical_batch"]
+    text = narrative.explanation(doc)
+    assert f"batch 1 ran at {fmt.pct(e0)} of its roofline speed" in text
+    assert f"batch {last['batch_size']} at {fmt.pct(e1)}" in text
+    # the knee moves by e1 / e0 on its own (2.6× in the recorded run: from 64 to about 164)
+    assert f"to about {fmt.number(predicted * e1 / e0)}" in text
+
+
+def test_the_max_batch_hint_only_when_the_cap_stopped_a_rising_curve(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    doc = copy.deepcopy(sample_docs["mlp"])
+    assert "--max-batch" not in narrative.explanation(doc)
+    doc["recommendation"]["still_rising_at_cap"] = True
+    text = narrative.explanation(doc)
+    assert text.count("raise --max-batch") == 1
+    assert "still rising at the largest batch tried (1024)" in text
+
+
+def test_html_and_markdown_show_the_explanation_once(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    for doc in sample_docs.values():
+        page = " ".join(parse(render_html(doc)).text)
+        summary = render_summary(doc)
+        for paragraph in (p for s in narrative.sections(doc) for p in s.paragraphs):
+            assert page.count(paragraph) == 1
+        for fact in FACTS:
+            assert page.count(fact) == 1 and summary.count(md_text(fact)) == 1, fact
+
+
+def ok(b: int, throughput: float) -> BatchResult:
+    lat = b / throughput
+    return BatchResult(b, Status.OK, latency_s=LatencyStats(lat, lat, lat, 5),
+                       throughput_per_s=throughput)
+
+
+def test_the_report_object_holds_the_same_text() -> None:
+    results = [ok(1, 26.4), ok(2, 50.0), ok(4, 90.0)]
+    report = analyze({"unit": "token"}, None, results, Limits(), {},
+                     stop_reason="reached the largest batch size (4)", stopped_at_cap=True)
+    rec = report.recommendation
+    assert rec is not None and rec.still_rising_at_cap
+    assert rec.explanation == narrative.explanation(report.to_dict())
+    assert report.to_dict()["recommendation"]["explanation"] == rec.explanation
+    assert "Batching lifts throughput 3.4× over batch 1" in rec.explanation  # 90 / 26.4
+    assert "raise --max-batch" in rec.explanation
+    stopped = analyze({"unit": "token"}, None, results, Limits(), {},
+                      stop_reason="batch 8 ran out of memory")
+    assert stopped.recommendation and not stopped.recommendation.still_rising_at_cap
