@@ -2,8 +2,8 @@
 
 The gate is throughput at the batch size the *base* recommends: a change that makes that
 batch more than ``threshold`` slower is a regression (exit 1), and so is a head that could
-not measure it at all. Reports are read with :func:`~batchscope.reports.json_report.read_json`
-(JSON only, no NaN/Infinity, a size cap, the schema) and their shape is checked here before
+not measure it at all. Reports are read with :func:`~batchscope.reports.json_report.load_report`
+and report dicts checked with :func:`~batchscope.reports.report_shape.check_report` before
 use, so a foreign file is a usage error (exit 4), never a crash.
 
 Example:
@@ -21,7 +21,8 @@ from typing import Any
 from batchscope.errors import UsageError
 from batchscope.reports import fmt
 from batchscope.reports import view as v
-from batchscope.reports.json_report import read_json
+from batchscope.reports.json_report import load_report
+from batchscope.reports.report_shape import check_report, is_number
 from batchscope.reports.view import Doc
 
 DEFAULT_THRESHOLD = 0.10
@@ -91,42 +92,10 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def validate(doc: Doc, label: str) -> None:
-    """Raise :class:`UsageError` unless ``doc`` has the fields ``compare`` reads, typed right."""
-    def bad(what: str) -> UsageError:
-        return UsageError(f"{label} is not a batchscope report: {what}.")
-
-    batches = doc.get("batches")
-    if not isinstance(batches, list):
-        raise bad("'batches' is not a list")
-    for b in batches:
-        if not isinstance(b, dict) or not isinstance(b.get("batch_size"), int) \
-                or not isinstance(b.get("status"), str):
-            raise bad("a batch has no integer 'batch_size' or no 'status'")
-        thr = b.get("throughput_per_s")
-        if thr is not None and (not _is_number(thr) or thr < 0):
-            raise bad(f"batch {b['batch_size']} has a throughput that is not a number ≥ 0")
-        lat = b.get("latency_s")
-        if lat is not None and (not isinstance(lat, dict) or not _is_number(lat.get("median"))):
-            raise bad(f"batch {b['batch_size']} has no numeric median latency")
-        if not isinstance(b.get("ops", []), list):
-            raise bad(f"batch {b['batch_size']} has ops that are not a list")
-    rec = doc.get("recommendation")
-    if rec is not None and not isinstance(rec, dict):
-        raise bad("'recommendation' is not an object")
-    for key in ("model", "hardware"):
-        if doc.get(key) is not None and not isinstance(doc[key], dict):
-            raise bad(f"'{key}' is not an object")
-
-
 def _iqr_share(batch: Doc | None) -> float | None:
     lat = (batch or {}).get("latency_s") or {}
     med = lat.get("median")
-    if not med or not _is_number(lat.get("p25")) or not _is_number(lat.get("p75")):
+    if not med or not is_number(lat.get("p25")) or not is_number(lat.get("p75")):
         return None
     return (lat["p75"] - lat["p25"]) / med
 
@@ -191,11 +160,16 @@ def _warnings(base: Doc, head: Doc, gate: int, threshold: float) -> list[str]:
 
 def compare(base: Doc, head: Doc, threshold: float = DEFAULT_THRESHOLD,
             base_label: str = "base", head_label: str = "head") -> Comparison:
-    """Compare two report dicts; ``threshold`` is the largest tolerated throughput drop."""
-    validate(base, base_label)
-    validate(head, head_label)
+    """Compare two report dicts; ``threshold`` is the largest tolerated throughput drop.
+
+    Raises:
+        UsageError: a report is not one (see :func:`check_report`), the threshold is out of
+            range, or the base recommends no measured batch size.
+    """
+    check_report(base, base_label)
+    check_report(head, head_label)
     if not 0 < threshold < 1:
-        raise UsageError(f"the threshold must be between 0% and 100%, not {threshold:.0%}.")
+        raise UsageError(f"the threshold must be between 0% and 100%, not {fmt.pct(threshold)}.")
     gate = v.recommendation(base).get("batch_size")
     base_batch = v.batch_of(base, gate)
     if gate is None or base_batch is None:
@@ -232,6 +206,6 @@ def compare(base: Doc, head: Doc, threshold: float = DEFAULT_THRESHOLD,
 
 def compare_files(base_path: str | os.PathLike[str], head_path: str | os.PathLike[str],
                   threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Read two report.json files (defensively) and compare them."""
-    base, head = read_json(base_path), read_json(head_path)
+    """Read two report.json files with :func:`load_report` and compare them."""
+    base, head = load_report(base_path), load_report(head_path)
     return compare(base, head, threshold, str(base_path), str(head_path))

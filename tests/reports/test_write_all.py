@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchscope.records import BatchResult, Status
-from batchscope.report import Report
+from batchscope.records import Report
 from batchscope.reports import write_all
 
 
