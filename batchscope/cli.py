@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -188,9 +189,18 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``diagnose`` console script and ``python -m batchscope``."""
+    """Entry point of the ``diagnose`` console script and ``python -m batchscope``.
+
+    An exception that reaches here is a bug in batchscope: one line saying so, the
+    traceback for the bug report, and exit 3 (never typer's exit 1, which means "some batch
+    sizes failed").
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in SUBCOMMANDS:
-        tools_app(args, prog_name="diagnose")
-    else:
-        diagnose_app(args, prog_name="diagnose")
+    app = tools_app if args and args[0] in SUBCOMMANDS else diagnose_app
+    try:
+        app(args, prog_name="diagnose")
+    except Exception as exc:  # noqa: BLE001 - the last resort: report the bug, exit 3
+        err_console.print(traceback.format_exc(), markup=False, highlight=False)
+        err_console.print(f"internal error (a bug in batchscope, please report it): "
+                          f"{type(exc).__name__}", markup=False)
+        sys.exit(int(ExitCode.INTERNAL))

@@ -3,9 +3,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from typer.testing import CliRunner
 
-from batchscope.cli import diagnose_app, tools_app
+from batchscope.cli import diagnose_app, main, tools_app
+from batchscope.errors import ExitCode
 from tests.conftest import MODELS
 
 runner = CliRunner()
@@ -101,3 +103,19 @@ def test_the_terminal_gets_no_profiler_chatter(tmp_path):
     assert all(b["ops"] for b in data["batches"])  # the capture pass did run
     assert "USDT" not in proc.stdout + proc.stderr
     assert "profiler_start" not in proc.stdout + proc.stderr
+
+
+def test_a_bug_exits_3_with_one_line_saying_so(monkeypatch, capsys, tmp_path):
+    import batchscope.reports.compare as compare_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(compare_module, "compare_files", broken)
+    with pytest.raises(SystemExit) as info:
+        main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert info.value.code == ExitCode.INTERNAL
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom" in err  # the traceback, for the bug report
+    assert err.strip().splitlines()[-1] == \
+        "internal error (a bug in batchscope, please report it): RuntimeError"
