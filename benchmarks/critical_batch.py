@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
+from pathlib import Path
 
-from _common import diagnose_cli
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import diagnose_cli  # noqa: E402
 
 # The batch sizes of the acceptance test in tests/test_samples_roofline.py, and the default
 # sweep of the decode sample, whose knee lies inside them on both CPUs seen so far.

@@ -29,9 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from batchscope.hardware.busy import OtherLoad
 from benchmarks._common import (
     SAMPLES,
-    OtherLoad,
     bench_env,
     diagnose_cli,
     load_spec,

@@ -30,11 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from batchscope.hardware.busy import OtherLoad
 from benchmarks._common import (
     PYTHON,
     ROOT,
     SAMPLES,
-    OtherLoad,
     bench_env,
     diagnose_cli,
     pick_throughputs,

@@ -23,8 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchscope.api import Options, diagnose_file
+from batchscope.hardware.busy import OtherLoad
 from batchscope.records import Status
-from benchmarks._common import SAMPLES, OtherLoad, fresh_timer_median_s, table
+from benchmarks._common import SAMPLES, fresh_timer_median_s, table
 
 DEFAULT_SIZES = {"mlp.py": "1,8,64,512", "cnn.py": "1,4,16", "llm_decode.py": "1,8,32,128",
                  "train_cnn.py": "1,8,32"}

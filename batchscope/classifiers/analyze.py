@@ -13,6 +13,7 @@ from batchscope.classifiers.critical_batch import (
 )
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
+from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.records import BatchResult, Recommendation, Report, Status
@@ -69,6 +70,18 @@ def page_fault_flags(results: list[BatchResult]) -> list[str]:
     ]
 
 
+def ceiling_flags(ceilings: Ceilings | None) -> list[str]:
+    """A flag when the ceilings were measured on a busy machine (and so are likely low)."""
+    share = ceilings.details.get(OTHER_CPU_SHARE) if ceilings else None
+    if not isinstance(share, (int, float)) or not share >= BUSY_SHARE:
+        return []
+    return [
+        f"the ceilings were measured while other processes took {share:.0%} of the CPU: they "
+        f"are likely low, so ops may sit too close to (or beyond) their roofs; they were not "
+        f"cached and will be measured again on the next run"
+    ]
+
+
 def _still_rising_at_cap(results: list[BatchResult], choice: Choice, stopped_at_cap: bool) -> bool:
     """True when the best throughput came at the largest batch and the plan's cap ended the
     sweep (rather than an OOM, a limit or a plateau), so a larger batch was never tried."""
@@ -119,6 +132,7 @@ def analyze(
               for r in batches for op in r.ops for flag in op.flags]
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
+    flags += ceiling_flags(ceilings)
     failed = [r for r in batches if r.status not in (Status.OK, Status.OOM, Status.SKIPPED)]
     for r in failed:
         first_line = r.error.splitlines()[0] if r.error else ""

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from batchscope.hardware import microbench
+from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE, OtherLoad
 from batchscope.hardware.types import FP32, Ceilings
 
 log = logging.getLogger(__name__)
@@ -169,8 +170,19 @@ def load_or_measure(device: str = "cpu", *, recalibrate: bool = False) -> Ceilin
         cached = _read(path, key)
         if cached is not None:
             return cached
-    ceilings = microbench.measure(device)
+    with OtherLoad() as load:
+        ceilings = microbench.measure(device)
     ceilings.key = key
     ceilings.source = "measured"
+    if math.isfinite(load.share):  # NaN: too short to judge, or no /proc/stat
+        ceilings.details[OTHER_CPU_SHARE] = load.share
+    if load.share >= BUSY_SHARE:
+        # Low figures, cached, would misplace every op of every later run on this machine
+        # (a 2-core EPYC measured 14 GFLOP/s fp32 and 3.3 GB/s while tests ran beside it,
+        # 115 GFLOP/s and 17.5 GB/s alone): used for this run only, and said so.
+        ceilings.source = "measured on a busy machine, not cached"
+        log.warning("other processes took %.0f%% of the CPU while the ceilings were measured; "
+                    "not caching them", load.share * 100)
+        return ceilings
     _write(path, ceilings)
     return ceilings

@@ -5,8 +5,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import statistics
 import math
+import os
+import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -295,3 +299,54 @@ def test_lookup_returns_a_fresh_copy() -> None:
     assert spec is not None
     spec["peak_flops_per_s"][BF16] = 0.0
     assert gpu_specs.lookup("NVIDIA L4")["peak_flops_per_s"][BF16] == pytest.approx(121 * TFLOP)
+
+
+# ------------------------------------------------------------------ a busy machine
+class _Busy:
+    """Stands in for OtherLoad: other processes took ``share`` of the CPU."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+
+    def __enter__(self) -> _Busy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def test_ceilings_measured_on_a_busy_machine_are_not_cached_and_are_flagged(
+    fake_measure: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchscope.classifiers.analyze import ceiling_flags
+    from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
+
+    monkeypatch.setattr(cache, "OtherLoad", lambda: _Busy(BUSY_SHARE + 0.2))
+    busy = load_or_measure("cpu")
+    assert busy.source == "measured on a busy machine, not cached"
+    assert busy.details[OTHER_CPU_SHARE] == BUSY_SHARE + 0.2
+    assert not cache_path("cpu").exists()
+    assert "took 45% of the CPU" in ceiling_flags(busy)[0]  # 0.25 + 0.2
+    monkeypatch.setattr(cache, "OtherLoad", lambda: _Busy(0.01))
+    quiet = load_or_measure("cpu")  # measured again, on a quiet machine this time
+    assert quiet.source == "measured" and cache_path("cpu").exists() and len(fake_measure) == 2
+    assert ceiling_flags(quiet) == []
+    assert load_or_measure("cpu").source == "cache" and len(fake_measure) == 2
+
+
+def test_other_load_sees_a_busy_neighbour() -> None:
+    from batchscope.hardware.busy import MIN_JUDGED_S, OtherLoad
+
+    spin = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+    neighbour = subprocess.Popen([sys.executable, "-c", spin])  # not ours: never waited for
+    try:
+        with OtherLoad() as load:
+            time.sleep(MIN_JUDGED_S + 0.2)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    # One spinning process takes one core of os.cpu_count(); it shares with whatever else.
+    assert load.share >= 0.5 / (os.cpu_count() or 1)
+    with OtherLoad() as short:
+        pass
+    assert math.isnan(short.share)  # too short for /proc/stat's 10 ms ticks to judge
