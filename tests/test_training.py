@@ -81,7 +81,11 @@ def test_train_cnn_sample_loss_is_unchanged_by_watch(tmp_path):
     assert all("estimate" in e["method"] for e in data["estimates"])
 
 
-def test_watch_estimate_within_2x_of_the_sweep(tmp_path):
+def test_watch_estimates_larger_batches_from_the_measured_one():
+    # What holds on any machine: each estimate scales the measured ops by the growth of
+    # their roofline time, which is at most the growth of the batch (weights do not grow),
+    # so per-row throughput can only rise, and by at most the factor. How close an estimate
+    # comes to a sweep of that batch size is a benchmark: benchmarks/watch_estimate.py.
     sample = load_sample("train_cnn")
     model = sample.build_model().train()
     optimizer = sample.make_optimizer(model)
@@ -93,11 +97,14 @@ def test_watch_estimate_within_2x_of_the_sweep(tmp_path):
             optimizer.zero_grad()
             w.step()
     assert not w.active
-    estimate = next(e for e in w.report.estimates if e.batch_size == 32)
-    swept = diagnose_file(SAMPLES / "train_cnn.py",
-                          Options(out_dir=str(tmp_path), batch_sizes=[32], min_time_s=0.5))
-    measured = swept.batches[0].throughput_per_s
-    assert 0.5 <= estimate.throughput_per_s / measured <= 2.0, (estimate, measured)
+    measured = w.report.batches[0]
+    assert [e.batch_size for e in w.report.estimates] == [16, 32, 64]
+    rows_per_s = measured.throughput_per_s
+    for e in w.report.estimates:
+        factor = e.batch_size / measured.batch_size
+        # 1% slack: the op times and the step's top-level op time are summed apart.
+        assert 0.99 * rows_per_s <= e.throughput_per_s <= 1.01 * factor * rows_per_s
+        assert "not a measurement" in e.method
 
 
 def test_python_api_runs_functions_in_the_worker(tmp_path):
