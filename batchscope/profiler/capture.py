@@ -7,6 +7,7 @@ which the timing pass measures with no profiler attached.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,11 @@ LONG_STEP_S = 0.2
 LONG_STEP_CAPTURE_STEPS = 2
 US = 1e-6
 NS = 1e-9
+# Kineto's log level: above its highest (USDT, 5), so it prints nothing. Below 6 torch 2.13's
+# Kineto prints "USDT: ... profiler_start/stop" to stderr around every capture (once per
+# batch size in a sweep, and into the user's own loop under watch). A level the user set is
+# kept; Kineto reads it when the profiler first starts in the process.
+KINETO_QUIET_LEVEL = "6"
 # Utility events torch's own parser drops (profiler_util.py); their children are kept.
 _FILTERED_NAMES = frozenset({
     "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
@@ -211,6 +217,7 @@ class ProfilerSession:
         """
         if torch.autograd._profiler_enabled():
             raise ProfilerUnavailable("another profiler is already running on this thread")
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
         try:
             self._prof = profile(use_cpu=True, use_device="cuda" if self.on_gpu else None,
                                  record_shapes=True, use_kineto=True)

@@ -24,12 +24,20 @@ from typing import Any
 
 import torch
 from torch.autograd.graph import register_multi_grad_hook
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
-from batchscope.profiler.formulas import Formula, formula_for, hidden_writes, reads_destination
+from batchscope.profiler.formulas import (
+    Formula,
+    formula_for,
+    hidden_writes,
+    reads_destination,
+)
 from batchscope.records import ByteSplit, CountedOp
 
 __all__ = ["count_step"]

@@ -33,8 +33,6 @@ CEILINGS_TIMEOUT_S = 300.0
 # Time given to a worker to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 2.0
 POLL_S = 0.05
-# Kineto's log level in the worker: above its highest (USDT, 5), so it prints nothing.
-KINETO_QUIET_LEVEL = "6"
 
 
 @dataclass
@@ -90,10 +88,6 @@ def _worker_entry(conn: Any, config: WorkerConfig) -> None:
     loaded torch takes ~0.7 s to tear down, and the parent waits for it. Everything the
     worker produces has been sent through the pipe or written by then.
     """
-    # Kineto prints "USDT: ... profiler_start/stop" to stderr around every capture whatever
-    # its log level short of 6 (torch 2.13), once per batch size in the user's terminal.
-    # A level the user set is kept.
-    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
     from batchscope.profiler.worker import worker_main
 
     worker_main(conn, config)

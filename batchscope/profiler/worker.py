@@ -24,7 +24,12 @@ from typing import Any
 
 import torch
 
-from batchscope.contract import ModelSpec, check_inputs, load_model_file, spec_from_callables
+from batchscope.contract import (
+    ModelSpec,
+    check_inputs,
+    load_model_file,
+    spec_from_callables,
+)
 from batchscope.errors import ModelFileError
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
@@ -39,7 +44,11 @@ from batchscope.profiler.measurement import (
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
 from batchscope.profiler.timing import time_steps
-from batchscope.profiler.training import default_optimizer, persistent_tensors, training_step
+from batchscope.profiler.training import (
+    default_optimizer,
+    persistent_tensors,
+    training_step,
+)
 from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, Status, to_jsonable
 from batchscope.tensors import iter_tensors, map_tensors
