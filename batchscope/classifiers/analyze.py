@@ -70,16 +70,46 @@ def page_fault_flags(results: list[BatchResult]) -> list[str]:
     ]
 
 
-def ceiling_flags(ceilings: Ceilings | None) -> list[str]:
-    """A flag when the ceilings were measured on a busy machine (and so are likely low)."""
-    share = ceilings.details.get(OTHER_CPU_SHARE) if ceilings else None
-    if not isinstance(share, (int, float)) or not share >= BUSY_SHARE:
+# A peak matmul whose repeats at its peak size spread (interquartile range / median) more
+# than this is an uncertain roof: issue 14 saw fp32 best 215 and median 114 GFLOP/s (0.63).
+CEILING_SPREAD_FLAG = 0.25
+
+
+def _peak_spread(ceilings: Ceilings, dtype: str) -> dict[str, Any] | None:
+    """The raw figures at the peak size of ``dtype``'s matmul, when they spread widely."""
+    matmul = (ceilings.details.get("matmul") or {}).get(dtype) or {}
+    sizes = matmul.get("sizes") if isinstance(matmul, dict) else None
+    peak = next((s for s in sizes or [] if isinstance(s, dict)
+                 and s.get("n") == matmul.get("peak_size")), None)
+    if peak is None:
+        return None
+    figures = [peak.get(k) for k in ("spread", "best_flops_per_s", "median_flops_per_s")]
+    if all(isinstance(f, (int, float)) for f in figures) and figures[0] > CEILING_SPREAD_FLAG:
+        return peak
+    return None
+
+
+def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[str]:
+    """Flags for ceilings that are likely wrong: measured on a busy machine, or a peak
+    matmul of the model's dtype whose repeats spread widely."""
+    if ceilings is None:
         return []
-    return [
-        f"the ceilings were measured while other processes took {share:.0%} of the CPU: they "
-        f"are likely low, so ops may sit too close to (or beyond) their roofs; they were not "
-        f"cached and will be measured again on the next run"
-    ]
+    flags = []
+    share = ceilings.details.get(OTHER_CPU_SHARE)
+    if isinstance(share, (int, float)) and share >= BUSY_SHARE:
+        flags.append(
+            f"the ceilings were measured while other processes took {share:.0%} of the CPU: "
+            f"they are likely low, so ops may sit too close to (or beyond) their roofs; they "
+            f"were not cached and will be measured again on the next run")
+    peak = _peak_spread(ceilings, dtype)
+    if peak is not None:
+        flags.append(
+            f"the {dtype} matmul peak varied by {peak['spread']:.0%} between repeats (best "
+            f"{peak['best_flops_per_s'] / 1e9:,.0f}, median "
+            f"{peak['median_flops_per_s'] / 1e9:,.0f} GFLOP/s): compute-bound ops sit "
+            f"that uncertainly against their roof; `diagnose hardware --recalibrate` on a "
+            f"quiet machine measures it again")
+    return flags
 
 
 def _still_rising_at_cap(results: list[BatchResult], choice: Choice, stopped_at_cap: bool) -> bool:
@@ -132,7 +162,7 @@ def analyze(
               for r in batches for op in r.ops for flag in op.flags]
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
-    flags += ceiling_flags(ceilings)
+    flags += ceiling_flags(ceilings, dtype)
     failed = [r for r in batches if r.status not in (Status.OK, Status.OOM, Status.SKIPPED)]
     for r in failed:
         first_line = r.error.splitlines()[0] if r.error else ""

@@ -350,3 +350,22 @@ def test_other_load_sees_a_busy_neighbour() -> None:
     with OtherLoad() as short:
         pass
     assert math.isnan(short.share)  # too short for /proc/stat's 10 ms ticks to judge
+
+
+def test_a_peak_matmul_that_spread_widely_between_repeats_is_flagged(quick: Ceilings) -> None:
+    from batchscope.classifiers.analyze import CEILING_SPREAD_FLAG, ceiling_flags
+
+    # Issue 14's EPYC: fp32 best 215 GFLOP/s, median 114, spread 0.63 between repeats.
+    wide = {"n": 1024, "spread": 0.63, "best_flops_per_s": 215e9, "median_flops_per_s": 114e9}
+    ceilings = dataclasses.replace(quick, details={"matmul": {FP32: {
+        "peak_size": 1024, "peak_flops_per_s": 215e9, "sizes": [wide]}}})
+    (flag,) = ceiling_flags(ceilings, FP32)
+    assert "varied by 63% between repeats (best 215, median 114 GFLOP/s)" in flag
+    assert ceiling_flags(ceilings, BF16) == []  # not the model's dtype
+    narrow = dict(wide, spread=CEILING_SPREAD_FLAG / 2)
+    ceilings.details["matmul"][FP32]["sizes"] = [narrow]
+    assert ceiling_flags(ceilings, FP32) == []
+    ceilings.details["matmul"][FP32]["sizes"] = [dict(wide, best_flops_per_s="fast")]
+    assert ceiling_flags(ceilings, FP32) == []  # a hand-edited cache: no flag, no crash
+    # A real (quick) measurement reads through the same code.
+    assert isinstance(ceiling_flags(quick, FP32), list)
