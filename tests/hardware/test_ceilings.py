@@ -330,7 +330,7 @@ def test_ceilings_measured_on_a_busy_machine_are_not_cached_and_are_flagged(
     monkeypatch.setattr(cache, "OtherLoad", lambda: _Busy(0.01))
     quiet = load_or_measure("cpu")  # measured again, on a quiet machine this time
     assert quiet.source == "measured" and cache_path("cpu").exists() and len(fake_measure) == 2
-    assert ceiling_flags(quiet) == []
+    assert not any("other processes" in flag for flag in ceiling_flags(quiet))
     assert load_or_measure("cpu").source == "cache" and len(fake_measure) == 2
 
 
