@@ -2,8 +2,9 @@
 
 The cache folder is ``$BATCHSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/batchscope``, else
 ``~/.cache/batchscope``. Each file is named by a short hash of the machine key and holds the
-full key inside: a different CPU model, GPU (name, UUID, driver), thread count, torch version
-or calibration format gets a different file and is measured afresh. Files are written
+full key inside: a different CPU model, GPU (CUDA index, name, UUID, driver), thread count,
+torch version or calibration format gets a different file and is measured afresh, so
+``cuda:0`` and ``cuda:1`` never share an entry. Files are written
 atomically; a corrupt, foreign or non-finite file is ignored and re-measured, never fatal.
 
 Example:
@@ -34,7 +35,9 @@ from batchscope.hardware.types import FP32, Ceilings
 log = logging.getLogger(__name__)
 
 # Bump when microbench changes what or how it measures, so old caches are re-measured.
-CALIBRATION_FORMAT = 2  # 2: overhead floor is the median over several tiny op kinds
+# 2: overhead floor is the median over several tiny op kinds; 3: cache_bytes is measured,
+# the CUDA index is in the key and CUDA events record on the measured device's stream.
+CALIBRATION_FORMAT = 3
 # Hex digits of the key's SHA-256 in the file name: short to read, ample against collisions
 # (and a collision is harmless: the full key inside is compared too).
 _HASH_DIGITS = 12
@@ -50,19 +53,20 @@ def cache_dir() -> Path:
     return base / "batchscope"
 
 
-def _device_type(device: str) -> str:
+def _device_type(device: str | torch.device) -> str:
     return torch.device(device).type
 
 
-def machine_key(device: str) -> str:
+def machine_key(device: str | torch.device) -> str:
     """The full cache key of ``device`` on this machine, as canonical JSON.
 
     It names the calibration format, the device type, the CPU model, the intra-op thread
-    count and the torch version; for CUDA also the GPU's name, UUID and driver version
-    (reading those initialises CUDA in this process).
+    count and the torch version; for CUDA also the GPU's index, name, UUID and driver
+    version (reading those initialises CUDA in this process).
 
     Args:
-        device: "cpu", "cuda" or "cuda:N".
+        device: "cpu", "cuda" or "cuda:N" (or a ``torch.device``); plain "cuda" is the
+            current device.
     """
     dev = torch.device(device)
     key: dict[str, Any] = {
@@ -84,7 +88,7 @@ def _path_for(device_type: str, key: str) -> Path:
     return cache_dir() / f"ceilings-{device_type}-{digest}.json"
 
 
-def cache_path(device: str) -> Path:
+def cache_path(device: str | torch.device) -> Path:
     """Where the ceilings of ``device`` on this machine are (or would be) cached."""
     return _path_for(_device_type(device), machine_key(device))
 
@@ -153,12 +157,14 @@ def _write(path: Path, ceilings: Ceilings) -> None:
                 os.unlink(tmp)
 
 
-def load_or_measure(device: str = "cpu", *, recalibrate: bool = False) -> Ceilings:
+def load_or_measure(device: str | torch.device = "cpu", *, recalibrate: bool = False) -> Ceilings:
     """The ceilings of ``device``: from the cache when valid, else measured and cached.
 
     Args:
-        device: "cpu", "cuda" or "cuda:N" (CUDA figures are read and measured in this
-            process, which therefore initialises CUDA).
+        device: "cpu", "cuda" or "cuda:N", or a ``torch.device`` (CUDA figures are read and
+            measured in this process, which therefore initialises CUDA). Pass the index:
+            plain "cuda" (``device.type``) measures the current device, cuda:0 unless the
+            caller set another.
         recalibrate: measure even when a valid cache exists, and overwrite it.
 
     Returns:

@@ -13,7 +13,10 @@ Three roofs, each measured the way the roofline needs it:
 
 Every benchmark runs under a time budget (the whole CPU calibration takes a few seconds)
 and records its raw figures (size, repeats, median, best, spread) in ``Ceilings.details``.
-CUDA paths time with CUDA events (host clock plus synchronisation for the small-op loop).
+CUDA paths time with CUDA events (host clock plus synchronisation for the small-op loop),
+every one of them on the device asked for: ``cuda:1`` is measured on cuda:1, never on the
+current device. ``Ceilings.cache_bytes`` is the device's last-level cache: the L2 a CUDA
+device reports, or the highest-level CPU cache sysfs lists.
 
 Example:
     >>> from batchscope.hardware.microbench import measure
@@ -130,10 +133,25 @@ def cpu_has_native_bf16() -> bool:
     return bool(set(_cpuinfo("flags", "Features").split()) & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def gpu_identity(device: torch.device) -> dict[str, str]:
-    """Name, UUID and driver version of a CUDA device (initialises CUDA in this process)."""
-    props = torch.cuda.get_device_properties(device)
-    return {"name": props.name, "uuid": str(getattr(props, "uuid", "")), "driver": _nvidia_driver()}
+def gpu_identity(device: torch.device) -> dict[str, Any]:
+    """Index, name, UUID and driver version of a CUDA device (initialises CUDA here).
+
+    The index keeps two GPUs of one model apart in the cache even where torch reports no
+    UUID (older torch); the UUID, where present, tells them apart across renumbering.
+
+    Args:
+        device: a CUDA device; without an index, the current device.
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "") or ""),
+            "driver": _nvidia_driver()}
+
+
+def gpu_l2_bytes(device: torch.device) -> int | None:
+    """The L2 cache of a CUDA device in bytes, as the driver reports it (None if it does not)."""
+    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
+    return int(size) if size else None
 
 
 def _nvidia_driver() -> str:
@@ -151,15 +169,42 @@ def _nvidia_driver() -> str:
     return version.decode() if isinstance(version, bytes) else str(version)
 
 
-def _llc_bytes() -> int | None:
-    """Size of the largest CPU cache the OS reports (sysfs), or None where unknown."""
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        with contextlib.suppress(OSError, ValueError):
-            text = entry.read_text().strip().upper()
-            scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
-            sizes.append(int(text.rstrip("KMG")) * scale)
-    return max(sizes, default=None)
+_CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _sysfs_bytes(text: str) -> int:
+    """A sysfs cache size ("32768K", "1M", "512") in bytes; ValueError if malformed."""
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def _llc_bytes(cache_dir: Path = _CPU_CACHE_DIR) -> int | None:
+    """Size of the CPU's last-level cache as cpu0 sees it (sysfs), or None where unknown.
+
+    The last level is the highest ``level`` listed (instruction caches left out); a
+    listing without readable levels falls back to the largest size. The size is one
+    instance of that cache (an L3 shared by a core complex counts once), which is what a
+    single working set can stay in.
+    """
+    by_level: list[tuple[int, int]] = []  # (level or 0 where unknown, bytes)
+    for index in cache_dir.glob("index*"):
+        try:
+            size = _sysfs_bytes((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        with contextlib.suppress(OSError):
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+        try:
+            level = int((index / "level").read_text().strip())
+        except (OSError, ValueError):
+            level = 0
+        by_level.append((level, size))
+    if not by_level:
+        return None
+    top = max(level for level, _ in by_level)
+    return max(size for level, size in by_level if level == top) or None
 
 
 def _available_memory_bytes(device: torch.device) -> int | None:
@@ -174,10 +219,16 @@ def _available_memory_bytes(device: torch.device) -> int | None:
 
 # ---------------------------------------------------------------------------- timing
 class _Clock:
-    """Times ``inner`` back-to-back calls: host clock on the CPU, CUDA events on a GPU."""
+    """Times ``inner`` back-to-back calls: host clock on the CPU, CUDA events on a GPU.
+
+    The events are recorded on ``device``'s current stream, whatever the current device:
+    a bare ``Event.record()`` records on the current device's stream, which for ``cuda:1``
+    called outside ``torch.cuda.device(1)`` would time cuda:0, not the work.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.device = device
 
     def time(self, fn: Callable[[], object], inner: int) -> float:
         """Seconds taken by ``inner`` calls of ``fn``, the device drained at the end."""
@@ -186,11 +237,12 @@ class _Clock:
             for _ in range(inner):
                 fn()
             return time.perf_counter() - start
+        stream = torch.cuda.current_stream(self.device)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
+        begin.record(stream)
         for _ in range(inner):
             fn()
-        end.record()
+        end.record(stream)
         end.synchronize()
         return begin.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
 
@@ -436,9 +488,11 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
         raise RuntimeError(f"fp32 matmul could not be measured: {matmul[FP32].get('error')}")
     if dev.type == "cuda":
         identity = gpu_identity(dev)
-        name, spec = identity["name"], gpu_specs.lookup(identity["name"])
+        memory_bytes = int(torch.cuda.get_device_properties(dev).total_memory)
+        name, spec = identity["name"], gpu_specs.lookup(identity["name"], memory_bytes)
+        cache_bytes = gpu_l2_bytes(dev)
     else:
-        identity, name, spec = {}, cpu_model_name(), None
+        identity, name, spec, cache_bytes = {}, cpu_model_name(), None, _llc_bytes()
     details = {
         "quick": quick,
         "wall_s": time.perf_counter() - started,
@@ -466,4 +520,5 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         details=details,
         spec=spec,
+        cache_bytes=cache_bytes,
     )

@@ -72,6 +72,12 @@ FATAL_ERRORS = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
 # These mean "try the older function instead" when a call has a fallback.
 _MISSING_ERRORS = frozenset({ERROR_FUNCTION_NOT_FOUND})
 
+# NVML field ids (nvml.h), for bindings that predate them.
+FI_DEV_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT: current power draw, milliwatts
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds the number.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                  6: "usVal"}
+
 
 class NvmlUnavailable(Exception):
     """NVML cannot serve this device; ``str(exc)`` is the reason in one sentence."""
@@ -119,6 +125,33 @@ def nvml_query(nvml: Any, function: str, *args: Any) -> Reading:
     except Exception as exc:  # noqa: BLE001 - every NVML failure becomes a reason
         reason, code = error_reason(exc)
         return Reading(None, reason, fatal=code in FATAL_ERRORS, code=code)
+
+
+def nvml_field_value(nvml: Any, handle: Any, field_id: int) -> Reading:
+    """One NVML field value, read with ``nvmlDeviceGetFieldValues(handle, [field_id])``.
+
+    The call succeeds even where the driver does not know the field: its own answer is in
+    the value's ``nvmlReturn``, translated here like any NVML error (``NOT_SUPPORTED`` on a
+    driver or GPU without the field). Never raises.
+
+    Returns:
+        A Reading with the number (the union member that ``valueType`` names), or None and
+        the reason.
+    """
+    reading = nvml_query(nvml, "nvmlDeviceGetFieldValues", handle, [field_id])
+    if reading.reason is not None:
+        return reading
+    try:
+        value = reading.value[0]
+        code = int(value.nvmlReturn)
+        if code == 0:
+            member = _VALUE_MEMBERS.get(int(value.valueType), "uiVal")
+            return Reading(getattr(value.value, member))
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+        return Reading(None, f"unexpected value from nvmlDeviceGetFieldValues: {exc}",
+                       code=ERROR_UNKNOWN)
+    reason = _REASONS.get(code, f"NVML error {code}")
+    return Reading(None, reason, fatal=code in FATAL_ERRORS, code=code)
 
 
 def nvml_query_first(nvml: Any, functions: tuple[str, ...], *args: Any) -> tuple[Reading, str]:

@@ -5,6 +5,12 @@ NVML can see, else a :class:`NullSampler` whose window says why it is empty, so 
 never branch on the device. :class:`ReplaySampler` reads a recording the live sampler wrote
 (``write_samples``) and gives the same window through the same :func:`summarize`.
 
+Power is read as the instantaneous draw (the NVML field ``NVML_FI_DEV_POWER_INSTANT``)
+where the driver has it, else with ``nvmlDeviceGetPowerUsage``, which on GPUs after GA100
+(Ampere and later) is a one-second moving average, so the integrated-power fallback for
+energy would lag the window. Each sample says which (``power_source``), and so does the
+window. NVML's energy counter stays the first choice for energy wherever it exists.
+
 Example:
     >>> sampler = make_sampler("cpu")
     >>> sampler.start()
@@ -23,17 +29,23 @@ from typing import Any, Callable, Protocol
 
 from batchscope.hardware.nvml_device import (
     ERROR_FUNCTION_NOT_FOUND,
+    ERROR_INVALID_ARGUMENT,
     ERROR_NO_PERMISSION,
     ERROR_NOT_SUPPORTED,
+    FI_DEV_POWER_INSTANT,
     REASON_NOT_SUPPORTED_MIG,
     NvmlDevice,
     NvmlUnavailable,
     init_nvml,
+    nvml_field_value,
     nvml_handle_for_cuda_index,
     nvml_query,
     nvml_query_first,
 )
 from batchscope.hardware.nvml_window import (
+    POWER_SOURCE_AVERAGE,
+    POWER_SOURCE_INSTANT,
+    SAMPLE_FIELDS,
     NvmlRecording,
     NvmlSample,
     NvmlWindow,
@@ -53,6 +65,9 @@ _NVML_TEMPERATURE_GPU = 0
 MW_PER_W = 1000.0  # nvmlDeviceGetPowerUsage answers in milliwatts
 # Errors that will not change while the process lives: stop asking after the first one.
 _PERMANENT_ERRORS = frozenset({ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION, ERROR_FUNCTION_NOT_FOUND})
+# A field value the driver answers with one of these will not appear later: use the function.
+# (INVALID_ARGUMENT too: a driver older than the field id may reject the id itself.)
+_FIELD_ABSENT_ERRORS = _PERMANENT_ERRORS | {ERROR_INVALID_ARGUMENT}
 
 
 class Sampler(Protocol):
@@ -73,6 +88,10 @@ class _Query:
     args: tuple[Any, ...]
     whole_gpu: bool  # a per-GPU quantity: read from the parent GPU on a MIG instance
     convert: Callable[[Any], tuple[Any, ...]]
+    # An NVML field value tried before the functions (nvmlDeviceGetFieldValues), and how
+    # its number converts; the functions serve where the driver lacks the field.
+    field_id: int | None = None
+    field_convert: Callable[[Any], tuple[Any, ...]] | None = None
 
 
 def _int(value: Any) -> tuple[int]:
@@ -84,7 +103,10 @@ def _queries(nvml: Any) -> tuple[_Query, ...]:
     clock_mem = getattr(nvml, "NVML_CLOCK_MEM", _NVML_CLOCK_MEM)
     sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", _NVML_TEMPERATURE_GPU)
     return (
-        _Query(("power_w",), ("nvmlDeviceGetPowerUsage",), (), True, lambda mw: (mw / MW_PER_W,)),
+        _Query(("power_w", "power_source"), ("nvmlDeviceGetPowerUsage",), (), True,
+               lambda mw: (mw / MW_PER_W, POWER_SOURCE_AVERAGE),
+               field_id=getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", FI_DEV_POWER_INSTANT),
+               field_convert=lambda mw: (float(mw) / MW_PER_W, POWER_SOURCE_INSTANT)),
         _Query(("energy_counter_mj",), ("nvmlDeviceGetTotalEnergyConsumption",), (), True, _int),
         _Query(("sm_clock_mhz",), ("nvmlDeviceGetClockInfo",), (clock_sm,), True, _int),
         _Query(("mem_clock_mhz",), ("nvmlDeviceGetClockInfo",), (clock_mem,), True, _int),
@@ -120,6 +142,8 @@ class NvmlSampler:
         self._queries = _queries(nvml)
         self._chosen: dict[int, tuple[str, ...]] = {}  # query index -> functions still to try
         self._permanent: dict[int, str] = {}  # query index -> reason it can never work
+        self._field_absent: dict[int, str] = {}  # query index -> why its field value is not read
+        self._notes: list[str] = []  # caveats found while sampling (kept for later windows)
         self._lost: str | None = None  # set once the GPU is gone: nothing more is asked
         self._lock = threading.Lock()
         self._samples: list[NvmlSample] = []
@@ -160,6 +184,29 @@ class NvmlSampler:
                 return  # a lost GPU answers nothing more; stop() still adds the last sample
             next_s = max(next_s + self.interval_s, self._clock())
 
+    def _read_field(self, index: int, query: _Query, handle: Any) -> tuple[Any, ...] | None:
+        """The query's field value, converted; None to fall back to its functions.
+
+        A field the driver lacks is not asked again, and a note says what is read instead.
+        """
+        if query.field_id is None or query.field_convert is None or index in self._field_absent:
+            return None
+        reading = nvml_field_value(self._nvml, handle, query.field_id)
+        if reading.reason is None:
+            try:
+                return query.field_convert(reading.value)
+            except (TypeError, ValueError, AttributeError) as exc:
+                reason = f"unexpected value: {exc}"
+        else:
+            reason = reading.reason
+            if reading.code not in _FIELD_ABSENT_ERRORS:
+                return None  # transient (or fatal, which the function call will meet too)
+        self._field_absent[index] = reason
+        if query.fields[0] == "power_w":
+            self._notes.append(f"instantaneous power (NVML_FI_DEV_POWER_INSTANT): {reason}; "
+                               f"power is {POWER_SOURCE_AVERAGE}")
+        return None
+
     def _read(self, index: int, query: _Query) -> tuple[Any, ...] | str:
         """The converted values of one query, or the reason there are none."""
         if self._lost is not None:
@@ -168,6 +215,9 @@ class NvmlSampler:
             return self._permanent[index]
         on_parent = query.whole_gpu and self.device.is_mig and self.device.parent_handle is not None
         handle = self.device.parent_handle if on_parent else self.device.handle
+        from_field = self._read_field(index, query, handle)
+        if from_field is not None:
+            return from_field
         functions = self._chosen.get(index, query.functions)
         reading, used = nvml_query_first(self._nvml, functions, handle, *query.args)
         self._chosen[index] = functions[functions.index(used):]
@@ -192,8 +242,8 @@ class NvmlSampler:
         sample = NvmlSample(timestamp_s=self._clock() - self._t0)
         for index, query in enumerate(self._queries):
             got = self._read(index, query)
-            if isinstance(got, str):
-                sample.errors.update({name: got for name in query.fields})
+            if isinstance(got, str):  # reasons are kept for readings, not for their labels
+                sample.errors.update({name: got for name in query.fields if name in SAMPLE_FIELDS})
             else:
                 for name, value in zip(query.fields, got):
                     setattr(sample, name, value)
@@ -217,7 +267,7 @@ class NvmlSampler:
         """The raw material of the current window, as :func:`write_samples` stores it."""
         return NvmlRecording(device=self.device.describe(), interval_s=self.interval_s,
                              duration_s=self._duration_s, samples=self.samples,
-                             notes=list(self.device.notes))
+                             notes=[*self.device.notes, *self._notes])
 
     def write_samples(self, path: str | Path) -> Path:
         """Write the raw samples (JSON lines) for :class:`ReplaySampler` and the tests."""

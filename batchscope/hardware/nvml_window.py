@@ -18,6 +18,11 @@ from typing import Any
 RECORDING_FORMAT = "batchscope.nvml_samples/1"
 MJ_PER_J = 1000.0  # the energy counter counts millijoules
 
+# Where a sample's power_w came from (NvmlSample.power_source, NvmlWindow.power_source).
+POWER_SOURCE_INSTANT = "instantaneous (NVML_FI_DEV_POWER_INSTANT)"
+# nvmlDeviceGetPowerUsage: instantaneous up to GA100 (A100), a 1 s moving average after it.
+POWER_SOURCE_AVERAGE = "1 s average on GPUs after GA100 (nvmlDeviceGetPowerUsage)"
+
 # Clock event ("throttle") reason bits of nvml.h, nvmlClocksEventReason*, lowest first.
 THROTTLE_BITS: dict[int, str] = {
     0x001: "idle",
@@ -73,6 +78,7 @@ class NvmlSample:
     mem_util_pct: int | None = None
     memory_used_bytes: int | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    power_source: str | None = None  # POWER_SOURCE_INSTANT or _AVERAGE; None without power
 
 
 @dataclass
@@ -96,6 +102,9 @@ class NvmlWindow:
         energy_j: energy the GPU used in the window.
         energy_method: "counter" (NVML's energy counter, Volta and later) or
             "integrated power" (trapezoid over the power samples); None without energy.
+        power_source: where the power figures came from: :data:`POWER_SOURCE_INSTANT`, or
+            :data:`POWER_SOURCE_AVERAGE` (which lags: a 1 s average after GA100), both
+            joined by " then " if the window saw both; None without power readings.
         throttle_reasons: clock event reasons seen in any sample, "idle" left out.
         throttled: a reason other than idle or applications clocks setting was seen;
             None when the reasons could not be read.
@@ -110,6 +119,7 @@ class NvmlWindow:
     energy_method: str | None = None
     power_w_mean: float | None = None
     power_w_max: float | None = None
+    power_source: str | None = None
     sm_clock_mhz_median: float | None = None
     mem_clock_mhz_median: float | None = None
     temperature_c_max: int | None = None
@@ -201,6 +211,9 @@ def _energy(
         notes.append(f"the energy counter moved by {delta_mj} mJ: used integrated power")
     if first.power_w is not None and last.power_w is not None:
         points = [(s.timestamp_s, s.power_w) for s in samples if s.power_w is not None]
+        if any(s.power_source == POWER_SOURCE_AVERAGE for s in samples):
+            notes.append("energy integrated from nvmlDeviceGetPowerUsage, a 1 s moving average "
+                         "on GPUs after GA100: it lags the window by up to a second")
         return trapezoid_j(points), "integrated power", None
     edge = first if first.power_w is None else last
     why = edge.errors.get("power_w", "no power reading")
@@ -221,6 +234,8 @@ def summarize(recording: NvmlRecording) -> NvmlWindow:
         window.unsupported["energy_j"] = why
     power = _values(samples, "power_w")
     window.power_w_mean, window.power_w_max = _mean(power), max(power, default=None)
+    sources = _values(samples, "power_source")
+    window.power_source = " then ".join(dict.fromkeys(sources)) or None
     sm, mem = _values(samples, "sm_clock_mhz"), _values(samples, "mem_clock_mhz")
     window.sm_clock_mhz_median = statistics.median(sm) if sm else None
     window.mem_clock_mhz_median = statistics.median(mem) if mem else None

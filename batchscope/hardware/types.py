@@ -17,7 +17,7 @@ class Ceilings:
     """Measured ceilings of one device, the roofs that ops are classified against.
 
     Attributes:
-        device: "cpu" or "cuda".
+        device: "cpu" or "cuda" (the CUDA index is in ``details["host"]["gpu"]["index"]``).
         name: CPU model name or GPU product name.
         peak_flops_per_s: best measured matmul FLOP/s per dtype name ("float32", ...).
         bandwidth_bytes_per_s: sustained streaming copy bandwidth, bytes read plus written.
@@ -29,6 +29,9 @@ class Ceilings:
         measured_at: ISO-8601 time of the measurement.
         details: raw per-benchmark figures (sizes, repeats, spread) for the report.
         spec: datasheet figures of a known GPU, a cross-check only (None on CPUs).
+        cache_bytes: the device's last-level cache, the working set under which an op may
+            beat the DRAM bandwidth roof: the L2 of a GPU, the largest-level cache of the CPU
+            (one instance, as cpu0 sees it); None where it could not be read.
     """
 
     device: str
@@ -43,6 +46,7 @@ class Ceilings:
     measured_at: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     spec: dict[str, Any] | None = None
+    cache_bytes: int | None = None
 
     def peak_for(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``, falling back to fp32 for dtypes not measured."""
@@ -71,6 +75,7 @@ class Ceilings:
             "measured_at": self.measured_at,
             "details": self.details,
             "spec": self.spec,
+            "cache_bytes": self.cache_bytes,
         }
 
     @classmethod
@@ -88,4 +93,10 @@ class Ceilings:
             measured_at=d.get("measured_at", ""),
             details=d.get("details", {}),
             spec=d.get("spec"),
+            cache_bytes=_optional_int(d.get("cache_bytes")),  # absent before calibration format 3
         )
+
+
+def _optional_int(value: Any) -> int | None:
+    """``int(value)``, or None for None (a key missing from an older cache file or report)."""
+    return None if value is None else int(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -11,7 +12,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -23,6 +27,7 @@ from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
 GFLOP = 1e9
 TFLOP = 1e12
 GB = 1e9
+MIB = 2**20
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +244,7 @@ def test_machine_key_names_what_invalidates_it() -> None:
         ("NVIDIA H100 NVL", "H100 NVL 94GB"),
         ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
         ("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB"),
+        ("NVIDIA A100-PG509-200", "A100 SXM4 40GB"),  # the 40 GB SXM4 board's name
         ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"),
         ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
         ("NVIDIA A10", "A10 24GB"),
@@ -263,6 +269,8 @@ def test_lookup_matches_names_as_torch_prints_them(device_name: str, product: st
         "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
         "NVIDIA A10G",
         "AMD Instinct MI300X",
+        "NVIDIA GB200",
+        "NVIDIA A100-SXM4",  # 40 or 80 GB? without the memory size, no guess
         "",
     ],
 )
@@ -278,6 +286,62 @@ def test_dense_figures_not_sparse() -> None:
     assert h100["peak_flops_per_s"][FP32] == pytest.approx(67 * TFLOP)
     a100 = gpu_specs.lookup("NVIDIA A100-SXM4-80GB")
     assert a100 is not None and a100["peak_flops_per_s"][BF16] == pytest.approx(312 * TFLOP)
+    assert a100["peak_flops_per_s"][TF32] == pytest.approx(156 * TFLOP)
+
+
+# Names as profiler traces print them; (product, dense bf16 TFLOP/s, dense TF32, L2 MiB).
+TRACE_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM5 80GB", 989.5, 494.5, 50),
+    ("NVIDIA H100 PCIe", "H100 PCIe 80GB", 756.5, 378, 50),
+    ("NVIDIA H200", "H200 SXM 141GB", 989.5, 494.5, 60),
+    ("NVIDIA B200", "B200 (HGX) 180GB", 2250, 1100, 126),
+    ("NVIDIA A100-PG509-200", "A100 SXM4 40GB", 312, 156, 40),
+    ("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB", 312, 156, 40),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB", 312, 156, 40),
+    ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB", 312, 156, 40),
+    ("NVIDIA L4", "L4 24GB", 121, 60, 48),
+    ("NVIDIA L40S", "L40S 48GB", 366.5, 183, 96),
+    ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090", 165.2, 82.6, 72),
+]
+
+
+@pytest.mark.parametrize(("device_name", "product", "bf16_tf", "tf32_tf", "l2_mib"), TRACE_NAMES)
+def test_trace_names_resolve_with_dense_figures_and_l2(
+    device_name: str, product: str, bf16_tf: float, tf32_tf: float, l2_mib: int,
+) -> None:
+    spec = gpu_specs.lookup(device_name)
+    assert spec is not None and spec["product"] == product
+    assert spec["peak_flops_per_s"][BF16] == pytest.approx(bf16_tf * TFLOP)
+    assert spec["peak_flops_per_s"][TF32] == pytest.approx(tf32_tf * TFLOP)
+    assert spec["l2_bytes"] == l2_mib * MIB  # binary MB, as CUDA's l2CacheSize counts it
+
+
+@pytest.mark.parametrize(("device_name", "memory_bytes", "product"), [
+    ("NVIDIA A100-SXM4", 42_505_273_344, "A100 SXM4 40GB"),  # totalGlobalMem of a 40 GB part
+    ("NVIDIA A100-SXM4", 85_198_045_184, "A100 SXM4 80GB"),
+    ("NVIDIA A100-PG509-200", 42_505_273_344, "A100 SXM4 40GB"),
+    ("NVIDIA A100-PG509-200", None, "A100 SXM4 40GB"),  # the board name says it already
+    ("NVIDIA A100-PG509-210", 85_198_045_184, "A100 SXM4 80GB"),  # another SXM4 board
+    ("NVIDIA A100 PCIe", 42_505_273_344, "A100 PCIe 40GB"),
+    ("NVIDIA A100-SXM4-80GB", 42_505_273_344, "A100 SXM4 80GB"),  # the name wins over memory
+])
+def test_memory_picks_the_row_a_name_leaves_open(
+    device_name: str, memory_bytes: int | None, product: str,
+) -> None:
+    spec = gpu_specs.lookup(device_name, memory_bytes=memory_bytes)
+    assert spec is not None and spec["product"] == product
+
+
+@pytest.mark.parametrize(("device_name", "fp8_tf"), [
+    ("NVIDIA H100 80GB HBM3", 1979), ("NVIDIA H100 PCIe", 1513), ("NVIDIA H200", 1979),
+    ("NVIDIA B200", 4500),
+])
+def test_fp8_dense_figures_on_hopper_and_blackwell(device_name: str, fp8_tf: float) -> None:
+    spec = gpu_specs.lookup(device_name)
+    assert spec is not None
+    assert spec["peak_flops_per_s"][gpu_specs.FP8] == pytest.approx(fp8_tf * TFLOP)
+    assert spec["sparse_flops_per_s"][gpu_specs.FP8] == pytest.approx(2 * fp8_tf * TFLOP)
+    assert gpu_specs.FP8 == str(torch.float8_e4m3fn).removeprefix("torch.")
 
 
 @pytest.mark.parametrize("spec", gpu_specs.SPECS, ids=lambda s: s.product)
@@ -292,6 +356,8 @@ def test_every_row_is_sourced_and_sane(spec: gpu_specs.GpuSpec) -> None:
             assert dense[dtype] >= dense[FP32]
     assert 100 * GB < spec.bandwidth_bytes_per_s < 20_000 * GB
     assert 8 * 2**30 <= spec.memory_bytes <= 512 * 2**30
+    assert spec.l2_bytes is None or 2 * MIB <= spec.l2_bytes <= 256 * MIB
+    assert spec.to_dict()["l2_bytes"] == spec.l2_bytes
 
 
 def test_lookup_returns_a_fresh_copy() -> None:
@@ -369,3 +435,195 @@ def test_a_peak_matmul_that_spread_widely_between_repeats_is_flagged(quick: Ceil
     assert ceiling_flags(ceilings, FP32) == []  # a hand-edited cache: no flag, no crash
     # A real (quick) measurement reads through the same code.
     assert isinstance(ceiling_flags(quick, FP32), list)
+
+
+# ------------------------------------------------------------------ cuda:N, on a machine without one
+H100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=85_020_000_256,
+                       L2_cache_size=50 * MIB, major=9, minor=0)
+A100_40 = SimpleNamespace(name="NVIDIA A100-SXM4", total_memory=42_505_273_344,
+                          L2_cache_size=40 * MIB, major=8, minor=0)
+
+
+class FakeCuda:
+    """torch.cuda's shape for a few GPUs: which device each call was made for.
+
+    Device arguments resolve as torch's ``_get_device_index`` does (None or a bare "cuda"
+    is the current device); ``Event.record()`` without a stream records on the current
+    device's stream, as ``torch.cuda.Event.record`` does; ``torch.cuda.device(i)`` changes
+    the current device for its block.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, gpus: list[SimpleNamespace]) -> None:
+        self.gpus, self.current = gpus, 0
+        self.recorded_on: list[int] = []  # the device of each event's stream
+        self.synchronized: list[int] = []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.device: int | None = None
+
+            def record(self, stream: Any = None) -> None:
+                stream = stream if stream is not None else fake.current_stream()
+                self.device = stream.device_index
+                fake.recorded_on.append(stream.device_index)
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, end: Event) -> float:
+                assert end.device == self.device, "events of one timing on two devices"
+                return 2.0  # milliseconds
+
+        for name, value in {
+            "is_available": lambda: True, "device_count": lambda: len(gpus),
+            "current_device": lambda: self.current, "get_device_properties": self.properties,
+            "get_device_capability": lambda d=None: (self.properties(d).major,
+                                                    self.properties(d).minor),
+            "current_stream": self.current_stream, "device": self.device_scope,
+            "synchronize": lambda d=None: self.synchronized.append(self.index(d)),
+            "mem_get_info": lambda d=None: (64 * 2**30, 80 * 2**30), "empty_cache": lambda: None,
+            "Event": Event,
+        }.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+        monkeypatch.setattr(microbench, "_nvidia_driver", lambda: "550.54.15")
+
+    def index(self, device: Any) -> int:
+        if isinstance(device, int):
+            return device
+        if device is None:
+            return self.current
+        index = torch.device(device).index
+        return self.current if index is None else index
+
+    def properties(self, device: Any = None) -> SimpleNamespace:
+        return self.gpus[self.index(device)]
+
+    def current_stream(self, device: Any = None) -> SimpleNamespace:
+        return SimpleNamespace(device_index=self.index(device))
+
+    @contextlib.contextmanager
+    def device_scope(self, device: Any) -> Iterator[None]:
+        saved, self.current = self.current, self.index(device)
+        try:
+            yield
+        finally:
+            self.current = saved
+
+
+def test_cuda_events_time_the_device_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCuda(monkeypatch, [H100, A100_40])  # current device: cuda:0
+    seconds = microbench._Clock(torch.device("cuda", 1)).time(lambda: None, inner=4)
+    assert fake.recorded_on == [1, 1] and seconds == pytest.approx(2e-3)
+
+
+def test_cuda_n_is_measured_on_cuda_n(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCuda(monkeypatch, [H100, A100_40])
+    seen: list[tuple[str, str, int]] = []  # (benchmark, device given, current device then)
+
+    def bench(kind: str, result: dict[str, Any]) -> Any:
+        def run(device: torch.device, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            seen.append((kind, str(device), fake.current))
+            return result
+        return run
+
+    monkeypatch.setattr(microbench, "measure_matmul", bench("matmul", {"peak_flops_per_s": 1e14}))
+    monkeypatch.setattr(microbench, "measure_copy", bench("copy", {"best_bytes_per_s": 1.5e12}))
+    monkeypatch.setattr(microbench, "measure_overhead", bench("overhead", {"floor_s": 5e-6}))
+    c = microbench.measure("cuda:1", quick=True)
+    assert {device for _, device, _ in seen} == {"cuda:1"}
+    assert {current for _, _, current in seen} == {1}  # under torch.cuda.device(1)
+    assert fake.current == 0  # and the caller's current device is left as it was
+    assert c.name == "NVIDIA A100-SXM4" and c.details["host"]["gpu"]["index"] == 1
+    assert c.cache_bytes == 40 * MIB  # cuda:1's L2, not cuda:0's 50 MiB
+    assert c.spec is not None and c.spec["product"] == "A100 SXM4 40GB"  # told by its memory
+    assert Ceilings.from_dict(json.loads(json.dumps(c.to_dict()))).cache_bytes == 40 * MIB
+
+
+def test_two_gpus_never_share_a_cache_entry(
+    fake_measure: list[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two GPUs of one model, and a torch that reports no UUID: only the index tells them apart.
+    FakeCuda(monkeypatch, [H100, SimpleNamespace(**vars(H100))])
+    assert machine_key("cuda:0") != machine_key("cuda:1")
+    assert cache_path("cuda:0") != cache_path("cuda:1")
+    assert load_or_measure("cuda:1").source == "measured"
+    assert load_or_measure(torch.device("cuda", 0)).source == "measured"
+    assert [str(device) for device in fake_measure] == ["cuda:1", "cuda:0"]
+    assert load_or_measure("cuda:1").source == "cache" and len(fake_measure) == 2
+
+
+def test_different_gpus_are_keyed_by_name_and_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu0 = SimpleNamespace(**vars(H100), uuid="a7bfde5d-8151-8a6d-fdfc-b31d020cd2f5")
+    gpu1 = SimpleNamespace(**vars(A100_40), uuid="4dbfbb99-983a-79af-8527-ca9f0c139426")
+    fake = FakeCuda(monkeypatch, [gpu0, gpu1])
+    key = json.loads(machine_key("cuda:1"))["gpu"]
+    assert key == {"index": 1, "name": "NVIDIA A100-SXM4", "uuid": gpu1.uuid, "driver": "550.54.15"}
+    fake.current = 1
+    assert machine_key("cuda") == machine_key("cuda:1")  # plain "cuda" is the current device
+
+
+# ------------------------------------------------------------------ the cache size the flag uses
+def test_cpu_ceilings_carry_the_last_level_cache(quick: Ceilings) -> None:
+    assert quick.cache_bytes == microbench._llc_bytes()
+    assert Ceilings.from_dict(quick.to_dict()).cache_bytes == quick.cache_bytes
+
+
+def test_older_cache_files_and_reports_without_cache_bytes_still_load() -> None:
+    old = _valid_file_dict("k")
+    assert "cache_bytes" not in old and Ceilings.from_dict(old).cache_bytes is None
+
+
+def _cache_entry(root: Path, name: str, level: int | None, kind: str, size: str) -> None:
+    entry = root / name
+    entry.mkdir(parents=True)
+    (entry / "type").write_text(kind + "\n")
+    (entry / "size").write_text(size + "\n")
+    if level is not None:
+        (entry / "level").write_text(f"{level}\n")
+
+
+def test_last_level_cache_is_the_highest_level_sysfs_lists(tmp_path: Path) -> None:
+    epyc = tmp_path / "epyc"
+    _cache_entry(epyc, "index0", 1, "Data", "32K")
+    _cache_entry(epyc, "index1", 1, "Instruction", "32K")
+    _cache_entry(epyc, "index2", 2, "Unified", "512K")
+    _cache_entry(epyc, "index3", 3, "Unified", "32768K")
+    assert microbench._llc_bytes(epyc) == 32 * MIB
+    # An L2-last CPU whose instruction cache is listed larger than its unified L2.
+    arm = tmp_path / "arm"
+    _cache_entry(arm, "index0", 1, "Data", "64K")
+    _cache_entry(arm, "index1", 2, "Instruction", "4M")
+    _cache_entry(arm, "index2", 2, "Unified", "1M")
+    assert microbench._llc_bytes(arm) == MIB
+    unknown = tmp_path / "unknown"
+    _cache_entry(unknown, "index0", None, "Unified", "garbage")
+    assert microbench._llc_bytes(unknown) is None
+    assert microbench._llc_bytes(tmp_path / "absent") is None
+
+
+def _memory_bound_flag(cache_bytes: int | None, op_bytes: int) -> str:
+    """The accounting-error flag of a streaming op measured at 3x its DRAM roof."""
+    from batchscope.classifiers.roofline import classify_op
+    from batchscope.records import ByteSplit, OpStat
+
+    ceilings = Ceilings(device="cuda", name="NVIDIA H100 80GB HBM3",
+                        peak_flops_per_s={FP32: 50 * TFLOP}, bandwidth_bytes_per_s=3000 * GB,
+                        overhead_s=1e-7, cache_bytes=cache_bytes)
+    roof_s = op_bytes / ceilings.bandwidth_bytes_per_s
+    op = OpStat(op_id="m:add#0", name="aten::add", input_shapes=[[op_bytes // 12]], dtype=FP32,
+                module="m", calls=1, time_s=roof_s / 3, flops=op_bytes // 12,
+                bytes=ByteSplit(activations=op_bytes))
+    (flag,) = classify_op(op, ceilings).flags
+    return flag
+
+
+def test_the_cache_flag_uses_the_devices_own_cache() -> None:
+    in_cache = "its bytes fit in cache"
+    # 40 MiB fits an H100's 50 MiB L2 (the old 32 MiB CPU constant said it did not) ...
+    assert in_cache in _memory_bound_flag(50 * MIB, 40 * MIB)
+    # ... and 16 MiB does not fit a T4's 4 MiB L2 (the constant said it did).
+    assert in_cache not in _memory_bound_flag(4 * MIB, 16 * MIB)
+    # Ceilings that do not know their cache (older files) fall back to the 32 MiB hint.
+    assert in_cache in _memory_bound_flag(None, 16 * MIB)
+    assert in_cache not in _memory_bound_flag(None, 40 * MIB)

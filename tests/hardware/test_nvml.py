@@ -21,12 +21,15 @@ from batchscope.hardware.nvml_device import (
     REASON_GPU_LOST,
     REASON_NOT_SUPPORTED_MIG,
     NvmlUnavailable,
+    nvml_field_value,
     nvml_handle_for_cuda_index,
     nvml_status,
     parse_visible_devices,
 )
 from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler, ReplaySampler, make_sampler
 from batchscope.hardware.nvml_window import (
+    POWER_SOURCE_AVERAGE,
+    POWER_SOURCE_INSTANT,
     NvmlWindow,
     decode_throttle,
     energy_per_unit_j,
@@ -56,15 +59,24 @@ class FakeClock:
 
 
 class FakeDevice:
-    """One GPU or MIG instance; each reading is a function of the fake time since 100 s."""
+    """One GPU or MIG instance; each reading is a function of the fake time since 100 s.
+
+    ``power_w`` is what nvmlDeviceGetPowerUsage answers (a 1 s average on real GPUs after
+    GA100), ``instant_w`` the NVML_FI_DEV_POWER_INSTANT field (None: a driver without it,
+    which answers that field with NVML_ERROR_NOT_SUPPORTED), ``instant_return`` the field's
+    own nvmlReturn at a time (0: success).
+    """
 
     def __init__(self, uuid: str, clock: FakeClock, *, name: str = "Fake H100",
                  power_w: Callable[[float], float] = lambda t: 300.0,
                  energy_mj: Callable[[float], int] | None = lambda t: 5_000_000 + int(300_000 * t),
                  throttle: Callable[[float], int] = lambda t: 0,
+                 instant_w: Callable[[float], float] | None = None,
+                 instant_return: Callable[[float], int] = lambda t: real.NVML_SUCCESS,
                  fail: dict[str, type[Exception]] | None = None) -> None:
         self.uuid, self.name, self.clock = uuid, name, clock
         self.power_w, self.energy_mj, self.throttle = power_w, energy_mj, throttle
+        self.instant_w, self.instant_return = instant_w, instant_return
         self.fail = dict(fail or {})
         self.lost = False
         self.parent: FakeDevice | None = None
@@ -166,6 +178,25 @@ class FakeNvml(SimpleNamespace):
     def nvmlDeviceGetPowerUsage(self, h: FakeDevice) -> int:
         self._count("power")
         return h.answer("nvmlDeviceGetPowerUsage", lambda t: round(h.power_w(t) * 1000))
+
+    def nvmlDeviceGetFieldValues(self, h: FakeDevice, field_ids: list[int]) -> ctypes.Array:
+        """As the real binding: an array of the real c_nvmlFieldValue_t, one per field, each
+        with its own nvmlReturn (the call itself succeeds for fields the driver lacks)."""
+        self._count("field")
+
+        def values(t: float) -> ctypes.Array:
+            out = (real.c_nvmlFieldValue_t * len(field_ids))()
+            for slot, field_id in zip(out, field_ids):
+                slot.fieldId = field_id
+                if field_id != real.NVML_FI_DEV_POWER_INSTANT or h.instant_w is None:
+                    slot.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+                    continue
+                slot.nvmlReturn = h.instant_return(t)
+                slot.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
+                slot.value.uiVal = round(h.instant_w(t) * 1000)  # milliwatts
+            return out
+
+        return h.answer("nvmlDeviceGetFieldValues", values)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: FakeDevice) -> int:
         self._count("energy")
@@ -494,6 +525,107 @@ def test_background_thread_samples_until_stop(clock: FakeClock, no_cvd: None) ->
     assert stamps == sorted(stamps) and stamps[0] == pytest.approx(0.0, abs=0.01)
 
 
+# ------------------------------------------------------------------ instantaneous power
+def test_power_is_the_instantaneous_field_where_the_driver_has_it(
+    clock: FakeClock, no_cvd: None, tmp_path,
+) -> None:
+    # A step from 100 W to 400 W at 1 s: the instantaneous field follows it, the 1 s average
+    # of nvmlDeviceGetPowerUsage still says 100 W (it lags), and there is no energy counter.
+    instant = {0.0: 100.0, 1.0: 400.0, 2.0: 400.0}
+    gpu = FakeDevice(GPU0, clock, power_w=lambda t: 100.0, instant_w=instant.__getitem__,
+                     energy_mj=None)
+    fake = FakeNvml([gpu])
+    sampler = live_sampler(fake, clock)
+    window = run_window(sampler, clock, [0.0, 1.0, 2.0])
+    assert window.power_source == POWER_SOURCE_INSTANT
+    assert [s.power_w for s in sampler.samples] == [100.0, 400.0, 400.0]
+    assert all(s.power_source == POWER_SOURCE_INSTANT for s in sampler.samples)
+    # (100 + 400) / 2 * 1 s + (400 + 400) / 2 * 1 s = 250 + 400 = 650 J
+    assert window.energy_method == "integrated power" and window.energy_j == pytest.approx(650.0)
+    assert window.power_w_max == 400.0 and "power_source" not in window.unsupported
+    assert fake.calls["field"] == 3 and "power" not in fake.calls  # the average never asked
+    assert not any("moving average" in note for note in window.notes)
+    assert window.to_dict()["power_source"] == POWER_SOURCE_INSTANT  # BatchResult.nvml
+    replayed = ReplaySampler(sampler.write_samples(tmp_path / "nvml.jsonl")).stop()
+    assert replayed == window
+
+
+def test_power_falls_back_to_the_average_where_the_field_is_unsupported(
+    clock: FakeClock, no_cvd: None,
+) -> None:
+    power = {0.0: 100.0, 1.0: 100.0, 2.0: 200.0}
+    fake = FakeNvml([FakeDevice(GPU0, clock, power_w=power.__getitem__, energy_mj=None)])
+    window = run_window(live_sampler(fake, clock), clock, [0.0, 1.0, 2.0])
+    assert window.power_source == POWER_SOURCE_AVERAGE
+    assert window.energy_j == pytest.approx(250.0) and window.energy_method == "integrated power"
+    assert fake.calls["field"] == 1 and fake.calls["power"] == 3  # the field asked once only
+    assert any("(NVML_FI_DEV_POWER_INSTANT): not supported on this GPU" in n for n in window.notes)
+    assert any("lags the window" in note for note in window.notes)
+
+
+def test_power_falls_back_where_the_driver_lacks_field_values(
+    clock: FakeClock, no_cvd: None,
+) -> None:
+    missing = {"nvmlDeviceGetFieldValues": real.NVMLError_FunctionNotFound}
+    gpu = FakeDevice(GPU0, clock, instant_w=lambda t: 500.0, fail=missing)
+    fake = FakeNvml([gpu])
+    window = run_window(live_sampler(fake, clock), clock, [0.0, 1.0, 2.0])
+    assert window.power_source == POWER_SOURCE_AVERAGE and window.power_w_mean == 300.0
+    assert fake.calls["field"] == 1
+    assert any("driver too old" in note for note in window.notes)
+
+
+def test_a_transient_field_error_uses_the_average_for_that_sample_only(
+    clock: FakeClock, no_cvd: None,
+) -> None:
+    not_ready = {0.0: real.NVML_SUCCESS, 1.0: 27, 2.0: real.NVML_SUCCESS}  # NVML_ERROR_NOT_READY
+    gpu = FakeDevice(GPU0, clock, instant_w=lambda t: 250.0, instant_return=not_ready.__getitem__)
+    fake = FakeNvml([gpu])
+    sampler = live_sampler(fake, clock)
+    window = run_window(sampler, clock, [0.0, 1.0, 2.0])
+    assert [s.power_source for s in sampler.samples] == [
+        POWER_SOURCE_INSTANT, POWER_SOURCE_AVERAGE, POWER_SOURCE_INSTANT]
+    assert [s.power_w for s in sampler.samples] == [250.0, 300.0, 250.0]
+    assert window.power_source == f"{POWER_SOURCE_INSTANT} then {POWER_SOURCE_AVERAGE}"
+    assert fake.calls["field"] == 3
+
+
+def test_the_energy_counter_stays_preferred_over_instantaneous_power(
+    clock: FakeClock, no_cvd: None,
+) -> None:
+    fake = FakeNvml([FakeDevice(GPU0, clock, instant_w=lambda t: 999.0)])
+    window = run_window(live_sampler(fake, clock), clock, [0.0, 1.0, 2.0])
+    assert window.energy_method == "counter" and window.energy_j == 600.0  # 300_000 mJ/s, 2 s
+    assert window.power_source == POWER_SOURCE_INSTANT and window.power_w_mean == 999.0
+
+
+def test_mig_reads_instantaneous_power_of_the_parent(two_gpus: tuple, clock: FakeClock,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, _, gpu1, *_ = two_gpus
+    gpu1.instant_w = lambda t: 420.0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_A)
+    window = run_window(live_sampler(fake, clock), clock, [0.0, 1.0])
+    assert window.power_source == POWER_SOURCE_INSTANT and window.power_w_mean == 420.0
+
+
+@pytest.mark.parametrize(("value_type", "member", "number"), [
+    (real.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 123_456),
+    (real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**40),
+    (real.NVML_VALUE_TYPE_DOUBLE, "dVal", 12.5),
+])
+def test_field_values_are_read_by_their_value_type(value_type: int, member: str,
+                                                   number: float) -> None:
+    class Binding:
+        def nvmlDeviceGetFieldValues(self, handle: object, field_ids: list[int]) -> ctypes.Array:
+            out = (real.c_nvmlFieldValue_t * 1)()
+            out[0].fieldId, out[0].valueType = field_ids[0], value_type
+            setattr(out[0].value, member, number)
+            return out
+
+    reading = nvml_field_value(Binding(), object(), real.NVML_FI_DEV_POWER_INSTANT)
+    assert reading.value == number and reading.reason is None
+
+
 # ------------------------------------------------------------------ record and replay
 def test_replay_gives_the_live_window(tmp_path, clock: FakeClock, two_gpus: tuple,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -544,7 +676,7 @@ def test_every_nvml_function_called_exists_in_the_real_binding() -> None:
     arity = {  # arguments the code passes after the function name
         "nvmlDeviceGetClockInfo": 2, "nvmlDeviceGetTemperature": 2, "nvmlDeviceGetTemperatureV": 2,
         "nvmlDeviceGetMigDeviceHandleByIndex": 2, "nvmlInit": 0, "nvmlShutdown": 0,
-        "nvmlDeviceGetCount": 0, "nvmlSystemGetDriverVersion": 0,
+        "nvmlDeviceGetCount": 0, "nvmlSystemGetDriverVersion": 0, "nvmlDeviceGetFieldValues": 2,
     }
     assert len(called) > 20
     for name in sorted(called):
