@@ -38,11 +38,18 @@ from batchscope.profiler.measurement import (
     NVML_WINDOW_MIN_S,
     device_sampler,
     device_sync,
+    nvml_samples,
     record_timing,
     step_monitors,
 )
 from batchscope.profiler.memory import PeakMemory, available_bytes
-from batchscope.profiler.timing import BLOCK_MIN_S, block_steps_for, latency_stats
+from batchscope.profiler.timing import (
+    BLOCK_MIN_S,
+    STOPPED_BY_SAMPLES,
+    STOPPED_BY_WINDOW,
+    block_steps_for,
+    latency_stats,
+)
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import BatchResult, Status
 from batchscope.records import Report
@@ -53,6 +60,11 @@ TIMED_STEPS = 8  # timed samples: single steps, or blocks of fast steps
 PROFILED_STEPS = 3  # plus one dropped: the first step under a fresh profiler runs slow
 ESTIMATE_FACTORS = (2, 4, 8)  # larger batch sizes to estimate, as multiples of the measured
 WARMUP, TIMED, PROFILED, COUNTED = "warmup", "timed", "profiled", "counted"
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device the model's parameters are on (the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 class watch:  # noqa: N801 - used as a context manager, named like one
@@ -66,8 +78,9 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         out_dir: where to write report.json (and the other formats); None writes nothing.
         warmup_steps, timed_steps, profiled_steps: how many loop steps each phase takes
             (``timed_steps`` counts samples: a step under a millisecond is timed in blocks
-            of steps lasting about one, and on a GPU the timed steps last at least a second
-            so that NVML sees them).
+            of steps lasting about one, and on a GPU, while NVML samples, the timed steps
+            last at least a second so that it sees them; ``latency_s.stopped_by`` then says
+            "nvml_window").
     """
 
     def __init__(self, model: torch.nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
@@ -87,7 +100,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._step_stack = ExitStack()  # what wraps the current step (profiler tag, counting)
         self._inputs: list[torch.Tensor] = []
         self._last = 0.0
-        self._device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        self._device = model_device(model)
         self._sync = device_sync(self._device)
         # Timing, as the sweep's timing pass: blocks of fast steps, NVML, page faults.
         self._warmup_s: list[float] = []
@@ -95,9 +108,13 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._block = 1
         self._in_block = 0
         self._timed_begin = 0.0
+        self._timed_s = 0.0  # how long the timed steps ran
+        self._stopped_by = ""  # what ended them (timing.STOPPED_BY)
         self._memory = PeakMemory(self._device)
         self._sampler = device_sampler(self._device)
         self._monitors = step_monitors(self._device, self._sampler)
+        self._window_min_s = (NVML_WINDOW_MIN_S if nvml_samples(self._device, self._sampler)
+                              else 0.0)
         self._observed: tuple[Any, ...] | None = None  # (memory, NVML window, page faults)
         self._timing = False
         # Profiling and counting.
@@ -112,6 +129,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         hook = self.model.register_forward_pre_hook(self._see_inputs)
         self._stack.callback(hook.remove)
         self._stack.callback(self._sampler.close)
+        self._sync()  # work queued before the first watched step is not part of it
         self._begin_phase(self._current)
         self._begin_step(self._current)
         self._last = time.perf_counter()
@@ -145,9 +163,13 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         now = time.perf_counter()
         self._end_step(phase, now)
         self._left -= 1
-        if phase == TIMED and self._left <= 0 and self._device.type == "cuda" \
-                and now - self._timed_begin < NVML_WINDOW_MIN_S:
-            self._left = 1  # NVML needs a steady window of at least a second
+        if phase == TIMED:
+            self._timed_s = now - self._timed_begin
+            if self._left <= 0 and not self._stopped_by:
+                self._stopped_by = STOPPED_BY_SAMPLES
+            if self._left <= 0 and self._timed_s < self._window_min_s:
+                self._left = 1  # NVML needs a steady window of at least a second
+                self._stopped_by = STOPPED_BY_WINDOW
         if self._left <= 0:
             self._end_phase(phase)
             self._phase += 1
@@ -213,7 +235,9 @@ class watch:  # noqa: N801 - used as a context manager, named like one
     def _result(self) -> BatchResult:
         result = BatchResult(self.batch_size or 1, Status.OK)
         if self._samples and self._observed is not None:
-            record_timing(result, latency_stats(self._samples, self._block), *self._observed)
+            stats = latency_stats(self._samples, self._block, measured_s=self._timed_s,
+                                  stopped_by=self._stopped_by)
+            record_timing(result, stats, *self._observed)
         result.available_memory_bytes = available_bytes(self._device)
         if self._no_breakdown:
             result.flags.append(self._no_breakdown)
@@ -228,7 +252,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._stack.close()  # hooks off, sampler closed: the loop runs untouched from here
         from batchscope.hardware import load_or_measure
 
-        ceilings = load_or_measure(self._device.type)
+        ceilings = load_or_measure(self._device)
         result = self._result()
         info = {"target": f"watch({type(self.model).__name__})", "unit": self.unit,
                 "mode": "train" if self.model.training else "inference",

@@ -123,7 +123,9 @@ def test_the_worker_keeps_its_own_timing():
 
     given = TimingConfig.fixed(0.05)
     on_gpu = timing_for(torch.device("cuda"), given)
-    assert on_gpu.measure_min_s == on_gpu.measure_max_s == NVML_WINDOW_MIN_S
+    # the NVML window is added apart; the fixed time the caller asked for stays as it was
+    assert on_gpu.window_min_s == NVML_WINDOW_MIN_S
+    assert on_gpu.measure_min_s == on_gpu.measure_max_s == 0.05
     assert given == TimingConfig.fixed(0.05)  # the caller's config is left alone
     assert timing_for(torch.device("cpu"), given) == given
 
@@ -132,6 +134,7 @@ def test_the_worker_keeps_its_own_timing():
 def test_a_cuda_worker_leaves_its_config_alone():
     import torch
 
+    from batchscope.hardware.nvml_sampler import NullSampler
     from batchscope.profiler.measurement import NVML_WINDOW_MIN_S
     from batchscope.profiler.worker import Worker
 
@@ -142,7 +145,9 @@ def test_a_cuda_worker_leaves_its_config_alone():
     worker = Worker(config, send=lambda message: None)
     worker.sampler.close()
     assert config.timing == TimingConfig.fixed(0.05)
-    assert worker.timing.measure_min_s == NVML_WINDOW_MIN_S
+    nvml_on = not isinstance(worker.sampler, NullSampler)
+    assert worker.timing.window_min_s == (NVML_WINDOW_MIN_S if nvml_on else 0.0)
+    assert worker.timing.measure_min_s == 0.05
 
 
 def test_model_that_does_not_fit_at_batch_one_exits_5(monkeypatch, tmp_path):

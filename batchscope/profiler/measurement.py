@@ -18,8 +18,9 @@ from batchscope.profiler.memory import MemoryReading, PageFaults
 from batchscope.profiler.timing import Monitors, TimingConfig
 from batchscope.records import BatchResult, LatencyStats
 
-# Power readings average over ~1 s on recent GPUs and the energy counter ticks slowly: the
-# timed steps of a batch size on a GPU last at least this long.
+# Power readings average over ~1 s on recent GPUs and the energy counter ticks slowly: while
+# NVML samples, the timed steps of a batch size last at least this long (TimingConfig's
+# window_min_s: past the step cap and the time ceiling, on top of the stop rule).
 NVML_WINDOW_MIN_S = 1.0
 
 
@@ -43,16 +44,29 @@ def device_sampler(device: torch.device) -> NvmlSampler | NullSampler:
     return make_sampler(device.type, *cuda_identity(device))
 
 
-def timing_for(device: torch.device, timing: TimingConfig) -> TimingConfig:
-    """The timing a worker on ``device`` uses: on CUDA, at least the NVML window.
+def nvml_samples(device: torch.device, sampler: NvmlSampler | NullSampler | None) -> bool:
+    """Whether NVML samples the timed steps: on CUDA, unless ``sampler`` is a null one
+    (no NVML here); None stands for the sampler :func:`device_sampler` would make."""
+    return device.type == "cuda" and not isinstance(sampler, NullSampler)
 
-    Returns a new config (``timing`` itself on other devices); ``timing`` is left as it was.
+
+def timing_for(device: torch.device, timing: TimingConfig,
+               sampler: NvmlSampler | NullSampler | None = None) -> TimingConfig:
+    """The timing a worker on ``device`` uses: while NVML samples, the timed steps span at
+    least :data:`NVML_WINDOW_MIN_S` (``window_min_s``); the stop rule is the caller's own,
+    adaptive or a fixed ``--min-time``, and still decides when that window is shorter.
+
+    Returns a new config (``timing`` itself where NVML does not sample); ``timing`` is left
+    as it was.
+
+    Example:
+        >>> on_gpu = timing_for(torch.device("cuda"), TimingConfig.fixed(3.0))
+        >>> on_gpu.window_min_s, on_gpu.measure_min_s, on_gpu.measure_max_s
+        (1.0, 3.0, 3.0)
     """
-    if device.type != "cuda":
+    if not nvml_samples(device, sampler):
         return timing
-    return dataclasses.replace(
-        timing, measure_min_s=max(timing.measure_min_s, NVML_WINDOW_MIN_S),
-        measure_max_s=max(timing.measure_max_s, NVML_WINDOW_MIN_S))
+    return dataclasses.replace(timing, window_min_s=max(timing.window_min_s, NVML_WINDOW_MIN_S))
 
 
 def step_monitors(device: torch.device, sampler: NvmlSampler | NullSampler) -> Monitors:

@@ -1,6 +1,8 @@
 """Peak memory of a batch size: the best honest measure each device offers.
 
-On CUDA: ``torch.cuda.max_memory_allocated`` after a reset, i.e. tensor memory only.
+On CUDA: ``torch.cuda.max_memory_allocated`` after a reset: every live tensor at the peak,
+the model's weights and state as well as the batch's activations, but not what the caching
+allocator reserves beyond them nor the CUDA context (~300-500 MB), which no tensor holds.
 On the CPU there is no allocator counter, so we read the worker's peak resident set size
 (``VmHWM``), reset before each batch size through ``/proc/self/clear_refs`` where Linux
 allows it. That peak includes the interpreter, torch's libraries and the model: it is what
@@ -18,6 +20,9 @@ import torch
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+# The ``peak_memory_method`` of a CUDA run (reports/view.py words each method for a reader).
+CUDA_METHOD = ("torch.cuda.max_memory_allocated (peak tensor memory: weights, state and "
+               "activations; excludes the allocator's cached reserve and the CUDA context)")
 
 
 @dataclass
@@ -85,7 +90,7 @@ class PeakMemory:
             return MemoryReading(
                 peak_bytes=torch.cuda.max_memory_allocated(self.device),
                 baseline_bytes=self._baseline,
-                method="torch.cuda.max_memory_allocated (tensor memory of this batch size)",
+                method=CUDA_METHOD,
             )
         peak = _status_kib("VmHWM")
         if peak is not None and self._reset_ok:

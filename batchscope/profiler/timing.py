@@ -44,6 +44,18 @@ MEDIAN_CI_REL = 0.03
 MEASURE_MAX_S = 1.0
 # Fast steps (an MLP at batch 1 takes ~50 µs) would otherwise collect ~20k samples.
 MEASURE_MAX_STEPS = 5000
+# What ended the timed steps (LatencyStats.stopped_by): the median known to ±median_ci_rel;
+# the time ceiling (adaptive) or the fixed time (--min-time); the step cap; watch's count of
+# samples; or the window a monitor needs (NVML: measurement.NVML_WINDOW_MIN_S), when one of
+# the others came first.
+STOPPED_BY_MEDIAN_CI = "median_ci"
+STOPPED_BY_MAX_TIME = "max_time"
+STOPPED_BY_MIN_TIME = "min_time"
+STOPPED_BY_MAX_STEPS = "max_steps"
+STOPPED_BY_SAMPLES = "samples"
+STOPPED_BY_WINDOW = "nvml_window"
+STOPPED_BY = (STOPPED_BY_MEDIAN_CI, STOPPED_BY_MAX_TIME, STOPPED_BY_MIN_TIME,
+              STOPPED_BY_MAX_STEPS, STOPPED_BY_SAMPLES, STOPPED_BY_WINDOW)
 # z of a two-sided 95% interval; the median's interval spans ranks n/2 ± z·sqrt(n)/2.
 _Z95 = 1.96
 # Re-check the stop rule after the sample count grows by this factor (sorting is O(n log n)).
@@ -57,6 +69,10 @@ class TimingConfig:
     The default is adaptive: between ``measure_min_s`` and ``measure_max_s`` of timed steps,
     stopping once the median's 95% confidence interval is within ``median_ci_rel`` of it.
     :meth:`fixed` measures for a fixed time instead (``--min-time``).
+
+    ``window_min_s`` is a separate requirement, not part of that rule: the timed steps span
+    at least this long whatever stopped them, past ``measure_max_s`` and
+    ``measure_max_steps`` if need be (the NVML power window on a GPU; 0 elsewhere).
     """
 
     warmup_min_steps: int = WARMUP_MIN_STEPS
@@ -67,11 +83,18 @@ class TimingConfig:
     median_ci_rel: float = MEDIAN_CI_REL
     measure_max_steps: int = MEASURE_MAX_STEPS
     block_min_s: float = BLOCK_MIN_S
+    window_min_s: float = 0.0
 
     @classmethod
     def fixed(cls, seconds: float) -> TimingConfig:
-        """Measure for ``seconds`` (and at least MEASURE_MIN_STEPS steps), not adaptively."""
+        """Measure for ``seconds`` (and at least MEASURE_MIN_STEPS samples), not adaptively:
+        the step cap, a guard of the adaptive rule, does not cut a time the user asked for."""
         return cls(measure_min_s=seconds, measure_max_s=seconds)
+
+    @property
+    def is_fixed(self) -> bool:
+        """True for a fixed measuring time (:meth:`fixed`, ``--min-time``)."""
+        return self.measure_min_s >= self.measure_max_s
 
 
 def median_ci_rel(sorted_values: list[float]) -> float:
@@ -104,9 +127,11 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def latency_stats(samples_s: list[float], block_steps: int = 1) -> LatencyStats:
+def latency_stats(samples_s: list[float], block_steps: int = 1, measured_s: float | None = None,
+                  stopped_by: str = "") -> LatencyStats:
     """Median, quartiles, min and max of per-step latencies, each sample the mean step of a
-    block of ``block_steps`` steps; ``n`` counts the steps."""
+    block of ``block_steps`` steps; ``n`` counts the steps. ``measured_s`` (the time the
+    timed steps spanned) and ``stopped_by`` (one of :data:`STOPPED_BY`) are passed through."""
     values = sorted(samples_s)
     return LatencyStats(
         median=statistics.median(values),
@@ -116,6 +141,8 @@ def latency_stats(samples_s: list[float], block_steps: int = 1) -> LatencyStats:
         min=values[0],
         max=values[-1],
         block_steps=block_steps,
+        measured_s=measured_s,
+        stopped_by=stopped_by,
     )
 
 
@@ -170,7 +197,11 @@ def time_steps(
     at least ``measure_min_steps`` samples and ``measure_min_s`` seconds are in and the
     median's 95% confidence interval is within ``median_ci_rel`` of it, or after
     ``measure_max_s`` seconds, or at ``measure_max_steps`` steps (but never fewer than
-    ``measure_min_steps`` samples).
+    ``measure_min_steps`` samples; a fixed time has no step cap). Whatever stops it, the
+    timed steps span at least ``window_min_s`` (the NVML window), past the time ceiling and
+    the step cap if need be. The statistics record how long the steps ran (``measured_s``)
+    and what stopped them (``stopped_by``: :data:`STOPPED_BY_WINDOW` when the rule was met
+    before the window was).
 
     The device is synchronised before the clock stops. Garbage collection is paused while
     measuring, as :mod:`timeit` (and so ``torch.utils.benchmark.Timer``) does, so a
@@ -201,6 +232,8 @@ def time_steps(
     observed = None
     if monitor is not None:
         monitor.start()
+    rule = ""  # the stop rule met (a STOPPED_BY value), "" while it is not
+    stopped_by, elapsed_s = "", 0.0
     try:
         begin = clock()
         next_check = config.measure_min_steps
@@ -213,16 +246,34 @@ def time_steps(
             samples.append((t1 - t0) / block)
             if len(samples) < config.measure_min_steps:
                 continue
-            elapsed = t1 - begin
-            if elapsed >= config.measure_max_s or len(samples) * block >= config.measure_max_steps:
+            elapsed_s = t1 - begin
+            met_now = not rule
+            if not rule:
+                rule = _stop_rule(config, samples, block, elapsed_s, next_check)
+                if not rule and elapsed_s >= config.measure_min_s and len(samples) >= next_check:
+                    next_check = math.ceil(len(samples) * _CHECK_GROWTH)
+            if rule and elapsed_s >= config.window_min_s:
+                stopped_by = rule if met_now else STOPPED_BY_WINDOW
                 break
-            if elapsed >= config.measure_min_s and len(samples) >= next_check:
-                if median_ci_rel(sorted(samples)) <= config.median_ci_rel:
-                    break
-                next_check = math.ceil(len(samples) * _CHECK_GROWTH)
     finally:
         if monitor is not None:
             observed = monitor.stop()
         if gc_was_enabled:
             gc.enable()
-    return latency_stats(samples, block), samples, observed
+    stats = latency_stats(samples, block, measured_s=elapsed_s, stopped_by=stopped_by)
+    return stats, samples, observed
+
+
+def _stop_rule(config: TimingConfig, samples: list[float], block: int, elapsed_s: float,
+               next_check: int) -> str:
+    """The stop rule of ``config`` that ``samples`` (at least ``measure_min_steps`` of them,
+    ``elapsed_s`` seconds in) meet, as a :data:`STOPPED_BY` value; "" for none yet. The
+    median's interval is only sorted out once ``next_check`` samples are in."""
+    if elapsed_s >= config.measure_max_s:
+        return STOPPED_BY_MIN_TIME if config.is_fixed else STOPPED_BY_MAX_TIME
+    if not config.is_fixed and len(samples) * block >= config.measure_max_steps:
+        return STOPPED_BY_MAX_STEPS
+    if elapsed_s >= config.measure_min_s and len(samples) >= next_check \
+            and median_ci_rel(sorted(samples)) <= config.median_ci_rel:
+        return STOPPED_BY_MEDIAN_CI
+    return ""
