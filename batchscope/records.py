@@ -36,6 +36,10 @@ class Bound(str, Enum):
     COMPUTE = "compute"
     OVERHEAD = "overhead"
     UNCOUNTED = "uncounted"
+    # Device work that is neither: NCCL collectives, and copies between host and device.
+    # Only a GPU trace tells them apart (an op whose kernels are all of that kind).
+    COMMUNICATION = "communication"
+    TRANSFER = "transfer"
 
 
 class ByteKind(str, Enum):
@@ -44,6 +48,7 @@ class ByteKind(str, Enum):
     WEIGHTS = "weights"
     STATE = "state"
     ACTIVATIONS = "activations"
+    UNSPLIT = "unsplit"
 
 
 @dataclass
@@ -53,16 +58,20 @@ class ByteSplit:
     weights: int = 0
     state: int = 0
     activations: int = 0
+    # Bytes whose origin is not known: a recorded trace gives shapes, not which tensors are
+    # weights, so its bytes are counted whole and left unsplit.
+    unsplit: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.state + self.activations
+        return self.weights + self.state + self.activations + self.unsplit
 
     def __add__(self, other: ByteSplit) -> ByteSplit:
         return ByteSplit(
             self.weights + other.weights,
             self.state + other.state,
             self.activations + other.activations,
+            self.unsplit + other.unsplit,
         )
 
     def scaled(self, factor: float) -> ByteSplit:
@@ -70,6 +79,7 @@ class ByteSplit:
             round(self.weights * factor),
             round(self.state * factor),
             round(self.activations * factor),
+            round(self.unsplit * factor),
         )
 
 
@@ -118,6 +128,13 @@ class OpStat:
     efficiency: float | None = None  # roofline time / measured time
     roof_time_s: float | None = None
     flags: list[str] = field(default_factory=list)
+    # The roof's dtype when it is not ``dtype``: "tfloat32" for an fp32 matmul or
+    # convolution that ran on TF32 tensor cores (allowed by torch, or seen in a trace's
+    # kernel names).
+    roof_dtype: str | None = None
+    # On a GPU: the kernels this op launched, the longest first ({name, calls, time_s} per
+    # step), from a recorded trace.
+    kernels: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -135,17 +152,30 @@ class LatencyStats:
     min: float = 0.0
     max: float = 0.0
     block_steps: int = 1
+    # Wall time the timed steps spanned, and what ended them (timing.STOPPED_BY): "nvml_window"
+    # when the stop rule was met earlier and the steps ran on to cover the NVML power window.
+    measured_s: float | None = None
+    stopped_by: str = ""
 
 
 @dataclass
 class TimeShare:
-    """Shares of the profiled step time, summing to 1 with ``framework``."""
+    """Shares of the profiled step time, summing to 1.
+
+    On the CPU the time between ops is ``framework`` (Python, module calls, dispatch). On a
+    GPU, where op times are kernel times, the time the device runs nothing is ``idle``
+    (waiting on the host: launches, Python, synchronisation): a launch-bound step has a
+    large idle share, and ``framework`` is 0.
+    """
 
     memory: float = 0.0
     compute: float = 0.0
     overhead: float = 0.0
     uncounted: float = 0.0
-    framework: float = 0.0  # time between ops: Python, module calls, dispatch
+    framework: float = 0.0  # CPU: time between ops: Python, module calls, dispatch
+    communication: float = 0.0  # GPU: NCCL time not hidden behind other kernels
+    transfer: float = 0.0  # GPU: copies between host and device
+    idle: float = 0.0  # GPU: the device waiting on the host
 
 
 @dataclass
@@ -180,11 +210,20 @@ class BatchResult:
     page_faults_per_step: float | None = None
     trace_path: str = ""
     wall_s: float = 0.0  # wall time the tool spent on this batch size
+    # What op times are: "cpu" (profiled CPU time; gaps are framework time) or "device"
+    # (kernel time on a GPU; ``profiled_step_s`` is then the device's step and the time it
+    # ran nothing is ``device_idle_s``).
+    time_basis: str = "cpu"
+    device_idle_s: float | None = None
+    communication_overlapped_s: float | None = None  # NCCL time hidden behind other kernels
 
     @property
     def framework_s(self) -> float | None:
-        """Profiled step time outside aten ops: Python, module calls, dispatch, the loader."""
-        if self.profiled_step_s is None:
+        """Profiled step time outside aten ops: Python, module calls, dispatch, the loader.
+
+        None on a GPU (``time_basis == "device"``), where that time is the device's idle
+        time instead (``device_idle_s``)."""
+        if self.profiled_step_s is None or self.time_basis == "device":
             return None
         return max(self.profiled_step_s - (self.op_time_s or 0.0), 0.0)
 
@@ -205,7 +244,8 @@ def to_jsonable(obj: Any) -> Any:
 def byte_split_from_dict(d: dict[str, Any] | None) -> ByteSplit | None:
     if d is None:
         return None
-    return ByteSplit(int(d["weights"]), int(d["state"]), int(d["activations"]))
+    return ByteSplit(int(d["weights"]), int(d["state"]), int(d["activations"]),
+                     int(d.get("unsplit", 0)))
 
 
 def op_stat_from_dict(d: dict[str, Any]) -> OpStat:

@@ -144,7 +144,7 @@ def predict_critical_batch(results: list[BatchResult], ceilings: Ceilings) -> Kn
     shared = per_row = 0.0
     for points in by_op.values():
         op = points[0][1]
-        roof = Roof.of(ceilings, op.dtype)
+        roof = Roof.of_op(ceilings, op)
         flops, weights, state, acts = _fit_split([(b, o.flops or 0, o.bytes) for b, o in points])
         fixed_bytes = max(weights.intercept + state.intercept + acts.intercept, 0.0)
         row_bytes = max(weights.slope + state.slope + acts.slope, 0.0)

@@ -33,7 +33,7 @@ class Estimate:
 def _roof(op: OpStat, scale: float, ceilings: Ceilings) -> float:
     """The op's floored roof time with its batch-dependent work scaled by ``scale``."""
     moved = op.bytes.weights + (op.bytes.state + op.bytes.activations) * scale
-    return Roof.of(ceilings, op.dtype).floored_s((op.flops or 0) * scale, moved, op.calls)
+    return Roof.of_op(ceilings, op).floored_s((op.flops or 0) * scale, moved, op.calls)
 
 
 def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int) -> Estimate | None:

@@ -16,8 +16,9 @@ from batchscope.records import BatchResult, Bound, OpStat, TimeShare
 # An op may measure a little faster than its roof from timer resolution and the ±10% noise
 # of the ceilings themselves; beyond this it is an accounting error, flagged.
 ROOF_TOLERANCE = 1.15
-# Working sets under this may be served from the CPU's last-level cache (32 MB on the trial
-# machines), which beats the DRAM roof: said in the flag, as the likely cause.
+# Working sets under the device's last-level cache (``Ceilings.cache_bytes``: a GPU's L2, the
+# CPU's L3) may be served from it, which beats the DRAM roof: said in the flag, as the likely
+# cause. This is the fallback where the ceilings do not know it (32 MB L3 on the trial CPUs).
 CACHE_BYTES_HINT = 32 * 2**20
 
 
@@ -40,6 +41,12 @@ class Roof:
         return cls(ceilings.peak_for(dtype or FP32), ceilings.bandwidth_bytes_per_s,
                    ceilings.overhead_s)
 
+    @classmethod
+    def of_op(cls, ceilings: Ceilings, op: OpStat) -> Roof:
+        """The roof of one op: its ``roof_dtype`` (TF32 tensor cores for an fp32 matmul or
+        convolution that ran on them) when set, else its dtype."""
+        return cls.of(ceilings, op.roof_dtype or op.dtype)
+
     @property
     def ridge_flops_per_byte(self) -> float:
         return self.peak_flops_per_s / self.bandwidth_bytes_per_s
@@ -54,12 +61,14 @@ class Roof:
 def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
     """Intensity, roofline time, bound and efficiency of one op group (a new record)."""
     out = dataclasses.replace(op, flags=list(op.flags))
+    if op.bound in (Bound.COMMUNICATION, Bound.TRANSFER):
+        return out  # set from its kernels (a GPU trace): no roofline applies
     if op.flops is None:
         out.bound = Bound.UNCOUNTED
         return out
     calls = max(op.calls, 1)
     total_bytes = op.bytes.total
-    roof = Roof.of(ceilings, op.dtype)
+    roof = Roof.of_op(ceilings, op)
     roof_s = roof.time_s(op.flops, total_bytes)
     out.roof_time_s = roof_s
     out.intensity = op.flops / total_bytes if total_bytes else None
@@ -76,14 +85,20 @@ def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
                 f"accounting error: measured {op.time_s * 1e6:.1f} µs is faster than its "
                 f"roof of {roof_s * 1e6:.1f} µs"
             )
-            if total_bytes / calls < CACHE_BYTES_HINT and out.bound == Bound.MEMORY:
+            if total_bytes / calls < (ceilings.cache_bytes or CACHE_BYTES_HINT) and out.bound == Bound.MEMORY:
                 note += " (its bytes fit in cache, which beats the DRAM bandwidth roof)"
             out.flags.append(note)
     return out
 
 
 def time_share(result: BatchResult) -> TimeShare | None:
-    """Shares of the profiled step time by bound; framework time is the gaps between ops."""
+    """Shares of the profiled step time by bound.
+
+    On the CPU the gaps between ops are framework time. On a GPU (``time_basis ==
+    "device"``) op times are kernel times, the step is the device's, and the time it ran
+    nothing is idle (launch-bound when large); communication counts only where it was not
+    hidden behind other kernels, so the shares still sum to 1.
+    """
     step = result.profiled_step_s
     if not step or not result.ops:
         return None
@@ -91,13 +106,16 @@ def time_share(result: BatchResult) -> TimeShare | None:
     for op in result.ops:
         by_bound[op.bound] += op.time_s
     unmatched = sum(result.unmatched_ops_s.values())
-    framework = result.framework_s or 0.0
+    exposed = max(by_bound[Bound.COMMUNICATION] - (result.communication_overlapped_s or 0.0), 0.0)
     return TimeShare(
         memory=by_bound[Bound.MEMORY] / step,
         compute=by_bound[Bound.COMPUTE] / step,
         overhead=by_bound[Bound.OVERHEAD] / step,
         uncounted=(by_bound[Bound.UNCOUNTED] + unmatched) / step,
-        framework=framework / step,
+        framework=(result.framework_s or 0.0) / step,
+        communication=exposed / step,
+        transfer=by_bound[Bound.TRANSFER] / step,
+        idle=(result.device_idle_s or 0.0) / step,
     )
 
 
@@ -105,7 +123,7 @@ def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
     """A copy of ``result`` with every op classified and the time shares filled."""
     out = dataclasses.replace(result, ops=[classify_op(op, ceilings) for op in result.ops])
     out.time_share = time_share(out)
-    predicted = [Roof.of(ceilings, op.dtype).floored_s(op.flops, op.bytes.total, op.calls)
+    predicted = [Roof.of_op(ceilings, op).floored_s(op.flops, op.bytes.total, op.calls)
                  for op in out.ops if op.flops is not None]
     out.predicted_step_s = sum(predicted) if predicted else None
     return out

@@ -86,6 +86,8 @@ def parse_events(events: Iterable[Any], use_device_time: bool = False) -> list[S
 
     Works on the events of a live profiler (``prof.function_events``): on a GPU, where an
     op's time is the device time of the kernels torch links to it (``use_device_time``).
+    An op belongs to a step by time, on any thread: on a GPU autograd runs the backward
+    pass on a thread of its own, not the thread of the step.
     """
     events = list(events)
     steps = sorted((e for e in events if e.name == STEP_TAG), key=lambda e: e.time_range.start)
@@ -96,7 +98,6 @@ def parse_events(events: Iterable[Any], use_device_time: bool = False) -> list[S
             e
             for e in events
             if e.name.startswith("aten::")
-            and e.thread == step.thread
             and begin <= e.time_range.start
             and e.time_range.end <= end
         ]

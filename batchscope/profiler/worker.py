@@ -33,6 +33,7 @@ from batchscope.contract import (
 from batchscope.errors import ModelFileError
 from batchscope.profiler import counting
 from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
+from batchscope.profiler.device_time import apply_device_time, tf32_modes
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
     device_sampler,
@@ -113,7 +114,7 @@ class Worker:
             self.model.eval()
         self.sync = device_sync(self.device)
         self.sampler = device_sampler(self.device)
-        self.timing = timing_for(self.device, config.timing)
+        self.timing = timing_for(self.device, config.timing, self.sampler)
 
     def _call_user(self, fn, what: str, *args: Any) -> Any:
         try:
@@ -238,6 +239,9 @@ class Worker:
         )
         result.trace_path = capture.trace_path
         fill_breakdown(result, counted, capture.steps)
+        if self.device.type == "cuda":
+            matmul, conv = tf32_modes()
+            apply_device_time(result, step_s, tf32_matmul=matmul, tf32_conv=conv)
 
 
 def worker_main(conn, config: WorkerConfig) -> None:
@@ -287,7 +291,7 @@ def worker_main(conn, config: WorkerConfig) -> None:
         if kind == "ceilings":
             from batchscope.hardware import load_or_measure
 
-            ceilings = load_or_measure(worker.device.type, recalibrate=bool(payload))
+            ceilings = load_or_measure(worker.device, recalibrate=bool(payload))
             send(("ceilings", ceilings.to_dict()))
         elif kind == "batch":
             try:

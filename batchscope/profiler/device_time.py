@@ -1,0 +1,52 @@
+"""What a breakdown's times mean on a GPU, where ops are timed by their kernels.
+
+On the CPU an op's profiled time is its CPU time and the gaps between ops are framework
+time (Python, dispatch). On a GPU an op's time is the time of the kernels it launched, so:
+
+- the step is the latency the timing pass measured with no profiler attached (the profiled
+  CPU span is inflated by the profiler's own cost, which is not the model's);
+- the time in that step with no kernel running is the device *idle*, waiting on the host
+  (launches, Python, synchronisation): overhead of the launch-bound kind, never "framework";
+- an fp32 matmul or convolution runs on TF32 tensor cores when torch allows it, and then its
+  roof is the TF32 peak, not the fp32 one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from batchscope.hardware.types import FP32, TF32
+from batchscope.records import BatchResult
+
+# aten ops (as the profiler names them, without "aten::") whose fp32 kernels use TF32 when
+# torch.backends.cuda.matmul allows it (cuBLAS) ...
+TF32_MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear",
+                             "_addmm_activation", "_scaled_mm"})
+# ... and when torch.backends.cudnn allows it (cuDNN convolutions; allowed by default).
+TF32_CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution",
+                           "cudnn_convolution_transpose", "convolution_backward",
+                           "conv1d", "conv2d", "conv3d", "conv_transpose2d"})
+
+
+def tf32_modes() -> tuple[bool, bool]:
+    """(matmul, convolution): whether torch lets fp32 kernels of each use TF32 right now."""
+    matmul = torch.get_float32_matmul_precision() != "highest" or bool(
+        getattr(torch.backends.cuda.matmul, "allow_tf32", False))
+    conv = bool(getattr(torch.backends.cudnn, "allow_tf32", True))
+    return matmul, conv
+
+
+def apply_device_time(result: BatchResult, latency_s: float | None, *, tf32_matmul: bool,
+                      tf32_conv: bool) -> None:
+    """Turn a GPU breakdown's times into device terms (see the module docstring)."""
+    busy_s = result.op_time_s or 0.0
+    step_s = max(latency_s or result.profiled_step_s or 0.0, busy_s)
+    result.time_basis = "device"
+    if step_s > 0:
+        result.profiled_step_s = step_s
+        result.device_idle_s = step_s - busy_s
+    for op in result.ops:
+        if op.dtype != FP32:
+            continue
+        if (tf32_matmul and op.name in TF32_MATMUL_OPS) or (tf32_conv and op.name in TF32_CONV_OPS):
+            op.roof_dtype = TF32
