@@ -26,13 +26,17 @@ from batchscope.api import (
     nothing_measured_message,
 )
 from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
-from batchscope.plan import DEFAULT_MAX_BATCH, parse_batch_sizes
+from batchscope.plan import (
+    DEFAULT_MAX_BATCH,
+    parse_batch_sizes,
+    parse_ordered_batch_sizes,
+)
 from batchscope.reports.console import ProgressCallbacks, print_ceilings, print_summary
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
-SUBCOMMANDS = ("hardware", "compare")
+SUBCOMMANDS = ("hardware", "compare", "trace")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
                "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -139,14 +143,14 @@ def tools() -> None:
 
 @tools_app.command("hardware")
 def hardware(
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
 ) -> None:
     """Print this machine's measured ceilings (measuring them on first use)."""
     from batchscope.hardware import load_or_measure
 
-    if device not in ("cpu", "cuda"):
-        raise fail(UsageError(f"unknown device {device!r}; use cpu or cuda."))
+    if not re.match(r"^(cpu|cuda(:\d+)?)$", device):
+        raise fail(UsageError(f"unknown device {device!r}; use cpu, cuda or cuda:N."))
     print_ceilings(out_console, load_or_measure(device, recalibrate=recalibrate))
 
 
@@ -186,6 +190,37 @@ def compare(
     else:
         print_comparison(out_console, result)
     raise typer.Exit(code=REGRESSION_EXIT_CODE if result.regression else 0)
+
+
+@tools_app.command("trace")
+def trace(
+    traces: Annotated[list[Path], typer.Argument(help="torch.profiler traces (.json or .json.gz), one per batch size, or one per rank of one step.")],
+    batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", help="The batch size of each trace, in order, e.g. 8,16,32.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")] = Path(DEFAULT_OUT_DIR),
+) -> None:
+    """Analyse recorded torch.profiler traces (from your own GPU runs): the same report.
+
+    Exit 0: analysed (a trace missing pieces gets a sentence saying what); 4: no trace
+    could be read, or --batch-sizes does not fit the traces.
+    """
+    from batchscope.api import check_writable
+    from batchscope.traces.diagnose import diagnose_traces
+
+    try:
+        sizes = parse_ordered_batch_sizes(batch_sizes) if batch_sizes is not None else None
+        check_writable(out)
+        report = diagnose_traces(traces, sizes, str(out))
+    except BatchscopeError as exc:
+        raise fail(exc) from None
+    for flag in report.flags:
+        if flag.startswith("not read: "):
+            err_console.print(f"warning: {flag}", markup=False)
+    for batch in report.batches:
+        for flag in batch.flags:
+            err_console.print(f"note: {Path(batch.trace_path).name}: {flag}", markup=False)
+    print_summary(out_console, report)
+    err_console.print(f"report written to {out}/", markup=False)
+    raise typer.Exit(code=0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -46,6 +46,14 @@ class Limits:
 
 def parse_batch_sizes(text: str) -> list[int]:
     """Parse ``"1,2,4"`` into sorted positive integers, or raise :class:`UsageError`."""
+    sizes = parse_ordered_batch_sizes(text)
+    if len(set(sizes)) != len(sizes):
+        raise UsageError(f"--batch-sizes {text!r} lists a batch size twice.")
+    return sorted(sizes)
+
+
+def parse_ordered_batch_sizes(text: str) -> list[int]:
+    """Parse ``"8,4,4"`` into positive integers in the order given (one per trace, say)."""
     parts = [p.strip() for p in text.split(",")]
     sizes: list[int] = []
     for part in parts:
@@ -60,9 +68,7 @@ def parse_batch_sizes(text: str) -> list[int]:
         if value <= 0:
             raise UsageError(f"--batch-sizes {text!r}: {value} is not a positive batch size.")
         sizes.append(value)
-    if len(set(sizes)) != len(sizes):
-        raise UsageError(f"--batch-sizes {text!r} lists a batch size twice.")
-    return sorted(sizes)
+    return sizes
 
 
 def default_batch_sizes(max_batch: int) -> list[int]:

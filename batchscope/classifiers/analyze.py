@@ -158,8 +158,7 @@ def analyze(
     layers = predict_compute_bound_batch(batches, ceilings, dtype) if ceilings else None
     knee, knee_inside = measured_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
-    flags += [f"batch {r.batch_size}: {op.name} ({op.module or 'top level'}): {flag}"
-              for r in batches for op in r.ops for flag in op.flags]
+    # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
     flags += ceiling_flags(ceilings, dtype)

@@ -17,6 +17,7 @@ composite kernel with itself active, so it records the ops they are made of (``t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -40,13 +41,14 @@ from batchscope.profiler.formulas import (
 )
 from batchscope.records import ByteSplit, CountedOp
 
-__all__ = ["count_step"]
+__all__ = ["count_call", "count_step"]
 
 log = logging.getLogger(__name__)
 
 _ViewKey = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 """(storage data pointer, offset, shape, strides): one view of one storage."""
 _NO_STORAGE = -1  # the "storage" of sparse, nested, ... tensors, keyed by id instead
+_META_STORAGE = -2  # meta tensors (a recorded op rebuilt from its shapes): each its own
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 # Device type -> dispatch key of its own kernels (an op may be composite on one backend only).
@@ -85,6 +87,7 @@ class _Signature:
     """Whether each return is a new tensor, not an alias of an argument."""
 
 
+@functools.cache
 def _signature(func: torch._ops.OpOverload) -> _Signature:
     schema = func._schema
     return _Signature(
@@ -204,6 +207,8 @@ def _reads_and_writes(
 
 def _view_key(t: torch.Tensor) -> _ViewKey:
     """What makes two tensors the same bytes: the same view of the same storage."""
+    if t.is_meta:  # no storage to share: every rebuilt argument is its own tensor
+        return (_META_STORAGE, id(t), tuple(t.shape), t.stride())
     try:
         return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
     except (RuntimeError, NotImplementedError):  # sparse, nested, ... tensors
@@ -398,6 +403,20 @@ class _CountingMode(TorchDispatchMode):
             else:
                 split.activations += n_bytes
         return split
+
+
+def count_call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any],
+               out: Any) -> CountedOp:
+    """Count one call from its arguments and result without running it: the same formulas
+    and byte rules as :func:`count_step`, for an op of a recorded trace rebuilt on meta
+    tensors. No storage is known, so its bytes are ``unsplit``.
+    """
+    inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+    plan = _Plan(False, formula_for(func), _signature(func))
+    counted = _CountingMode(set(), set(), None)._record(func, plan, args, kwargs, inputs, out)
+    split = counted.bytes
+    counted.bytes = ByteSplit(unsplit=split.total)
+    return counted
 
 
 def _storages(tensors: Iterable[Any]) -> set[int]:

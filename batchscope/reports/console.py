@@ -20,7 +20,9 @@ from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
 from batchscope.records import BatchResult, LatencyStats, Status
 from batchscope.records import Report
-from batchscope.reports import fmt
+from batchscope.reports import fmt, narrative
+from batchscope.reports import view as v
+from batchscope.reports.view import memory_method_label
 
 
 def _exit_now(signum: int, frame: object) -> None:
@@ -85,7 +87,9 @@ def print_summary(console: Console, report: Report) -> None:
     """The short table at the end: batch, latency, throughput, memory, status."""
     unit = report.model.get("unit") or "sample"
     rec = report.recommendation
-    table = Table(title="batchscope sweep", title_justify="left", padding=(0, 1))
+    doc = report.to_dict()
+    title = "batchscope trace" if v.from_trace(doc) else "batchscope sweep"
+    table = Table(title=title, title_justify="left", padding=(0, 1))
     for col in ("batch", "latency", "p25-p75", f"{unit}s/s", "peak mem", "status"):
         table.add_column(col, justify="left" if col == "status" else "right")
     for b in report.batches:
@@ -95,16 +99,22 @@ def print_summary(console: Console, report: Report) -> None:
             status += ": " + b.error.splitlines()[0][:48]
         mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
-            f"{b.batch_size}{mark}", median, spread,
+            f"{b.batch_size}{mark}" if v.batch_size_known(doc) else "?", median, spread,
             fmt.si(b.throughput_per_s), fmt.nbytes(b.peak_memory_bytes), escape(status),
         )
     console.print(table)
+    method = next((b.peak_memory_method for b in report.batches if b.peak_memory_method), "")
+    if method:
+        console.print(escape(f"peak mem = {memory_method_label(method)}"))
     if rec and rec.batch_size is not None:
         console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
         console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
         console.print()
         console.print(escape(rec.explanation))
         console.print()
+    headline = narrative.trace_headline(doc) if rec is None else None
+    if headline:
+        console.print(escape(headline))
     if report.stop_reason:
         console.print(escape(f"stopped: {report.stop_reason}"))
 

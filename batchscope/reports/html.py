@@ -113,19 +113,19 @@ def _cards(doc: Doc) -> list[dict[str, str]]:
 
 def _start_bar(doc: Doc) -> dict[str, Any] | None:
     """The time share at the smallest measured batch, as segments of a bar."""
-    measured = [b for b in v.measured(doc) if b.get("time_share")]
+    measured = [b for b in v.analysed(doc) if b.get("time_share")]
     if not measured:
         return None
     b0 = measured[0]
     segments = [{"key": key, "label": v.SHARE_LABELS[key], "color": v.BOUND_COLORS[key],
                  "share": b0["time_share"].get(key) or 0.0,
-                 "pct": fmt.pct(b0["time_share"].get(key) or 0.0)} for key in v.SHARES]
-    return {"batch_size": b0["batch_size"], "segments": segments}
+                 "pct": fmt.pct(b0["time_share"].get(key) or 0.0)} for key in v.share_keys(doc)]
+    return {"batch_size": b0["batch_size"], "label": v.batch_label(doc, b0), "segments": segments}
 
 
 def _op_rows(doc: Doc) -> list[dict[str, Any]]:
     rows = []
-    for batch in v.measured(doc):
+    for batch in v.analysed(doc):
         for op in v.ops_by_time(batch):
             split = op.get("bytes") or {}
             share = v.op_share(op, batch)
@@ -210,9 +210,10 @@ def context(doc: Doc) -> dict[str, Any]:
         "doc": doc, "model": model, "run": doc.get("run") or {}, "hw": v.hardware(doc),
         "target": v.target(doc), "unit": v.unit(doc), "rec": rec, "rec_batch": v.recommended(doc),
         "cards": _cards(doc), "start_bar": _start_bar(doc),
+        "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
         "sections": narrative.sections(doc), "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [{"key": k, "label": v.SHARE_LABELS[k], "color": v.BOUND_COLORS[k]}
-                   for k in v.SHARES],
+                   for k in v.share_keys(doc)],
         "byte_kinds": [{"key": k, "color": v.BYTE_COLORS[k]} for k in v.BYTE_KINDS],
         "unplaced": unplaced, "unplaced_share": fmt.pct(unplaced_share),
         "unplaced_batch": unplaced_batch,
@@ -220,6 +221,7 @@ def context(doc: Doc) -> dict[str, Any]:
         "timing_rows": _timing_rows(doc), "ceiling_rows": _ceiling_rows(doc),
         "flags": v.flags(doc), "accounting_errors": len(v.accounting_errors(doc)),
         "failed": v.failed(doc), "fmt": fmt, "parameters": model.get("parameters"),
+        "peak_memory_label": v.peak_memory_label(doc),
         "figures_json": json_for_script(figs), "report_json": json_for_script(doc),
         "css": _static("report.css"), "page_js": page_js, "plotly_js": plotly_js(),
         "csp": (f"default-src 'none'; script-src {csp_hash(page_js)} {csp_hash(plotly_js())}; "

@@ -24,6 +24,10 @@ MAX_FLAGS = 30
 # Rows of the batch table; a sweep longer than this keeps its first and last rows.
 MAX_BATCH_ROWS = 40
 ERROR_CELL_CHARS = 100
+# Column heads of the time shares, in v.SHARES order.
+SHARE_HEADS = {"memory": "memory", "compute": "compute", "overhead": "overhead",
+               "uncounted": "uncounted", "framework": "between ops",
+               "communication": "communication", "transfer": "copies", "idle": "GPU idle"}
 
 
 def md_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
@@ -37,7 +41,10 @@ def md_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
 def _headline(doc: Doc) -> str:
     rec, batch, unit = v.recommendation(doc), v.recommended(doc), v.unit(doc)
     lines = [f"### batchscope · {md_text(v.target(doc), 200)}", ""]
-    if batch is None:
+    headline = narrative.trace_headline(doc) if batch is None else None
+    if headline is not None:
+        lines.append(f"**Trace analysis.** {md_text(headline, 400)}")
+    elif batch is None:
         why = md_text(doc.get("stop_reason") or "no batch size finished", 300)
         lines.append(f"**No batch size could be measured** ({why}).")
     else:
@@ -64,11 +71,14 @@ def _facts(doc: Doc) -> str:
     rows = [["critical batch B*, predicted", predicted],
             ["knee of the throughput curve, measured", fmt.number(knee) + where],
             ["layers turn compute-bound from batch", crossing]]
+    if v.from_trace(doc):
+        rows = [r for r in rows if r[1] != fmt.MISSING]
     if hw:
         dtype = v.model_dtype(doc)
         peak = (hw.get("peak_flops_per_s") or {}).get(dtype)
-        rows.append(["machine", md_cell(f"{hw.get('name')} ({hw.get('device')}, "
-                                        f"{hw.get('threads', '?')} threads)")])
+        where = ("datasheet figures, not measured" if hw.get("source") == "datasheet"
+                 else f"{hw.get('device')}, {hw.get('threads', '?')} threads")
+        rows.append(["machine", md_cell(f"{hw.get('name')} ({where})")])
         rows.append(["ceilings", md_cell(f"{fmt.si(peak, 'FLOP/s')} {dtype}, "
                                          f"{fmt.si(hw.get('bandwidth_bytes_per_s'), 'B/s')}, "
                                          f"ridge {fmt.number(v.ridge(doc))} FLOP/byte, "
@@ -101,6 +111,8 @@ def _batch_rows(doc: Doc) -> str:
         share = b.get("time_share") or {}
         size = b.get("batch_size")
         mark = f"**{size}** ★" if size == rec.get("batch_size") else str(size)
+        if not v.batch_size_known(doc):
+            mark = "?"
         status = md_cell(b.get("status", "?"))
         if b.get("error"):
             status += ": " + md_cell(b["error"], ERROR_CELL_CHARS)
@@ -112,12 +124,16 @@ def _batch_rows(doc: Doc) -> str:
              else fmt.MISSING),
             fmt.si(b.get("throughput_per_s")), fmt.ratio(gain),
             fmt.nbytes(b.get("peak_memory_bytes")),
-            " / ".join(fmt.pct(share.get(k)) for k in v.SHARES) if share else fmt.MISSING,
+            " / ".join(fmt.pct(share.get(k)) for k in v.share_keys(doc)) if share else fmt.MISSING,
         ])
     header = ["batch", "status", "step (median)", "p25 – p75", md_cell(f"{unit}s/s"),
               f"× batch {first['batch_size'] if first else 1}", "peak memory",
-              "memory / compute / overhead / uncounted / between ops"]
-    return md_table(header, rows, "rlrrrrrr")
+              " / ".join(SHARE_HEADS[k] for k in v.share_keys(doc))]
+    table = md_table(header, rows, "rlrrrrrr")
+    if not any(b.get("peak_memory_method") for b in v.batches(doc)):
+        return table  # no peak memory measured (a recorded trace): nothing to label
+    memory = f"The peak memory column is the {md_text(v.peak_memory_label(doc), 400)}."
+    return table + "\n\n" + memory
 
 
 def _explanation(doc: Doc) -> str:
@@ -129,20 +145,48 @@ def _explanation(doc: Doc) -> str:
     return "\n\n".join(["#### The explanation", *body]) if body else ""
 
 
+def _where(op: Doc) -> str:
+    """The module an op ran under; in a trace, the longest kernel it launched."""
+    kernels = op.get("kernels") or []
+    if kernels and not op.get("module"):
+        return "kernel " + str(kernels[0].get("name", ""))
+    return op.get("module") or "(top level)"
+
+
 def _top_ops(doc: Doc) -> str:
     batch = v.recommended(doc)
+    if batch is None and v.analysed(doc):
+        batch = v.analysed(doc)[0]
     ops = v.ops_by_time(batch)[:TOP_OPS]
     if not batch or not ops:
         return ""
-    rows = [[md_cell(op.get("name", "")), md_cell(op.get("module") or "(top level)", 60),
+    rows = [[md_cell(op.get("name", "")), md_cell(_where(op), 60),
              md_cell(fmt.shapes(op.get("input_shapes")), 80), str(op.get("calls", 0)),
              fmt.seconds(op.get("time_s")), fmt.pct(v.op_share(op, batch), 1),
              fmt.number(op.get("intensity")), md_cell(op.get("bound", "")),
              fmt.pct(op.get("efficiency"))] for op in ops]
-    header = ["op", "module", "shapes", "calls", "time / step", "share", "FLOP/byte", "bound",
+    header = ["op", "kernel" if v.from_trace(doc) else "module", "shapes", "calls", "time / step", "share", "FLOP/byte", "bound",
               "of roof"]
-    return (f"#### Top ops at batch {batch['batch_size']}\n\n"
+    return (f"#### Top ops at {v.batch_label(doc, batch)}\n\n"
             + md_table(header, rows, "lllrrrrlr"))
+
+
+def _ranks(doc: Doc) -> str:
+    """Per rank of one step (several traces of different ranks), the slowest marked."""
+    blocks = []
+    for size, rows in ((doc.get("run") or {}).get("ranks") or {}).items():
+        if not isinstance(rows, list) or not rows:
+            continue
+        slowest = max(rows, key=lambda r: r.get("step_s") or 0.0)
+        table = [[f"**{r.get('rank')}** (slowest)" if r is slowest else str(r.get("rank")),
+                  md_cell(str(r.get("trace", "")), 60), fmt.seconds(r.get("step_s")),
+                  fmt.seconds(r.get("device_busy_s")), fmt.pct(r.get("communication_share")),
+                  fmt.pct(r.get("idle_share"))] for r in rows]
+        head = (f"#### Ranks at batch {md_text(size)}" if v.batch_size_known(doc)
+                else "#### Ranks")
+        blocks.append(head + "\n\n" + md_table(
+            ["rank", "trace", "step", "GPU busy", "communication", "GPU idle"], table, "llrrrr"))
+    return "\n\n".join(blocks)
 
 
 def _flags(doc: Doc) -> str:
@@ -169,7 +213,8 @@ def _footer(doc: Doc) -> str:
 
 def render_summary(doc: Doc, max_chars: int = MAX_CHARS) -> str:
     """summary.md for one report dict, at most ``max_chars`` characters."""
-    required = [_headline(doc), _facts(doc), _batch_rows(doc) if v.batches(doc) else ""]
+    required = [_headline(doc), _facts(doc), _batch_rows(doc) if v.batches(doc) else "",
+                _ranks(doc)]
     optional = [("chart", _chart(doc)), ("explanation", _explanation(doc)),
                 ("ops", _top_ops(doc)), ("flags", _flags(doc))]
     footer = _footer(doc)

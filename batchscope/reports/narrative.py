@@ -47,6 +47,10 @@ def _bound_words(bound: object) -> str:
     """``"memory"`` -> ``"memory-bound"``; an op the roofline could not place says so."""
     if bound in ("memory", "compute", "overhead"):
         return f"{bound}-bound"
+    if bound == "communication":
+        return "communication (NCCL)"
+    if bound == "transfer":
+        return "a copy between host and device"
     return "not classified (no FLOP formula or no ceilings)"
 
 
@@ -55,8 +59,26 @@ def _module(op: Doc) -> str:
     return f"“{op.get('module')}”"
 
 
+def _device_share_sentence(share: Doc) -> str:
+    parts = [
+        f"{fmt.pct(share.get('memory'))} is in memory-bound kernels",
+        f"{fmt.pct(share.get('compute'))} in compute-bound kernels",
+        f"{fmt.pct(share.get('overhead'))} in kernels too small to reach either roof",
+    ]
+    for key, words in (("uncounted", "in kernels of ops without a FLOP formula"),
+                       ("communication", "in communication not hidden behind other kernels"),
+                       ("transfer", "in copies between host and device")):
+        if (share.get(key) or 0.0) >= 0.005:
+            parts.append(f"{fmt.pct(share.get(key))} {words}")
+    parts.append(f"{fmt.pct(share.get('idle'))} with the GPU idle, waiting on the host "
+                 "(kernel launches, Python, synchronisation)")
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def _share_sentence(batch: Doc) -> str:
     share = batch.get("time_share") or {}
+    if batch.get("time_basis") == "device":
+        return _device_share_sentence(share)
     parts = [
         f"{fmt.pct(share.get('memory'))} is in memory-bound ops",
         f"{fmt.pct(share.get('compute'))} in compute-bound ops",
@@ -96,25 +118,56 @@ def _bound_reading(doc: Doc, batch: Doc) -> str:
     if dominant == "uncounted":
         return ("Most of the step is in ops without a FLOP formula, which the roofline cannot "
                 "place; the flags below list them.")
+    if dominant == "idle":
+        return ("The step is launch-bound: the GPU sits idle most of the time, waiting for the "
+                "host to launch the next kernel. Faster kernels would not help; fewer, larger "
+                "ones would: a larger batch (the same launches do more work), CUDA graphs or "
+                "torch.compile.")
+    if dominant == "communication":
+        return ("The step waits mostly on communication (NCCL collectives that no other kernel "
+                "hides). A larger per-rank batch does more compute per collective, which "
+                "amortizes it; overlapping it with backward (bucketing) hides it.")
+    if dominant == "transfer":
+        return ("The step waits mostly on copies between host and device: pinned memory, "
+                "non_blocking copies and keeping tensors on the GPU shorten them.")
     return ""
 
 
 def where_it_sits(doc: Doc) -> Section | None:
     """Time share by bound and the bytes of the smallest measured batch."""
-    measured = v.measured(doc)
+    measured = v.analysed(doc)
     if not measured:
         return None
     b0 = measured[0]
     n = b0["batch_size"]
     lat = b0.get("latency_s") or {}
-    sec = Section("start", f"Where the model sits at batch {n}")
-    first = (f"At batch {n} a step takes {fmt.seconds(lat.get('median'))} (median of "
-             f"{lat.get('n', '?')} timed steps).")
+    label = v.batch_label(doc, b0)
+    sec = Section("start", f"Where the model sits at {label}")
+    if v.from_trace(doc):
+        where = ("on the GPU" if b0.get("time_basis") == "device" else "on the CPU")
+        span = ("from the step's start to its last kernel" if b0.get("time_basis") == "device"
+                else "its span on the host")
+        first = (f"At {label} a step takes {fmt.seconds(lat.get('median'))} {where} "
+                 f"(median of {lat.get('n', '?')} profiled steps in the trace, {span}; the "
+                 "profiler was attached).")
+    else:
+        first = (f"At {label} a step takes {fmt.seconds(lat.get('median'))} (median of "
+                 f"{lat.get('n', '?')} timed steps).")
     if b0.get("time_share"):
         first += f" Of the profiled step, {_share_sentence(b0)}."
     sec.paragraphs.append(first)
     split, total = b0.get("bytes"), v.step_bytes(b0)
-    if split and total:
+    if split and total and split.get("unsplit"):
+        text = (f"One step moves {fmt.nbytes(total)} for {fmt.flops(b0.get('flops'))}, "
+                "counted from the recorded shapes (a trace does not say which tensors are "
+                "weights, so the bytes are not split).")
+        intensity, ridge = v.step_intensity(b0), v.ridge(doc)
+        if intensity is not None and ridge:
+            side = "below" if intensity < ridge else "above"
+            text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} the datasheet "
+                     f"ridge point of {fmt.number(ridge)} FLOP/byte ({v.model_dtype(doc)}).")
+        sec.paragraphs.append(text)
+    elif split and total:
         text = (f"One step moves {fmt.nbytes(total)}: {fmt.nbytes(split.get('weights'))} of "
                 f"weights ({fmt.pct(split.get('weights', 0) / total)}), "
                 f"{fmt.nbytes(split.get('state'))} of inputs and state built by make_inputs "
@@ -358,6 +411,28 @@ def serving(doc: Doc) -> Section | None:
             "in flight the batch runs partly empty and throughput follows the measured curve "
             "down; the latency of each step follows it up.")
     return sec
+
+
+def trace_headline(doc: Doc) -> str | None:
+    """One sentence for a trace report without a recommendation: the step and its verdict."""
+    measured = v.analysed(doc)
+    if not v.from_trace(doc) or not measured:
+        return None
+    b0 = measured[0]
+    lat = b0.get("latency_s") or {}
+    share = b0.get("time_share") or {}
+    dominant = v.dominant_bound(b0)
+    words = {"idle": "launch-bound, the GPU waiting on the host",
+             "communication": "communication-bound", "transfer": "bound by host-device copies",
+             "memory": "memory-bound", "compute": "compute-bound",
+             "overhead": "bound by kernels too small to reach a roof",
+             "uncounted": "mostly in ops without a FLOP formula"}.get(dominant or "", "")
+    where = "on the GPU" if b0.get("time_basis") == "device" else "on the CPU"
+    text = (f"{v.batch_label(doc, b0)[0].upper()}{v.batch_label(doc, b0)[1:]}: a step takes "
+            f"{fmt.seconds(lat.get('median'))} {where}")
+    if words:
+        text += f", {words} ({fmt.pct(share.get(dominant))} of the step)"
+    return text + "."
 
 
 def sections(doc: Doc) -> list[Section]:

@@ -218,7 +218,7 @@ def time_share(doc: Doc) -> st.Figure | None:
         return None
     xs = [str(b["batch_size"]) for b in ok]
     data = []
-    for key in v.SHARES:
+    for key in v.share_keys(doc):
         shares = [(b["time_share"].get(key) or 0.0) * 100 for b in ok]
         data.append({
             "type": "bar", "name": v.SHARE_LABELS[key], "x": xs, "y": shares,

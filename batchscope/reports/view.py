@@ -14,15 +14,21 @@ from typing import Any
 Doc = dict[str, Any]
 
 BOUNDS = ("memory", "compute", "overhead", "uncounted")
-BYTE_KINDS = ("weights", "state", "activations")
-# Time shares of a batch, in stacking order: the four bounds and the time between ops.
-SHARES = (*BOUNDS, "framework")
+BYTE_KINDS = ("weights", "state", "activations", "unsplit")
+# Time shares of a batch, in stacking order: the four bounds and the time between ops (CPU)
+# or, on a GPU, communication, host<->device copies and the device's idle time.
+CPU_SHARES = (*BOUNDS, "framework")
+DEVICE_SHARES = (*BOUNDS, "communication", "transfer", "idle")
+SHARES = (*BOUNDS, "framework", "communication", "transfer", "idle")
 SHARE_LABELS = {
     "memory": "memory-bound",
     "compute": "compute-bound",
     "overhead": "overhead-bound",
     "uncounted": "uncounted (no FLOP formula)",
     "framework": "between ops (Python, dispatch)",
+    "communication": "communication (NCCL, not hidden)",
+    "transfer": "host-device copies",
+    "idle": "GPU idle (waiting on the host)",
 }
 # Colours, one per bound and one per byte kind, used by every chart and legend in the HTML.
 BOUND_COLORS = {
@@ -31,10 +37,41 @@ BOUND_COLORS = {
     "overhead": "#d97706",
     "uncounted": "#7c8594",
     "framework": "#cbd2dc",
+    "communication": "#059669",
+    "transfer": "#a16207",
+    "idle": "#e2e8f0",
 }
-BYTE_COLORS = {"weights": "#7c3aed", "state": "#0d9488", "activations": "#94a3b8"}
+BYTE_COLORS = {"weights": "#7c3aed", "state": "#0d9488", "activations": "#94a3b8",
+               "unsplit": "#64748b"}
 # Op flags that start with this are roofline accounting errors (DESIGN.md, Definitions).
 ACCOUNTING_FLAG = "accounting error"
+
+
+def on_device_time(doc: Doc) -> bool:
+    """True when op times are GPU kernel times (a GPU run or a recorded trace)."""
+    return any(b.get("time_basis") == "device" for b in doc.get("batches") or [])
+
+
+def share_keys(doc: Doc) -> tuple[str, ...]:
+    """The time shares that apply to this report, in stacking order."""
+    return DEVICE_SHARES if on_device_time(doc) else CPU_SHARES
+
+
+def from_trace(doc: Doc) -> bool:
+    """True for a report of recorded profiler traces (``diagnose trace``)."""
+    return (doc.get("run") or {}).get("source") == "trace"
+
+
+def batch_size_known(doc: Doc) -> bool:
+    """False for a trace analysed without ``--batch-sizes``."""
+    return not from_trace(doc) or bool((doc.get("run") or {}).get("batch_size_known"))
+
+
+def batch_label(doc: Doc, batch: Doc) -> str:
+    """"batch 8", or "the trace's batch (size unknown)"."""
+    if not batch_size_known(doc):
+        return "the trace's batch (size unknown)"
+    return f"batch {batch.get('batch_size')}"
 
 
 def unit(doc: Doc) -> str:
@@ -97,6 +134,15 @@ def measured(doc: Doc) -> list[Doc]:
     return sorted((b for b in batches(doc) if is_measured(b)), key=lambda b: b["batch_size"])
 
 
+def analysed(doc: Doc) -> list[Doc]:
+    """The measured batch sizes; for a trace of unknown batch size (no throughput), the
+    batches it analysed."""
+    if not from_trace(doc):
+        return measured(doc)
+    return sorted((b for b in batches(doc) if b.get("status") == "ok" and b.get("latency_s")),
+                  key=lambda b: b["batch_size"])
+
+
 def failed(doc: Doc) -> list[Doc]:
     """The batch sizes that did not finish (OOM, error, timeout...)."""
     return [b for b in batches(doc) if b.get("status") != "ok"]
@@ -124,6 +170,48 @@ def latency_median(batch: Doc | None) -> float | None:
     """Median step latency of a batch in seconds, or None."""
     lat = (batch or {}).get("latency_s") or {}
     return lat.get("median")
+
+
+# What each ``peak_memory_method`` (profiler/memory.py) counts, keyed by how its text
+# begins; the first match wins. Older reports' CUDA method said "tensor memory of this batch
+# size", which left out the weights and state it includes: the words come from here.
+PEAK_MEMORY_LABELS = (
+    ("torch.cuda.max_memory_allocated",
+     ("peak tensor memory (torch.cuda.max_memory_allocated): weights, state and activations; "
+      "excludes the allocator's cached reserve and the CUDA context (~300-500 MB)")),
+    ("peak resident set size of the worker process",
+     ("peak resident memory of the worker process (VmHWM, reset per batch size): weights, "
+      "state and activations, and also the Python interpreter, torch's libraries and memory "
+      "the allocator holds on to: what the machine must hold, not the tensors alone")),
+    ("lifetime peak resident set size",
+     ("lifetime peak resident memory of the worker process (VmHWM or ru_maxrss, not reset "
+      "per batch size: the highest since it started): weights, state and activations, and "
+      "also the Python interpreter, torch's libraries and memory the allocator holds on to")),
+)
+
+
+def memory_method_label(method: str) -> str:
+    """What a ``peak_memory_method`` counts, in words; an unknown method as it is, and
+    "peak memory" for none.
+
+    Example:
+        >>> label = memory_method_label("torch.cuda.max_memory_allocated")
+        >>> "weights" in label and "excludes the allocator's cached reserve" in label
+        True
+    """
+    for start, label in PEAK_MEMORY_LABELS:
+        if method.startswith(start):
+            return label
+    return method or "peak memory"
+
+
+def peak_memory_label(doc: Doc) -> str:
+    """What the report's peak memory counts, in words, from the method its batches name
+    (the first batch that names one)."""
+    method = next((b["peak_memory_method"] for b in batches(doc)
+                   if isinstance(b.get("peak_memory_method"), str) and b["peak_memory_method"]),
+                  "")
+    return memory_method_label(method)
 
 
 def step_bytes(batch: Doc) -> float | None:
@@ -183,7 +271,7 @@ def accounting_errors(doc: Doc) -> list[Flag]:
 
 
 def dominant_bound(batch: Doc) -> str | None:
-    """The bound (or "framework") holding the largest share of the step."""
+    """The bound (or "framework", "idle", ...) holding the largest share of the step."""
     share = batch.get("time_share")
     if not share:
         return None

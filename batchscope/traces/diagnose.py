@@ -1,0 +1,206 @@
+"""``diagnose trace``: the sweep's report, from profiler traces users already have.
+
+One trace per batch size (in the order of ``--batch-sizes``), or several traces of the same
+step from different ranks (``distributedInfo.rank``), analysed per rank with the slowest
+named; the report shows the slowest rank, which sets the pace of a synchronous step. The
+roofs are datasheet figures of the GPU named in ``deviceProperties``, labelled as such.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchscope import __version__
+from batchscope.classifiers.analyze import analyze
+from batchscope.classifiers.roofline import time_share
+from batchscope.errors import ExitCode, UsageError
+from batchscope.hardware.gpu_specs import lookup
+from batchscope.hardware.types import Ceilings
+from batchscope.plan import Limits
+from batchscope.records import BatchResult, Report
+from batchscope.reports import write_all
+from batchscope.traces.analysis import (
+    dominant_dtype,
+    has_backward,
+    kernel_floor_s,
+    missing_pieces,
+    trace_result,
+)
+from batchscope.traces.kineto import KinetoTrace, TraceUnreadable, load_trace
+from batchscope.traces.timeline import build_timeline
+
+# Per-op floor when a trace has no kernels to measure it from: the time of a near-empty
+# kernel on recent NVIDIA GPUs (the shared traces' 5th percentiles: 2-5 µs).
+DEFAULT_KERNEL_FLOOR_S = 2e-6
+
+
+class NoTraceReadable(UsageError):
+    """None of the traces could be read (exit 4)."""
+
+    exit_code = ExitCode.USAGE
+
+
+@dataclass
+class RankResult:
+    """One trace's analysis: which rank, its result, what it lacked."""
+
+    path: str
+    rank: int | None
+    result: BatchResult
+    notes: list[str]
+    device_name: str | None
+
+
+def datasheet_ceilings(trace: KinetoTrace) -> Ceilings | None:
+    """The roofs of the GPU the trace names, from its datasheet (never measured here)."""
+    name = trace.device_name()
+    if not name:
+        return None
+    spec = lookup(name, memory_bytes=trace.device_memory_bytes())
+    if spec is None:
+        return None
+    floor_s = kernel_floor_s(trace)
+    return Ceilings(
+        device="cuda",
+        name=name,
+        peak_flops_per_s=dict(spec["peak_flops_per_s"]),
+        bandwidth_bytes_per_s=float(spec["bandwidth_bytes_per_s"]),
+        overhead_s=floor_s if floor_s is not None else DEFAULT_KERNEL_FLOOR_S,
+        source="datasheet",
+        key=f"datasheet:{spec['product']}",
+        details={"note": (
+            f"datasheet figures of the {spec['product']} (dense, boost clock), not measured: "
+            f"real kernels reach 60-90% of them; the per-op floor is the 5th percentile of "
+            f"the trace's kernel durations" if floor_s is not None else
+            f"datasheet figures of the {spec['product']}, not measured; the per-op floor "
+            f"is a near-empty kernel's time ({DEFAULT_KERNEL_FLOOR_S * 1e6:g} µs): the "
+            f"trace has no kernels")},
+        spec=spec,
+        cache_bytes=spec.get("l2_bytes"),
+    )
+
+
+def _analyse(trace: KinetoTrace, batch_size: int, known: bool) -> RankResult:
+    timeline = build_timeline(trace)
+    result = trace_result(trace, timeline, batch_size, known)
+    notes = missing_pieces(trace, timeline)
+    result.flags.extend(notes)
+    return RankResult(path=trace.path, rank=trace.rank, result=result, notes=notes,
+                      device_name=trace.device_name())
+
+
+def _batch_plan(traces: Sequence[KinetoTrace], batch_sizes: Sequence[int] | None
+                ) -> list[tuple[int, list[KinetoTrace]]]:
+    """(batch size, the traces of that batch size) in the order given."""
+    if batch_sizes is not None:
+        if len(batch_sizes) != len(traces):
+            raise UsageError(f"--batch-sizes gives {len(batch_sizes)} sizes for {len(traces)} "
+                             "readable traces; give one batch size per trace, in order.")
+        plan: dict[int, list[KinetoTrace]] = {}
+        for size, trace in zip(batch_sizes, traces, strict=True):
+            plan.setdefault(size, []).append(trace)
+        return list(plan.items())
+    ranks = [t.rank for t in traces]
+    if len(traces) > 1 and (None in ranks or len(set(ranks)) != len(ranks)):
+        raise UsageError("several traces without --batch-sizes must be ranks of one step "
+                         "(each with its own distributedInfo.rank); otherwise give "
+                         "--batch-sizes, one per trace.")
+    return [(1, list(traces))]
+
+
+def _rank_rows(ranks: list[RankResult]) -> list[dict[str, Any]]:
+    rows = []
+    for r in ranks:
+        result = r.result
+        share = time_share(result)
+        rows.append({
+            "rank": r.rank,
+            "trace": Path(r.path).name,
+            "step_s": result.latency_s.median if result.latency_s else None,
+            "device_busy_s": (result.profiled_step_s or 0.0) - (result.device_idle_s or 0.0),
+            "idle_share": share.idle if share else None,
+            "communication_share": share.communication if share else None,
+            "device": r.device_name,
+        })
+    return rows
+
+
+def _slowest(ranks: list[RankResult]) -> RankResult:
+    return max(ranks, key=lambda r: r.result.latency_s.median if r.result.latency_s else 0.0)
+
+
+def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | None = None,
+                    out_dir: str | None = None) -> Report:
+    """Analyse recorded profiler traces; write report.json/html and summary.md to ``out_dir``.
+
+    Raises:
+        NoTraceReadable: no file could be read as a trace (exit 4).
+        UsageError: the batch sizes do not fit the traces (exit 4).
+    """
+    started = time.time()
+    traces: list[KinetoTrace] = []
+    unreadable: list[str] = []
+    for path in paths:
+        try:
+            traces.append(load_trace(path))
+        except TraceUnreadable as exc:
+            unreadable.append(str(exc))
+    if not traces:
+        raise NoTraceReadable(unreadable[0] if len(unreadable) == 1 else
+                              "no trace could be read: " + "; ".join(unreadable))
+    known = batch_sizes is not None
+    plan = _batch_plan(traces, batch_sizes)
+    results: list[BatchResult] = []
+    per_rank: dict[str, list[dict[str, Any]]] = {}
+    flags = [f"not read: {message}" for message in unreadable]
+    for size, group in plan:
+        ranks = [_analyse(t, size, known) for t in group]
+        slowest = _slowest(ranks)
+        if len(ranks) > 1:
+            per_rank[str(size)] = _rank_rows(ranks)
+            slowest.result.flags.append(
+                f"rank {slowest.rank} is the slowest of {len(ranks)} ranks "
+                f"({Path(slowest.path).name}); the report shows it")
+        results.append(slowest.result)
+    first = traces[0]
+    # A GPU's roofs apply to kernel times only: a CPU-only trace gets none.
+    ceilings = datasheet_ceilings(first) if first.device_events else None
+    names = sorted({t.device_name() or "unknown" for t in traces})
+    if len(names) > 1:
+        flags.append(f"the traces ran on different GPUs ({', '.join(names)}): roofs are those "
+                     f"of {first.device_name()}")
+    if ceilings is None and first.device_name() and first.device_events:
+        flags.append(f"{first.device_name()} is not in the datasheet table: ops are not "
+                     "placed on a roofline; times, FLOPs and bytes are shown")
+    info = {
+        "target": ", ".join(Path(p).name for p in paths),
+        "dtype": dominant_dtype(first) or None,
+        "mode": "train" if has_backward(first) else "inference",
+        "unit": "sample",
+        "device": first.device_name() or "unknown",
+    }
+    run = {
+        "tool_version": __version__,
+        "source": "trace",
+        "traces": [{"path": t.path, "rank": t.rank, "world_size": t.world_size,
+                    "device": t.device_name()} for t in traces],
+        "batch_size_known": known,
+        "ranks": per_rank,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+    }
+    limits = Limits(max(size for size, _ in plan), None, None)
+    for result in results:
+        if result.time_share is None:
+            result.time_share = time_share(result)
+    report = analyze(info, ceilings, results, limits, run)
+    if not known and report.recommendation is not None:
+        report.recommendation = None  # one trace of an unknown batch size recommends nothing
+    report.flags[:0] = flags
+    run["wall_s"] = time.time() - started
+    if out_dir is not None:
+        write_all(report, out_dir)
+    return report
