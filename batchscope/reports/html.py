@@ -123,6 +123,27 @@ def _start_bar(doc: Doc) -> dict[str, Any] | None:
     return {"batch_size": b0["batch_size"], "label": v.batch_label(doc, b0), "segments": segments}
 
 
+def _kernel(op: Doc) -> str:
+    """The longest kernel an op launched (a recorded trace), where it has no module path."""
+    kernels = op.get("kernels") or []
+    return truncate_text("kernel " + str(kernels[0].get("name", "")), 120) if kernels else ""
+
+
+def _rank_tables(doc: Doc) -> list[dict[str, Any]]:
+    """Per batch size of a multi-rank trace analysis: one row per rank, the slowest marked."""
+    tables = []
+    for size, rows in ((doc.get("run") or {}).get("ranks") or {}).items():
+        if not isinstance(rows, list) or not rows:
+            continue
+        slowest = max(rows, key=lambda r: r.get("step_s") or 0.0)
+        tables.append({"batch": size if v.batch_size_known(doc) else "", "rows": [{
+            "rank": r.get("rank"), "trace": str(r.get("trace", "")), "slowest": r is slowest,
+            "step": fmt.seconds(r.get("step_s")), "busy": fmt.seconds(r.get("device_busy_s")),
+            "communication": fmt.pct(r.get("communication_share")),
+            "idle": fmt.pct(r.get("idle_share"))} for r in rows]})
+    return tables
+
+
 def _op_rows(doc: Doc) -> list[dict[str, Any]]:
     rows = []
     for batch in v.analysed(doc):
@@ -131,7 +152,7 @@ def _op_rows(doc: Doc) -> list[dict[str, Any]]:
             share = v.op_share(op, batch)
             rows.append({
                 "batch": batch["batch_size"], "op_id": op.get("op_id", ""),
-                "name": op.get("name", ""), "module": op.get("module") or "",
+                "name": op.get("name", ""), "module": op.get("module") or _kernel(op),
                 "shapes": truncate_text(fmt.shapes(op.get("input_shapes")), 160),
                 "dtype": op.get("dtype") or "", "calls": op.get("calls", 0),
                 "time_s": op.get("time_s") or 0.0, "time": fmt.seconds(op.get("time_s")),
@@ -211,13 +232,14 @@ def context(doc: Doc) -> dict[str, Any]:
         "target": v.target(doc), "unit": v.unit(doc), "rec": rec, "rec_batch": v.recommended(doc),
         "cards": _cards(doc), "start_bar": _start_bar(doc),
         "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
+        "rank_tables": _rank_tables(doc),
         "sections": narrative.sections(doc), "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [{"key": k, "label": v.SHARE_LABELS[k], "color": v.BOUND_COLORS[k]}
                    for k in v.share_keys(doc)],
         "byte_kinds": [{"key": k, "color": v.BYTE_COLORS[k]} for k in v.BYTE_KINDS],
         "unplaced": unplaced, "unplaced_share": fmt.pct(unplaced_share),
         "unplaced_batch": unplaced_batch,
-        "op_rows": _op_rows(doc), "batch_sizes": [b["batch_size"] for b in v.measured(doc)],
+        "op_rows": _op_rows(doc), "batch_sizes": [b["batch_size"] for b in v.analysed(doc)],
         "timing_rows": _timing_rows(doc), "ceiling_rows": _ceiling_rows(doc),
         "flags": v.flags(doc), "accounting_errors": len(v.accounting_errors(doc)),
         "failed": v.failed(doc), "fmt": fmt, "parameters": model.get("parameters"),

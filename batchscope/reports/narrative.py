@@ -185,7 +185,8 @@ def where_it_sits(doc: Doc) -> Section | None:
     if top and top[0].get("time_s"):
         op = top[0]
         where = f" in {_module(op)}" if op.get("module") else ""
-        reading += (f" The largest op is {op.get('name')} on {fmt.shapes(op.get('input_shapes'))}"
+        shapes = f" on {fmt.shapes(op.get('input_shapes'))}" if op.get("input_shapes") else ""
+        reading += (f" The largest op is {op.get('name')}{shapes}"
                     f"{where}, {fmt.pct(v.op_share(op, b0))} of the step, "
                     f"{_bound_words(op.get('bound'))}.")
     if reading:

@@ -63,7 +63,7 @@ def _marker_size(op: dict[str, Any], batch: Doc) -> float:
 
 def _point_traces(doc: Doc) -> tuple[list[dict[str, Any]], list[float], list[float]]:
     traces, xs, ys = [], [], []
-    for i, batch in enumerate(v.measured(doc)):
+    for i, batch in enumerate(v.analysed(doc)):
         ops = [op for op in batch.get("ops") or [] if _placeable(op)]
         if not ops:
             continue
@@ -95,7 +95,7 @@ def _point_traces(doc: Doc) -> tuple[list[dict[str, Any]], list[float], list[flo
 def _paths(doc: Doc) -> dict[str, Any] | None:
     """One polyline per op across batch sizes (None separates ops)."""
     by_op: dict[str, list[tuple[int, float, float]]] = {}
-    for batch in v.measured(doc):
+    for batch in v.analysed(doc):
         for op in batch.get("ops") or []:
             if _placeable(op):
                 by_op.setdefault(str(op.get("op_id")), []).append(
@@ -189,7 +189,7 @@ def roofline(doc: Doc) -> st.Figure | None:
 
 def unplaced(doc: Doc) -> tuple[int, float | None, int | None]:
     """Op groups left off the roofline at the recommended batch: count and time share."""
-    batch = v.recommended(doc) or (v.measured(doc)[-1] if v.measured(doc) else None)
+    batch = v.recommended(doc) or (v.analysed(doc)[-1] if v.analysed(doc) else None)
     if batch is None:
         return 0, None, None
     off = [op for op in batch.get("ops") or [] if not _placeable(op)]

@@ -213,7 +213,7 @@ def memory(doc: Doc) -> st.Figure | None:
 
 def time_share(doc: Doc) -> st.Figure | None:
     """Stacked shares of the profiled step by bound, one bar per batch size."""
-    ok = [b for b in v.measured(doc) if b.get("time_share")]
+    ok = [b for b in v.analysed(doc) if b.get("time_share")]
     if not ok:
         return None
     xs = [str(b["batch_size"]) for b in ok]
@@ -244,7 +244,7 @@ def _byte_hover(unit_name: str, what: str) -> list[str]:
 
 def bytes_per_step(doc: Doc) -> st.Figure | None:
     """Bytes per step split by kind, with a toggle to bytes per batch row."""
-    ok = [b for b in v.measured(doc) if b.get("bytes")]
+    ok = [b for b in v.analysed(doc) if v.step_bytes(b)]
     if not ok:
         return None
     div, name = fmt.byte_scale(max(v.step_bytes(b) or 0.0 for b in ok))
@@ -278,7 +278,7 @@ def bytes_per_step(doc: Doc) -> st.Figure | None:
 
 
 def _top_op_ids(doc: Doc) -> list[str]:
-    batch = v.recommended(doc) or (v.measured(doc)[-1] if v.measured(doc) else None)
+    batch = v.recommended(doc) or (v.analysed(doc)[-1] if v.analysed(doc) else None)
     return [str(op.get("op_id")) for op in v.ops_by_time(batch)[:TOP_OPS]]
 
 
@@ -288,7 +288,7 @@ def batch_response(doc: Doc) -> st.Figure | None:
     ids = [i for i in _top_op_ids(doc) if len(curves.get(i) or []) >= 2]
     if not ids:
         return None
-    batch = v.recommended(doc) or v.measured(doc)[-1]
+    batch = v.recommended(doc) or v.analysed(doc)[-1]
     ops = {str(op.get("op_id")): op for op in batch.get("ops") or []}
     values = [p["time_per_row_s"] for i in ids for p in curves[i] if p.get("time_per_row_s")]
     div, name = fmt.time_scale(max(values))

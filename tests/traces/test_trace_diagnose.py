@@ -228,3 +228,16 @@ def test_ranks_are_shown_per_rank_with_the_slowest_named(tmp_path: Path) -> None
     assert sorted(r["rank"] for r in rows) == [0, 1]
     assert any("rank 1 is the slowest of 2 ranks" in f for f in report.batches[0].flags)
     assert "Ranks" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_trace_report_page_draws_offline(reports, tmp_path: Path) -> None:
+    from tests.reports.browser import find_chromium, open_page
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no chromium on PATH")
+    _, folder = reports["ddp_train"]
+    run = open_page(chromium, folder / "report.html", tmp_path, 1400, 1600)
+    assert run.body.get("data-charts-drawn") == run.body.get("data-charts-expected") != "0"
+    assert run.body.get("data-csp-violations") == "0" and not run.page_requests
+    assert "datasheet roofs" in run.dom and "GPU idle" in run.dom
