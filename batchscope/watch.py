@@ -33,6 +33,7 @@ from batchscope.classifiers.estimate import estimate_batch
 from batchscope.plan import Limits
 from batchscope.profiler.capture import ProfilerSession, ProfilerUnavailable, StepCapture
 from batchscope.profiler.counting import counting
+from batchscope.profiler.device_time import apply_device_time, tf32_modes
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
     NVML_WINDOW_MIN_S,
@@ -243,6 +244,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             result.flags.append(self._no_breakdown)
         if self._captured and self._session is not None:
             fill_breakdown(result, self._session.ops, self._captured)
+            if self._device.type == "cuda":  # kernel times: the sweep's device terms
+                matmul, conv = tf32_modes()
+                apply_device_time(result, result.latency_s.median if result.latency_s else None,
+                                  tf32_matmul=matmul, tf32_conv=conv)
         return result
 
     def _finish(self, partial: bool) -> None:

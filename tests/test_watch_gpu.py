@@ -204,6 +204,10 @@ def test_watch_times_device_completion_and_profiles_kernels(
     assert batch.op_time_s == pytest.approx(KERNEL_S)  # device time; the CPU range is 5 µs
     (addmm,) = [op for op in batch.ops if op.name == "addmm"]
     assert addmm.time_s == pytest.approx(KERNEL_S)
+    # in device terms, as the sweep: the step is the timed latency, its gaps GPU idle
+    assert batch.time_basis == "device" and batch.framework_s is None
+    assert batch.profiled_step_s == pytest.approx(batch.latency_s.median)
+    assert batch.device_idle_s == pytest.approx(batch.profiled_step_s - KERNEL_S)
 
 
 def test_work_queued_before_watch_is_not_a_watched_step(

@@ -157,27 +157,24 @@ def where_it_sits(doc: Doc) -> Section | None:
         first += f" Of the profiled step, {_share_sentence(b0)}."
     sec.paragraphs.append(first)
     split, total = b0.get("bytes"), v.step_bytes(b0)
-    if split and total and split.get("unsplit"):
-        text = (f"One step moves {fmt.nbytes(total)} for {fmt.flops(b0.get('flops'))}, "
-                "counted from the recorded shapes (a trace does not say which tensors are "
-                "weights, so the bytes are not split).")
+    if split and total:
+        if split.get("unsplit"):
+            text = (f"One step moves {fmt.nbytes(total)} for {fmt.flops(b0.get('flops'))}, "
+                    "counted from the recorded shapes (a trace does not say which tensors "
+                    "are weights, so the bytes are not split).")
+        else:
+            text = (f"One step moves {fmt.nbytes(total)}: {fmt.nbytes(split.get('weights'))} "
+                    f"of weights ({fmt.pct(split.get('weights', 0) / total)}), "
+                    f"{fmt.nbytes(split.get('state'))} of inputs and state built by "
+                    f"make_inputs ({fmt.pct(split.get('state', 0) / total)}) and "
+                    f"{fmt.nbytes(split.get('activations'))} of activations, for "
+                    f"{fmt.flops(b0.get('flops'))}.")
         intensity, ridge = v.step_intensity(b0), v.ridge(doc)
         if intensity is not None and ridge:
             side = "below" if intensity < ridge else "above"
-            text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} the datasheet "
-                     f"ridge point of {fmt.number(ridge)} FLOP/byte ({v.model_dtype(doc)}).")
-        sec.paragraphs.append(text)
-    elif split and total:
-        text = (f"One step moves {fmt.nbytes(total)}: {fmt.nbytes(split.get('weights'))} of "
-                f"weights ({fmt.pct(split.get('weights', 0) / total)}), "
-                f"{fmt.nbytes(split.get('state'))} of inputs and state built by make_inputs "
-                f"({fmt.pct(split.get('state', 0) / total)}) and "
-                f"{fmt.nbytes(split.get('activations'))} of activations, for "
-                f"{fmt.flops(b0.get('flops'))}.")
-        intensity, ridge = v.step_intensity(b0), v.ridge(doc)
-        if intensity is not None and ridge:
-            side = "below" if intensity < ridge else "above"
-            text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} this machine's "
+            whose = ("the datasheet" if (v.hardware(doc) or {}).get("source") == "datasheet"
+                     else "this machine's")
+            text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} {whose} "
                      f"ridge point of {fmt.number(ridge)} FLOP/byte ({v.model_dtype(doc)}).")
         sec.paragraphs.append(text)
     reading = _bound_reading(doc, b0)

@@ -13,6 +13,7 @@ import ast
 import gzip
 import json
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,19 +56,26 @@ class KinetoTrace:
         size = self.distributed.get("world_size")
         return size if isinstance(size, int) else None
 
-    def device_name(self, device_index: int | None = None) -> str | None:
+    @property
+    def device_index(self) -> int | None:
+        """The GPU most kernels ran on (``args.device``): rank 3 of a node runs on GPU 3,
+        and ``deviceProperties`` lists every GPU of the node."""
+        seen = Counter((e.get("args") or {}).get("device") for e in self.device_events)
+        seen.pop(None, None)
+        return seen.most_common(1)[0][0] if seen else None
+
+    def _properties(self) -> dict[str, Any] | None:
+        index = self.device_index
+        chosen = next((p for p in self.device_properties if p.get("id") == index), None)
+        return chosen or (self.device_properties[0] if self.device_properties else None)
+
+    def device_name(self) -> str | None:
         """The name of the GPU the kernels ran on (``deviceProperties``), when recorded."""
-        props = self.device_properties
-        chosen = next((p for p in props if p.get("id") == device_index), None)
-        chosen = chosen or (props[0] if props else None)
-        name = chosen.get("name") if chosen else None
+        name = (self._properties() or {}).get("name")
         return name if isinstance(name, str) else None
 
-    def device_memory_bytes(self, device_index: int | None = None) -> int | None:
-        props = self.device_properties
-        chosen = next((p for p in props if p.get("id") == device_index), None)
-        chosen = chosen or (props[0] if props else None)
-        memory = chosen.get("totalGlobalMem") if chosen else None
+    def device_memory_bytes(self) -> int | None:
+        memory = (self._properties() or {}).get("totalGlobalMem")
         return memory if isinstance(memory, int) else None
 
 
