@@ -5,7 +5,8 @@
 Writes under OUT: for each sample and dtype a report folder (report.json, report.html,
 summary.md, Perfetto traces), the raw NVML samples of a steady window (``nvml/*.jsonl``,
 replayable by ``batchscope.hardware.nvml_sampler.ReplaySampler``), the measured ceilings and
-``summary.json`` with the numbers docs/validation.md needs. Run it where a GPU is lent;
+``summary.json`` with the numbers docs/validation.md needs, and two profiler traces of a
+training step (``traces/``) read back by ``diagnose trace`` (``trace_report/``). Run it where a GPU is lent;
 its output becomes recorded test data under tests/data/gpu/.
 """
 
@@ -61,6 +62,44 @@ def record_nvml(out: Path) -> dict:
     return window.to_dict()
 
 
+def record_and_analyse_traces(out: Path, device: str = "cuda") -> dict:
+    """A small training step profiled the way users do (schedule, prof.step(), record_shapes)
+    at two batch sizes, exported as .json.gz, then read back by ``diagnose trace``: the live
+    trace format, the autograd thread and the TF32 roofs on this GPU."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from batchscope.traces.diagnose import diagnose_traces
+
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                                torch.nn.Linear(4096, 1024)).to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    paths = []
+    for batch in (8, 64):
+        x = torch.randn(batch, 1024, device=device)
+        path = out / "traces" / f"train_mlp_b{batch}.json.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with profile(activities=activities, record_shapes=True,
+                     schedule=schedule(wait=1, warmup=2, active=3),
+                     on_trace_ready=lambda p, path=path: p.export_chrome_trace(str(path))) as prof:
+            for _ in range(6):
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+                prof.step()
+        paths.append(path)
+    report = diagnose_traces(paths, [8, 64], out_dir=str(out / "trace_report"))
+    return {"batches": [{"b": b.batch_size, "step_s": b.latency_s.median if b.latency_s else None,
+                         "coverage": b.coverage, "time_share": b.time_share.__dict__
+                         if b.time_share else None,
+                         "tf32_ops": [op.name for op in b.ops if op.roof_dtype == "tfloat32"],
+                         "backward_ops": sorted({op.name for op in b.ops if "backward" in op.name
+                                                 or op.name == "mm"}),
+                         "flags": b.flags} for b in report.batches],
+            "hardware": report.hardware.name if report.hardware else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -101,6 +140,7 @@ def main() -> None:
     summary["nvml_window"] = record_nvml(out)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     (out / "ceilings.json").write_text(json.dumps(load_or_measure("cuda").to_dict(), indent=1))
+    summary["traces"] = record_and_analyse_traces(out)
     summary["gpu"] = torch.cuda.get_device_name(0)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(json.dumps({r["sample"] + "/" + r["dtype"]: [r["speedup"], r["predicted_b_star"],
