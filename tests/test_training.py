@@ -149,3 +149,24 @@ def test_watch_times_fast_steps_in_blocks_as_the_sweep_does():
 
 def watch_timed_steps(w) -> int:
     return w.report.run["watch"]["timed_steps"]
+
+
+def test_the_stand_in_training_step_is_said(cnn_runs):
+    # issue 13, finding 11: samples/cnn.py defines no make_optimizer or loss
+    report = cnn_runs["train"]
+    step = report.model["training_step"]
+    assert step["defaults_used"] and "AdamW" in step["optimizer"]
+    assert any("the training step is batchscope's" in f and "make_optimizer" in f
+               for f in report.flags)
+    assert not any("training step" in f for f in cnn_runs["inference"].flags)
+
+
+def test_a_compiled_model_is_said_to_be_counted_eager():
+    # issue 13, finding 12
+    from batchscope.classifiers.analyze import run_flags
+    from batchscope.profiler.training import is_compiled
+
+    model = torch.nn.Linear(4, 4)
+    assert not is_compiled(model)
+    assert is_compiled(torch.compile(model))  # wrapping compiles nothing until called
+    assert any("torch.compile" in f for f in run_flags({"compiled": True}))

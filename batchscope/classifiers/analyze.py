@@ -112,6 +112,27 @@ def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[str
     return flags
 
 
+def run_flags(info: dict[str, Any]) -> list[str]:
+    """What the run measured differently from the user's own loop: batchscope's stand-in
+    training step, and a compiled model whose ops the counting pass sees only eager."""
+    flags = []
+    step = info.get("training_step")
+    if isinstance(step, dict) and step.get("defaults_used"):
+        flags.append(
+            f"the training step is batchscope's, not your loop's: optimizer "
+            f"{step.get('optimizer')}; loss {step.get('loss')}; zero_grad "
+            f"{str(step.get('zero_grad', '')).split(' (')[0]}. Define make_optimizer(model) and "
+            f"loss(outputs, inputs) in the model file to measure your own (foreach and "
+            f"set_to_none change a step by a few percent)")
+    if info.get("compiled"):
+        flags.append(
+            "the model is torch.compile'd: step latencies are the compiled model's, but the "
+            "counting pass runs it eagerly and the profiler sees fused Triton kernels under "
+            "CompiledFxGraph rather than aten ops, so per-op times are not joined to counted "
+            "ops (coverage is low) and the roofline placement is that of the eager ops")
+    return flags
+
+
 def _still_rising_at_cap(results: list[BatchResult], choice: Choice, stopped_at_cap: bool) -> bool:
     """True when the best throughput came at the largest batch and the plan's cap ended the
     sweep (rather than an OOM, a limit or a plateau), so a larger batch was never tried."""
@@ -159,6 +180,7 @@ def analyze(
     knee, knee_inside = measured_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
+    flags += run_flags(info)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
     flags += ceiling_flags(ceilings, dtype)
@@ -189,6 +211,9 @@ def analyze(
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",
                                       "available_memory_bytes")}
+    for key in ("training_step", "compiled"):
+        if info.get(key):
+            model[key] = info[key]
     return Report(
         model=model,
         hardware=ceilings,

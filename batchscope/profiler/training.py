@@ -45,6 +45,25 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [t for state in optimizer.state.values() for t in iter_tensors(dict(state))]
 
 
+def step_description(spec: ModelSpec) -> dict[str, Any]:
+    """What the training step runs, for the report: the optimizer, the loss and how the
+    gradients are zeroed, each saying whether it is the model file's or batchscope's own."""
+    return {
+        "optimizer": ("make_optimizer from the model file" if spec.make_optimizer else
+                      f"batchscope's default: AdamW(lr={DEFAULT_LR:g}, foreach=False)"),
+        "loss": ("loss from the model file" if spec.loss else
+                 "batchscope's stand-in: the mean square of the outputs"),
+        "zero_grad": "set_to_none=False (gradients keep one storage, so they are counted "
+                     "with the weights)",
+        "defaults_used": not (spec.make_optimizer and spec.loss),
+    }
+
+
+def is_compiled(model: torch.nn.Module) -> bool:
+    """True for a ``torch.compile``d module (without importing torch._dynamo to check)."""
+    return type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod")
+
+
 def training_step(spec: ModelSpec, model: torch.nn.Module, inputs: Any,
                   optimizer: torch.optim.Optimizer) -> Callable[[], Any]:
     """One training step of ``model`` on ``inputs`` as a zero-argument callable."""

@@ -47,7 +47,9 @@ from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mi
 from batchscope.profiler.timing import time_steps
 from batchscope.profiler.training import (
     default_optimizer,
+    is_compiled,
     persistent_tensors,
+    step_description,
     training_step,
 )
 from batchscope.profiler.worker_config import WorkerConfig
@@ -140,6 +142,8 @@ class Worker:
             "threads": torch.get_num_threads(),
             "device": str(self.device),
             "available_memory_bytes": available_bytes(self.device),
+            "compiled": is_compiled(self.model),
+            **({"training_step": step_description(self.spec)} if self.mode == "train" else {}),
         }
 
     def make_inputs(self, batch_size: int) -> Any:

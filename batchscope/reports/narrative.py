@@ -378,6 +378,11 @@ def serving(doc: Doc) -> Section | None:
         return None
     unit, n = v.unit(doc), rec_batch["batch_size"]
     thr, step = rec_batch.get("throughput_per_s"), v.latency_median(rec_batch)
+    if (doc.get("model") or {}).get("mode") == "train" or "watch" in (doc.get("run") or {}):
+        # A training step (or a watched loop) is not served: the verdict alone.
+        sec = Section("serving", "What the curve means for this run")
+        sec.paragraphs.append(_verdict(doc, v.recommendation(doc)))
+        return sec
     sec = Section("serving", "What the curve means for serving")
     sec.paragraphs.append(_verdict(doc, v.recommendation(doc)))
     if n == 1:

@@ -104,3 +104,16 @@ def test_the_report_object_holds_the_same_text() -> None:
     stopped = analyze({"unit": "token"}, None, results, Limits(), {},
                       stop_reason="batch 8 ran out of memory")
     assert stopped.recommendation and not stopped.recommendation.still_rising_at_cap
+
+
+def test_training_and_watch_reports_say_nothing_of_serving(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 13, finding 7: a training step or a watched loop carried a serving section
+    inference = next(d for d in sample_docs.values() if d["model"].get("mode") != "train")
+    assert "Continuous batching" in narrative.explanation(inference)
+    for change in ({"model": {**inference["model"], "mode": "train"}},
+                   {"run": {**inference["run"], "watch": {"steps": 40}}}):
+        doc = {**copy.deepcopy(inference), **change}
+        text = narrative.explanation(doc)
+        assert "Continuous batching" not in text and "static batch" not in text.lower()
+        assert "Batching lifts throughput" in text  # the verdict stays
