@@ -127,7 +127,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
 
     # -- the context manager -------------------------------------------------------------
     def __enter__(self) -> watch:
-        hook = self.model.register_forward_pre_hook(self._see_inputs)
+        hook = self.model.register_forward_pre_hook(self._see_inputs, with_kwargs=True)
         self._stack.callback(hook.remove)
         self._stack.callback(self._sampler.close)
         self._sync()  # work queued before the first watched step is not part of it
@@ -183,8 +183,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._last = time.perf_counter()
 
     # -- phases --------------------------------------------------------------------------
-    def _see_inputs(self, module: torch.nn.Module, args: Any) -> None:
-        tensors = [t for t in iter_tensors(args) if t.dim() > 0]
+    def _see_inputs(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        """The model's inputs, positional or keyword (``model(input_ids=..., labels=...)``,
+        as Hugging Face loops call it): the first tensor's first dimension is the batch."""
+        tensors = [t for t in iter_tensors((args, kwargs)) if t.dim() > 0]
         if self.batch_size is None and tensors:
             self.batch_size = int(tensors[0].shape[0])
         if self._session is not None:

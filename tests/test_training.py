@@ -161,6 +161,7 @@ def test_the_stand_in_training_step_is_said(cnn_runs):
     assert not any("training step" in f for f in cnn_runs["inference"].flags)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
 def test_a_compiled_model_is_said_to_be_counted_eager():
     # issue 13, finding 12
     from batchscope.classifiers.analyze import run_flags
@@ -170,3 +171,37 @@ def test_a_compiled_model_is_said_to_be_counted_eager():
     assert not is_compiled(model)
     assert is_compiled(torch.compile(model))  # wrapping compiles nothing until called
     assert any("torch.compile" in f for f in run_flags({"compiled": True}))
+
+
+class _KeywordModel(torch.nn.Module):
+    """Called as Hugging Face loops call a model: model(input_ids=..., labels=...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 32)
+        self.head = torch.nn.Linear(32, 100)
+
+    def forward(self, input_ids=None, labels=None):
+        logits = self.head(self.embed(input_ids))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def test_watch_sees_keyword_inputs_and_says_estimates(tmp_path):
+    # issue 13, finding 10: keyword inputs were missed (batch 1, inputs 0 B), and the
+    # estimates were only in report.json
+    model = _KeywordModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with batchscope.watch(model, optimizer=optimizer, out_dir=str(tmp_path)) as w:
+        for step in range(20):
+            ids = torch.randint(0, 100, (12, 16), generator=torch.Generator().manual_seed(step))
+            model(input_ids=ids, labels=ids).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            w.step()
+    measured = w.report.batches[0]
+    assert w.batch_size == measured.batch_size == 12
+    assert measured.bytes.state > 0  # the ids read by the embedding count as inputs
+    rec = w.report.recommendation
+    assert rec.speedup_from_batching is None and "only batch size measured" in rec.rule
+    summary = (tmp_path / "summary.md").read_text()
+    assert "estimated (not measured)" in summary and "| 24 |" in summary

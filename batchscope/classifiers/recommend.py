@@ -72,13 +72,16 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str,
                     "GPU); by throughput: " + rule)
         else:
             chosen, rule = by_energy
+    if len(measured) == 1:  # nothing to compare with: no speedup, no choice made
+        rule = (f"the only batch size measured ({best_t:,.1f} {unit}s/s); with one point "
+                "there is no curve to choose from")
     if excluded:
         rule += "; batch sizes over a limit were not considered (" + "; ".join(
             f"{b}: {why}" for b, why in sorted(excluded.items())
         ) + ")"
     smallest = min(measured, key=lambda r: r.batch_size)
     speedup = None
-    if smallest.throughput_per_s:
+    if smallest.throughput_per_s and len(measured) > 1:
         best_any = max(r.throughput_per_s or 0.0 for r in measured)
         speedup = best_any / smallest.throughput_per_s
     return Choice(

@@ -112,6 +112,11 @@ def print_summary(console: Console, report: Report) -> None:
         console.print()
         console.print(escape(rec.explanation))
         console.print()
+    for estimate in doc.get("estimates") or []:
+        console.print(escape(
+            f"estimate (not measured), batch {estimate.get('batch_size')}: "
+            f"{fmt.rate(estimate.get('throughput_per_s'), unit)} at "
+            f"{fmt.seconds(estimate.get('latency_s'))} per step"))
     headline = narrative.trace_headline(doc) if rec is None else None
     if headline:
         console.print(escape(headline))

@@ -171,6 +171,20 @@ def _top_ops(doc: Doc) -> str:
             + md_table(header, rows, "lllrrrrlr"))
 
 
+def _estimates(doc: Doc) -> str:
+    """watch's labelled estimates of larger batch sizes (never measurements)."""
+    rows = [e for e in doc.get("estimates") or [] if isinstance(e, dict)]
+    if not rows:
+        return ""
+    unit = v.unit(doc)
+    table = md_table(["batch", "step (estimated)", md_cell(f"{unit}s/s (estimated)")],
+                     [[str(e.get("batch_size")), fmt.seconds(e.get("latency_s")),
+                       fmt.si(e.get("throughput_per_s"))] for e in rows], "rrr")
+    method = md_text(str(rows[0].get("method") or ""), 600)
+    return ("#### Larger batch sizes, estimated (not measured)\n\n" + table
+            + (f"\n\n{method}" if method else ""))
+
+
 def _ranks(doc: Doc) -> str:
     """Per rank of one step (several traces of different ranks), the slowest marked."""
     blocks = []
@@ -214,7 +228,7 @@ def _footer(doc: Doc) -> str:
 def render_summary(doc: Doc, max_chars: int = MAX_CHARS) -> str:
     """summary.md for one report dict, at most ``max_chars`` characters."""
     required = [_headline(doc), _facts(doc), _batch_rows(doc) if v.batches(doc) else "",
-                _ranks(doc)]
+                _ranks(doc), _estimates(doc)]
     optional = [("chart", _chart(doc)), ("explanation", _explanation(doc)),
                 ("ops", _top_ops(doc)), ("flags", _flags(doc))]
     footer = _footer(doc)
