@@ -31,7 +31,11 @@ from batchscope import __version__
 from batchscope.classifiers.analyze import analyze
 from batchscope.classifiers.estimate import estimate_batch
 from batchscope.plan import Limits
-from batchscope.profiler.capture import ProfilerSession, ProfilerUnavailable, StepCapture
+from batchscope.profiler.capture import (
+    ProfilerSession,
+    ProfilerUnavailable,
+    StepCapture,
+)
 from batchscope.profiler.counting import counting
 from batchscope.profiler.device_time import apply_device_time, tf32_modes
 from batchscope.profiler.join import fill_breakdown
@@ -52,8 +56,7 @@ from batchscope.profiler.timing import (
     latency_stats,
 )
 from batchscope.profiler.training import persistent_tensors
-from batchscope.records import BatchResult, Status
-from batchscope.records import Report
+from batchscope.records import BatchResult, Report, Status
 from batchscope.tensors import iter_tensors
 
 WARMUP_STEPS = 2  # first steps allocate gradients and optimizer state, autotune kernels

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from batchscope.reports import fmt
+
 Doc = dict[str, Any]
 
 BOUNDS = ("memory", "compute", "overhead", "uncounted")
@@ -255,9 +257,9 @@ class Flag:
     op_id: str = ""
 
 
-def flags(doc: Doc) -> list[Flag]:
-    """Report-level flags, then every op's flags (accounting errors and the like)."""
-    out = [Flag(str(f)) for f in doc.get("flags") or []]
+def op_flags(doc: Doc) -> list[Flag]:
+    """Every op's flags, one per op group and batch size, as the report holds them."""
+    out = []
     for b in batches(doc):
         for op in b.get("ops") or []:
             for text in op.get("flags") or []:
@@ -265,9 +267,43 @@ def flags(doc: Doc) -> list[Flag]:
     return out
 
 
+def _flag_kind(text: str) -> str:
+    """What a flag is about: its text up to the first colon ("accounting error")."""
+    return text.split(":", 1)[0].strip()
+
+
+def flags(doc: Doc) -> list[Flag]:
+    """Report-level flags first, then op flags grouped by what they say and the op they
+    are on, the groups with the most step time at stake first. Hundreds of per-op flags
+    (one per op group and batch size) become a few lines that say what matters."""
+    out = [Flag(str(f)) for f in doc.get("flags") or []]
+    groups: dict[tuple[str, str], list[tuple[Doc, Doc, str]]] = {}
+    for b in batches(doc):
+        for op in b.get("ops") or []:
+            for text in op.get("flags") or []:
+                key = (_flag_kind(str(text)), str(op.get("name", "")))
+                groups.setdefault(key, []).append((b, op, str(text)))
+    ranked = []
+    for (kind, name), members in groups.items():
+        at_stake = sum(op.get("time_s") or 0.0 for _, op, _ in members)
+        sizes = sorted({b.get("batch_size") for b, _, _ in members}, key=lambda x: x or 0)
+        worst = max(members, key=lambda m: m[1].get("time_s") or 0.0)
+        if len(members) == 1:
+            flag = Flag(worst[2], worst[0].get("batch_size"), str(worst[1].get("op_id", "")))
+        else:
+            where = ", ".join(str(x) for x in sizes[:8]) + (" …" if len(sizes) > 8 else "")
+            flag = Flag(f"{kind}, {name}: {len(members)} op groups at batch {where}, "
+                        f"{fmt.seconds(at_stake)} of profiled time; the largest (batch "
+                        f"{worst[0].get('batch_size')}, {worst[1].get('op_id', '')}): "
+                        f"{worst[2].split(':', 1)[-1].strip()}")
+        ranked.append((at_stake, flag))
+    out += [flag for _, flag in sorted(ranked, key=lambda r: -r[0])]
+    return out
+
+
 def accounting_errors(doc: Doc) -> list[Flag]:
     """Ops measured faster than their roof: the ceilings or the counts are off."""
-    return [f for f in flags(doc) if f.text.startswith(ACCOUNTING_FLAG)]
+    return [f for f in op_flags(doc) if f.text.startswith(ACCOUNTING_FLAG)]
 
 
 def dominant_bound(batch: Doc) -> str | None:

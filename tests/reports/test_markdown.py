@@ -89,3 +89,23 @@ def test_nothing_measured(sample_doc: dict[str, Any]) -> None:
     sample_doc["recommendation"] = None
     text = render_summary(sample_doc)
     assert "**No batch size could be measured**" in text and "mermaid" not in text
+
+
+def test_op_flags_are_grouped_and_ranked_by_time_at_stake() -> None:
+    # issue 13, finding 8: one line per op group and batch size (46 on the CNN sample),
+    # printed twice, drowned what mattered
+    import json
+    from pathlib import Path
+
+    from batchscope.reports import view
+
+    doc = json.loads((Path(__file__).parent.parent / "data" / "reports" / "cnn.json").read_text())
+    raw, grouped = view.op_flags(doc), view.flags(doc)
+    assert len(raw) == 46 and len(grouped) == 3
+    stakes = [float(sum(op.get("time_s") or 0.0 for b in doc["batches"] for op in b["ops"]
+                        if op["name"] == g.text.split(":")[0].split(", ")[1] and op["flags"]))
+              for g in grouped]
+    assert stakes == sorted(stakes, reverse=True)  # the most time at stake first
+    assert sum(int(g.text.split(": ")[1].split(" ")[0]) for g in grouped) == 46
+    summary = render_summary(doc)
+    assert "Flags (3)" in summary and "accounting error, relu\\_: 23 op groups" in summary

@@ -241,3 +241,17 @@ def test_trace_report_page_draws_offline(reports, tmp_path: Path) -> None:
     assert run.body.get("data-charts-drawn") == run.body.get("data-charts-expected") != "0"
     assert run.body.get("data-csp-violations") == "0" and not run.page_requests
     assert "datasheet roofs" in run.dom and "GPU idle" in run.dom
+
+
+def test_ops_served_from_cache_are_not_called_accounting_errors(reports) -> None:
+    # issue 13, finding 8: an op whose bytes fit in the L2 (40 MiB on this A100) is faster
+    # than the DRAM roof by design, not by an accounting error
+    from batchscope.reports import view
+
+    report, folder = reports["ddp_train"]
+    raw = view.op_flags(report.to_dict())
+    cached = [f for f in raw if f.text.startswith("served from cache")]
+    assert cached and all("cache 40 MiB" in f.text for f in cached)
+    assert not any(f.text.startswith("accounting error") and "fit in cache" in f.text
+                   for f in raw)
+    assert "accounting error" not in (folder / "summary.md").read_text()
