@@ -300,6 +300,9 @@ class Recommendation:
     # The best throughput came at the largest batch size the sweep was allowed to try: a
     # larger --max-batch may find a better one.
     still_rising_at_cap: bool = False
+    # The weights read per step changed between batch sizes: the work depends on the inputs
+    # (an early exit, routing), so batch-response figures do not describe batching alone.
+    work_varies_with_inputs: bool = False
 
 
 @dataclass

@@ -280,3 +280,24 @@ def test_a_replacement_worker_that_cannot_start_costs_one_batch(monkeypatch, tmp
     assert exit_code(report) == ExitCode.SOME_FAILED
     on_disk = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [b["status"] for b in on_disk["batches"]] == ["ok", "model_error", "killed"]
+
+
+def test_work_that_varies_with_the_inputs_is_not_explained_as_batching(tmp_path):
+    # issue 13, finding 5: an early-exit model read 8.4, 50.4 and 42 MB of weights at
+    # batches 1, 2 and 4, and the report still said what each row adds
+    report = diagnose_file(MODELS / "early_exit.py", Options(
+        out_dir=str(tmp_path), batch_sizes=[1, 2, 4], min_time_s=0.05, device="cpu"))
+    weights = [b.bytes.weights for b in report.batches]
+    assert weights[1] > 3 * weights[0]  # 4 blocks against 1: the data decided
+    rec = report.recommendation
+    assert rec.work_varies_with_inputs and rec.predicted_critical_batch is None
+    assert any("changes with the inputs" in f for f in report.flags)
+    assert "each row adds" not in rec.explanation and "B* ≈" not in rec.explanation
+    assert "changed with the inputs" in rec.explanation
+
+
+def test_the_same_work_at_every_batch_size_is_not_flagged(tmp_path):
+    report = diagnose_file(MODELS / "tiny.py", Options(
+        out_dir=None, batch_sizes=[1, 2, 4], min_time_s=0.05, device="cpu"))
+    assert not report.recommendation.work_varies_with_inputs
+    assert not any("changes with the inputs" in f for f in report.flags)

@@ -133,6 +133,35 @@ def run_flags(info: dict[str, Any]) -> list[str]:
     return flags
 
 
+# The weights read per step are the same at every batch size unless the inputs decide what
+# runs: beyond this spread (largest over smallest) the work varies with the inputs.
+WORK_VARIES_RATIO = 1.25
+
+
+def weights_per_step(results: list[BatchResult]) -> list[tuple[int, int]]:
+    """(batch size, weight bytes read per step) of the batch sizes that counted any."""
+    return [(r.batch_size, r.bytes.weights) for r in results
+            if r.status == Status.OK and r.bytes is not None and r.bytes.weights > 0]
+
+
+def work_varies_with_inputs(results: list[BatchResult]) -> bool:
+    """True when the weights a step reads differ between batch sizes by more than
+    :data:`WORK_VARIES_RATIO`: which layers run depends on the data, not on the batch."""
+    read = [w for _, w in weights_per_step(results)]
+    return len(read) >= 2 and max(read) > WORK_VARIES_RATIO * min(read)
+
+
+def work_flags(results: list[BatchResult]) -> list[str]:
+    if not work_varies_with_inputs(results):
+        return []
+    read = ", ".join(f"{w / 1e6:,.1f} MB at batch {b}" for b, w in weights_per_step(results))
+    return [f"the work per step changes with the inputs, not only with the batch size: the "
+            f"weights read per step were {read} (weights are read once per step whatever the "
+            f"batch, unless the data decides which layers run: an early exit, routing). "
+            f"Throughput differences mix batching with different work; B* and the per-row "
+            f"figures are not predicted"]
+
+
 def _still_rising_at_cap(results: list[BatchResult], choice: Choice, stopped_at_cap: bool) -> bool:
     """True when the best throughput came at the largest batch and the plan's cap ended the
     sweep (rather than an OOM, a limit or a plateau), so a larger batch was never tried."""
@@ -175,12 +204,15 @@ def analyze(
     dtype = info.get("dtype", "float32")
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
     choice = recommend(batches, limits, unit, objective)
-    predicted = predict_critical_batch(batches, ceilings) if ceilings else None
-    layers = predict_compute_bound_batch(batches, ceilings, dtype) if ceilings else None
+    varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
+    predicted = predict_critical_batch(batches, ceilings) if ceilings and not varies else None
+    layers = (predict_compute_bound_batch(batches, ceilings, dtype)
+              if ceilings and not varies else None)
     knee, knee_inside = measured_knee(batches)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
     flags += run_flags(info)
+    flags += work_flags(batches)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
     flags += ceiling_flags(ceilings, dtype)
@@ -207,6 +239,7 @@ def analyze(
             best_throughput_per_s=choice.best_throughput_per_s,
             excluded=choice.excluded,
             still_rising_at_cap=_still_rising_at_cap(batches, choice, stopped_at_cap),
+            work_varies_with_inputs=varies,
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",

@@ -284,6 +284,12 @@ def critical_batch(doc: Doc) -> Section | None:
         return None
     terms = rec.get("prediction") or {}
     sec = Section("bstar", "What sets the critical batch size B*")
+    if rec.get("work_varies_with_inputs"):
+        sec.paragraphs.append(
+            "The work per step changed with the inputs rather than with the batch size (the "
+            "weights read per step differ between batch sizes; see the flags), so the "
+            "measured curve mixes batching with different work, and B* is not predicted.")
+        return sec
     parts = [_prediction(rec, terms), _layers(doc, rec, terms), _knee(doc, rec)]
     sec.paragraphs += [p for p in parts if p]
     return sec
