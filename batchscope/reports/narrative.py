@@ -28,6 +28,9 @@ STATE_NEGLIGIBLE_SHARE = 0.10
 STATE_OP_SHARE = 0.5
 # A step whose bytes are mostly weights is the textbook case for batching.
 WEIGHT_DOMINATED_SHARE = 0.5
+# A speedup from batching this large is not "little to share": the prose says where it
+# came from rather than denying it.
+NOTABLE_SPEEDUP = 1.5
 # Ops named in the state paragraph, at most.
 MAX_STATE_OPS = 3
 # What ``explanation`` says when no batch size was measured.
@@ -90,6 +93,18 @@ def _share_sentence(batch: Doc) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+def _amortized_remainder(doc: Doc) -> str:
+    """What batching can still amortize when the large ops are compute-bound, agreeing with
+    the measured speedup: little when it is small, the fixed costs when it is large."""
+    speedup = (v.recommendation(doc) or {}).get("speedup_from_batching")
+    if speedup is not None and speedup >= NOTABLE_SPEEDUP:
+        return (f" Batching still lifted throughput {fmt.ratio(speedup)}: what it shares is "
+                "the fixed cost of every op and the time between ops, which a small batch "
+                "pays per row and a large one spreads.")
+    return (" Batching can only amortize the small remainder (overhead and memory-bound "
+            "ops).")
+
+
 def _bound_reading(doc: Doc, batch: Doc) -> str:
     dominant = v.dominant_bound(batch)
     split = batch.get("bytes") or {}
@@ -105,10 +120,14 @@ def _bound_reading(doc: Doc, batch: Doc) -> str:
                 "every row cannot be shared by a batch, so batching helps less than the "
                 "memory-bound label suggests.")
     if dominant == "compute":
-        return ("The step is compute-bound already: its large ops do enough FLOPs per byte to "
-                "keep the arithmetic units busy, and a larger batch brings more FLOPs in "
-                "proportion. Batching can only amortize the small remainder (overhead and "
-                "memory-bound ops).")
+        text = ("Most of the step's time is in compute-bound ops: its large ops do enough FLOPs "
+                "per byte to keep the arithmetic units busy, and a larger batch brings more "
+                "FLOPs in proportion.")
+        intensity, ridge = v.step_intensity(batch), v.ridge(doc)
+        if intensity is not None and ridge and intensity < ridge:
+            text += (" The step as a whole is below the ridge only because many cheap "
+                     "memory-bound ops move most of its bytes in a small part of its time.")
+        return text + _amortized_remainder(doc)
     if dominant in ("overhead", "framework"):
         return ("The step is dominated by fixed costs: its ops are too small to reach a roof "
                 f"(this machine's measured cost of one small op is "
@@ -238,10 +257,15 @@ def _layers(doc: Doc, rec: Doc, terms: Doc) -> str:
     if crossing is None:
         return ""
     if crossing <= 1.0:
+        speedup = rec.get("speedup_from_batching")
+        shared = ("a larger batch has little weight reading to share" if speedup is None
+                  or speedup < NOTABLE_SPEEDUP else
+                  f"the {fmt.ratio(speedup)} that batching measured comes from fixed per-op "
+                  "costs and time between ops, not from sharing weight reads")
         return ("The layers do more FLOPs per byte than the ridge point of "
                 f"{ridge_text} already at batch 1 (moving the {fixed} they read whatever the "
-                "batch takes less time than their FLOPs): they are compute-bound from the start "
-                "and a larger batch has little to share.")
+                f"batch takes less time than their FLOPs): they are compute-bound from the start "
+                f"and {shared}.")
     return (f"The layers that read weights or state move {fixed} per step whatever the batch, "
             f"and {per_row}: they reach the ridge point of {ridge_text} at about "
             f"{fmt.number(crossing)} rows and are compute-bound from there. "

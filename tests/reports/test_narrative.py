@@ -117,3 +117,21 @@ def test_training_and_watch_reports_say_nothing_of_serving(
         text = narrative.explanation(doc)
         assert "Continuous batching" not in text and "static batch" not in text.lower()
         assert "Batching lifts throughput" in text  # the verdict stays
+
+
+def test_compute_bound_prose_agrees_with_the_measured_speedup(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 13, finding 7: "compute-bound already ... little to share" beside a 3.5x speedup
+    doc = copy.deepcopy(sample_docs["cnn"])
+    doc["batches"][0]["time_share"] = {"memory": 0.1, "compute": 0.8, "overhead": 0.05,
+                                       "uncounted": 0.0, "framework": 0.05}
+    rec = doc["recommendation"]
+    rec.update(speedup_from_batching=3.5, predicted_compute_bound_batch=0.8,
+               predicted_compute_bound_infinite=False)
+    text = narrative.explanation(doc)
+    assert "Most of the step's time is in compute-bound ops" in text
+    assert "Batching still lifted throughput 3.5×" in text
+    assert "little" not in text and "small remainder" not in text
+    rec["speedup_from_batching"] = 1.1
+    text = narrative.explanation(doc)
+    assert "small remainder" in text and "little weight reading to share" in text
