@@ -32,7 +32,11 @@ from batchscope.contract import (
 )
 from batchscope.errors import ModelFileError
 from batchscope.profiler import counting
-from batchscope.profiler.capture import ProfilerUnavailable, capture_steps
+from batchscope.profiler.capture import (
+    ProfilerUnavailable,
+    capture_agreeing,
+    capture_steps,
+)
 from batchscope.profiler.device_time import apply_device_time, tf32_modes
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
@@ -232,8 +236,9 @@ class Worker:
             trace = Path(self.config.trace_dir) / f"trace_b{result.batch_size}.json"
         try:
             step_s = result.latency_s.median if result.latency_s else None
-            capture = capture_steps(step, self.sync, self.device, trace_path=trace,
-                                    step_s=step_s)
+            capture = (capture_agreeing(step, self.sync, self.device, step_s, trace_path=trace)
+                       if step_s else
+                       capture_steps(step, self.sync, self.device, trace_path=trace))
         except ProfilerUnavailable as exc:
             result.flags.append(f"no op breakdown: {exc}")
             return
@@ -242,6 +247,8 @@ class Worker:
             step, weights=weights, state=iter_tensors(inputs), root=self.model
         )
         result.trace_path = capture.trace_path
+        if capture.note:
+            result.flags.append(capture.note)
         fill_breakdown(result, counted, capture.steps)
         if self.device.type == "cuda":
             matmul, conv = tf32_modes()
