@@ -156,16 +156,18 @@ def hardware(
 
 @tools_app.command("compare")
 def compare(
-    base: Annotated[Path, typer.Argument(help="report.json of the base (e.g. the main branch).")],
-    head: Annotated[Path, typer.Argument(help="report.json of the head (e.g. the pull request).")],
-    threshold: Annotated[float, typer.Option("--threshold", help="Fail (exit 1) when throughput at the base's recommended batch size falls by more than this many percent.")] = 10.0,
+    base: Annotated[str, typer.Argument(help="report.json of the base (e.g. the main branch); several runs comma-separated.")],
+    head: Annotated[str, typer.Argument(help="report.json of the head (e.g. the pull request); several runs comma-separated.")],
+    threshold: Annotated[float, typer.Option("--threshold", help="Fail (exit 1) when throughput at the base's recommended batch size falls by more than this many percent, beyond the noise between runs.")] = 10.0,
+    run_drift: Annotated[float, typer.Option("--run-drift", help="Run-to-run noise, in percent, assumed for a side given as a single report (repeated runs measure it).")] = 5.0,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write the comparison as Markdown to this file.")] = None,
     output_format: Annotated[str, typer.Option("--format", help="What to print: text (a table) or markdown.")] = "text",
 ) -> None:
     """Compare two report.json files: throughput, latency, recommendation, op classes.
 
-    Exit 0: no regression; 1: throughput at the base's recommended batch size fell by more
-    than --threshold percent (or the head could not measure it); 4: unreadable input.
+    Exit 0: no regression (or an inconclusive drop the noise between runs can explain); 1:
+    throughput at the base's recommended batch size fell by more than --threshold percent
+    beyond that noise (or the head could not measure it); 4: unreadable input.
     """
     from batchscope.reports.compare import REGRESSION_EXIT_CODE, compare_files
     from batchscope.reports.compare_render import print_comparison, render_markdown
@@ -176,7 +178,11 @@ def compare(
             raise UsageError(f"--format must be text or markdown, not {output_format!r}.")
         if not 0 < threshold < 100:
             raise UsageError(f"--threshold must be a percentage between 0 and 100, not {threshold:g}.")
-        result = compare_files(base, head, threshold / 100)
+        if not 0 <= run_drift < 100:
+            raise UsageError(f"--run-drift must be a percentage from 0 to 100, not {run_drift:g}.")
+        result = compare_files([p for p in base.split(",") if p],
+                               [p for p in head.split(",") if p], threshold / 100,
+                               run_drift / 100)
     except UsageError as exc:
         raise fail(exc) from None
     text = render_markdown(result)

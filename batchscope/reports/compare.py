@@ -1,8 +1,16 @@
 """``diagnose compare BASE.json HEAD.json``: what changed between two reports, and a CI gate.
 
 The gate is throughput at the batch size the *base* recommends: a change that makes that
-batch more than ``threshold`` slower is a regression (exit 1), and so is a head that could
-not measure it at all. Reports are read with :func:`~batchscope.reports.json_report.load_report`
+batch more than ``threshold`` slower, by more than the noise between runs can explain, is a
+regression (exit 1), and so is a head that could not measure it at all.
+
+The noise is judged, not assumed away. The same code drifts between runs on a shared
+machine by more than its spread inside one run. Issue 13 measured BERT at batch 1 at 139,
+171, 170 and 141 ms, each run tight. So each side may be several runs (repeated reports):
+their mean throughput is compared, and the standard error comes from their scatter. A side
+with a single run is given :data:`RUN_DRIFT` (``--run-drift``) of run-to-run noise. A drop
+beyond the threshold but within ~2 standard errors is *inconclusive*, not a regression, and
+the verdict says how confident it is. Reports are read with :func:`~batchscope.reports.json_report.load_report`
 and report dicts checked with :func:`~batchscope.reports.report_shape.check_report` before
 use, so a foreign file is a usage error (exit 4), never a crash.
 
@@ -14,7 +22,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +42,12 @@ REGRESSION_EXIT_CODE = 1
 # fragile: the reader is told to rerun with a longer --min-time.
 NOISE_SHARE_OF_THRESHOLD = 0.5
 MAX_CLASS_CHANGES = 40
+# Run-to-run noise of one run's throughput (a relative standard deviation) on a side with a
+# single report: the per-round scatter of docs/benchmarks.md table 1 on these 2-core VMs is
+# ~5% (0.89-1.20 of Timer's median at worst); repeated runs replace it with their own.
+RUN_DRIFT = 0.05
+# A drop is a regression only this many standard errors beyond noise (~97.5% one-sided).
+Z_CONFIDENT = 1.96
 
 
 @dataclass
@@ -90,6 +107,25 @@ class Comparison:
     verdict: str
     class_changes: list[ClassChange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    runs: tuple[int, int] = (1, 1)  # reports on each side (repeated runs)
+    standard_error: float | None = None  # of the relative throughput change
+    confidence: float | None = None  # that the head is slower at the gate (one-sided)
+    inconclusive: bool = False  # a drop past the threshold that the noise can explain
+
+
+def run_noise(throughputs: Sequence[float], run_drift: float) -> float:
+    """The relative standard error of the mean throughput of one side's runs: from their
+    scatter when there are several, else ``run_drift`` (one run says nothing of drift)."""
+    if len(throughputs) < 2:
+        return run_drift
+    mean = statistics.fmean(throughputs)
+    return statistics.stdev(throughputs) / mean / math.sqrt(len(throughputs))
+
+
+def slower_confidence(change: float, standard_error: float) -> float:
+    """How sure we are that the head is slower: the one-sided normal probability."""
+    z = -change / standard_error if standard_error > 0 else math.inf
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))) if math.isfinite(z) else 1.0
 
 
 def _iqr_share(batch: Doc | None) -> float | None:
@@ -158,54 +194,93 @@ def _warnings(base: Doc, head: Doc, gate: int, threshold: float) -> list[str]:
     return out
 
 
-def compare(base: Doc, head: Doc, threshold: float = DEFAULT_THRESHOLD,
-            base_label: str = "base", head_label: str = "head") -> Comparison:
-    """Compare two report dicts; ``threshold`` is the largest tolerated throughput drop.
+def compare(base: Doc | Sequence[Doc], head: Doc | Sequence[Doc],
+            threshold: float = DEFAULT_THRESHOLD, base_label: str = "base",
+            head_label: str = "head", run_drift: float = RUN_DRIFT) -> Comparison:
+    """Compare report dicts; ``threshold`` is the largest tolerated throughput drop.
+
+    ``base`` and ``head`` are each one report or several runs of the same code (repeated
+    reports); the first of each is the one shown row by row.
 
     Raises:
         UsageError: a report is not one (see :func:`check_report`), the threshold is out of
             range, or the base recommends no measured batch size.
     """
-    check_report(base, base_label)
-    check_report(head, head_label)
+    bases = [base] if isinstance(base, dict) else list(base)
+    heads = [head] if isinstance(head, dict) else list(head)
+    for i, doc in enumerate(bases):
+        check_report(doc, base_label if len(bases) == 1 else f"{base_label} run {i + 1}")
+    for i, doc in enumerate(heads):
+        check_report(doc, head_label if len(heads) == 1 else f"{head_label} run {i + 1}")
     if not 0 < threshold < 1:
         raise UsageError(f"the threshold must be between 0% and 100%, not {fmt.pct(threshold)}.")
+    if not 0 <= run_drift < 1:
+        raise UsageError(f"the run drift must be between 0% and 100%, not {fmt.pct(run_drift)}.")
+    base, head = bases[0], heads[0]
     gate = v.recommendation(base).get("batch_size")
     base_batch = v.batch_of(base, gate)
     if gate is None or base_batch is None:
         raise UsageError(f"{base_label} has no recommended batch size, so there is nothing to "
                          "hold the head to.")
     unit = v.unit(base)
-    head_batch = v.batch_of(head, gate)
-    base_t = base_batch["throughput_per_s"]
-    if head_batch is None:
+    base_runs = [b["throughput_per_s"] for doc in bases
+                 if (b := v.batch_of(doc, gate)) is not None]
+    head_runs = [h["throughput_per_s"] for doc in heads
+                 if (h := v.batch_of(doc, gate)) is not None]
+    base_t = statistics.fmean(base_runs)
+    se = confidence = None
+    inconclusive = False
+    if not head_runs:
         status = next((b.get("status") for b in v.batches(head) if b["batch_size"] == gate),
                       "not tried")
         change, regression = None, True
         verdict = (f"regression: the head did not measure batch {gate}, the base's "
                    f"recommendation ({status}); the base ran it at {fmt.rate(base_t, unit)}")
     else:
-        head_t = head_batch["throughput_per_s"]
+        head_t = statistics.fmean(head_runs)
         change = head_t / base_t - 1.0
-        regression = change < -threshold
-        what = "regression" if regression else "no regression"
+        se = math.hypot(run_noise(base_runs, run_drift), run_noise(head_runs, run_drift))
+        confidence = slower_confidence(change, se)
+        beyond_noise = se == 0 or change / se <= -Z_CONFIDENT
+        regression = change < -threshold and beyond_noise
+        inconclusive = change < -threshold and not beyond_noise
+        what = ("regression" if regression else
+                "inconclusive" if inconclusive else "no regression")
+        runs = ("" if len(base_runs) == len(head_runs) == 1 else
+                f", means of {len(base_runs)} base and {len(head_runs)} head runs")
         verdict = (f"{what}: throughput at batch {gate} (the base's recommendation) went from "
                    f"{fmt.rate(base_t, unit)} to {fmt.rate(head_t, unit)} "
-                   f"({fmt.signed_pct(change)}; the threshold is −{fmt.pct(threshold)})")
+                   f"({fmt.signed_pct(change)}; the threshold is −{fmt.pct(threshold)}{runs}); "
+                   f"noise between runs ±{fmt.pct(Z_CONFIDENT * se, 1)} at 95%, "
+                   f"{fmt.pct(confidence, 1)} sure the head is slower")
+        if inconclusive:
+            verdict += (" — the drop is within that noise: repeat each side's run (give "
+                        "several reports, comma-separated) to decide")
     head_rec = v.recommendation(head)
+    warnings = _warnings(base, head, gate, threshold)
+    if len(base_runs) == 1 or len(head_runs) == 1:
+        warnings.append(f"a side with a single run is given ±{fmt.pct(run_drift)} of "
+                        "run-to-run drift (--run-drift); repeated runs measure it instead")
     return Comparison(
         base_target=v.target(base), head_target=v.target(head), unit=unit, threshold=threshold,
         rows=_rows(base, head), base_recommended=gate,
         head_recommended=head_rec.get("batch_size"),
         base_rule=str(v.recommendation(base).get("rule") or ""),
         head_rule=str(head_rec.get("rule") or ""), gate_change=change, regression=regression,
-        verdict=verdict, class_changes=_class_changes(base, head),
-        warnings=_warnings(base, head, gate, threshold),
+        verdict=verdict, class_changes=_class_changes(base, head), warnings=warnings,
+        runs=(len(bases), len(heads)), standard_error=se, confidence=confidence,
+        inconclusive=inconclusive,
     )
 
 
-def compare_files(base_path: str | os.PathLike[str], head_path: str | os.PathLike[str],
-                  threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Read two report.json files with :func:`load_report` and compare them."""
-    base, head = load_report(base_path), load_report(head_path)
-    return compare(base, head, threshold, str(base_path), str(head_path))
+def compare_files(base_paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                  head_paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                  threshold: float = DEFAULT_THRESHOLD, run_drift: float = RUN_DRIFT) -> Comparison:
+    """Read report.json files with :func:`load_report` (one, or several runs a side) and
+    compare them."""
+    def paths(p: object) -> list[str]:
+        return [str(p)] if isinstance(p, (str, os.PathLike)) else [str(x) for x in p]  # type: ignore[union-attr]
+
+    bases, heads = paths(base_paths), paths(head_paths)
+    return compare([load_report(p) for p in bases], [load_report(p) for p in heads], threshold,
+                   ", ".join(bases), ", ".join(heads), run_drift)

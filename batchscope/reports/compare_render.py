@@ -30,9 +30,10 @@ def _status(row: BatchDelta) -> str:
 
 def render_markdown(c: Comparison, max_chars: int = MAX_CHARS) -> str:
     """The comparison as GitHub-flavoured Markdown, at most ``max_chars`` characters."""
-    icon = "❌" if c.regression else "✅"
+    icon = "❌" if c.regression else "⚠️" if c.inconclusive else "✅"
+    what = "regression" if c.regression else "inconclusive" if c.inconclusive else "no regression"
     unit = md_cell(f"{c.unit}s/s")
-    lines = [f"### {icon} batchscope compare: {'regression' if c.regression else 'no regression'}",
+    lines = [f"### {icon} batchscope compare: {what}",
              "", f"**{md_text(c.verdict[0].upper() + c.verdict[1:], 600)}.**", ""]
     if c.base_target != c.head_target:
         lines += [f"Base: {md_text(c.base_target, 200)} · head: {md_text(c.head_target, 200)}", ""]
@@ -100,5 +101,5 @@ def print_comparison(console: Console, c: Comparison) -> None:
                              f"{x.base_bound} → {x.head_bound}"))
     for w in c.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
-    style = "bold red" if c.regression else "bold green"
+    style = "bold red" if c.regression else "bold yellow" if c.inconclusive else "bold green"
     console.print(f"[{style}]{escape(c.verdict)}[/]")

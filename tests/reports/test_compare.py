@@ -137,3 +137,46 @@ def test_a_base_without_a_recommendation_exits_4(tmp_path: Path) -> None:
     doc["recommendation"] = None
     result = runner.invoke(tools_app, ["compare", str(write(tmp_path, "b.json", doc)), str(LLM)])
     assert result.exit_code == 4 and "no recommended batch size" in result.output
+
+
+# BERT at batch 1, identical code, four runs (issue 13, finding 9): 139, 171, 170, 141 ms,
+# each with a tight spread inside its run.
+BERT_RUNS_MS = (139.0, 171.0, 170.0, 141.0)
+
+
+def _runs(tmp_path: Path, doc: dict[str, Any], factors: list[float], prefix: str) -> str:
+    return ",".join(str(write(tmp_path, f"{prefix}{i}.json", scaled(doc, f)))
+                    for i, f in enumerate(factors))
+
+
+def test_drift_between_runs_of_identical_code_is_no_regression(tmp_path: Path) -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    speed = [BERT_RUNS_MS[0] / ms for ms in BERT_RUNS_MS]  # throughput relative to run 1
+    one_each = runner.invoke(tools_app, ["compare", _runs(tmp_path, doc, speed[:1], "a"),
+                                         _runs(tmp_path, doc, speed[1:2], "b")])
+    # a single run each: -19% is past the 10% threshold, and past 5% drift a side too
+    assert one_each.exit_code == 1, one_each.output
+    repeated = runner.invoke(tools_app, ["compare", _runs(tmp_path, doc, speed[:2], "c"),
+                                         _runs(tmp_path, doc, speed[2:], "d")])
+    assert repeated.exit_code == 0, repeated.output
+    said = " ".join(repeated.output.split())  # rich wraps the verdict
+    assert "means of 2 base and 2 head runs" in said and "no regression" in said
+
+
+def test_a_drop_within_the_noise_is_inconclusive_and_a_measured_one_is_not(
+        tmp_path: Path) -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    base, head = _runs(tmp_path, doc, [1.0], "a"), _runs(tmp_path, doc, [0.88], "b")
+    md = tmp_path / "c.md"
+    single = runner.invoke(tools_app, ["compare", base, head, "--markdown", str(md)])
+    assert single.exit_code == 0 and "inconclusive" in single.output  # -12% vs ±14% noise
+    assert md.read_text(encoding="utf-8").startswith("### ⚠️ batchscope compare: inconclusive")
+    tight_base = _runs(tmp_path, doc, [1.0, 1.01, 0.99], "c")
+    tight_head = _runs(tmp_path, doc, [0.88, 0.89, 0.87], "d")
+    repeated = runner.invoke(tools_app, ["compare", tight_base, tight_head])
+    assert repeated.exit_code == 1
+    assert "100.0% sure the head is slower" in " ".join(repeated.output.split())
+    result = compare([json.loads(Path(p).read_text()) for p in tight_base.split(",")],
+                     [json.loads(Path(p).read_text()) for p in tight_head.split(",")])
+    assert result.runs == (3, 3) and result.regression and not result.inconclusive
+    assert result.standard_error < 0.01
