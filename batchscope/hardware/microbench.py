@@ -357,6 +357,93 @@ def measure_matmul(
     return result
 
 
+# Convolution of the paths models use: a ResNet-style 3x3, 64 to 64 channels on 56x56, at
+# growing batch sizes while the budget allows (bf16 on a CPU without native bf16 runs it at
+# ~3 GFLOP/s, fp32 oneDNN at ~100: one size cannot fit both).
+_CONV_CHANNELS, _CONV_HW, _CONV_KERNEL = 64, 56, 3
+_CONV_BATCHES = (1, 4, 16)
+# Share of the matmul budget each extra path (linear, convolution) may take.
+_PATH_BUDGET_SHARE = 0.5
+
+
+@contextlib.contextmanager
+def _cudnn_tf32(device_type: str, tf32: bool) -> Iterator[None]:
+    """Pin cuDNN convolutions' TF32 use for an fp32 measurement (on by default in torch)."""
+    if device_type != "cuda":
+        yield
+        return
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+def _path_rows(device: torch.device, plan: BenchPlan, calls: list[tuple[int, Callable[[], Any],
+               float]]) -> dict[str, Any]:
+    """Time each (size, call, FLOPs) in order while the budget lasts; the best FLOP/s."""
+    clock = _Clock(device)
+    end = time.perf_counter() + plan.matmul_budget_s * _PATH_BUDGET_SHARE
+    rows: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"sizes": rows}
+    previous: tuple[float, float] | None = None  # (FLOPs, median seconds per call)
+    for size, call, flops in calls:
+        if previous is not None:
+            projected_s = (1 + plan.min_repeats) * previous[1] * flops / previous[0]
+            if time.perf_counter() + projected_s > end:
+                break
+        try:
+            timing = _repeat(call, clock, plan, end)
+        except (RuntimeError, NotImplementedError) as exc:
+            out["error"] = f"{size}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            break
+        rows.append({"size": size, "flops_per_call": flops, **timing,
+                     "best_flops_per_s": flops / timing["best_s"],
+                     "median_flops_per_s": flops / timing["median_s"]})
+        previous = (flops, timing["median_s"])
+    if rows:
+        out["peak_flops_per_s"] = max(r["best_flops_per_s"] for r in rows)
+    return out
+
+
+def measure_paths(device: torch.device, dtype: torch.dtype, plan: BenchPlan, n: int, *,
+                  tf32: bool = False) -> dict[str, Any]:
+    """Peak FLOP/s of the other paths models take: ``F.linear`` (oneDNN where ``torch.mm``
+    takes MKL: 10x faster in bf16 on an EPYC) at the matmul's largest size ``n``, and a
+    3x3 convolution (oneDNN/cuDNN, faster than ``torch.mm`` in fp32 on CPUs).
+
+    Returns ``{"linear": {...}, "conv2d": {...}}``, each with its ``peak_flops_per_s``
+    where it ran.
+    """
+    paths: dict[str, Any] = {}
+    fp32 = dtype == torch.float32
+    with (_fp32_matmul_precision(device.type, tf32) if fp32 else contextlib.nullcontext()), \
+            (_cudnn_tf32(device.type, tf32) if fp32 else contextlib.nullcontext()):
+        try:
+            x = torch.randn(n, n, device=device, dtype=dtype)
+            w = torch.randn(n, n, device=device, dtype=dtype)
+            paths["linear"] = _path_rows(device, plan, [
+                (n, lambda: torch.nn.functional.linear(x, w), 2.0 * n**3)])
+        except (RuntimeError, NotImplementedError) as exc:
+            paths["linear"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        x = w = None
+        try:
+            weight = torch.randn(_CONV_CHANNELS, _CONV_CHANNELS, _CONV_KERNEL, _CONV_KERNEL,
+                                 device=device, dtype=dtype)
+            inputs = {b: torch.randn(b, _CONV_CHANNELS, _CONV_HW, _CONV_HW, device=device,
+                                     dtype=dtype) for b in _CONV_BATCHES}
+            per_image = 2.0 * _CONV_CHANNELS * _CONV_HW**2 * _CONV_CHANNELS * _CONV_KERNEL**2
+            paths["conv2d"] = _path_rows(device, plan, [
+                (b, lambda b=b: torch.nn.functional.conv2d(inputs[b], weight, padding=1),
+                 per_image * b) for b in _CONV_BATCHES])
+        except (RuntimeError, NotImplementedError) as exc:
+            paths["conv2d"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return paths
+
+
 def copy_buffer_bytes(device: torch.device, plan: BenchPlan) -> int:
     """Size of each of the two copy buffers: well past the caches, within free memory."""
     size = plan.copy_min_bytes
@@ -447,6 +534,19 @@ def _resolve(device: str | torch.device) -> torch.device:
     return dev
 
 
+def best_path(matmul: dict[str, Any]) -> float | None:
+    """The dtype's peak: the best of ``torch.mm`` and the other paths models use, recording
+    in ``matmul["peak_path"]`` which one it was ("mm", "linear" or "conv2d")."""
+    candidates = {"mm": matmul.get("peak_flops_per_s")}
+    for path, figures in (matmul.get("paths") or {}).items():
+        candidates[path] = figures.get("peak_flops_per_s")
+    measured = {k: v for k, v in candidates.items() if isinstance(v, (int, float)) and v > 0}
+    if not measured:
+        return None
+    matmul["peak_path"] = max(measured, key=lambda k: measured[k])
+    return measured[matmul["peak_path"]]
+
+
 def _dtypes(device: torch.device) -> tuple[tuple[str, torch.dtype, bool], ...]:
     if device.type == "cpu":
         return _CPU_DTYPES
@@ -481,9 +581,13 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
     device_scope = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
     with torch.inference_mode(), device_scope:
         matmul = {name: measure_matmul(dev, dtype, plan, tf32=tf32) for name, dtype, tf32 in _dtypes(dev)}
+        for name, dtype, tf32 in _dtypes(dev):
+            sizes = [r["n"] for r in matmul[name].get("sizes", [])]
+            if sizes:
+                matmul[name]["paths"] = measure_paths(dev, dtype, plan, max(sizes), tf32=tf32)
         copy = measure_copy(dev, plan)
         overhead = measure_overhead(dev, plan)
-    peaks = {name: d["peak_flops_per_s"] for name, d in matmul.items() if "peak_flops_per_s" in d}
+    peaks = {name: peak for name, d in matmul.items() if (peak := best_path(d)) is not None}
     if FP32 not in peaks:
         raise RuntimeError(f"fp32 matmul could not be measured: {matmul[FP32].get('error')}")
     if dev.type == "cuda":

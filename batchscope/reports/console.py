@@ -131,7 +131,9 @@ def print_ceilings(console: Console, ceilings: Ceilings) -> None:
     table.add_column("ceiling")
     table.add_column("value", justify="right")
     for dtype, peak in ceilings.peak_flops_per_s.items():
-        table.add_row(f"peak {dtype} matmul", fmt.si(peak, "FLOP/s"))
+        path = ((ceilings.details.get("matmul") or {}).get(dtype) or {}).get("peak_path")
+        via = {"linear": " (via F.linear)", "conv2d": " (via a 3x3 conv2d)"}.get(path or "", "")
+        table.add_row(f"peak {dtype} matmul{via}", fmt.si(peak, "FLOP/s"))
         table.add_row(f"ridge point {dtype}", f"{fmt.number(ceilings.ridge_for(dtype))} FLOP/byte")
     table.add_row("memory bandwidth (copy, read+write)",
                   fmt.si(ceilings.bandwidth_bytes_per_s, "B/s"))

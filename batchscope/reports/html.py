@@ -199,7 +199,15 @@ def _ceiling_rows(doc: Doc) -> list[dict[str, str]]:
     for dtype, peak in hw["peak_flops_per_s"].items():
         d = matmul.get(dtype) or {}
         how = (f"best of {len(d.get('sizes') or [])} square matmul sizes, peak at n = "
-               f"{d.get('peak_size', '?')}" if d else "measured")
+               f"{d.get('peak_size', '?')}" if d else
+               "datasheet figure, not measured" if hw.get("source") == "datasheet" else "measured")
+        paths = {k: f.get("peak_flops_per_s") for k, f in (d.get("paths") or {}).items()}
+        if paths:
+            how = (f"the best of the paths models take: torch.mm "
+                   f"{fmt.si(d.get('peak_flops_per_s'), 'FLOP/s')} ({how}), "
+                   + ", ".join(f"{'F.linear' if k == 'linear' else '3x3 conv2d'} "
+                               f"{fmt.si(val, 'FLOP/s')}" for k, val in paths.items())
+                   + f"; the peak is {d.get('peak_path', 'mm')}'s")
         spread = [s.get("spread") for s in d.get("sizes") or [] if s.get("spread") is not None]
         rows.append({"name": f"peak {dtype} matmul", "value": fmt.si(peak, "FLOP/s"),
                      "how": how + (f"; spread {fmt.pct(max(spread), 1)}" if spread else "")})

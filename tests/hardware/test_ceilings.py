@@ -627,3 +627,22 @@ def test_the_cache_flag_uses_the_devices_own_cache() -> None:
     # Ceilings that do not know their cache (older files) fall back to the 32 MiB hint.
     assert in_cache in _memory_bound_flag(None, 16 * MIB)
     assert in_cache not in _memory_bound_flag(None, 40 * MIB)
+
+
+def test_each_peak_is_the_best_of_the_paths_models_take(quick: Ceilings) -> None:
+    # issue 13, finding 3: oneDNN convolutions ran at 164% of an MKL torch.mm fp32 peak and
+    # fp16 F.linear at 50x a slow fp16 torch.mm: the roof is the best path, whichever it is
+    for dtype, peak in quick.peak_flops_per_s.items():
+        mm = quick.details["matmul"][dtype]
+        paths = mm["paths"]
+        assert set(paths) == {"linear", "conv2d"}
+        measured = [mm.get("peak_flops_per_s")] + [p.get("peak_flops_per_s") for p in paths.values()]
+        assert peak == max(x for x in measured if x)
+        assert mm["peak_path"] in ("mm", "linear", "conv2d")
+
+
+def test_best_path_names_the_fastest() -> None:
+    matmul = {"peak_flops_per_s": 1.0e9, "paths": {"linear": {"peak_flops_per_s": 15e9},
+                                                   "conv2d": {"error": "unsupported"}}}
+    assert microbench.best_path(matmul) == 15e9 and matmul["peak_path"] == "linear"
+    assert microbench.best_path({"error": "no dtype"}) is None
