@@ -208,6 +208,9 @@ class BatchResult:
     energy_per_unit_j: float | None = None  # J per token/image/sample, from nvml
     # Minor page faults per timed step on the CPU (memory mapped afresh and touched each step).
     page_faults_per_step: float | None = None
+    # The share of the step those faults take at classifiers.analyze.PAGE_FAULT_COST_S each:
+    # memory the allocator hands back to the OS and faults in again every step.
+    page_fault_share: float | None = None
     trace_path: str = ""
     wall_s: float = 0.0  # wall time the tool spent on this batch size
     # What op times are: "cpu" (profiled CPU time; gaps are framework time) or "device"
@@ -303,6 +306,9 @@ class Recommendation:
     # The weights read per step changed between batch sizes: the work depends on the inputs
     # (an early exit, routing), so batch-response figures do not describe batching alone.
     work_varies_with_inputs: bool = False
+    # What the rule would pick if no step paid its page faults (the allocator keeping its
+    # buffers); None when no batch size faulted enough to be flagged.
+    batch_size_without_page_faults: int | None = None
 
 
 @dataclass

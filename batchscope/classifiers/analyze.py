@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from batchscope.classifiers.critical_batch import (
@@ -46,15 +47,23 @@ PAGE_BYTES = 4096
 PAGE_FAULT_FLAG_SHARE = 0.05
 
 
+def fill_page_fault_shares(results: list[BatchResult]) -> None:
+    """Set each batch's ``page_fault_share``: its page faults' estimated share of its step."""
+    for r in results:
+        faults, lat = r.page_faults_per_step, r.latency_s
+        if faults and lat is not None and lat.median > 0:
+            r.page_fault_share = faults * PAGE_FAULT_COST_S / lat.median
+
+
 def page_fault_flags(results: list[BatchResult]) -> list[str]:
     """One flag for the batch sizes that map and fault in enough memory every step to cost a
     noticeable share of it: the allocator is handing buffers back to the OS between steps."""
+    fill_page_fault_shares(results)
     hit = []
     for r in results:
-        faults, lat = r.page_faults_per_step, r.latency_s
-        if not faults or lat is None or lat.median <= 0:
+        faults, share = r.page_faults_per_step, r.page_fault_share
+        if not faults or share is None:
             continue
-        share = faults * PAGE_FAULT_COST_S / lat.median
         if share >= PAGE_FAULT_FLAG_SHARE:
             hit.append((r.batch_size, faults, share))
     if not hit:
@@ -68,6 +77,20 @@ def page_fault_flags(results: list[BatchResult]) -> list[str]:
         f"MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set above the largest buffer, keep "
         f"them mapped"
     ]
+
+
+def pick_without_page_faults(results: list[BatchResult], limits: Limits, unit: str,
+                             objective: str) -> int | None:
+    """The batch size the rule would pick if no step paid its page faults (a process whose
+    allocator keeps its buffers); None when no batch size faults enough to be flagged."""
+    fill_page_fault_shares(results)
+    if not any((r.page_fault_share or 0.0) >= PAGE_FAULT_FLAG_SHARE for r in results):
+        return None
+    kept = [dataclasses.replace(r, throughput_per_s=r.throughput_per_s
+                                / max(1.0 - min(r.page_fault_share or 0.0, 0.9), 0.1))
+            if r.throughput_per_s else r for r in results]
+    choice = recommend(kept, limits, unit, objective)
+    return choice.batch_size if choice else None
 
 
 # A peak matmul whose repeats at its peak size spread (interquartile range / median) more
@@ -155,11 +178,11 @@ def work_flags(results: list[BatchResult]) -> list[str]:
     if not work_varies_with_inputs(results):
         return []
     read = ", ".join(f"{w / 1e6:,.1f} MB at batch {b}" for b, w in weights_per_step(results))
-    return [f"the work per step changes with the inputs, not only with the batch size: the "
-            f"weights read per step were {read} (weights are read once per step whatever the "
-            f"batch, unless the data decides which layers run: an early exit, routing). "
-            f"Throughput differences mix batching with different work; B* and the per-row "
-            f"figures are not predicted"]
+    return [(f"the work per step changes with the inputs, not only with the batch size: the "
+             f"weights read per step were {read} (weights are read once per step whatever "
+             f"the batch, unless the data decides which layers run: an early exit, routing). "
+             f"Throughput differences mix batching with different work; B* and the per-row "
+             f"figures are not predicted")]
 
 
 def _still_rising_at_cap(results: list[BatchResult], choice: Choice, stopped_at_cap: bool) -> bool:
@@ -240,6 +263,8 @@ def analyze(
             excluded=choice.excluded,
             still_rising_at_cap=_still_rising_at_cap(batches, choice, stopped_at_cap),
             work_varies_with_inputs=varies,
+            batch_size_without_page_faults=pick_without_page_faults(batches, limits, unit,
+                                                                    objective),
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",

@@ -106,6 +106,9 @@ def print_summary(console: Console, report: Report) -> None:
     method = next((b.peak_memory_method for b in report.batches if b.peak_memory_method), "")
     if method:
         console.print(escape(f"peak mem = {memory_method_label(method)}"))
+    allocator = narrative.allocator_headline(doc)
+    if allocator:
+        console.print(f"[bold yellow]{escape(allocator)}[/]")
     if rec and rec.batch_size is not None:
         console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
         console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))

@@ -240,7 +240,7 @@ def context(doc: Doc) -> dict[str, Any]:
         "target": v.target(doc), "unit": v.unit(doc), "rec": rec, "rec_batch": v.recommended(doc),
         "cards": _cards(doc), "start_bar": _start_bar(doc),
         "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
-        "rank_tables": _rank_tables(doc),
+        "rank_tables": _rank_tables(doc), "allocator": narrative.allocator_headline(doc),
         "sections": narrative.sections(doc), "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [{"key": k, "label": v.SHARE_LABELS[k], "color": v.BOUND_COLORS[k]}
                    for k in v.share_keys(doc)],

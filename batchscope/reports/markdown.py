@@ -55,6 +55,9 @@ def _headline(doc: Doc) -> str:
                   f"{fmt.ratio(rec.get('speedup_from_batching'))} over batch "
                   f"{rec.get('speedup_baseline_batch')}.",
                   "", f"Rule: {md_text(rec.get('rule') or '', 400)}."]
+    allocator = narrative.allocator_headline(doc)
+    if allocator:
+        lines += ["", f"> **{md_text(allocator, 600)}**"]
     if doc.get("partial"):
         lines += ["", "> Partial report: the sweep did not finish; what was measured is shown."]
     return "\n".join(lines)

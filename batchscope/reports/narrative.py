@@ -28,6 +28,9 @@ STATE_NEGLIGIBLE_SHARE = 0.10
 STATE_OP_SHARE = 0.5
 # A step whose bytes are mostly weights is the textbook case for batching.
 WEIGHT_DOMINATED_SHARE = 0.5
+# Page faults taking this share of a step are said at the top of every report (the
+# classifiers flag them from 5%, PAGE_FAULT_FLAG_SHARE).
+PAGE_FAULT_SHARE = 0.05
 # A speedup from batching this large is not "little to share": the prose says where it
 # came from rather than denying it.
 NOTABLE_SPEEDUP = 1.5
@@ -444,6 +447,26 @@ def serving(doc: Doc) -> Section | None:
             "in flight the batch runs partly empty and throughput follows the measured curve "
             "down; the latency of each step follows it up.")
     return sec
+
+
+def allocator_headline(doc: Doc) -> str | None:
+    """A sentence for the top of every report when memory mapped afresh each step (page
+    faults) costs a notable share of a step, and whether keeping it mapped changes the pick."""
+    hit = [b for b in v.measured(doc) if (b.get("page_fault_share") or 0.0) >= PAGE_FAULT_SHARE]
+    if not hit:
+        return None
+    worst = max(hit, key=lambda b: b["page_fault_share"])
+    text = (f"Page faults take ~{fmt.pct(worst['page_fault_share'])} of the step at batch "
+            f"{worst['batch_size']}: the allocator hands large buffers back to the OS and maps "
+            "them afresh every step. A process whose allocator keeps them (jemalloc, tcmalloc, "
+            "or glibc's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ above the largest "
+            "buffer) runs faster")
+    rec = v.recommendation(doc)
+    other = rec.get("batch_size_without_page_faults")
+    if other is not None and rec.get("batch_size") is not None and other != rec["batch_size"]:
+        text += (f", and would be recommended batch {other} instead of {rec['batch_size']}: "
+                 "measure with the allocator your job runs with")
+    return text + "."
 
 
 def trace_headline(doc: Doc) -> str | None:

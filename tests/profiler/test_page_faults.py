@@ -70,3 +70,33 @@ def test_counter_is_none_safe_when_getrusage_fails(monkeypatch) -> None:
     faults = PageFaults()
     faults.start()
     assert faults.stop() is None
+
+
+def test_page_faults_that_change_the_pick_are_said_first() -> None:
+    # issue 13, finding 1: with glibc keeping its buffers a MobileNetV2-shaped net's pick went
+    # from 1 to 2, and the flag never reached the terminal or the top of the reports
+    from batchscope.classifiers.analyze import analyze
+    from batchscope.plan import Limits
+    from batchscope.records import BatchResult, LatencyStats, Status
+    from batchscope.reports import narrative
+    from batchscope.reports.markdown import render_summary
+
+    def batch(b: int, latency_s: float, faults: float) -> BatchResult:
+        return BatchResult(batch_size=b, status=Status.OK, throughput_per_s=b / latency_s,
+                           latency_s=LatencyStats(latency_s, latency_s, latency_s, 50),
+                           page_faults_per_step=faults)
+
+    # batch 2 spends 20 of its 30 ms faulting in memory (20,000 faults at ~1 us)
+    report = analyze({"unit": "image"}, None, [batch(1, 0.010, 0), batch(2, 0.030, 20_000)],
+                     Limits(), {})
+    assert report.recommendation.batch_size == 1
+    assert report.recommendation.batch_size_without_page_faults == 2
+    doc = report.to_dict()
+    headline = narrative.allocator_headline(doc)
+    assert "67%" in headline and "batch 2 instead of 1" in headline
+    top = render_summary(doc).split("| batch |")[0]  # before the batch table
+    assert "batch 2 instead of 1" in top
+    quiet = analyze({"unit": "image"}, None, [batch(1, 0.010, 0), batch(2, 0.015, 100)],
+                    Limits(), {})
+    assert narrative.allocator_headline(quiet.to_dict()) is None
+    assert quiet.recommendation.batch_size_without_page_faults is None
