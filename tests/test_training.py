@@ -192,12 +192,17 @@ def test_watch_sees_keyword_inputs_and_says_estimates(tmp_path):
     model = _KeywordModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     with batchscope.watch(model, optimizer=optimizer, out_dir=str(tmp_path)) as w:
-        for step in range(20):
+        # fast steps are timed in blocks of ~1 ms: how many steps the phases take depends on
+        # the machine, so the loop runs until watch is done (as a real loop would go on)
+        for step in range(2000):
             ids = torch.randint(0, 100, (12, 16), generator=torch.Generator().manual_seed(step))
             model(input_ids=ids, labels=ids).backward()
             optimizer.step()
             optimizer.zero_grad()
             w.step()
+            if not w.active:
+                break
+    assert not w.active
     measured = w.report.batches[0]
     assert w.batch_size == measured.batch_size == 12
     assert measured.bytes.state > 0  # the ids read by the embedding count as inputs
