@@ -32,7 +32,7 @@ from batchscope.records import (
     OpStat,
     Status,
 )
-from batchscope.traces.kineto import DEVICE_CATEGORIES, KinetoTrace
+from batchscope.traces.kineto import KinetoTrace
 from batchscope.traces.recorded_ops import DTYPES, Recorded, count_recorded
 from batchscope.traces.timeline import (
     NO_OP,
@@ -306,8 +306,7 @@ def missing_pieces(trace: KinetoTrace, timeline: Timeline) -> list[str]:
     if trace.truncated_after is not None:
         notes.append(f"the file ends early (truncated): the {trace.truncated_after:,} events "
                      "before the cut are analysed, later ones are lost")
-    kernels = [e for e in trace.device_events if e.get("cat") in DEVICE_CATEGORIES]
-    if not kernels:
+    if not trace.device_events:
         notes.append("no GPU kernels in this trace (a CPU-only profile, or CUDA activity was "
                      "not recorded): ops are shown with their CPU time, shapes, FLOPs and "
                      "bytes, and no GPU roofline")

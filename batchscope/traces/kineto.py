@@ -21,7 +21,6 @@ from typing import Any
 # Event categories (``cat``) this analysis reads.
 CPU_OP = "cpu_op"
 USER_ANNOTATION = "user_annotation"
-GPU_USER_ANNOTATION = "gpu_user_annotation"
 KERNEL = "kernel"
 GPU_MEMCPY = "gpu_memcpy"
 GPU_MEMSET = "gpu_memset"
@@ -44,7 +43,6 @@ class KinetoTrace:
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     distributed: dict[str, Any] = field(default_factory=dict)
     truncated_after: int | None = None  # events read before a truncated file ended
-    other_categories: dict[str, int] = field(default_factory=dict)
 
     @property
     def rank(self) -> int | None:
@@ -161,7 +159,6 @@ def load_trace(path: str | Path) -> KinetoTrace:
     distributed = _python_or_json(document.get("distributedInfo"))
     if isinstance(distributed, dict):
         trace.distributed = distributed
-    other: dict[str, int] = {}
     for event in document["traceEvents"]:
         if not _complete(event):
             continue
@@ -172,10 +169,6 @@ def load_trace(path: str | Path) -> KinetoTrace:
             trace.launches.append(event)
         elif category in DEVICE_CATEGORIES:
             trace.device_events.append(event)
-        else:
-            key = str(category)
-            other[key] = other.get(key, 0) + 1
-    trace.other_categories = other
     if not (trace.ops or trace.device_events):
         raise TraceUnreadable(
             f"{path} has no profiler events to analyse (no cpu_op, user_annotation or kernel "

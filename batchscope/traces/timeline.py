@@ -91,11 +91,6 @@ class TraceStep:
         return (sum(x.device_s for x in self.launched)
                 + sum(float(e["dur"]) for e in self.unattributed) * US)
 
-    @property
-    def attributed_share(self) -> float | None:
-        total = self.device_s
-        return sum(x.device_s for x in self.launched) / total if total > 0 else None
-
 
 @dataclass
 class Timeline:
@@ -103,8 +98,6 @@ class Timeline:
 
     steps: list[TraceStep]
     step_source: str  # "ProfilerStep#N" or "whole trace"
-    launches_matched: int = 0
-    device_events: int = 0
 
 
 def _threads(ops: Iterable[dict[str, Any]]) -> dict[tuple[Any, Any], list[dict[str, Any]]]:
@@ -183,7 +176,6 @@ def build_timeline(trace: KinetoTrace) -> Timeline:
         if correlation is not None:
             by_correlation[correlation] = launch
     calls: dict[tuple[int, int], Launched] = {}  # (step, innermost op) -> its events
-    matched = 0
     for event in sorted(trace.device_events, key=lambda e: e["ts"]):
         launch = by_correlation.get((event.get("args") or {}).get("correlation"))
         step = _step_of(steps, launch["ts"] if launch else event["ts"])
@@ -193,7 +185,6 @@ def build_timeline(trace: KinetoTrace) -> Timeline:
         if not chain:
             step.unattributed.append(event)
             continue
-        matched += 1
         key = (id(step), id(chain[0]))
         if key not in calls:
             calls[key] = Launched(chain=chain)
@@ -215,5 +206,4 @@ def build_timeline(trace: KinetoTrace) -> Timeline:
         rest = [(e["ts"], e["ts"] + e["dur"]) for e in events
                 if device_kind(e) != DeviceKind.COMMUNICATION]
         step.communication_overlapped_s = _overlap_s(comm, rest) if comm else 0.0
-    return Timeline(steps=steps, step_source=source, launches_matched=matched,
-                    device_events=len(trace.device_events))
+    return Timeline(steps=steps, step_source=source)
