@@ -37,7 +37,7 @@ from batchscope.profiler.capture import (
     StepCapture,
 )
 from batchscope.profiler.counting import counting
-from batchscope.profiler.device_time import apply_device_time, tf32_modes
+from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
     NVML_WINDOW_MIN_S,
@@ -250,9 +250,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         if self._captured and self._session is not None:
             fill_breakdown(result, self._session.ops, self._captured)
             if self._device.type == "cuda":  # kernel times: the sweep's device terms
-                matmul, conv = tf32_modes()
-                apply_device_time(result, result.latency_s.median if result.latency_s else None,
-                                  tf32_matmul=matmul, tf32_conv=conv)
+                apply_device_time(result, result.latency_s.median if result.latency_s else None)
         return result
 
     def _finish(self, partial: bool) -> None:

@@ -47,25 +47,19 @@ PAGE_BYTES = 4096
 PAGE_FAULT_FLAG_SHARE = 0.05
 
 
-def fill_page_fault_shares(results: list[BatchResult]) -> None:
-    """Set each batch's ``page_fault_share``: its page faults' estimated share of its step."""
-    for r in results:
-        faults, lat = r.page_faults_per_step, r.latency_s
-        if faults and lat is not None and lat.median > 0:
-            r.page_fault_share = faults * PAGE_FAULT_COST_S / lat.median
+def page_fault_share(r: BatchResult) -> float | None:
+    """The estimated share of a batch size's step its page faults take, or None."""
+    faults, lat = r.page_faults_per_step, r.latency_s
+    if faults and lat is not None and lat.median > 0:
+        return faults * PAGE_FAULT_COST_S / lat.median
+    return None
 
 
 def page_fault_flags(results: list[BatchResult]) -> list[str]:
     """One flag for the batch sizes that map and fault in enough memory every step to cost a
     noticeable share of it: the allocator is handing buffers back to the OS between steps."""
-    fill_page_fault_shares(results)
-    hit = []
-    for r in results:
-        faults, share = r.page_faults_per_step, r.page_fault_share
-        if not faults or share is None:
-            continue
-        if share >= PAGE_FAULT_FLAG_SHARE:
-            hit.append((r.batch_size, faults, share))
+    hit = [(r.batch_size, r.page_faults_per_step, share) for r in results
+           if (share := page_fault_share(r)) is not None and share >= PAGE_FAULT_FLAG_SHARE]
     if not hit:
         return []
     parts = ", ".join(f"batch {b}: {f:,.0f} ({f * PAGE_BYTES / 2**20:,.0f} MiB, ~{s:.0%})"
@@ -83,12 +77,12 @@ def pick_without_page_faults(results: list[BatchResult], limits: Limits, unit: s
                              objective: str) -> int | None:
     """The batch size the rule would pick if no step paid its page faults (a process whose
     allocator keeps its buffers); None when no batch size faults enough to be flagged."""
-    fill_page_fault_shares(results)
-    if not any((r.page_fault_share or 0.0) >= PAGE_FAULT_FLAG_SHARE for r in results):
+    shares = [page_fault_share(r) or 0.0 for r in results]
+    if not any(share >= PAGE_FAULT_FLAG_SHARE for share in shares):
         return None
     kept = [dataclasses.replace(r, throughput_per_s=r.throughput_per_s
-                                / max(1.0 - min(r.page_fault_share or 0.0, 0.9), 0.1))
-            if r.throughput_per_s else r for r in results]
+                                / max(1.0 - min(share, 0.9), 0.1))
+            if r.throughput_per_s else r for r, share in zip(results, shares, strict=True)]
     choice = recommend(kept, limits, unit, objective)
     return choice.batch_size if choice else None
 
@@ -226,6 +220,8 @@ def analyze(
     unit = info.get("unit", "sample")
     dtype = info.get("dtype", "float32")
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
+    for r in batches:  # recorded in report.json for the renderers
+        r.page_fault_share = page_fault_share(r)
     choice = recommend(batches, limits, unit, objective)
     varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
     predicted = predict_critical_batch(batches, ceilings) if ceilings and not varies else None

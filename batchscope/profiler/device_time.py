@@ -36,9 +36,14 @@ def tf32_modes() -> tuple[bool, bool]:
     return matmul, conv
 
 
-def apply_device_time(result: BatchResult, latency_s: float | None, *, tf32_matmul: bool,
-                      tf32_conv: bool) -> None:
-    """Turn a GPU breakdown's times into device terms (see the module docstring)."""
+def apply_device_time(result: BatchResult, latency_s: float | None, *,
+                      tf32_matmul: bool | None = None, tf32_conv: bool | None = None) -> None:
+    """Turn a GPU breakdown's times into device terms (see the module docstring); the TF32
+    modes are torch's current ones (:func:`tf32_modes`) unless given."""
+    if tf32_matmul is None or tf32_conv is None:
+        matmul, conv = tf32_modes()
+        tf32_matmul = matmul if tf32_matmul is None else tf32_matmul
+        tf32_conv = conv if tf32_conv is None else tf32_conv
     busy_s = result.op_time_s or 0.0
     step_s = max(latency_s or result.profiled_step_s or 0.0, busy_s)
     result.time_basis = "device"

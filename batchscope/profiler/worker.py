@@ -37,7 +37,7 @@ from batchscope.profiler.capture import (
     capture_agreeing,
     capture_steps,
 )
-from batchscope.profiler.device_time import apply_device_time, tf32_modes
+from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
     device_sampler,
@@ -251,8 +251,7 @@ class Worker:
             result.flags.append(capture.note)
         fill_breakdown(result, counted, capture.steps)
         if self.device.type == "cuda":
-            matmul, conv = tf32_modes()
-            apply_device_time(result, step_s, tf32_matmul=matmul, tf32_conv=conv)
+            apply_device_time(result, step_s)
 
 
 def worker_main(conn, config: WorkerConfig) -> None:

@@ -27,7 +27,6 @@ import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from batchscope.errors import UsageError
 from batchscope.reports import fmt

@@ -12,14 +12,19 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from batchscope.errors import ExitCode
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
-from batchscope.records import BatchResult, LatencyStats, Status
-from batchscope.records import Report
+from batchscope.records import BatchResult, LatencyStats, Report, Status
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
 from batchscope.reports.view import memory_method_label

@@ -123,21 +123,14 @@ def _start_bar(doc: Doc) -> dict[str, Any] | None:
     return {"batch_size": b0["batch_size"], "label": v.batch_label(doc, b0), "segments": segments}
 
 
-def _kernel(op: Doc) -> str:
-    """The longest kernel an op launched (a recorded trace), where it has no module path."""
-    kernels = op.get("kernels") or []
-    return truncate_text("kernel " + str(kernels[0].get("name", "")), 120) if kernels else ""
-
-
 def _rank_tables(doc: Doc) -> list[dict[str, Any]]:
     """Per batch size of a multi-rank trace analysis: one row per rank, the slowest marked."""
     tables = []
     for size, rows in ((doc.get("run") or {}).get("ranks") or {}).items():
         if not isinstance(rows, list) or not rows:
             continue
-        slowest = max(rows, key=lambda r: r.get("step_s") or 0.0)
         tables.append({"batch": size if v.batch_size_known(doc) else "", "rows": [{
-            "rank": r.get("rank"), "trace": str(r.get("trace", "")), "slowest": r is slowest,
+            "rank": r.get("rank"), "trace": str(r.get("trace", "")), "slowest": bool(r.get("slowest")),
             "step": fmt.seconds(r.get("step_s")), "busy": fmt.seconds(r.get("device_busy_s")),
             "communication": fmt.pct(r.get("communication_share")),
             "idle": fmt.pct(r.get("idle_share"))} for r in rows]})
@@ -152,7 +145,7 @@ def _op_rows(doc: Doc) -> list[dict[str, Any]]:
             share = v.op_share(op, batch)
             rows.append({
                 "batch": batch["batch_size"], "op_id": op.get("op_id", ""),
-                "name": op.get("name", ""), "module": op.get("module") or _kernel(op),
+                "name": op.get("name", ""), "module": truncate_text(v.op_place(op), 120),
                 "shapes": truncate_text(fmt.shapes(op.get("input_shapes")), 160),
                 "dtype": op.get("dtype") or "", "calls": op.get("calls", 0),
                 "time_s": op.get("time_s") or 0.0, "time": fmt.seconds(op.get("time_s")),

@@ -148,14 +148,6 @@ def _explanation(doc: Doc) -> str:
     return "\n\n".join(["#### The explanation", *body]) if body else ""
 
 
-def _where(op: Doc) -> str:
-    """The module an op ran under; in a trace, the longest kernel it launched."""
-    kernels = op.get("kernels") or []
-    if kernels and not op.get("module"):
-        return "kernel " + str(kernels[0].get("name", ""))
-    return op.get("module") or "(top level)"
-
-
 def _top_ops(doc: Doc) -> str:
     batch = v.recommended(doc)
     if batch is None and v.analysed(doc):
@@ -163,7 +155,7 @@ def _top_ops(doc: Doc) -> str:
     ops = v.ops_by_time(batch)[:TOP_OPS]
     if not batch or not ops:
         return ""
-    rows = [[md_cell(op.get("name", "")), md_cell(_where(op), 60),
+    rows = [[md_cell(op.get("name", "")), md_cell(v.op_place(op) or "(top level)", 60),
              md_cell(fmt.shapes(op.get("input_shapes")), 80), str(op.get("calls", 0)),
              fmt.seconds(op.get("time_s")), fmt.pct(v.op_share(op, batch), 1),
              fmt.number(op.get("intensity")), md_cell(op.get("bound", "")),
@@ -194,8 +186,7 @@ def _ranks(doc: Doc) -> str:
     for size, rows in ((doc.get("run") or {}).get("ranks") or {}).items():
         if not isinstance(rows, list) or not rows:
             continue
-        slowest = max(rows, key=lambda r: r.get("step_s") or 0.0)
-        table = [[f"**{r.get('rank')}** (slowest)" if r is slowest else str(r.get("rank")),
+        table = [[f"**{r.get('rank')}** (slowest)" if r.get("slowest") else str(r.get("rank")),
                   md_cell(str(r.get("trace", "")), 60), fmt.seconds(r.get("step_s")),
                   fmt.seconds(r.get("device_busy_s")), fmt.pct(r.get("communication_share")),
                   fmt.pct(r.get("idle_share"))] for r in rows]

@@ -484,8 +484,8 @@ def trace_headline(doc: Doc) -> str | None:
              "overhead": "bound by kernels too small to reach a roof",
              "uncounted": "mostly in ops without a FLOP formula"}.get(dominant or "", "")
     where = "on the GPU" if b0.get("time_basis") == "device" else "on the CPU"
-    text = (f"{v.batch_label(doc, b0)[0].upper()}{v.batch_label(doc, b0)[1:]}: a step takes "
-            f"{fmt.seconds(lat.get('median'))} {where}")
+    label = v.batch_label(doc, b0)
+    text = f"{label[0].upper()}{label[1:]}: a step takes {fmt.seconds(lat.get('median'))} {where}"
     if words:
         text += f", {words} ({fmt.pct(share.get(dominant))} of the step)"
     return text + "."

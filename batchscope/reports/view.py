@@ -257,6 +257,15 @@ class Flag:
     op_id: str = ""
 
 
+def op_place(op: Doc) -> str:
+    """Where an op ran: its module path; in a trace (no modules), the longest kernel it
+    launched; "" at the top level."""
+    kernels = op.get("kernels") or []
+    if kernels and not op.get("module"):
+        return "kernel " + str(kernels[0].get("name", ""))
+    return str(op.get("module") or "")
+
+
 def op_flags(doc: Doc) -> list[Flag]:
     """Every op's flags, one per op group and batch size, as the report holds them."""
     out = []

@@ -15,20 +15,18 @@ step is the device's, from the trace).
 from __future__ import annotations
 
 import re
-import statistics
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchscope.profiler.join import _shape_key as shape_key
 from batchscope.profiler.join import op_ids
+from batchscope.profiler.timing import latency_stats
 from batchscope.records import (
     BatchResult,
     Bound,
     ByteSplit,
     CountedOp,
-    LatencyStats,
     OpStat,
     Status,
 )
@@ -134,14 +132,6 @@ def _op_stat(group: _Group, n_steps: int) -> OpStat:
     return stat
 
 
-def _latency(spans_s: Sequence[float]) -> LatencyStats:
-    ordered = sorted(spans_s)
-    quartiles = (statistics.quantiles(ordered, n=4, method="inclusive")
-                 if len(ordered) > 1 else [ordered[0]] * 3)
-    return LatencyStats(median=statistics.median(ordered), p25=quartiles[0], p75=quartiles[2],
-                        n=len(ordered), min=ordered[0], max=ordered[-1])
-
-
 def _cpu_op_tree(trace: KinetoTrace, step: TraceStep
                  ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
     """The aten ops of a step with no aten op around them (on any thread), and each op's
@@ -234,33 +224,33 @@ def trace_result(trace: KinetoTrace, timeline: Timeline, batch_size: int,
     for step in steps:
         _add(groups, _device_step_units(step, dtype_hint))
         unattributed_s += sum(float(e["dur"]) for e in step.unattributed) * 1e-6
-    ops = [_op_stat(g, n) for g in groups.values()]
-    spans = [s.span_s for s in steps]
-    latency = _latency(spans) if spans and max(spans) > 0 else None
-    device_s = sum(s.device_s for s in steps) / n
+    return _result(trace, [_op_stat(g, n) for g in groups.values()],
+                   [s.span_s for s in steps], batch_size, batch_size_known,
+                   op_time_s=sum(s.device_s for s in steps) / n,
+                   unmatched_ops_s={NO_OP: unattributed_s / n} if unattributed_s > 0 else {},
+                   time_basis="device",
+                   device_idle_s=sum(s.idle_s for s in steps) / n,
+                   communication_overlapped_s=sum(s.communication_overlapped_s
+                                                  for s in steps) / n)
+
+
+def _result(trace: KinetoTrace, ops: list[OpStat], spans_s: list[float], batch_size: int,
+            batch_size_known: bool, op_time_s: float, **fields: Any) -> BatchResult:
+    """The batch result of a trace's grouped ops and step spans, as the sweep would make it
+    (the step latency from the spans, coverage over ``op_time_s``); ``fields`` are the rest."""
+    latency = latency_stats(spans_s) if spans_s and max(spans_s) > 0 else None
     counted_s = sum(op.time_s for op in ops if op.flops is not None)
     total = ByteSplit()
     for op in ops:
         total = total + op.bytes
-    result = BatchResult(
-        batch_size=batch_size,
-        status=Status.OK,
-        latency_s=latency,
+    return BatchResult(
+        batch_size=batch_size, status=Status.OK, latency_s=latency,
         throughput_per_s=(batch_size / latency.median
                           if batch_size_known and latency and latency.median > 0 else None),
-        profiled_step_s=sum(spans) / n,
-        op_time_s=device_s,
-        coverage=counted_s / device_s if device_s > 0 else None,
-        flops=sum(op.flops or 0 for op in ops),
-        bytes=total,
-        ops=ops,
-        unmatched_ops_s={NO_OP: unattributed_s / n} if unattributed_s > 0 else {},
-        trace_path=trace.path,
-        time_basis="device",
-        device_idle_s=sum(s.idle_s for s in steps) / n,
-        communication_overlapped_s=sum(s.communication_overlapped_s for s in steps) / n,
-    )
-    return result
+        profiled_step_s=sum(spans_s) / len(spans_s), op_time_s=op_time_s,
+        coverage=counted_s / op_time_s if op_time_s > 0 else None,
+        flops=sum(op.flops or 0 for op in ops), bytes=total, ops=ops,
+        trace_path=trace.path, **fields)
 
 
 def _cpu_result(trace: KinetoTrace, timeline: Timeline, batch_size: int,
@@ -272,21 +262,9 @@ def _cpu_result(trace: KinetoTrace, timeline: Timeline, batch_size: int,
     for step in steps:
         _add(groups, _cpu_step_units(trace, step, dtype_hint))
     ops = [_op_stat(g, n) for g in groups.values()]
-    spans = [(s.cpu_end_us - s.cpu_start_us) * 1e-6 for s in steps]
-    latency = _latency(spans) if spans and max(spans) > 0 else None
-    op_time_s = sum(op.time_s for op in ops)
-    counted_s = sum(op.time_s for op in ops if op.flops is not None)
-    total = ByteSplit()
-    for op in ops:
-        total = total + op.bytes
-    return BatchResult(
-        batch_size=batch_size, status=Status.OK, latency_s=latency,
-        throughput_per_s=(batch_size / latency.median
-                          if batch_size_known and latency and latency.median > 0 else None),
-        profiled_step_s=sum(spans) / n, op_time_s=op_time_s,
-        coverage=counted_s / op_time_s if op_time_s > 0 else None,
-        flops=sum(op.flops or 0 for op in ops), bytes=total, ops=ops,
-        trace_path=trace.path, time_basis="cpu")
+    return _result(trace, ops, [(s.cpu_end_us - s.cpu_start_us) * 1e-6 for s in steps],
+                   batch_size, batch_size_known, op_time_s=sum(op.time_s for op in ops),
+                   time_basis="cpu")
 
 
 def kernel_floor_s(trace: KinetoTrace) -> float | None:

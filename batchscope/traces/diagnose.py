@@ -112,7 +112,7 @@ def _batch_plan(traces: Sequence[KinetoTrace], batch_sizes: Sequence[int] | None
     return [(1, list(traces))]
 
 
-def _rank_rows(ranks: list[RankResult]) -> list[dict[str, Any]]:
+def _rank_rows(ranks: list[RankResult], slowest: RankResult) -> list[dict[str, Any]]:
     rows = []
     for r in ranks:
         result = r.result
@@ -125,6 +125,7 @@ def _rank_rows(ranks: list[RankResult]) -> list[dict[str, Any]]:
             "idle_share": share.idle if share else None,
             "communication_share": share.communication if share else None,
             "device": r.device_name,
+            "slowest": r is slowest,
         })
     return rows
 
@@ -161,7 +162,7 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
         ranks = [_analyse(t, size, known) for t in group]
         slowest = _slowest(ranks)
         if len(ranks) > 1:
-            per_rank[str(size)] = _rank_rows(ranks)
+            per_rank[str(size)] = _rank_rows(ranks, slowest)
             slowest.result.flags.append(
                 f"rank {slowest.rank} is the slowest of {len(ranks)} ranks "
                 f"({Path(slowest.path).name}); the report shows it")
