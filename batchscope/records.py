@@ -312,6 +312,35 @@ class Recommendation:
 
 
 @dataclass
+class CurvePoint:
+    """One batch size on the fitted step-time curve (``Report.prediction.points``)."""
+
+    batch_size: int
+    predicted_latency_s: float
+    predicted_throughput_per_s: float
+    measured_latency_s: float | None = None  # None: not measured, the prediction stands alone
+    error: float | None = None  # predicted / measured latency - 1
+    fitted: bool = False  # the model was fitted on this batch size (its error is in-sample)
+
+
+@dataclass
+class StepPrediction:
+    """report.json ``prediction``: the fitted step-time model (classifiers/step_model.py)
+    against every measured batch size, and what it predicts for the ones not measured."""
+
+    fitted_on: list[int]
+    points: list[CurvePoint]
+    knee_batch: float | None  # the knee of the predicted curve
+    # Largest |error| at measured batch sizes the model was not fitted on; None: none there.
+    max_abs_error_unfitted: float | None
+    assumptions: list[str] = field(default_factory=list)
+    # Relative change of the predicted latency at the largest batch size if each compute
+    # roof were its median repeat rather than its best: how much the ceiling's spread moves
+    # the prediction. None where the ceilings record no spread.
+    ceiling_sensitivity: float | None = None
+
+
+@dataclass
 class Report:
     """One diagnosis. ``to_dict()`` is the report.json document.
 
@@ -331,6 +360,7 @@ class Report:
     stop_reason: str = ""
     # Labelled estimates of larger batch sizes (``watch`` only); never measurements.
     estimates: list[Any] = field(default_factory=list)
+    prediction: StepPrediction | None = None
 
     def __post_init__(self) -> None:
         self.explain()
@@ -363,6 +393,7 @@ class Report:
             "batch_response": to_jsonable(self.batch_response),
             "flags": list(self.flags),
             "estimates": to_jsonable(self.estimates),
+            "prediction": to_jsonable(self.prediction),
         }
 
     def _repr_html_(self) -> str:

@@ -14,9 +14,10 @@ from batchscope.classifiers.critical_batch import (
 )
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
+from batchscope.classifiers.step_model import predict, predicted_stop
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import Limits
+from batchscope.plan import Limits, default_batch_sizes
 from batchscope.records import BatchResult, Recommendation, Report, Status
 
 # A batch size whose interquartile range of step latency exceeds this share of its median
@@ -204,6 +205,35 @@ def prediction_terms(knee: KneePrediction | None,
     return terms
 
 
+# Statuses at and beyond which a batch size would not fit: nothing is predicted there.
+_DOES_NOT_FIT = (Status.OOM, Status.KILLED, Status.SKIPPED)
+
+
+def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
+    """The batch sizes of the default sweep up to ``limits.max_batch`` that were not
+    measured, below the smallest one that did not fit in memory."""
+    measured = {r.batch_size for r in results if r.status == Status.OK}
+    too_big = min((r.batch_size for r in results if r.status in _DOES_NOT_FIT), default=None)
+    return [b for b in default_batch_sizes(limits.max_batch)
+            if b not in measured and (too_big is None or b < too_big)]
+
+
+def early_stop_reason(results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
+                      limits: Limits, unit: str, objective: str = "throughput") -> str:
+    """The sweep's predicted stop (:func:`step_model.predicted_stop`) judged against the
+    batch size the rule picks from ``results`` so far; "" to go on. Throughput only: an
+    energy pick has no step-time model."""
+    if objective != "throughput" or work_varies_with_inputs(results):
+        return ""
+    batches = [classify_batch(r, ceilings) for r in results]
+    choice = recommend(batches, limits, unit, objective)
+    picked = next((r for r in batches if choice and r.batch_size == choice.batch_size), None)
+    if picked is None or not picked.throughput_per_s:
+        return ""
+    return predicted_stop(batches, ceilings, remaining, picked.throughput_per_s,
+                          NEAR_BEST_SHARE, unit)
+
+
 def analyze(
     info: dict[str, Any],
     ceilings: Ceilings | None,
@@ -228,6 +258,8 @@ def analyze(
     layers = (predict_compute_bound_batch(batches, ceilings, dtype)
               if ceilings and not varies else None)
     knee, knee_inside = measured_knee(batches)
+    prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits))
+                  if ceilings and not varies else None)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
     flags += run_flags(info)
@@ -278,4 +310,5 @@ def analyze(
         flags=flags,
         partial=partial,
         stop_reason=stop_reason,
+        prediction=prediction,
     )

@@ -1,0 +1,450 @@
+"""The fitted step-time model: T(b) at every batch size, from a few measured ones.
+
+Every op (the same ``op_id`` at every batch size) gets its own batch response, fitted to its
+measured times at the largest few measured batch sizes (:data:`FIT_WINDOW`), the nearest to
+the ones predicted:
+
+    T_op(b) = fixed + max(memory_factor · bytes(b) / BW, compute_factor · FLOPs(b) / P)
+
+- ``FLOPs(b)`` and ``bytes(b)`` are linear fits of the op's counted work (exact: an op's work
+  is linear in the batch size, its weights the shared part), so the roofline times grow as
+  the op's own work grows: weights stay, activations and KV state grow with every row.
+- ``fixed`` is what the op's calls cost whatever their work: dispatch, a BLAS call's setup.
+- The factors are how far from each roof the op runs, measured: a least-squares line of the
+  measured time against the roof time. An op measured only on one side of the ridge has one
+  factor measured. The other is taken from the ops of the same kind that were measured on
+  that side, and otherwise from the path the op takes in the ceilings' own measurement
+  (``F.linear`` for matmuls, the 3x3 convolution for convolutions), said in ``assumptions``.
+- **Kernel steps**: the BLAS libraries pick another kernel once a matmul has enough rows (on
+  the CPU, MKL runs 2-8 rows on a slow path; cuBLAS switches tiles). A memory factor fitted
+  where the kernel was slow would carry that kernel into sizes where it no longer runs, so
+  once an op's compute roof overtakes its memory roof, its memory factor falls back to the
+  fastest its kind reached (at least 1: the roof).
+- Ops without a FLOP formula, the framework time between ops (on a GPU, the device's idle
+  time), the ops the profiler saw but the counting did not are fitted as powers of b (exponent 0 to 1), flat unless they
+  clearly grew.
+
+The sum over ops is the predicted profiled step; the profiler's own cost (profiled step
+minus timed latency at the fitted sizes, a cost per op call) taken off it gives the
+predicted latency. The same curve gives the knee (``fit_knee`` on predicted points), so B*
+and the knee come out of one model.
+
+The report shows it against every measured batch size (those it was not fitted on are its
+check), and the sweep uses it to stop early (:func:`predicted_stop`). How far it holds from
+batch sizes <= 8 alone, per sample and machine, is in docs/benchmarks.md (a benchmark: it
+depends on the machine's BLAS paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
+from batchscope.classifiers.roofline import Roof
+from batchscope.hardware.types import Ceilings
+from batchscope.records import (
+    BatchResult,
+    Bound,
+    CurvePoint,
+    OpStat,
+    Status,
+    StepPrediction,
+)
+
+# Op names that run through a GEMM (the F.linear path of the ceilings) or a convolution.
+MATMUL_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm", "linear", "matmul", "_addmm_activation"})
+CONV_OPS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d",
+                      "mkldnn_convolution", "cudnn_convolution", "convolution_backward"})
+# The model is fitted on the largest this many measured batch sizes: the nearest to the
+# sizes it predicts, past the small-batch kernel steps (MKL's 2-8 row path).
+FIT_WINDOW = 3
+# An op whose roof time is under this share of its measured time at the largest fitted size
+# is all per-call cost there: how far from its roof it runs cannot be read off its times.
+IDENTIFIABLE_SHARE = 0.25
+# The profiler's cost is per op call, so it is taken off the predicted profiled step as a
+# fixed amount; never below this share of it.
+MIN_LATENCY_SHARE = 0.2
+# Times that grew less than this across the fitted sizes are noise, not a trend.
+NOISE_GROWTH = 1.5
+
+
+def _kind(name: str) -> str:
+    if name in MATMUL_OPS:
+        return "matmul"
+    if name in CONV_OPS:
+        return "conv"
+    return name
+
+
+def _nonneg_line(xs: list[float], ys: list[float]) -> LinearFit:
+    """A least-squares line with a non-negative intercept and slope (costs never go below 0)."""
+    fit = fit_line(xs, ys)
+    if fit.slope < 0:
+        return LinearFit(max(sum(ys) / len(ys), 0.0), 0.0)
+    if fit.intercept < 0:
+        sxx = sum(x * x for x in xs)
+        return LinearFit(0.0, sum(x * y for x, y in zip(xs, ys)) / sxx if sxx else 0.0)
+    return fit
+
+
+def _through(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """``y = fixed + factor·x`` by least squares on relative error, fixed >= 0, factor > 0."""
+    if len(xs) == 1 or max(xs) - min(xs) <= 1e-12 * max(xs):
+        return 0.0, sum(ys) / sum(xs)
+    # Each point's relative error counts alike, weighted by its batch size's place in the
+    # sweep: the largest fitted sizes are nearest to the ones the model predicts.
+    weights = [(i + 1) / y**2 for i, y in enumerate(ys)]
+    sw = sum(weights)
+    mx = sum(w * x for w, x in zip(weights, xs)) / sw
+    my = sum(w * y for w, y in zip(weights, ys)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(weights, xs))
+    sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(weights, xs, ys))
+    factor = sxy / sxx if sxx else 0.0
+    fixed = my - factor * mx
+    if factor <= 0 or fixed < 0:  # no trend, or more than proportional: through the origin
+        return 0.0, (sum(w * x * y for w, x, y in zip(weights, xs, ys))
+                     / sum(w * x * x for w, x in zip(weights, xs)))
+    return fixed, factor
+
+
+@dataclass
+class PowerFit:
+    """y = scale·b^exponent, the exponent within [0, 1]: costs that are not the op's counted
+    work (time between ops, an op without a formula) grow at most in proportion to b."""
+
+    scale: float
+    exponent: float
+
+    def __call__(self, b: float) -> float:
+        return self.scale * b ** self.exponent
+
+
+def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
+    """Least squares on log y over log b; flat when the points grew less than noise does."""
+    positive = [(x, y) for x, y in zip(xs, ys) if y > 0]
+    if not positive:
+        return PowerFit(0.0, 0.0)
+    if len(positive) == 1 or max(y for _, y in positive) < NOISE_GROWTH * min(
+            y for _, y in positive):
+        return PowerFit(positive[-1][1], 0.0)
+    lx = [math.log(x) for x, _ in positive]
+    ly = [math.log(y) for _, y in positive]
+    line = fit_line(lx, ly)
+    exponent = min(max(line.slope, 0.0), 1.0)
+    # Through the largest point: the one nearest to the sizes predicted.
+    return PowerFit(math.exp(ly[-1] - exponent * lx[-1]), exponent)
+
+
+@dataclass
+class OpCurve:
+    """One op's fitted batch response."""
+
+    op_id: str
+    name: str
+    roof: Roof | None  # None: no FLOP formula, ``time_line`` is used
+    dtype: str = ""  # the dtype whose roof applies
+    flops: LinearFit | None = None
+    bytes_moved: LinearFit | None = None
+    fixed_s: float = 0.0
+    memory_factor: float = 1.0
+    compute_factor: float = 1.0
+    fast_memory_factor: float = 1.0  # the memory factor once the compute roof overtakes
+    measured_sides: tuple[str, ...] = ()  # empty: all per-call cost, no factor measured
+    fitted_on: tuple[float, ...] = ()
+    time_line: PowerFit | None = None
+
+    def memory_s(self, b: float) -> float:
+        assert self.roof is not None and self.bytes_moved is not None
+        return max(self.bytes_moved(b), 0.0) / self.roof.bandwidth_bytes_per_s
+
+    def compute_s(self, b: float) -> float:
+        assert self.roof is not None and self.flops is not None
+        return max(self.flops(b), 0.0) / self.roof.peak_flops_per_s
+
+    def can_turn_compute_bound(self) -> bool:
+        """Whether the FLOPs each row adds take longer than its bytes at the roofs, so that
+        a large enough batch is compute-bound."""
+        if self.roof is None or self.flops is None or self.bytes_moved is None:
+            return False
+        return (self.flops.slope / self.roof.peak_flops_per_s
+                > self.bytes_moved.slope / self.roof.bandwidth_bytes_per_s)
+
+    def time_s(self, b: float) -> float:
+        if self.time_line is not None:
+            return self.time_line(b)
+        memory, compute = self.memory_s(b), self.compute_s(b)
+        memory_factor = (self.memory_factor if memory >= compute or "compute" in
+                         self.measured_sides else self.fast_memory_factor)
+        return self.fixed_s + max(memory_factor * memory, self.compute_factor * compute)
+
+
+@dataclass
+class StepModel:
+    """The whole step: every op's curve plus the lines for the rest."""
+
+    ops: list[OpCurve]
+    framework: PowerFit  # CPU: time between ops
+    unmatched: PowerFit
+    idle: PowerFit  # GPU: the device waiting on the host
+    profiler_gap_s: float  # profiled step minus timed latency: the profiler's own cost
+    fitted_on: list[int]
+    assumptions: list[str] = field(default_factory=list)
+
+    def profiled_s(self, b: float) -> float:
+        return (sum(op.time_s(b) for op in self.ops) + self.framework(b) + self.unmatched(b)
+                + self.idle(b))
+
+    def latency_s(self, b: float) -> float:
+        profiled = self.profiled_s(b)
+        return max(profiled - self.profiler_gap_s, MIN_LATENCY_SHARE * profiled)
+
+    def throughput_per_s(self, b: float) -> float:
+        return b / self.latency_s(b)
+
+    def knee(self, batch_sizes: list[int]) -> tuple[float | None, bool]:
+        """The knee of the predicted latency curve over ``batch_sizes`` (see fit_knee)."""
+        return fit_knee([float(b) for b in batch_sizes],
+                        [self.latency_s(b) for b in batch_sizes])
+
+
+def _usable(results: list[BatchResult]) -> list[BatchResult]:
+    return sorted((r for r in results if r.status == Status.OK and r.ops and r.latency_s
+                   and r.profiled_step_s), key=lambda r: r.batch_size)
+
+
+def fit_sizes(results: list[BatchResult], window: int = FIT_WINDOW) -> list[int]:
+    """The batch sizes the model is fitted on: the largest ``window`` measured ones."""
+    return [r.batch_size for r in _usable(results)][-window:]
+
+
+def _roof_times(op: OpStat, roof: Roof) -> tuple[float, float]:
+    return op.bytes.total / roof.bandwidth_bytes_per_s, (op.flops or 0) / roof.peak_flops_per_s
+
+
+def _path_factor(ceilings: Ceilings, dtype: str, kind: str) -> tuple[float, str] | None:
+    """Peak over the ceilings' own measurement of the path an op of ``kind`` takes."""
+    path = {"matmul": "linear", "conv": "conv2d"}.get(kind)
+    matmul = (ceilings.details.get("matmul") or {}).get(dtype) or {}
+    figures = ((matmul.get("paths") or {}).get(path) or {}) if path else {}
+    flops = figures.get("peak_flops_per_s") if isinstance(figures, dict) else None
+    peak = ceilings.peak_for(dtype)
+    if isinstance(flops, (int, float)) and flops > 0 and peak > 0:
+        return max(peak / flops, 1.0), f"{path} measured at {flops / 1e9:,.0f} GFLOP/s"
+    return None
+
+
+def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
+                   sizes: list[int] | None = None) -> StepModel | None:
+    """Fit the model on the measured ``sizes`` (default :func:`fit_sizes`); None with fewer
+    than two usable batch sizes."""
+    usable = _usable(results)
+    sizes = sizes if sizes is not None else fit_sizes(results)
+    fitted = [r for r in usable if r.batch_size in sizes]
+    if len(fitted) < 2:
+        return None
+    by_op: dict[str, list[tuple[float, OpStat]]] = defaultdict(list)
+    for r in fitted:
+        for op in r.ops:
+            if op.bound not in (Bound.COMMUNICATION, Bound.TRANSFER):
+                by_op[op.op_id].append((float(r.batch_size), op))
+    curves: list[OpCurve] = []
+    for op_id, points in by_op.items():
+        curves.append(_fit_op(op_id, points, ceilings))
+    assumptions = _fill_unmeasured_factors(curves, ceilings)
+    gap = statistics.median((r.profiled_step_s or 0.0) - r.latency_s.median  # type: ignore[union-attr]
+                            for r in fitted)
+    bs = [float(r.batch_size) for r in fitted]
+    return StepModel(
+        ops=curves,
+        framework=fit_power(bs, [r.framework_s or 0.0 for r in fitted]),
+        unmatched=fit_power(bs, [sum(r.unmatched_ops_s.values()) for r in fitted]),
+        idle=fit_power(bs, [r.device_idle_s or 0.0 for r in fitted]),
+        profiler_gap_s=gap,
+        fitted_on=[r.batch_size for r in fitted],
+        assumptions=assumptions,
+    )
+
+
+def _fit_op(op_id: str, points: list[tuple[float, OpStat]], ceilings: Ceilings) -> OpCurve:
+    op = points[-1][1]
+    bs = [b for b, _ in points]
+    times = [o.time_s for _, o in points]
+    if any(o.flops is None or (not o.flops and not o.bytes.total) for _, o in points):
+        # No formula, or no work (a view): its time as it grew with b, if it did.
+        return OpCurve(op_id, op.name, None, time_line=fit_power(bs, times))
+    roof = Roof.of_op(ceilings, op)
+    roofs = [_roof_times(o, roof) for _, o in points]
+    curve = OpCurve(op_id, op.name, roof, op.roof_dtype or op.dtype, fitted_on=tuple(bs),
+                    flops=_nonneg_line(bs, [float(o.flops or 0) for _, o in points]),
+                    bytes_moved=_nonneg_line(bs, [float(o.bytes.total) for _, o in points]))
+    memory_sided = [m >= c for m, c in roofs]
+    roof_s = [max(m, c) for m, c in roofs]
+    if roof_s[-1] < IDENTIFIABLE_SHARE * times[-1]:
+        # Its work is a sliver of its time at every fitted size: per-call cost, and no
+        # factor can be read off it. Filled from its kind (_fill_unmeasured_factors).
+        curve.fixed_s = times[-1]
+        return curve
+    curve.measured_sides = tuple(sorted({"memory" if s else "compute" for s in memory_sided}))
+    memory = [(r, t) for r, t, s in zip(roof_s, times, memory_sided) if s]
+    compute = [(r, t) for r, t, s in zip(roof_s, times, memory_sided) if not s]
+    if memory:
+        curve.fixed_s, curve.memory_factor = _through(*map(list, zip(*memory)))
+    if compute:
+        if memory:  # the fixed cost as under the memory roof; the factor from what is left
+            curve.compute_factor = statistics.median(
+                max(t - curve.fixed_s, 0.0) / r for r, t in compute) or 1.0
+        else:
+            curve.fixed_s, curve.compute_factor = _through(*map(list, zip(*compute)))
+            curve.memory_factor = curve.compute_factor
+    return curve
+
+
+def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[str]:
+    """Compute factors of ops measured only under the memory roof, and the memory factor
+    past the kernel step; returns what was assumed, in words."""
+    measured: dict[str, list[float]] = defaultdict(list)
+    memory: dict[str, list[float]] = defaultdict(list)
+    for c in curves:
+        if c.roof is None:
+            continue
+        if "compute" in c.measured_sides:
+            measured[_kind(c.name)].append(c.compute_factor)
+        if c.measured_sides:
+            memory[_kind(c.name)].append(c.memory_factor)
+    everything = [f for factors in memory.values() for f in factors]
+    assumptions: dict[str, str] = {}
+    for c in curves:
+        if c.roof is None:
+            continue
+        kind = _kind(c.name)
+        if not c.measured_sides:  # per-call cost at every fitted size
+            c.memory_factor = statistics.median(memory[kind] or everything or [1.0])
+            c.fixed_s = max(c.fixed_s - c.memory_factor * c.memory_s(max(c.fitted_on)), 0.0)
+        c.fast_memory_factor = max(min(memory[kind] or [c.memory_factor]), 1.0)
+        if "compute" in c.measured_sides:
+            continue
+        if not c.can_turn_compute_bound():
+            continue  # its intensity does not grow with b: the compute roof never binds
+        if measured[kind]:
+            c.compute_factor = statistics.median(measured[kind])
+            assumptions.setdefault(kind, f"{kind}: compute efficiency of the {kind} ops "
+                                         f"measured above the ridge")
+            continue
+        path = _path_factor(ceilings, c.dtype, kind)
+        if path is not None:
+            c.compute_factor = path[0]
+            assumptions.setdefault(kind, f"{kind}: never measured compute-bound; at the "
+                                         f"speed of its path in the ceilings ({path[1]})")
+        else:
+            c.compute_factor = 1.0
+            assumptions.setdefault(kind, f"{kind}: never measured compute-bound; assumed at "
+                                         f"the compute roof")
+    return [assumptions[k] for k in sorted(assumptions)]
+
+
+def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
+    """``ceilings`` with each compute roof lowered by its matmul's median/best repeat ratio
+    at the peak size; None when no dtype records a spread."""
+    peaks = dict(ceilings.peak_flops_per_s)
+    changed = False
+    for dtype, figures in (ceilings.details.get("matmul") or {}).items():
+        if not isinstance(figures, dict) or dtype not in peaks:
+            continue
+        peak = next((s for s in figures.get("sizes") or [] if isinstance(s, dict)
+                     and s.get("n") == figures.get("peak_size")), None)
+        best = peak and peak.get("best_flops_per_s")
+        median = peak and peak.get("median_flops_per_s")
+        if isinstance(best, (int, float)) and isinstance(median, (int, float)) and 0 < median < best:
+            peaks[dtype] *= median / best
+            changed = True
+    return dataclasses.replace(ceilings, peak_flops_per_s=peaks) if changed else None
+
+
+def predict(results: list[BatchResult], ceilings: Ceilings,
+            unmeasured: list[int]) -> StepPrediction | None:
+    """The fitted model against every measured batch size, and its prediction at the
+    ``unmeasured`` ones; None when fewer than two batch sizes can be fitted."""
+    model = fit_step_model(results, ceilings)
+    if model is None:
+        return None
+    measured = {r.batch_size: r.latency_s.median for r in _usable(results)}  # type: ignore[union-attr]
+    points = []
+    for b in sorted(set(measured) | set(unmeasured)):
+        latency = model.latency_s(b)
+        point = CurvePoint(b, latency, b / latency, fitted=b in model.fitted_on)
+        if b in measured:
+            point.measured_latency_s = measured[b]
+            point.error = latency / measured[b] - 1
+        points.append(point)
+    checked = [abs(p.error) for p in points if p.error is not None and not p.fitted]
+    sensitivity = None
+    lowered = _median_peaks(ceilings)
+    if lowered is not None and (refit := fit_step_model(results, lowered, model.fitted_on)):
+        largest = points[-1].batch_size
+        sensitivity = refit.latency_s(largest) / model.latency_s(largest) - 1
+    knee, _ = model.knee([p.batch_size for p in points])
+    return StepPrediction(
+        fitted_on=model.fitted_on,
+        points=points,
+        knee_batch=knee,
+        max_abs_error_unfitted=max(checked) if checked else None,
+        assumptions=model.assumptions,
+        ceiling_sensitivity=sensitivity,
+    )
+
+
+# The early stop trusts the model only after it predicted the last measured batch size
+# (fitted on the ones before) this closely, and widens every prediction by what it missed
+# by there, at least by this much.
+STOP_TOLERANCE = 0.25
+MIN_MARGIN = 0.10
+
+
+def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
+                   pick_throughput_per_s: float, near_best_share: float, unit: str) -> str:
+    """Why the sweep may stop before ``remaining``, or "" when it must go on.
+
+    The pick (the smallest batch within ``near_best_share`` of the best) only moves if a
+    larger batch beats ``pick_throughput_per_s / near_best_share``. The model fitted on
+    the measured sizes before the last must have predicted the last within
+    :data:`STOP_TOLERANCE`; refitted with it, the gain it predicts for each remaining size
+    over the last, applied to the last's measured throughput and widened by that miss (at
+    least :data:`MIN_MARGIN`), must stay under the bar. The model's throughput never falls
+    with b, so this stops a sweep whose measured curve has levelled off or turned down.
+    """
+    usable = _usable(results)
+    if not remaining or len(usable) < FIT_WINDOW + 1:
+        return ""
+    last = usable[-1]
+    before = fit_step_model(results, ceilings, [r.batch_size for r in usable[-FIT_WINDOW - 1:-1]])
+    if before is None:
+        return ""
+    miss = abs(before.latency_s(last.batch_size) / last.latency_s.median - 1)  # type: ignore[union-attr]
+    if miss > STOP_TOLERANCE:
+        return ""
+    model = fit_step_model(results, ceilings)
+    if model is None:
+        return ""
+    margin = max(miss, MIN_MARGIN)
+    bar = pick_throughput_per_s / near_best_share
+    # The model's gain over the last measured size, applied to what that size measured:
+    # its errors at neighbouring sizes largely cancel in the ratio.
+    measured_last = last.batch_size / last.latency_s.median  # type: ignore[union-attr]
+    gain = {b: model.throughput_per_s(b) / model.throughput_per_s(last.batch_size)
+            for b in remaining}
+    highest = max(remaining, key=gain.__getitem__)
+    projected = measured_last * gain[highest]
+    if projected * (1 + margin) >= bar:
+        return ""
+    sizes = (f"batch {remaining[0]}" if len(remaining) == 1
+             else f"batches {', '.join(map(str, remaining))}")
+    return (f"{sizes} not measured: the step-time model, fitted on batches "
+            f"{', '.join(map(str, model.fitted_on))}, predicts at most "
+            f"{projected:,.4g} ± {margin:.0%} {unit}s/s there (batch {highest}: "
+            f"{gain[highest]:.2f}× batch {last.batch_size}), under the {bar:,.4g} that would "
+            f"change the pick; it had predicted "
+            f"batch {last.batch_size} within {miss:.0%} before measuring it")
