@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchscope import __version__
-from batchscope.classifiers.analyze import analyze
+from batchscope.classifiers.analyze import analyze, early_stop_reason
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
@@ -66,6 +66,7 @@ class Options:
     recalibrate: bool = False
     op_breakdown: bool = True
     measure_ceilings: bool = True
+    measure_all: bool = False  # every batch size up to max_batch: no plateau or predicted stop
     mode: str | None = None
     objective: str = "throughput"  # or "energy": J per unit from NVML, where measured
     extra: dict[str, Any] = field(default_factory=dict)
@@ -273,6 +274,10 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         batch_timeout_s=options.batch_timeout_s,
         recalibrate=options.recalibrate,
         measure_ceilings=options.measure_ceilings,
+        measure_all=options.measure_all,
+        early_stop=lambda results, remaining, ceilings: early_stop_reason(
+            results, remaining, ceilings, options.limits(),
+            writer.info.get("unit", "sample"), options.objective),
     )
     outcome = Sweep(config, writer).run()
     run["wall_s"] = time.time() - started

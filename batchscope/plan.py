@@ -5,6 +5,7 @@ Pure logic over the results so far, so every stop rule is testable without a mod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchscope.errors import UsageError
@@ -109,9 +110,17 @@ class Plan:
         [1, 2, 4, 8]
     """
 
-    def __init__(self, explicit: list[int] | None, limits: Limits) -> None:
+    def __init__(self, explicit: list[int] | None, limits: Limits,
+                 early_stop: Callable[[list[BatchResult], list[int]], str] | None = None,
+                 measure_all: bool = False) -> None:
         self.explicit = explicit is not None
         self.limits = limits
+        # Given the results so far and the batch sizes still to go, why they need not be
+        # measured ("" to go on): the fitted step-time model's prediction (set by the API,
+        # which owns the classifiers). Neither it nor the plateau rule applies with
+        # ``measure_all`` or an explicit list.
+        self.early_stop = early_stop
+        self.measure_all = measure_all
         if explicit is not None:
             self.candidates = sorted(b for b in explicit if b <= limits.max_batch)
         else:
@@ -147,11 +156,17 @@ class Plan:
         limit = over_limits(last, self.limits)
         if limit:
             return f"batch {last.batch_size}: {limit}"
-        if not self.explicit and _plateaued(results):
+        if self.explicit or self.measure_all:
+            return ""
+        if _plateaued(results):
             return (
                 f"throughput plateaued: the last {PLATEAU_PATIENCE} doublings together added "
                 f"less than {PLATEAU_GAIN:.0%} over the best before them"
             )
+        if self.early_stop is not None and last.status == Status.OK:
+            done = {r.batch_size for r in results}
+            remaining = [b for b in self.candidates if b > last.batch_size and b not in done]
+            return self.early_stop(results, remaining) if remaining else ""
         return ""
 
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
@@ -45,6 +46,10 @@ class SweepConfig:
     batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
     recalibrate: bool = False
     measure_ceilings: bool = True
+    # Why the remaining batch sizes need not be measured, given the results so far and the
+    # ceilings ("" to go on); see Plan.early_stop. None: only the plateau rule.
+    early_stop: Callable[[list[BatchResult], list[int], Ceilings], str] | None = None
+    measure_all: bool = False  # no plateau or predicted stop: every batch size up to the cap
 
 
 @dataclass
@@ -223,7 +228,8 @@ class Sweep:
             if self.config.measure_ceilings:
                 self._measure_ceilings(handle)
             explicit = self.config.batch_sizes or self.info.get("batch_sizes")
-            self.plan = Plan(explicit, self.config.limits)
+            self.plan = Plan(explicit, self.config.limits, self._early_stop,
+                             self.config.measure_all)
             while (b := self.plan.next_batch(self.results)) is not None:
                 skip = predicted_not_to_fit(self.results, b,
                                             self.config.limits.memory_budget_bytes)
@@ -243,6 +249,11 @@ class Sweep:
         flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
         return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
                             flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap))
+
+    def _early_stop(self, results: list[BatchResult], remaining: list[int]) -> str:
+        if self.config.early_stop is None or self.ceilings is None:
+            return ""
+        return self.config.early_stop(results, remaining, self.ceilings)
 
     def _measure_ceilings(self, handle: _Handle) -> None:
         """Ask the worker for the ceilings; without them the sweep still runs, unclassified."""
