@@ -44,6 +44,14 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     assert rec["batch_size"] in (1, 2, 4) and rec["speedup_from_batching"] > 0
     assert rec["rule"] and rec["explanation"]
     assert exit_code(report) == ExitCode.OK
+    # The step-time model, fitted on the three sizes, against each of them.
+    pred = data["prediction"]
+    assert pred["fitted_on"] == [1, 2, 4]
+    for point, b in zip(pred["points"], data["batches"], strict=True):
+        assert point["batch_size"] == b["batch_size"] and point["fitted"]
+        assert point["error"] == pytest.approx(
+            point["predicted_latency_s"] / b["latency_s"]["median"] - 1)
+    assert "#### Predicted against measured" in (tmp_path / "summary.md").read_text()
 
 
 def test_model_error_keeps_smaller_batches(tmp_path):

@@ -125,6 +125,9 @@ def print_summary(console: Console, report: Report) -> None:
             f"estimate (not measured), batch {estimate.get('batch_size')}: "
             f"{fmt.rate(estimate.get('throughput_per_s'), unit)} at "
             f"{fmt.seconds(estimate.get('latency_s'))} per step"))
+    predicted = v.prediction_summary(doc)
+    if predicted:
+        console.print(escape(predicted))
     headline = narrative.trace_headline(doc) if rec is None else None
     if headline:
         console.print(escape(headline))

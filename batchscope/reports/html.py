@@ -162,6 +162,15 @@ def _op_rows(doc: Doc) -> list[dict[str, Any]]:
     return rows
 
 
+def _prediction_rows(doc: Doc) -> list[dict[str, Any]]:
+    """The fitted step-time model's table: predicted against measured, and the unmeasured."""
+    return [{"batch": r.get("batch_size"), "fitted": bool(r.get("fitted")),
+             "measured": fmt.seconds(r.get("measured_latency_s")) if r["measured"] else "not measured",
+             "predicted": fmt.seconds(r.get("predicted_latency_s")),
+             "error": f"{r['error']:+.0%}" if isinstance(r.get("error"), (int, float)) else "–",
+             "rate": fmt.si(r.get("predicted_throughput_per_s"))} for r in v.prediction_rows(doc)]
+
+
 def _timing_rows(doc: Doc) -> list[dict[str, Any]]:
     rows = []
     for b in v.batches(doc):
@@ -241,7 +250,9 @@ def context(doc: Doc) -> dict[str, Any]:
         "unplaced": unplaced, "unplaced_share": fmt.pct(unplaced_share),
         "unplaced_batch": unplaced_batch,
         "op_rows": _op_rows(doc), "batch_sizes": [b["batch_size"] for b in v.analysed(doc)],
-        "timing_rows": _timing_rows(doc), "ceiling_rows": _ceiling_rows(doc),
+        "timing_rows": _timing_rows(doc), "prediction_rows": _prediction_rows(doc),
+        "prediction_summary": v.prediction_summary(doc),
+        "prediction_assumptions": v.prediction(doc).get("assumptions") or [], "ceiling_rows": _ceiling_rows(doc),
         "flags": v.flags(doc), "accounting_errors": len(v.accounting_errors(doc)),
         "failed": v.failed(doc), "fmt": fmt, "parameters": model.get("parameters"),
         "peak_memory_label": v.peak_memory_label(doc),

@@ -180,6 +180,24 @@ def _estimates(doc: Doc) -> str:
             + (f"\n\n{method}" if method else ""))
 
 
+def _prediction(doc: Doc) -> str:
+    """The fitted step-time model against every measured batch size, and the unmeasured."""
+    rows = v.prediction_rows(doc)
+    if not rows:
+        return ""
+    unit = v.unit(doc)
+    table = md_table(
+        ["batch", "measured step", "predicted step", "error", md_cell(f"predicted {unit}s/s")],
+        [[str(r.get("batch_size")) + (" (fitted)" if r.get("fitted") else ""),
+          fmt.seconds(r.get("measured_latency_s")) if r["measured"] else "not measured",
+          fmt.seconds(r.get("predicted_latency_s")),
+          f"{r['error']:+.0%}" if isinstance(r.get("error"), (int, float)) else "–",
+          fmt.si(r.get("predicted_throughput_per_s"))] for r in rows], "rrrrr")
+    notes = [md_text(v.prediction_summary(doc), 600)]
+    notes += [f"Assumed: {md_text(a, 200)}." for a in v.prediction(doc).get("assumptions") or []]
+    return "#### Predicted against measured\n\n" + table + "\n\n" + " ".join(notes)
+
+
 def _ranks(doc: Doc) -> str:
     """Per rank of one step (several traces of different ranks), the slowest marked."""
     blocks = []
@@ -223,7 +241,8 @@ def render_summary(doc: Doc, max_chars: int = MAX_CHARS) -> str:
     """summary.md for one report dict, at most ``max_chars`` characters."""
     required = [_headline(doc), _facts(doc), _batch_rows(doc) if v.batches(doc) else "",
                 _ranks(doc), _estimates(doc)]
-    optional = [("chart", _chart(doc)), ("explanation", _explanation(doc)),
+    optional = [("chart", _chart(doc)), ("prediction", _prediction(doc)),
+                ("explanation", _explanation(doc)),
                 ("ops", _top_ops(doc)), ("flags", _flags(doc))]
     footer = _footer(doc)
     while True:

@@ -108,6 +108,24 @@ def throughput(doc: Doc) -> st.Figure | None:
          "marker": {"size": 8, "color": st.SERIES},
          "hovertemplate": f"batch %{{x}}<br>%{{y:,.4~s}} {chart_text(unit)}s/s<extra></extra>"},
     ]
+    predicted = v.prediction_rows(doc)
+    if predicted:
+        unmeasured = [r for r in predicted if not r["measured"]]
+        data.append({"type": "scatter", "mode": "lines", "name": "predicted (step-time model)",
+                     "x": [r["batch_size"] for r in predicted],
+                     "y": [r["predicted_throughput_per_s"] for r in predicted],
+                     "line": {"color": st.SERIES, "dash": "dash", "width": 1.5},
+                     "hovertemplate": (f"batch %{{x}}<br>predicted %{{y:,.4~s}} "
+                                       f"{chart_text(unit)}s/s<extra></extra>")})
+        if unmeasured:
+            data.append({"type": "scatter", "mode": "markers", "name": "not measured: predicted",
+                         "x": [r["batch_size"] for r in unmeasured],
+                         "y": [r["predicted_throughput_per_s"] for r in unmeasured],
+                         "marker": {"size": 8, "symbol": "circle-open", "color": st.SERIES},
+                         "hovertemplate": (f"batch %{{x}} not measured<br>predicted "
+                                           f"%{{y:,.4~s}} {chart_text(unit)}s/s<extra></extra>")})
+        ys = ys + [r["predicted_throughput_per_s"] for r in unmeasured]
+        y_lo, y_hi = (min(ys) / 1.6, max(ys) * 1.6) if log else (0.0, max(ys) * 1.18)
     rec_batch = v.recommended(doc)
     if rec_batch:
         data.append({"type": "scatter", "mode": "markers", "name": "recommended",
@@ -130,7 +148,8 @@ def throughput(doc: Doc) -> st.Figure | None:
     notes: list[dict[str, Any]] = []
     _rec_marks(doc, shapes, notes)
     y_range = [math.log10(y_lo), math.log10(y_hi)] if log else [y_lo, y_hi]
-    lay = st.layout(ROW_HEIGHT_PX + 30, xaxis=st.batch_axis(_sizes(doc)),
+    sizes = sorted({*_sizes(doc), *(r["batch_size"] for r in predicted)})
+    lay = st.layout(ROW_HEIGHT_PX + 30, xaxis=st.batch_axis(sizes),
                     yaxis=st.axis(f"throughput ({chart_text(unit)}s/s{', log' if log else ''})",
                                   log=log, tickformat="~s", range=y_range),
                     shapes=shapes, annotations=notes, margin={"l": 64, "r": 24, "t": 28, "b": 52},

@@ -321,3 +321,48 @@ def dominant_bound(batch: Doc) -> str | None:
     if not share:
         return None
     return max(SHARES, key=lambda k: share.get(k) or 0.0)
+
+
+def prediction(doc: Doc) -> dict[str, Any]:
+    """report.json ``prediction`` (the fitted step-time model), {} when absent."""
+    pred = doc.get("prediction")
+    return pred if isinstance(pred, dict) else {}
+
+
+def prediction_rows(doc: Doc) -> list[dict[str, Any]]:
+    """The model's points, each with ``measured`` True where the batch size was measured."""
+    return [{**p, "measured": p.get("measured_latency_s") is not None}
+            for p in prediction(doc).get("points") or [] if isinstance(p, dict)]
+
+
+def prediction_summary(doc: Doc) -> str:
+    """One sentence: what the model was fitted on, how it held, what it predicts unmeasured."""
+    pred = prediction(doc)
+    rows = prediction_rows(doc)
+    if not pred or not rows:
+        return ""
+    unit_name = unit(doc)
+    fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])
+    text = f"Step-time model fitted on batches {fitted}"
+    errors = [r["error"] for r in rows if r["measured"] and not r.get("fitted")
+              and isinstance(r.get("error"), (int, float))]
+    if errors:
+        text += (f"; at the {len(errors)} other measured batch size"
+                 f"{'s' if len(errors) > 1 else ''} it is off by "
+                 + (f"{errors[0]:+.0%}" if len(errors) == 1
+                    else f"{min(errors):+.0%} to {max(errors):+.0%}"))
+    knee = pred.get("knee_batch")
+    if isinstance(knee, (int, float)):
+        text += f"; its curve bends at {knee:,.3g} rows"
+    unmeasured = [r for r in rows if not r["measured"]]
+    if unmeasured:
+        text += "; not measured, predicted: " + ", ".join(
+            f"batch {r['batch_size']} {fmt.rate(r.get('predicted_throughput_per_s'), unit_name)}"
+            for r in unmeasured[:6])
+        if len(unmeasured) > 6:
+            text += f" (and {len(unmeasured) - 6} more)"
+    sensitivity = pred.get("ceiling_sensitivity")
+    if isinstance(sensitivity, (int, float)) and abs(sensitivity) >= 0.01:
+        text += (f"; with each compute roof at its median repeat instead of its best, the "
+                 f"largest batch's predicted step moves {sensitivity:+.0%}")
+    return text + "."

@@ -1,0 +1,41 @@
+"""The fitted step-time model in every format: predicted against measured, and the batch
+sizes that were not measured, labelled as predictions."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from batchscope.classifiers.analyze import analyze
+from batchscope.hardware.types import Ceilings
+from batchscope.plan import Limits
+from batchscope.records import batch_result_from_dict
+from batchscope.reports.console import print_summary
+from batchscope.reports.html import render_html
+from batchscope.reports.markdown import render_summary
+
+
+def test_unmeasured_sizes_are_predicted_and_labelled(sample_docs: dict[str, dict[str, Any]]):
+    doc = sample_docs["llm_decode"]
+    measured = [batch_result_from_dict(b) for b in doc["batches"] if b["batch_size"] <= 8]
+    report = analyze(doc["model"], Ceilings.from_dict(doc["hardware"]), measured,
+                     Limits(max_batch=32), doc["run"])
+    out = report.to_dict()
+    points = {p["batch_size"]: p for p in out["prediction"]["points"]}
+    assert sorted(points) == [1, 2, 4, 8, 16, 32]
+    assert points[16]["measured_latency_s"] is None and points[8]["fitted"]
+    assert out["prediction"]["fitted_on"] == [2, 4, 8]
+
+    summary = render_summary(out)
+    table = summary[summary.index("#### Predicted against measured"):]
+    assert "| 16 | not measured |" in table and "| 8 (fitted) |" in table
+    assert "not measured, predicted: batch 16" in table
+
+    page = render_html(out)
+    assert "Predicted against measured" in page and "not measured: predicted" in page
+
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(console, report)
+    assert "Step-time model fitted on batches 2, 4, 8" in console.file.getvalue()
