@@ -1,0 +1,74 @@
+"""The fitted step-time model against measured latencies, from small batch sizes only.
+
+For each sample, a full sweep (``--measure-all`` over powers of two; or the report.json of
+one, ``--from DIR`` holding ``<sample>/report.json``) is refitted on the three largest batch
+sizes <= ``--fit-max`` (8: issue 14's "from measurements at batch sizes <= 8") and the model
+predicts every other measured size. Prints predicted/measured - 1 per size, the predicted
+knee against the measured one, and the largest error beyond the fitted sizes.
+
+    python benchmarks/prediction.py                      # sweeps each sample (slow: minutes)
+    python benchmarks/prediction.py --from /tmp/sweeps   # refit recorded full sweeps
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from batchscope.classifiers.critical_batch import measured_knee  # noqa: E402
+from batchscope.classifiers.roofline import classify_batch  # noqa: E402
+from batchscope.classifiers.step_model import FIT_WINDOW, fit_step_model  # noqa: E402
+from batchscope.hardware.types import Ceilings  # noqa: E402
+from batchscope.records import batch_result_from_dict  # noqa: E402
+from benchmarks._common import SAMPLES, diagnose_cli  # noqa: E402
+
+
+def report_of(sample: str, source: Path | None, max_batch: int) -> dict:
+    name = Path(sample).stem
+    if source is not None:
+        return json.loads((source / name / "report.json").read_text())
+    with tempfile.TemporaryDirectory() as out:
+        _, doc = diagnose_cli(sample, out, "--measure-all", "--max-batch", str(max_batch))
+    return doc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="source", type=Path, default=None)
+    parser.add_argument("--fit-max", type=int, default=8)
+    parser.add_argument("--max-batch", type=int, default=1024)
+    parser.add_argument("samples", nargs="*", default=SAMPLES)
+    args = parser.parse_args()
+    for sample in args.samples:
+        try:
+            doc = report_of(sample, args.source, args.max_batch)
+        except FileNotFoundError:
+            print(f"{sample}: no recorded sweep")
+            continue
+        ceilings = Ceilings.from_dict(doc["hardware"])
+        results = [classify_batch(batch_result_from_dict(b), ceilings) for b in doc["batches"]]
+        results = [r for r in results if r.latency_s is not None]
+        fit = [r.batch_size for r in results if r.batch_size <= args.fit_max][-FIT_WINDOW:]
+        model = fit_step_model(results, ceilings, fit)
+        if model is None:
+            print(f"{sample}: too few batch sizes to fit")
+            continue
+        errors = {r.batch_size: model.latency_s(r.batch_size) / r.latency_s.median - 1
+                  for r in results}
+        beyond = [abs(e) for b, e in errors.items() if b > args.fit_max]
+        knee, _ = measured_knee(results)
+        predicted_knee, _ = model.knee([r.batch_size for r in results])
+        print(f"{sample}: fitted on {fit}")
+        print("  " + "  ".join(f"{b}:{e:+.0%}" for b, e in errors.items()))
+        print(f"  largest |error| beyond {args.fit_max}: "
+              f"{max(beyond) if beyond else float('nan'):.0%}; knee predicted "
+              f"{predicted_knee or float('nan'):.1f}, measured {knee or float('nan'):.1f}")
+
+
+if __name__ == "__main__":
+    main()
