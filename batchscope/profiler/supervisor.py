@@ -36,6 +36,12 @@ TERMINATE_GRACE_S = 2.0
 POLL_S = 0.05
 
 
+# Times kernel probes in the worker: specs -> {key: seconds} (the ones that ran).
+Prober = Callable[[list[dict[str, Any]]], dict[str, float]]
+# Seconds allowed for one round of kernel probes.
+PROBE_TIMEOUT_S = 120.0
+
+
 @dataclass
 class SweepConfig:
     """What to sweep and how."""
@@ -48,8 +54,13 @@ class SweepConfig:
     measure_ceilings: bool = True
     # Why the remaining batch sizes need not be measured, given the results so far and the
     # ceilings ("" to go on); see Plan.early_stop. None: only the plateau rule.
-    early_stop: Callable[[list[BatchResult], list[int], Ceilings], str] | None = None
+    early_stop: Callable[[list[BatchResult], list[int], Ceilings, Prober], str] | None = None
     measure_all: bool = False  # no plateau or predicted stop: every batch size up to the cap
+    # The kernel probes the finished sweep wants for its predictions (results, ceilings ->
+    # specs; see profiler/probe.py), run in the worker before it stops; None: none.
+    final_probes: Callable[[list[BatchResult], Ceilings], list[dict[str, Any]]] | None = None
+    # Probe times by spec key, filled as probes run (the report builder reads the same dict).
+    probes_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -236,6 +247,8 @@ class Sweep:
                 result = BatchResult(b, Status.SKIPPED, error=skip) if skip else self._measure(b)
                 self.results.append(result)
                 self.callbacks.on_result(result, self.results)
+            if self.config.final_probes is not None and self.ceilings is not None:
+                self.probe(self.config.final_probes(self.results, self.ceilings))
         except KeyboardInterrupt:
             interrupted = True
             self.callbacks.on_interrupt()
@@ -253,7 +266,34 @@ class Sweep:
     def _early_stop(self, results: list[BatchResult], remaining: list[int]) -> str:
         if self.config.early_stop is None or self.ceilings is None:
             return ""
-        return self.config.early_stop(results, remaining, self.ceilings)
+        return self.config.early_stop(results, remaining, self.ceilings, self.probe)
+
+    def probe(self, specs: list[dict[str, Any]]) -> dict[str, float]:
+        """Time the kernel probes not timed yet in the worker; all times known for
+        ``specs``. A probe round that fails or times out costs the worker, nothing else."""
+        known = self.config.probes_s
+        wanted = [s for s in specs if s["key"] not in known]
+        if wanted:
+            try:
+                handle = self._worker()
+                handle.send(("probe", {"specs": wanted, "cache_bytes": self._cold_cache()}))
+                kind, payload = handle.recv(time.monotonic() + PROBE_TIMEOUT_S)
+                if kind == "probes":
+                    known.update(payload.get("times_s") or {})
+            except (_WorkerDied, _Timeout, NothingMeasuredError):
+                if self.handle is not None:
+                    self.handle.stop(graceful=False)
+                    self.handle = None
+        return {s["key"]: known[s["key"]] for s in specs if s["key"] in known}
+
+    def _cold_cache(self) -> int | None:
+        """The cache size to keep probes out of, when the model's weights outgrow it (else
+        None: probed hot, as such a model runs)."""
+        cache = self.ceilings.cache_bytes if self.ceilings else None
+        params = self.info.get("parameter_bytes")
+        if cache and isinstance(params, (int, float)) and params > cache:
+            return cache
+        return None
 
     def _measure_ceilings(self, handle: _Handle) -> None:
         """Ask the worker for the ceilings; without them the sweep still runs, unclassified."""

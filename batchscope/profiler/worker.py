@@ -4,9 +4,10 @@ The parent (:mod:`batchscope.profiler.supervisor`) starts it with the ``spawn`` 
 talks to it over a pipe. Messages are ``(kind, payload)`` tuples of plain Python values:
 
 parent -> worker: ``("ceilings", recalibrate)``, ``("batch", {batch_size, first_step})``,
-``("stop", None)``
+``("probe", {specs, cache_bytes})``, ``("stop", None)``
 worker -> parent: ``("ready", ModelInfo dict)``, ``("contract_error", {message, detail})``,
-``("ceilings", dict)``, ``("phase", {batch_size, phase})``, ``("result", BatchResult dict)``
+``("ceilings", dict)``, ``("phase", {batch_size, phase})``, ``("result", BatchResult dict)``,
+``("probes", {times_s, errors})``
 
 Only this process imports the user's code and touches the device, so a crash, an OOM kill
 or a poisoned CUDA context costs the parent nothing it has already received.
@@ -303,6 +304,11 @@ def worker_main(conn, config: WorkerConfig) -> None:
 
             ceilings = load_or_measure(worker.device, recalibrate=bool(payload))
             send(("ceilings", ceilings.to_dict()))
+        elif kind == "probe":
+            from batchscope.profiler.probe import run_probes
+
+            send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
+                                       worker.sync, payload.get("cache_bytes"))))
         elif kind == "batch":
             try:
                 result = worker.measure(int(payload["batch_size"]),

@@ -1,0 +1,103 @@
+"""Kernel probes: one matmul of the model's own shape, timed alone at a batch size the sweep
+did not measure.
+
+BLAS libraries pick their kernel by the shape: MKL runs a 1-row product as gemv and 2-8
+rows on another path, cuBLAS switches tiles, and how close a large product comes to the
+machine's peak depends on its K and N. No measurement at small batch sizes shows what a
+larger one will run, so the step-time model (:mod:`batchscope.classifiers.step_model`) asks
+for the model's own matmuls, scaled to the sizes it predicts, timed here in the worker:
+milliseconds to a second each, where measuring the whole model at that size takes minutes.
+
+A spec is ``{"key", "name", "shapes"}``: ``name`` one of :data:`PROBED_OPS`, ``shapes`` the
+tensor arguments' shapes in aten order. The second matrix of a 2-D ``addmm``/``mm`` is built
+as an ``nn.Linear`` weight seen transposed (``w.t()``), the layout ``F.linear`` passes. When
+the model's weights outgrow the last-level cache (``cache_bytes`` given), the arguments
+rotate through enough copies to exceed twice it, so the weights come from memory as they
+do in its steps; a model that fits in cache is probed with its arguments hot, as it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
+    import torch
+
+PROBED_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm"})
+# Each probe runs until this much time or MAX_REPEATS calls (at least MIN_REPEATS).
+PROBE_TIME_S = 0.05
+MIN_REPEATS = 2
+MAX_REPEATS = 25
+# Copies of the arguments cycled through, at most, to keep them out of the cache.
+MAX_COPIES = 16
+
+
+def probe_key(name: str, shapes: list[list[int]]) -> str:
+    """The one name of a probe: its op and its arguments' shapes."""
+    return name + json.dumps(shapes, separators=(",", ":"))
+
+
+def _arguments(name: str, shapes: list[list[int]], dtype: torch.dtype,
+               device: torch.device) -> list[torch.Tensor]:
+    import torch
+
+    def rand(shape: list[int]) -> torch.Tensor:
+        return torch.randn(shape, dtype=dtype, device=device)
+
+    if name in ("addmm", "mm"):
+        *bias, a, b = shapes
+        if len(a) != 2 or len(b) != 2:
+            raise ValueError(f"{name} with shapes {shapes} is not a 2-D product")
+        weight = rand([b[1], b[0]]).t()  # nn.Linear's weight as F.linear passes it
+        return [*(rand(s) for s in bias), rand(a), weight]
+    return [rand(s) for s in shapes]
+
+
+def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
+               sync: Callable[[], None], cache_bytes: int | None = None) -> float:
+    """Median seconds of one call of ``spec``'s op on fresh arguments.
+
+    Raises:
+        ValueError: an op outside :data:`PROBED_OPS` or shapes it cannot take.
+    """
+    import torch
+
+    name = spec["name"]
+    if name not in PROBED_OPS:
+        raise ValueError(f"{name} is not probed")
+    op = getattr(torch.ops.aten, name)
+    first = _arguments(name, spec["shapes"], dtype, device)
+    size = sum(t.numel() * t.element_size() for t in first)
+    copies = min(MAX_COPIES, max(1, -(-2 * cache_bytes // max(size, 1)))) if cache_bytes else 1
+    sets = [first] + [_arguments(name, spec["shapes"], dtype, device) for _ in range(copies - 1)]
+    with torch.inference_mode():
+        op(*sets[-1])  # warm-up: the library's first call sets up its kernel
+        sync()
+        times: list[float] = []
+        spent = 0.0
+        while len(times) < MIN_REPEATS or (spent < PROBE_TIME_S and len(times) < MAX_REPEATS):
+            args = sets[len(times) % len(sets)]
+            sync()
+            started = time.perf_counter()
+            op(*args)
+            sync()
+            times.append(time.perf_counter() - started)
+            spent += times[-1]
+    return statistics.median(times)
+
+
+def run_probes(specs: list[dict[str, Any]], dtype: torch.dtype, device: torch.device,
+               sync: Callable[[], None], cache_bytes: int | None = None) -> dict[str, Any]:
+    """``{"times_s": {key: seconds}, "errors": {key: why}}`` for each spec."""
+    times: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for spec in specs:
+        try:
+            times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes)
+        except (RuntimeError, ValueError, MemoryError) as exc:
+            errors[spec["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return {"times_s": times, "errors": errors}
