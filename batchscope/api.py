@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchscope import __version__
-from batchscope.classifiers.analyze import analyze, early_stop_reason
+from batchscope.classifiers.analyze import analyze, early_stop_reason, final_probe_specs
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
@@ -135,6 +135,7 @@ class _ReportWriter(Callbacks):
         self.path, self.options, self.run, self.inner = path, options, run, inner
         self.info: dict[str, Any] = {"target": path}
         self.ceilings: Ceilings | None = None
+        self.probes_s: dict[str, float] = {}  # kernel probes, filled by the sweep as they run
         self.rendered_at = time.monotonic()  # of the last HTML/Markdown (none yet: the start)
 
     def on_ready(self, info: dict[str, Any]) -> None:
@@ -171,7 +172,7 @@ class _ReportWriter(Callbacks):
               stopped_at_cap: bool = False) -> Report:
         return analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
                        partial=partial, stop_reason=stop_reason, stopped_at_cap=stopped_at_cap,
-                       objective=self.options.objective)
+                       objective=self.options.objective, probes_s=self.probes_s)
 
 
 def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
@@ -275,9 +276,12 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         recalibrate=options.recalibrate,
         measure_ceilings=options.measure_ceilings,
         measure_all=options.measure_all,
-        early_stop=lambda results, remaining, ceilings: early_stop_reason(
+        early_stop=lambda results, remaining, ceilings, prober: early_stop_reason(
             results, remaining, ceilings, options.limits(),
-            writer.info.get("unit", "sample"), options.objective),
+            writer.info.get("unit", "sample"), options.objective, prober),
+        final_probes=(lambda results, _ceilings: final_probe_specs(results, options.limits()))
+        if options.op_breakdown else None,
+        probes_s=writer.probes_s,
     )
     outcome = Sweep(config, writer).run()
     run["wall_s"] = time.time() - started

@@ -321,6 +321,7 @@ class CurvePoint:
     measured_latency_s: float | None = None  # None: not measured, the prediction stands alone
     error: float | None = None  # predicted / measured latency - 1
     fitted: bool = False  # the model was fitted on this batch size (its error is in-sample)
+    probed_ops: int = 0  # ops whose time here came from kernel probes of their own shape
 
 
 @dataclass
@@ -338,6 +339,9 @@ class StepPrediction:
     # roof were its median repeat rather than its best: how much the ceiling's spread moves
     # the prediction. None where the ceilings record no spread.
     ceiling_sensitivity: float | None = None
+    # The kernel probes the model used: seconds of one call by op and shapes (e.g.
+    # 'addmm[[2304],[64,768],[768,2304]]'), timed alone in the worker.
+    probes_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -52,6 +52,10 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
         assert point["error"] == pytest.approx(
             point["predicted_latency_s"] / b["latency_s"]["median"] - 1)
     assert "#### Predicted against measured" in (tmp_path / "summary.md").read_text()
+    # Its two matmuls were timed alone at each size by the worker (kernel probes).
+    assert {k for k in pred["probes_s"] if k.startswith("addmm")} >= {
+        f"addmm[[32],[{b},16],[16,32]]" for b in (1, 2, 4)}
+    assert all(t > 0 for t in pred["probes_s"].values())
 
 
 def test_model_error_keeps_smaller_batches(tmp_path):

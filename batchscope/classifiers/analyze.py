@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from batchscope.classifiers.critical_batch import (
@@ -14,7 +15,7 @@ from batchscope.classifiers.critical_batch import (
 )
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
-from batchscope.classifiers.step_model import predict, predicted_stop
+from batchscope.classifiers.step_model import predict, predicted_stop, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes
@@ -218,8 +219,19 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
             if b not in measured and (too_big is None or b < too_big)]
 
 
+def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[dict[str, Any]]:
+    """The kernel probes the report's prediction uses: every matmul of the model at every
+    measured batch size and every unmeasured one :func:`unmeasured_sizes` names."""
+    if work_varies_with_inputs(results):
+        return []
+    sizes = [r.batch_size for r in results if r.status == Status.OK]
+    return probe_specs(results, sizes + unmeasured_sizes(results, limits))
+
+
 def early_stop_reason(results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
-                      limits: Limits, unit: str, objective: str = "throughput") -> str:
+                      limits: Limits, unit: str, objective: str = "throughput",
+                      prober: Callable[[list[dict[str, Any]]], dict[str, float]] | None = None,
+                      ) -> str:
     """The sweep's predicted stop (:func:`step_model.predicted_stop`) judged against the
     batch size the rule picks from ``results`` so far; "" to go on. Throughput only: an
     energy pick has no step-time model."""
@@ -231,7 +243,7 @@ def early_stop_reason(results: list[BatchResult], remaining: list[int], ceilings
     if picked is None or not picked.throughput_per_s:
         return ""
     return predicted_stop(batches, ceilings, remaining, picked.throughput_per_s,
-                          NEAR_BEST_SHARE, unit)
+                          NEAR_BEST_SHARE, unit, prober)
 
 
 def analyze(
@@ -245,6 +257,7 @@ def analyze(
     stop_reason: str = "",
     stopped_at_cap: bool = False,
     objective: str = "throughput",
+    probes_s: dict[str, float] | None = None,
 ) -> Report:
     """Classify every op, predict and measure B*, recommend a batch size (numbers only)."""
     unit = info.get("unit", "sample")
@@ -258,7 +271,7 @@ def analyze(
     layers = (predict_compute_bound_batch(batches, ceilings, dtype)
               if ceilings and not varies else None)
     knee, knee_inside = measured_knee(batches)
-    prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits))
+    prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits), probes_s)
                   if ceilings and not varies else None)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.

@@ -25,7 +25,7 @@ the ones predicted:
   clearly grew.
 
 The sum over ops is the predicted profiled step; the profiler's own cost (profiled step
-minus timed latency at the fitted sizes, a cost per op call) taken off it gives the
+minus timed latency at the fitted sizes, fitted as a power of b) taken off it gives the
 predicted latency. The same curve gives the knee (``fit_knee`` on predicted points), so B*
 and the knee come out of one model.
 
@@ -41,11 +41,14 @@ import dataclasses
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
+from batchscope.profiler.probe import PROBED_OPS, probe_key
 from batchscope.records import (
     BatchResult,
     Bound,
@@ -65,8 +68,12 @@ FIT_WINDOW = 3
 # An op whose roof time is under this share of its measured time at the largest fitted size
 # is all per-call cost there: how far from its roof it runs cannot be read off its times.
 IDENTIFIABLE_SHARE = 0.25
-# The profiler's cost is per op call, so it is taken off the predicted profiled step as a
-# fixed amount; never below this share of it.
+# A probe under this long is mostly the call's own cost and its timer's noise (and its
+# ratio would scale the profiler's cost in the reference time): the op's fitted formula is
+# used where either end of the ratio is under it.
+PROBE_MIN_S = 50e-6
+# The profiler's cost (profiled step minus timed latency) is fitted like the framework time
+# and taken off the predicted profiled step; the latency never below this share of it.
 MIN_LATENCY_SHARE = 0.2
 # Times that grew less than this across the fitted sizes are noise, not a trend.
 NOISE_GROWTH = 1.5
@@ -156,6 +163,23 @@ class OpCurve:
     measured_sides: tuple[str, ...] = ()  # empty: all per-call cost, no factor measured
     fitted_on: tuple[float, ...] = ()
     time_line: PowerFit | None = None
+    calls: int = 1
+    # Kernel probes (profiler/probe.py): seconds of one call of this op's own shape timed
+    # alone, by spec key, and how its shapes scale with b. Where the largest fitted size and
+    # b both have one, the op's measured time there scaled by the probes' ratio is its time
+    # at b (in the step it runs a little slower than alone, by a share that carries over).
+    probes_s: dict[str, float] = field(default_factory=dict)
+    scaling: tuple[str, list[list[int]], int, list[list[int]], int] | None = None
+    ref_batch: int = 0
+    ref_time_s: float = 0.0
+
+    def probe_s(self, b: float) -> float | None:
+        """The probe's seconds for one call at batch ``b``, None where none ran."""
+        if self.scaling is None or int(b) != b:
+            return None
+        name, small, b_small, large, b_large = self.scaling
+        shapes = _scaled(small, b_small, large, b_large, int(b))
+        return self.probes_s.get(probe_key(name, shapes)) if shapes is not None else None
 
     def memory_s(self, b: float) -> float:
         assert self.roof is not None and self.bytes_moved is not None
@@ -173,7 +197,23 @@ class OpCurve:
         return (self.flops.slope / self.roof.peak_flops_per_s
                 > self.bytes_moved.slope / self.roof.bandwidth_bytes_per_s)
 
+    def probe_keys(self, sizes: list[int]) -> list[str]:
+        """The spec keys of this op's probes at ``sizes`` (and its reference size)."""
+        if self.scaling is None:
+            return []
+        name, small, b_small, large, b_large = self.scaling
+        shapes = [_scaled(small, b_small, large, b_large, b) for b in [*sizes, self.ref_batch]]
+        return [probe_key(name, s) for s in shapes if s is not None]
+
+    def probed(self, b: float) -> bool:
+        """Whether its time at ``b`` comes from kernel probes rather than the formula."""
+        at_b, at_ref = self.probe_s(b), self.probe_s(self.ref_batch)
+        return at_b is not None and at_ref is not None and min(at_b, at_ref) >= PROBE_MIN_S
+
     def time_s(self, b: float) -> float:
+        if self.probed(b):
+            at_b, at_ref = self.probe_s(b), self.probe_s(self.ref_batch)
+            return self.ref_time_s * at_b / at_ref  # type: ignore[operator]
         if self.time_line is not None:
             return self.time_line(b)
         memory, compute = self.memory_s(b), self.compute_s(b)
@@ -190,7 +230,7 @@ class StepModel:
     framework: PowerFit  # CPU: time between ops
     unmatched: PowerFit
     idle: PowerFit  # GPU: the device waiting on the host
-    profiler_gap_s: float  # profiled step minus timed latency: the profiler's own cost
+    profiler_gap: PowerFit  # profiled step minus timed latency: the profiler's own cost
     fitted_on: list[int]
     assumptions: list[str] = field(default_factory=list)
 
@@ -200,10 +240,13 @@ class StepModel:
 
     def latency_s(self, b: float) -> float:
         profiled = self.profiled_s(b)
-        return max(profiled - self.profiler_gap_s, MIN_LATENCY_SHARE * profiled)
+        return max(profiled - self.profiler_gap(b), MIN_LATENCY_SHARE * profiled)
 
     def throughput_per_s(self, b: float) -> float:
         return b / self.latency_s(b)
+
+    def probed_ops(self, b: float) -> int:
+        return sum(op.probed(b) for op in self.ops)
 
     def knee(self, batch_sizes: list[int]) -> tuple[float | None, bool]:
         """The knee of the predicted latency curve over ``batch_sizes`` (see fit_knee)."""
@@ -238,9 +281,10 @@ def _path_factor(ceilings: Ceilings, dtype: str, kind: str) -> tuple[float, str]
 
 
 def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
-                   sizes: list[int] | None = None) -> StepModel | None:
-    """Fit the model on the measured ``sizes`` (default :func:`fit_sizes`); None with fewer
-    than two usable batch sizes."""
+                   sizes: list[int] | None = None,
+                   probes_s: dict[str, float] | None = None) -> StepModel | None:
+    """Fit the model on the measured ``sizes`` (default :func:`fit_sizes`), with the kernel
+    probes timed so far (by spec key); None with fewer than two usable batch sizes."""
     usable = _usable(results)
     sizes = sizes if sizes is not None else fit_sizes(results)
     fitted = [r for r in usable if r.batch_size in sizes]
@@ -254,19 +298,81 @@ def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
     curves: list[OpCurve] = []
     for op_id, points in by_op.items():
         curves.append(_fit_op(op_id, points, ceilings))
+    if probes_s:
+        _attach_probes(curves, by_op, fitted, probes_s)
     assumptions = _fill_unmeasured_factors(curves, ceilings)
-    gap = statistics.median((r.profiled_step_s or 0.0) - r.latency_s.median  # type: ignore[union-attr]
-                            for r in fitted)
     bs = [float(r.batch_size) for r in fitted]
+    gap = fit_power(bs, [max((r.profiled_step_s or 0.0) - r.latency_s.median, 0.0)  # type: ignore[union-attr]
+                         for r in fitted])
     return StepModel(
         ops=curves,
         framework=fit_power(bs, [r.framework_s or 0.0 for r in fitted]),
         unmatched=fit_power(bs, [sum(r.unmatched_ops_s.values()) for r in fitted]),
         idle=fit_power(bs, [r.device_idle_s or 0.0 for r in fitted]),
-        profiler_gap_s=gap,
+        profiler_gap=gap,
         fitted_on=[r.batch_size for r in fitted],
         assumptions=assumptions,
     )
+
+
+def _scaled(small: list[list[int]], b_small: int, large: list[list[int]], b_large: int,
+            b: int) -> list[list[int]] | None:
+    """The shapes at batch ``b``: each dimension either fixed (the same at both sizes) or in
+    proportion to the batch; None when one is neither or would not be whole."""
+    if len(small) != len(large):
+        return None
+    out = []
+    for s_shape, l_shape in zip(small, large):
+        if len(s_shape) != len(l_shape):
+            return None
+        dims = []
+        for s_dim, l_dim in zip(s_shape, l_shape):
+            if s_dim == l_dim:
+                dims.append(l_dim)
+            elif s_dim * b_large == l_dim * b_small and (l_dim * b) % b_large == 0:
+                dims.append(l_dim * b // b_large)
+            else:
+                return None
+        out.append(dims)
+    return out
+
+
+def _probe_shapes(results: list[BatchResult]) -> dict[str, tuple[str, list[list[int]], int,
+                                                                  list[list[int]], int]]:
+    """Per probed op id: (name, shapes at the second largest size, it, at the largest, it)."""
+    usable = _usable(results)
+    if len(usable) < 2:
+        return {}
+    small, large = usable[-2], usable[-1]
+    before = {op.op_id: op for op in small.ops if op.name in PROBED_OPS}
+    return {op.op_id: (op.name, before[op.op_id].input_shapes, small.batch_size,
+                       op.input_shapes, large.batch_size)
+            for op in large.ops if op.op_id in before}
+
+
+def probe_specs(results: list[BatchResult], sizes: list[int]) -> list[dict[str, Any]]:
+    """The kernel probes that give each matmul of the model its time at ``sizes`` (and at
+    the measured ones, the reference), one per distinct shape."""
+    specs: dict[str, dict[str, Any]] = {}
+    for name, small, b_small, large, b_large in _probe_shapes(results).values():
+        for b in sizes:
+            shapes = _scaled(small, b_small, large, b_large, b)
+            if shapes is not None:
+                key = probe_key(name, shapes)
+                specs.setdefault(key, {"key": key, "name": name, "shapes": shapes})
+    return list(specs.values())
+
+
+def _attach_probes(curves: list[OpCurve], by_op: dict[str, list[tuple[float, OpStat]]],
+                   fitted: list[BatchResult], probes_s: dict[str, float]) -> None:
+    shapes = _probe_shapes(fitted)
+    for curve in curves:
+        if curve.op_id in shapes:
+            ref_b, ref_op = by_op[curve.op_id][-1]
+            curve.ref_batch, curve.ref_time_s = int(ref_b), ref_op.time_s
+            curve.calls = ref_op.calls
+            curve.scaling = shapes[curve.op_id]
+            curve.probes_s = probes_s
 
 
 def _fit_op(op_id: str, points: list[tuple[float, OpStat]], ceilings: Ceilings) -> OpCurve:
@@ -364,18 +470,20 @@ def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
     return dataclasses.replace(ceilings, peak_flops_per_s=peaks) if changed else None
 
 
-def predict(results: list[BatchResult], ceilings: Ceilings,
-            unmeasured: list[int]) -> StepPrediction | None:
+def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int],
+            probes_s: dict[str, float] | None = None) -> StepPrediction | None:
     """The fitted model against every measured batch size, and its prediction at the
-    ``unmeasured`` ones; None when fewer than two batch sizes can be fitted."""
-    model = fit_step_model(results, ceilings)
+    ``unmeasured`` ones, with the kernel probes timed (by spec key); None when fewer than
+    two batch sizes can be fitted."""
+    model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None:
         return None
     measured = {r.batch_size: r.latency_s.median for r in _usable(results)}  # type: ignore[union-attr]
     points = []
     for b in sorted(set(measured) | set(unmeasured)):
         latency = model.latency_s(b)
-        point = CurvePoint(b, latency, b / latency, fitted=b in model.fitted_on)
+        point = CurvePoint(b, latency, b / latency, fitted=b in model.fitted_on,
+                           probed_ops=model.probed_ops(b))
         if b in measured:
             point.measured_latency_s = measured[b]
             point.error = latency / measured[b] - 1
@@ -383,10 +491,12 @@ def predict(results: list[BatchResult], ceilings: Ceilings,
     checked = [abs(p.error) for p in points if p.error is not None and not p.fitted]
     sensitivity = None
     lowered = _median_peaks(ceilings)
-    if lowered is not None and (refit := fit_step_model(results, lowered, model.fitted_on)):
+    if lowered is not None and (refit := fit_step_model(results, lowered, model.fitted_on,
+                                                        probes_s)):
         largest = points[-1].batch_size
         sensitivity = refit.latency_s(largest) / model.latency_s(largest) - 1
     knee, _ = model.knee([p.batch_size for p in points])
+    used = {k for c in model.ops for k in c.probe_keys([p.batch_size for p in points])}
     return StepPrediction(
         fitted_on=model.fitted_on,
         points=points,
@@ -394,6 +504,7 @@ def predict(results: list[BatchResult], ceilings: Ceilings,
         max_abs_error_unfitted=max(checked) if checked else None,
         assumptions=model.assumptions,
         ceiling_sensitivity=sensitivity,
+        probes_s={k: v for k, v in sorted((probes_s or {}).items()) if k in used},
     )
 
 
@@ -405,7 +516,9 @@ MIN_MARGIN = 0.10
 
 
 def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
-                   pick_throughput_per_s: float, near_best_share: float, unit: str) -> str:
+                   pick_throughput_per_s: float, near_best_share: float, unit: str,
+                   prober: Callable[[list[dict[str, Any]]], dict[str, float]] | None = None,
+                   ) -> str:
     """Why the sweep may stop before ``remaining``, or "" when it must go on.
 
     The pick (the smallest batch within ``near_best_share`` of the best) only moves if a
@@ -420,13 +533,16 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     if not remaining or len(usable) < FIT_WINDOW + 1:
         return ""
     last = usable[-1]
-    before = fit_step_model(results, ceilings, [r.batch_size for r in usable[-FIT_WINDOW - 1:-1]])
+    probes = (prober(probe_specs(results, [*remaining, *(r.batch_size for r in usable)]))
+              if prober else None)
+    before = fit_step_model(results, ceilings,
+                            [r.batch_size for r in usable[-FIT_WINDOW - 1:-1]], probes)
     if before is None:
         return ""
     miss = abs(before.latency_s(last.batch_size) / last.latency_s.median - 1)  # type: ignore[union-attr]
     if miss > STOP_TOLERANCE:
         return ""
-    model = fit_step_model(results, ceilings)
+    model = fit_step_model(results, ceilings, probes_s=probes)
     if model is None:
         return ""
     margin = max(miss, MIN_MARGIN)

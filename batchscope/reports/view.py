@@ -354,6 +354,10 @@ def prediction_summary(doc: Doc) -> str:
     knee = pred.get("knee_batch")
     if isinstance(knee, (int, float)):
         text += f"; its curve bends at {knee:,.3g} rows"
+    probes = pred.get("probes_s") or {}
+    if probes:
+        text += (f"; its matmuls were timed alone at their own shapes ({len(probes)} kernel "
+                 f"probes) where the BLAS kernel changes with the rows")
     unmeasured = [r for r in rows if not r["measured"]]
     if unmeasured:
         text += "; not measured, predicted: " + ", ".join(

@@ -12,6 +12,7 @@ from batchscope.classifiers.step_model import (
     fit_step_model,
     predict,
     predicted_stop,
+    probe_specs,
 )
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, Plan, default_batch_sizes
@@ -99,12 +100,12 @@ def test_noise_does_not_become_a_trend_and_growth_is_at_most_linear():
     assert faster.exponent == 1.0  # capped: nothing here grows faster than the batch
 
 
-def test_profiler_cost_is_taken_off_as_a_fixed_amount():
+def test_profiler_cost_is_taken_off_as_it_grew():
     results = [measured(b) for b in (1, 2, 4)]
     for r in results:  # the profiled step ran 50 µs longer than the timed one
         r.profiled_step_s = r.latency_s.median + 50e-6
     model = fit_step_model(results, CEIL)
-    assert model.profiler_gap_s == pytest.approx(50e-6)
+    assert model.profiler_gap(1024) == pytest.approx(50e-6)
     assert model.latency_s(4) == pytest.approx(results[-1].latency_s.median, rel=0.01)
 
 
@@ -191,3 +192,38 @@ def test_plan_consults_the_prediction_unless_told_to_measure_all():
     assert predicted.stop_reason == "predicted: no need" and seen[-1] == [32, 64]
     assert run(Plan(None, Limits(max_batch=64), hook, measure_all=True)) == sorted(truth)
     assert run(Plan([1, 2, 4, 8, 16, 32], Limits(), hook)) == [1, 2, 4, 8, 16, 32]
+
+
+def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
+    from batchscope.classifiers.step_model import _scaled
+
+    assert _scaled([[2304], [4, 768], [768, 2304]], 4,
+                   [[2304], [8, 768], [768, 2304]], 8, 1024) == [[2304], [1024, 768],
+                                                                  [768, 2304]]
+    assert _scaled([[3, 5]], 4, [[6, 5]], 8, 3) is None  # 6 * 3 / 8 rows is not whole
+    assert _scaled([[3, 5]], 4, [[7, 5]], 8, 16) is None  # neither fixed nor in proportion
+    results = [measured(b) for b in (4, 8)]
+    for r in results:
+        r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
+    specs = probe_specs(results, [8, 64])
+    assert [s["key"] for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]",
+                                         "addmm[[1000],[64,1000],[1000,1000]]"]
+
+
+def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
+    # The formula says one thing; the probes (the kernel at each size, timed alone) say the
+    # op runs 10x as long at 64 as at 8, where it was measured: that is what is predicted.
+    results = [measured(b) for b in (2, 4, 8)]
+    for r in results:
+        r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
+    probes = {"addmm[[1000],[8,1000],[1000,1000]]": 1e-3,
+              "addmm[[1000],[64,1000],[1000,1000]]": 10e-3,
+              "addmm[[1000],[16,1000],[1000,1000]]": 20e-6}  # too short to trust
+    model = fit_step_model(results, CEIL, probes_s=probes)
+    curve = next(c for c in model.ops if c.name == "addmm")
+    assert curve.probed(64) and not curve.probed(16) and not curve.probed(32)
+    assert curve.time_s(64) == pytest.approx(10 * results[-1].ops[0].time_s)
+    assert model.probed_ops(64) == 1
+    pred = predict(results, CEIL, [16, 64], probes)
+    assert set(pred.probes_s) == set(probes)  # the ones this model's ops can use, kept
+    assert {p.batch_size: p.probed_ops for p in pred.points}[64] == 1
