@@ -1,10 +1,11 @@
 """The fitted step-time model against measured latencies, from small batch sizes only.
 
 For each sample, a full sweep (``--measure-all`` over powers of two; or the report.json of
-one, ``--from DIR`` holding ``<sample>/report.json``) is refitted on the three largest batch
-sizes <= ``--fit-max`` (8: issue 14's "from measurements at batch sizes <= 8") and the model
-predicts every other measured size. Prints predicted/measured - 1 per size, the predicted
-knee against the measured one, and the largest error beyond the fitted sizes.
+one, ``--from DIR`` holding ``<sample>/report.json``) is refitted on the batch sizes <=
+``--fit-max`` (8: issue 14's "from measurements at batch sizes <= 8") and the model
+predicts every other measured size, with its matmuls' kernel probes timed here, in this
+process, at every size, and without them, side by side. Prints predicted/measured - 1 per
+size, the predicted knee against the measured one, and the largest error beyond the fit.
 
     python benchmarks/prediction.py                      # sweeps each sample (slow: minutes)
     python benchmarks/prediction.py --from /tmp/sweeps   # refit recorded full sweeps
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchscope.classifiers.critical_batch import measured_knee  # noqa: E402
 from batchscope.classifiers.roofline import classify_batch  # noqa: E402
-from batchscope.classifiers.step_model import FIT_WINDOW, fit_step_model  # noqa: E402
+from batchscope.classifiers.step_model import fit_step_model, probe_specs  # noqa: E402
 from batchscope.hardware.types import Ceilings  # noqa: E402
 from batchscope.records import batch_result_from_dict  # noqa: E402
 from benchmarks._common import SAMPLES, diagnose_cli  # noqa: E402
@@ -35,6 +36,19 @@ def report_of(sample: str, source: Path | None, max_batch: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         _, doc = diagnose_cli(sample, out, "--measure-all", "--max-batch", str(max_batch))
     return doc
+
+
+def _probes(small: list, sizes: list[int], ceilings: Ceilings, doc: dict) -> dict[str, float]:
+    """The kernel probes the worker would time, timed here (the CPU, the model's dtype)."""
+    import torch
+
+    from batchscope.profiler.probe import run_probes
+
+    params = doc["model"].get("parameter_bytes") or 0
+    cold = ceilings.cache_bytes if params > (ceilings.cache_bytes or 0) else None
+    dtype = getattr(torch, doc["model"].get("dtype") or "float32")
+    return run_probes(probe_specs(small, sizes), dtype, torch.device("cpu"), lambda: None,
+                      cold)["times_s"]
 
 
 def main() -> None:
@@ -53,21 +67,24 @@ def main() -> None:
         ceilings = Ceilings.from_dict(doc["hardware"])
         results = [classify_batch(batch_result_from_dict(b), ceilings) for b in doc["batches"]]
         results = [r for r in results if r.latency_s is not None]
-        fit = [r.batch_size for r in results if r.batch_size <= args.fit_max][-FIT_WINDOW:]
-        model = fit_step_model(results, ceilings, fit)
-        if model is None:
-            print(f"{sample}: too few batch sizes to fit")
-            continue
-        errors = {r.batch_size: model.latency_s(r.batch_size) / r.latency_s.median - 1
-                  for r in results}
-        beyond = [abs(e) for b, e in errors.items() if b > args.fit_max]
+        fit = [r.batch_size for r in results if r.batch_size <= args.fit_max]
+        small = [r for r in results if r.batch_size in fit]
+        probes = _probes(small, [r.batch_size for r in results], ceilings, doc)
         knee, _ = measured_knee(results)
-        predicted_knee, _ = model.knee([r.batch_size for r in results])
-        print(f"{sample}: fitted on {fit}")
-        print("  " + "  ".join(f"{b}:{e:+.0%}" for b, e in errors.items()))
-        print(f"  largest |error| beyond {args.fit_max}: "
-              f"{max(beyond) if beyond else float('nan'):.0%}; knee predicted "
-              f"{predicted_knee or float('nan'):.1f}, measured {knee or float('nan'):.1f}")
+        print(f"{sample}: fitted on {fit}; measured knee {knee or float('nan'):.1f}")
+        for label, timed in (("probed", probes), ("formula only", None)):
+            model = fit_step_model(results, ceilings, fit, timed)
+            if model is None:
+                print("  too few batch sizes to fit")
+                break
+            errors = {r.batch_size: model.latency_s(r.batch_size) / r.latency_s.median - 1
+                      for r in results}
+            beyond = [abs(e) for b, e in errors.items() if b > args.fit_max]
+            predicted_knee, _ = model.knee([r.batch_size for r in results])
+            print(f"  {label:13} " + "  ".join(f"{b}:{e:+.0%}" for b, e in errors.items()))
+            print(f"  {'':13} largest |error| beyond {args.fit_max}: "
+                  f"{max(beyond) if beyond else float('nan'):.0%}; knee predicted "
+                  f"{predicted_knee or float('nan'):.1f}")
 
 
 if __name__ == "__main__":
