@@ -38,6 +38,7 @@ from batchscope.profiler.capture import (
     capture_agreeing,
     capture_steps,
 )
+from batchscope.profiler.count_extrapolation import CountPlan
 from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
@@ -120,6 +121,8 @@ class Worker:
         else:
             self.model.eval()
         self.sync = device_sync(self.device)
+        self.count_plan = CountPlan()
+        self.last_coverage: float | None = None
         self.sampler = device_sampler(self.device)
         self.timing = timing_for(self.device, config.timing, self.sampler)
 
@@ -244,15 +247,35 @@ class Worker:
             result.flags.append(f"no op breakdown: {exc}")
             return
         weights = list(persistent_tensors(self.model, self.optimizer))
-        counted = counting.count_step(
-            step, weights=weights, state=iter_tensors(inputs), root=self.model
-        )
+
+        def count() -> list:
+            return counting.count_step(step, weights=weights, state=iter_tensors(inputs),
+                                       root=self.model)
+
+        counted, carried_from = self.count_plan.counts(result.batch_size, count)
         result.trace_path = capture.trace_path
         if capture.note:
             result.flags.append(capture.note)
         fill_breakdown(result, counted, capture.steps)
+        if carried_from and _joined_worse(result.coverage, self.last_coverage):
+            # The op sequence changed at this size: count it, and every size after it.
+            self.count_plan.reject()
+            fill_breakdown(result, self.count_plan.record(result.batch_size, count()),
+                           capture.steps)
+            carried_from = []
+        result.counts_extrapolated_from = carried_from
+        self.last_coverage = result.coverage
         if self.device.type == "cuda":
             apply_device_time(result, step_s)
+
+
+# Coverage lower than the previous size's by more than this after extrapolated counts means
+# they did not match the profile: the size is counted after all.
+COVERAGE_DROP = 0.05
+
+
+def _joined_worse(coverage: float | None, before: float | None) -> bool:
+    return coverage is not None and before is not None and coverage < before - COVERAGE_DROP
 
 
 def worker_main(conn, config: WorkerConfig) -> None:
