@@ -307,6 +307,48 @@ def _fp32_matmul_precision(device_type: str, tf32: bool) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------- benchmarks
+# A peak whose repeats spread more than this (interquartile range / median) is measured
+# once more and the steadier of the two kept: issue 14 saw fp32 best 215 and median 114
+# GFLOP/s (0.63) on a VM another tenant was using.
+REMEASURE_SPREAD = 0.25
+
+
+def _matmul_row(n: int, device: torch.device, dtype: torch.dtype, clock: _Clock, plan: BenchPlan,
+                end: float) -> dict[str, Any]:
+    """The figures of one square ``torch.mm`` size."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    timing = _repeat(lambda: torch.mm(a, b, out=c), clock, plan, end)
+    flops = 2 * n**3  # n×n @ n×n: n² outputs, n multiplies and n adds each
+    return {
+        "n": n,
+        "flops_per_call": flops,
+        **timing,
+        "best_flops_per_s": flops / timing["best_s"],
+        "median_flops_per_s": flops / timing["median_s"],
+    }
+
+
+def _remeasure_spread_peak(rows: list[dict[str, Any]], device: torch.device,
+                           dtype: torch.dtype, clock: _Clock, plan: BenchPlan) -> None:
+    """Measure the peak size again when its repeats spread past :data:`REMEASURE_SPREAD`,
+    keeping the steadier row (its first spread recorded as ``first_spread``)."""
+    i = max(range(len(rows)), key=lambda k: rows[k]["best_flops_per_s"])
+    if rows[i]["spread"] <= REMEASURE_SPREAD:
+        return
+    budget_s = (1 + plan.min_repeats) * rows[i]["median_s"] * 2
+    try:
+        again = _matmul_row(rows[i]["n"], device, dtype, clock, plan,
+                            time.perf_counter() + budget_s)
+    except (RuntimeError, NotImplementedError):
+        return
+    again["first_spread"] = rows[i]["spread"]
+    if again["spread"] < rows[i]["spread"]:
+        rows[i] = again
+    else:
+        rows[i]["remeasured_spread"] = again["spread"]
+
+
 def measure_matmul(
     device: torch.device, dtype: torch.dtype, plan: BenchPlan, *, tf32: bool = False
 ) -> dict[str, Any]:
@@ -331,23 +373,14 @@ def measure_matmul(
                     result["skipped_sizes"] = [m for m in plan.matmul_sizes if m >= n]
                     break
             try:
-                a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-                c = torch.empty(n, n, device=device, dtype=dtype)
-                timing = _repeat(lambda: torch.mm(a, b, out=c), clock, plan, end)
+                row = _matmul_row(n, device, dtype, clock, plan, end)
             except (RuntimeError, NotImplementedError) as exc:  # dtype unsupported, or OOM
                 result["error"] = f"n={n}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 break
-            finally:
-                a = b = c = None  # free before the next, larger size
-            flops = 2 * n**3  # n×n @ n×n: n² outputs, n multiplies and n adds each
-            rows.append({
-                "n": n,
-                "flops_per_call": flops,
-                **timing,
-                "best_flops_per_s": flops / timing["best_s"],
-                "median_flops_per_s": flops / timing["median_s"],
-            })
-            previous = (n, timing["median_s"])
+            rows.append(row)
+            previous = (n, row["median_s"])
+        if rows:
+            _remeasure_spread_peak(rows, device, dtype, clock, plan)
     if device.type == "cuda":
         torch.cuda.empty_cache()
     result["wall_s"] = time.perf_counter() - started

@@ -651,3 +651,25 @@ def test_best_path_names_the_fastest() -> None:
                                                    "conv2d": {"error": "unsupported"}}}
     assert microbench.best_path(matmul) == 15e9 and matmul["peak_path"] == "linear"
     assert microbench.best_path({"error": "no dtype"}) is None
+
+
+def test_a_peak_whose_repeats_spread_is_measured_again_and_the_steadier_kept(monkeypatch):
+    # Issue 14: fp32 best 215, median 114 GFLOP/s (spread 0.63) on a VM another tenant
+    # used. The repeats are scripted (a real machine's noise is not): the first pass at the
+    # peak size spreads 0.6, the second 0.05.
+    spreads = iter([0.6, 0.05])
+
+    def scripted(fn, clock, plan, deadline):
+        fn()
+        return {"repeats": 3, "median_s": 1e-3, "best_s": 0.9e-3, "worst_s": 2e-3,
+                "spread": next(spreads)}
+
+    monkeypatch.setattr(microbench, "_repeat", scripted)
+    plan = dataclasses.replace(microbench._CPU_QUICK, matmul_sizes=(32,))
+    out = microbench.measure_matmul(torch.device("cpu"), torch.float32, plan)
+    (row,) = out["sizes"]
+    assert row["spread"] == 0.05 and row["first_spread"] == 0.6
+    # Steady at the first try: measured once.
+    spreads = iter([0.1])
+    out = microbench.measure_matmul(torch.device("cpu"), torch.float32, plan)
+    assert out["sizes"][0]["spread"] == 0.1 and "first_spread" not in out["sizes"][0]
