@@ -72,7 +72,10 @@ class Options:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def limits(self) -> Limits:
-        return Limits(self.max_batch, self.latency_limit_s, self.memory_budget_bytes)
+        """The sweep's limits; an explicit list caps the batch size at its largest (nothing
+        above it is measured, probed or predicted)."""
+        cap = min(self.max_batch, max(self.batch_sizes)) if self.batch_sizes else self.max_batch
+        return Limits(cap, self.latency_limit_s, self.memory_budget_bytes)
 
     def validate(self) -> None:
         """Raise :class:`UsageError` (exit 4) for any bad option."""

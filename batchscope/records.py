@@ -219,6 +219,9 @@ class BatchResult:
     time_basis: str = "cpu"
     device_idle_s: float | None = None
     communication_overlapped_s: float | None = None  # NCCL time hidden behind other kernels
+    # The two batch sizes this one's FLOPs and bytes were extrapolated from, op by op
+    # (profiler/count_extrapolation.py); [] when its counting pass ran.
+    counts_extrapolated_from: list[int] = field(default_factory=list)
 
     @property
     def framework_s(self) -> float | None:
@@ -313,27 +316,28 @@ class Recommendation:
 
 @dataclass
 class CurvePoint:
-    """One batch size on the fitted step-time curve (``Report.prediction.points``)."""
+    """One batch size on the step-time model's curve (``Report.prediction.points``)."""
 
     batch_size: int
     predicted_latency_s: float
     predicted_throughput_per_s: float
+    # The batch sizes the predicting model was fitted on: at a measured size, the ones just
+    # before it (a forecast made without it); at an unmeasured one, the largest measured.
+    predicted_from: list[int] = field(default_factory=list)
     measured_latency_s: float | None = None  # None: not measured, the prediction stands alone
     error: float | None = None  # predicted / measured latency - 1
-    fitted: bool = False  # the model was fitted on this batch size (its error is in-sample)
     probed_ops: int = 0  # ops whose time here came from kernel probes of their own shape
 
 
 @dataclass
 class StepPrediction:
-    """report.json ``prediction``: the fitted step-time model (classifiers/step_model.py)
-    against every measured batch size, and what it predicts for the ones not measured."""
+    """report.json ``prediction``: the step-time model (classifiers/step_model.py), each
+    measured batch size forecast from the ones before it, and the unmeasured ones predicted."""
 
-    fitted_on: list[int]
+    fitted_on: list[int]  # the model that predicts the unmeasured sizes
     points: list[CurvePoint]
-    knee_batch: float | None  # the knee of the predicted curve
-    # Largest |error| at measured batch sizes the model was not fitted on; None: none there.
-    max_abs_error_unfitted: float | None
+    knee_batch: float | None  # the knee of the model fitted on every measured size
+    max_abs_error: float | None  # largest |error| of the forecasts; None: none measured
     assumptions: list[str] = field(default_factory=list)
     # Relative change of the predicted latency at the largest batch size if each compute
     # roof were its median repeat rather than its best: how much the ceiling's spread moves

@@ -44,18 +44,38 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     assert rec["batch_size"] in (1, 2, 4) and rec["speedup_from_batching"] > 0
     assert rec["rule"] and rec["explanation"]
     assert exit_code(report) == ExitCode.OK
-    # The step-time model, fitted on the three sizes, against each of them.
+    # The step-time model: three sizes fit it; none is left to forecast from the ones
+    # before it, and nothing above --max-batch is predicted.
     pred = data["prediction"]
-    assert pred["fitted_on"] == [1, 2, 4]
-    for point, b in zip(pred["points"], data["batches"], strict=True):
-        assert point["batch_size"] == b["batch_size"] and point["fitted"]
-        assert point["error"] == pytest.approx(
-            point["predicted_latency_s"] / b["latency_s"]["median"] - 1)
-    assert "#### Predicted against measured" in (tmp_path / "summary.md").read_text()
+    assert pred["fitted_on"] == [1, 2, 4] and pred["points"] == []
+    assert pred["knee_batch"] is not None
     # Its two matmuls were timed alone at each size by the worker (kernel probes).
     assert {k for k in pred["probes_s"] if k.startswith("addmm")} >= {
         f"addmm[[32],[{b},16],[16,32]]" for b in (1, 2, 4)}
     assert all(t > 0 for t in pred["probes_s"].values())
+
+
+def test_sizes_are_forecast_from_the_ones_before_with_kernel_probes(tmp_path):
+    report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), min_time_s=0.05,
+                                                       batch_sizes=[1, 2, 4, 8, 16, 64]))
+    data = json.loads((tmp_path / "report.json").read_text())
+    pred = data["prediction"]
+    measured = {b["batch_size"]: b["latency_s"]["median"] for b in data["batches"]}
+    points = {p["batch_size"]: p for p in pred["points"]}
+    # 8, 16 and 64 forecast from the three sizes before each; 32 (a gap in the list)
+    # predicted from the largest three; nothing above the list's largest.
+    assert sorted(points) == [8, 16, 32, 64]
+    assert points[16]["predicted_from"] == [2, 4, 8] and pred["fitted_on"] == [8, 16, 64]
+    for b in (8, 16, 64):
+        assert points[b]["error"] == pytest.approx(
+            points[b]["predicted_latency_s"] / measured[b] - 1)
+    assert points[32]["measured_latency_s"] is None
+    # The worker timed both matmuls of the model alone at every size (kernel probes).
+    assert {f"addmm[[32],[{b},16],[16,32]]" for b in (1, 2, 4, 8, 16, 32, 64)} <= set(
+        pred["probes_s"])
+    summary = (tmp_path / "summary.md").read_text()
+    assert "#### Predicted against measured" in summary and "| 32 | not measured |" in summary
+    assert report.prediction is not None
 
 
 def test_model_error_keeps_smaller_batches(tmp_path):

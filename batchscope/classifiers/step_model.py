@@ -25,12 +25,13 @@ the ones predicted:
   clearly grew.
 
 The sum over ops is the predicted profiled step; the profiler's own cost (profiled step
-minus timed latency at the fitted sizes, fitted as a power of b) taken off it gives the
-predicted latency. The same curve gives the knee (``fit_knee`` on predicted points), so B*
+minus timed latency, the median over the fitted sizes) taken off it gives the predicted
+latency. The same curve gives the knee (``fit_knee`` on predicted points), so B*
 and the knee come out of one model.
 
-The report shows it against every measured batch size (those it was not fitted on are its
-check), and the sweep uses it to stop early (:func:`predicted_stop`). How far it holds from
+The report forecasts every measured batch size from the sizes before it (the test the
+sweep's early stop relies on, :func:`predicted_stop`) and predicts the unmeasured ones
+from the largest measured. How far it holds from
 batch sizes <= 8 alone, per sample and machine, is in docs/benchmarks.md (a benchmark: it
 depends on the machine's BLAS paths).
 """
@@ -45,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
@@ -72,8 +74,10 @@ IDENTIFIABLE_SHARE = 0.25
 # ratio would scale the profiler's cost in the reference time): the op's fitted formula is
 # used where either end of the ratio is under it.
 PROBE_MIN_S = 50e-6
-# The profiler's cost (profiled step minus timed latency) is fitted like the framework time
-# and taken off the predicted profiled step; the latency never below this share of it.
+# The profiler's cost (profiled step minus timed latency, a cost per op call) is taken off
+# the predicted profiled step as the median over the fitted sizes, a fixed amount: it is
+# noisy (a profiled step may even run faster than the timed median), so no trend is read
+# into it. The latency is never below this share of the profiled step.
 MIN_LATENCY_SHARE = 0.2
 # Times that grew less than this across the fitted sizes are noise, not a trend.
 NOISE_GROWTH = 1.5
@@ -178,7 +182,7 @@ class OpCurve:
         if self.scaling is None or int(b) != b:
             return None
         name, small, b_small, large, b_large = self.scaling
-        shapes = _scaled(small, b_small, large, b_large, int(b))
+        shapes = scaled_shapes(small, b_small, large, b_large, int(b))
         return self.probes_s.get(probe_key(name, shapes)) if shapes is not None else None
 
     def memory_s(self, b: float) -> float:
@@ -202,7 +206,7 @@ class OpCurve:
         if self.scaling is None:
             return []
         name, small, b_small, large, b_large = self.scaling
-        shapes = [_scaled(small, b_small, large, b_large, b) for b in [*sizes, self.ref_batch]]
+        shapes = [scaled_shapes(small, b_small, large, b_large, b) for b in [*sizes, self.ref_batch]]
         return [probe_key(name, s) for s in shapes if s is not None]
 
     def probed(self, b: float) -> bool:
@@ -230,7 +234,7 @@ class StepModel:
     framework: PowerFit  # CPU: time between ops
     unmatched: PowerFit
     idle: PowerFit  # GPU: the device waiting on the host
-    profiler_gap: PowerFit  # profiled step minus timed latency: the profiler's own cost
+    profiler_gap_s: float  # profiled step minus timed latency: the profiler's own cost
     fitted_on: list[int]
     assumptions: list[str] = field(default_factory=list)
 
@@ -240,7 +244,7 @@ class StepModel:
 
     def latency_s(self, b: float) -> float:
         profiled = self.profiled_s(b)
-        return max(profiled - self.profiler_gap(b), MIN_LATENCY_SHARE * profiled)
+        return max(profiled - self.profiler_gap_s, MIN_LATENCY_SHARE * profiled)
 
     def throughput_per_s(self, b: float) -> float:
         return b / self.latency_s(b)
@@ -302,39 +306,17 @@ def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
         _attach_probes(curves, by_op, fitted, probes_s)
     assumptions = _fill_unmeasured_factors(curves, ceilings)
     bs = [float(r.batch_size) for r in fitted]
-    gap = fit_power(bs, [max((r.profiled_step_s or 0.0) - r.latency_s.median, 0.0)  # type: ignore[union-attr]
-                         for r in fitted])
+    gap = max(statistics.median((r.profiled_step_s or 0.0) - r.latency_s.median  # type: ignore[union-attr]
+                                for r in fitted), 0.0)
     return StepModel(
         ops=curves,
         framework=fit_power(bs, [r.framework_s or 0.0 for r in fitted]),
         unmatched=fit_power(bs, [sum(r.unmatched_ops_s.values()) for r in fitted]),
         idle=fit_power(bs, [r.device_idle_s or 0.0 for r in fitted]),
-        profiler_gap=gap,
+        profiler_gap_s=gap,
         fitted_on=[r.batch_size for r in fitted],
         assumptions=assumptions,
     )
-
-
-def _scaled(small: list[list[int]], b_small: int, large: list[list[int]], b_large: int,
-            b: int) -> list[list[int]] | None:
-    """The shapes at batch ``b``: each dimension either fixed (the same at both sizes) or in
-    proportion to the batch; None when one is neither or would not be whole."""
-    if len(small) != len(large):
-        return None
-    out = []
-    for s_shape, l_shape in zip(small, large):
-        if len(s_shape) != len(l_shape):
-            return None
-        dims = []
-        for s_dim, l_dim in zip(s_shape, l_shape):
-            if s_dim == l_dim:
-                dims.append(l_dim)
-            elif s_dim * b_large == l_dim * b_small and (l_dim * b) % b_large == 0:
-                dims.append(l_dim * b // b_large)
-            else:
-                return None
-        out.append(dims)
-    return out
 
 
 def _probe_shapes(results: list[BatchResult]) -> dict[str, tuple[str, list[list[int]], int,
@@ -356,7 +338,7 @@ def probe_specs(results: list[BatchResult], sizes: list[int]) -> list[dict[str, 
     specs: dict[str, dict[str, Any]] = {}
     for name, small, b_small, large, b_large in _probe_shapes(results).values():
         for b in sizes:
-            shapes = _scaled(small, b_small, large, b_large, b)
+            shapes = scaled_shapes(small, b_small, large, b_large, b)
             if shapes is not None:
                 key = probe_key(name, shapes)
                 specs.setdefault(key, {"key": key, "name": name, "shapes": shapes})
@@ -472,36 +454,47 @@ def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
 
 def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int],
             probes_s: dict[str, float] | None = None) -> StepPrediction | None:
-    """The fitted model against every measured batch size, and its prediction at the
-    ``unmeasured`` ones, with the kernel probes timed (by spec key); None when fewer than
-    two batch sizes can be fitted."""
+    """Each measured batch size forecast by the model fitted on the :data:`FIT_WINDOW`
+    sizes before it (the test the sweep's early stop relies on), and the ``unmeasured``
+    ones predicted from the largest measured; None when fewer than two can be fitted."""
     model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None:
         return None
-    measured = {r.batch_size: r.latency_s.median for r in _usable(results)}  # type: ignore[union-attr]
+    usable = _usable(results)
+    sizes = [r.batch_size for r in usable]
     points = []
-    for b in sorted(set(measured) | set(unmeasured)):
+    for k, r in enumerate(usable):
+        before = sizes[max(k - FIT_WINDOW, 0):k]
+        forecast = (fit_step_model(results, ceilings, before, probes_s)
+                    if len(before) == FIT_WINDOW else None)
+        if forecast is not None:
+            latency = forecast.latency_s(r.batch_size)
+            measured = r.latency_s.median  # type: ignore[union-attr]
+            points.append(CurvePoint(r.batch_size, latency, r.batch_size / latency, before,
+                                     measured, latency / measured - 1,
+                                     forecast.probed_ops(r.batch_size)))
+    for b in unmeasured:
         latency = model.latency_s(b)
-        point = CurvePoint(b, latency, b / latency, fitted=b in model.fitted_on,
-                           probed_ops=model.probed_ops(b))
-        if b in measured:
-            point.measured_latency_s = measured[b]
-            point.error = latency / measured[b] - 1
-        points.append(point)
-    checked = [abs(p.error) for p in points if p.error is not None and not p.fitted]
+        points.append(CurvePoint(b, latency, b / latency, model.fitted_on,
+                                 probed_ops=model.probed_ops(b)))
+    points.sort(key=lambda p: p.batch_size)
+    errors = [abs(p.error) for p in points if p.error is not None]
     sensitivity = None
     lowered = _median_peaks(ceilings)
-    if lowered is not None and (refit := fit_step_model(results, lowered, model.fitted_on,
-                                                        probes_s)):
+    if points and lowered is not None and (
+            refit := fit_step_model(results, lowered, model.fitted_on, probes_s)):
         largest = points[-1].batch_size
         sensitivity = refit.latency_s(largest) / model.latency_s(largest) - 1
-    knee, _ = model.knee([p.batch_size for p in points])
-    used = {k for c in model.ops for k in c.probe_keys([p.batch_size for p in points])}
+    overall = fit_step_model(results, ceilings, sizes, probes_s)
+    knee = overall.knee(sorted({*sizes, *unmeasured}))[0] if overall else None
+    grid = sorted({*sizes, *unmeasured})
+    used = {k for c in [*model.ops, *(overall.ops if overall else [])]
+            for k in c.probe_keys(grid)}
     return StepPrediction(
         fitted_on=model.fitted_on,
         points=points,
         knee_batch=knee,
-        max_abs_error_unfitted=max(checked) if checked else None,
+        max_abs_error=max(errors) if errors else None,
         assumptions=model.assumptions,
         ceiling_sensitivity=sensitivity,
         probes_s={k: v for k, v in sorted((probes_s or {}).items()) if k in used},

@@ -163,8 +163,10 @@ def _op_rows(doc: Doc) -> list[dict[str, Any]]:
 
 
 def _prediction_rows(doc: Doc) -> list[dict[str, Any]]:
-    """The fitted step-time model's table: predicted against measured, and the unmeasured."""
-    return [{"batch": r.get("batch_size"), "fitted": bool(r.get("fitted")),
+    """The step-time model's table: each measured size forecast from the ones before it,
+    and the unmeasured ones predicted."""
+    return [{"batch": r.get("batch_size"),
+             "source": ", ".join(str(b) for b in r.get("predicted_from") or []),
              "measured": fmt.seconds(r.get("measured_latency_s")) if r["measured"] else "not measured",
              "predicted": fmt.seconds(r.get("predicted_latency_s")),
              "error": f"{r['error']:+.0%}" if isinstance(r.get("error"), (int, float)) else "–",
@@ -251,7 +253,7 @@ def context(doc: Doc) -> dict[str, Any]:
         "unplaced_batch": unplaced_batch,
         "op_rows": _op_rows(doc), "batch_sizes": [b["batch_size"] for b in v.analysed(doc)],
         "timing_rows": _timing_rows(doc), "prediction_rows": _prediction_rows(doc),
-        "prediction_summary": v.prediction_summary(doc),
+        "prediction_summary": v.prediction_summary(doc), "counts_note": v.counts_note(doc),
         "prediction_assumptions": v.prediction(doc).get("assumptions") or [], "ceiling_rows": _ceiling_rows(doc),
         "flags": v.flags(doc), "accounting_errors": len(v.accounting_errors(doc)),
         "failed": v.failed(doc), "fmt": fmt, "parameters": model.get("parameters"),

@@ -133,6 +133,9 @@ def _batch_rows(doc: Doc) -> str:
               f"× batch {first['batch_size'] if first else 1}", "peak memory",
               " / ".join(SHARE_HEADS[k] for k in v.share_keys(doc))]
     table = md_table(header, rows, "rlrrrrrr")
+    carried = v.counts_note(doc)
+    if carried:
+        table += "\n\n" + carried
     if not any(b.get("peak_memory_method") for b in v.batches(doc)):
         return table  # no peak memory measured (a recorded trace): nothing to label
     memory = f"The peak memory column is the {md_text(v.peak_memory_label(doc), 400)}."
@@ -181,18 +184,21 @@ def _estimates(doc: Doc) -> str:
 
 
 def _prediction(doc: Doc) -> str:
-    """The fitted step-time model against every measured batch size, and the unmeasured."""
+    """The step-time model: each measured size forecast from the ones before it, and the
+    unmeasured ones predicted."""
     rows = v.prediction_rows(doc)
     if not rows:
         return ""
     unit = v.unit(doc)
     table = md_table(
-        ["batch", "measured step", "predicted step", "error", md_cell(f"predicted {unit}s/s")],
-        [[str(r.get("batch_size")) + (" (fitted)" if r.get("fitted") else ""),
+        ["batch", "measured step", "predicted step", "error", md_cell(f"predicted {unit}s/s"),
+         "from batches"],
+        [[str(r.get("batch_size")),
           fmt.seconds(r.get("measured_latency_s")) if r["measured"] else "not measured",
           fmt.seconds(r.get("predicted_latency_s")),
           f"{r['error']:+.0%}" if isinstance(r.get("error"), (int, float)) else "–",
-          fmt.si(r.get("predicted_throughput_per_s"))] for r in rows], "rrrrr")
+          fmt.si(r.get("predicted_throughput_per_s")),
+          ", ".join(str(b) for b in r.get("predicted_from") or [])] for r in rows], "rrrrrl")
     notes = [md_text(v.prediction_summary(doc), 600)]
     notes += [f"Assumed: {md_text(a, 200)}." for a in v.prediction(doc).get("assumptions") or []]
     return "#### Predicted against measured\n\n" + table + "\n\n" + " ".join(notes)

@@ -335,6 +335,10 @@ def prediction_rows(doc: Doc) -> list[dict[str, Any]]:
             for p in prediction(doc).get("points") or [] if isinstance(p, dict)]
 
 
+# How many measured sizes each forecast is fitted on (classifiers/step_model.FIT_WINDOW).
+FORECAST_WINDOW_WORD = "three"
+
+
 def prediction_summary(doc: Doc) -> str:
     """One sentence: what the model was fitted on, how it held, what it predicts unmeasured."""
     pred = prediction(doc)
@@ -342,15 +346,18 @@ def prediction_summary(doc: Doc) -> str:
     if not pred or not rows:
         return ""
     unit_name = unit(doc)
-    fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])
-    text = f"Step-time model fitted on batches {fitted}"
-    errors = [r["error"] for r in rows if r["measured"] and not r.get("fitted")
-              and isinstance(r.get("error"), (int, float))]
-    if errors:
-        text += (f"; at the {len(errors)} other measured batch size"
-                 f"{'s' if len(errors) > 1 else ''} it is off by "
-                 + (f"{errors[0]:+.0%}" if len(errors) == 1
-                    else f"{min(errors):+.0%} to {max(errors):+.0%}"))
+    forecasts = [r for r in rows if r["measured"] and isinstance(r.get("error"), (int, float))]
+    if forecasts:
+        errors = [r["error"] for r in forecasts]
+        text = (f"Step-time model, each size forecast from the {FORECAST_WINDOW_WORD} measured "
+                f"before it: off by "
+                + (f"{errors[0]:+.0%} at batch {forecasts[0]['batch_size']}" if len(errors) == 1
+                   else f"{min(errors):+.0%} to {max(errors):+.0%} at batches "
+                        f"{forecasts[0]['batch_size']}-{forecasts[-1]['batch_size']}"))
+    else:
+        fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])
+        text = (f"Step-time model fitted on batches {fitted} (too few sizes to forecast one "
+                f"from those before it)")
     knee = pred.get("knee_batch")
     if isinstance(knee, (int, float)):
         text += f"; its curve bends at {knee:,.3g} rows"
@@ -360,7 +367,8 @@ def prediction_summary(doc: Doc) -> str:
                  f"probes) where the BLAS kernel changes with the rows")
     unmeasured = [r for r in rows if not r["measured"]]
     if unmeasured:
-        text += "; not measured, predicted: " + ", ".join(
+        fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])
+        text += f"; not measured, predicted from batches {fitted}: " + ", ".join(
             f"batch {r['batch_size']} {fmt.rate(r.get('predicted_throughput_per_s'), unit_name)}"
             for r in unmeasured[:6])
         if len(unmeasured) > 6:
@@ -370,3 +378,17 @@ def prediction_summary(doc: Doc) -> str:
         text += (f"; with each compute roof at its median repeat instead of its best, the "
                  f"largest batch's predicted step moves {sensitivity:+.0%}")
     return text + "."
+
+
+def counts_note(doc: Doc) -> str:
+    """Which batch sizes' FLOPs and bytes were carried from two counted ones, or ""."""
+    carried = [(b["batch_size"], b.get("counts_extrapolated_from") or []) for b in batches(doc)]
+    carried = [(b, src) for b, src in carried if len(src) == 2]
+    if not carried:
+        return ""
+    sizes = ", ".join(str(b) for b, _ in carried)
+    sources = sorted({tuple(src) for _, src in carried})
+    froms = "; ".join(f"batches {a} and {b}" for a, b in sources)
+    return (f"FLOPs and bytes at batch{'es' if len(carried) > 1 else ''} {sizes} were "
+            f"carried op by op from the counts at {froms} (linear in the batch: checked "
+            f"exact on a third counted size), not counted again.")

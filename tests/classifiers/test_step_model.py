@@ -100,23 +100,30 @@ def test_noise_does_not_become_a_trend_and_growth_is_at_most_linear():
     assert faster.exponent == 1.0  # capped: nothing here grows faster than the batch
 
 
-def test_profiler_cost_is_taken_off_as_it_grew():
+def test_profiler_cost_is_taken_off_as_a_fixed_amount():
     results = [measured(b) for b in (1, 2, 4)]
     for r in results:  # the profiled step ran 50 µs longer than the timed one
         r.profiled_step_s = r.latency_s.median + 50e-6
     model = fit_step_model(results, CEIL)
-    assert model.profiler_gap(1024) == pytest.approx(50e-6)
+    assert model.profiler_gap_s == pytest.approx(50e-6)
     assert model.latency_s(4) == pytest.approx(results[-1].latency_s.median, rel=0.01)
 
 
-def test_prediction_reports_errors_fitted_marks_and_unmeasured_sizes():
-    results = [measured(b) for b in (1, 2, 4, 8, 16)]
-    results[0].latency_s = LatencyStats(1.0, 1.0, 1.0, 5)  # batch 1 far off the curve
-    pred = predict(results, CEIL, [32, 64])
+def test_each_measured_size_is_forecast_from_the_three_before_it():
+    results = [measured(b) for b in (1, 2, 4, 8, 16, 32)]
+    results[3].latency_s = LatencyStats(1.0, 1.0, 1.0, 5)  # batch 8 far off the curve
+    pred = predict(results, CEIL, [64, 128])
     by_b = {p.batch_size: p for p in pred.points}
-    assert pred.fitted_on == [4, 8, 16] and [b for b in by_b if by_b[b].fitted] == [4, 8, 16]
-    assert by_b[1].error == pytest.approx(by_b[1].predicted_latency_s / 1.0 - 1)
-    assert pred.max_abs_error_unfitted == pytest.approx(abs(by_b[1].error))
+    # 1, 2 and 4 have too few sizes before them; 8 is forecast from 1, 2, 4 and misses by
+    # as much as it strays; 16 and 32 are forecast from windows that include it.
+    assert sorted(by_b) == [8, 16, 32, 64, 128]
+    assert by_b[8].predicted_from == [1, 2, 4] and by_b[16].predicted_from == [2, 4, 8]
+    assert by_b[8].error == pytest.approx(by_b[8].predicted_latency_s / 1.0 - 1)
+    assert by_b[8].predicted_latency_s == pytest.approx(measured(8).latency_s.median, rel=0.02)
+    assert pred.max_abs_error == pytest.approx(max(abs(p.error) for p in pred.points
+                                                   if p.error is not None))
+    # The unmeasured ones from the three largest measured.
+    assert pred.fitted_on == [8, 16, 32] == by_b[128].predicted_from
     assert by_b[64].measured_latency_s is None and by_b[64].error is None
     assert by_b[64].predicted_throughput_per_s == pytest.approx(
         64 / by_b[64].predicted_latency_s)
@@ -195,7 +202,7 @@ def test_plan_consults_the_prediction_unless_told_to_measure_all():
 
 
 def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
-    from batchscope.classifiers.step_model import _scaled
+    from batchscope.batch_shapes import scaled_shapes as _scaled
 
     assert _scaled([[2304], [4, 768], [768, 2304]], 4,
                    [[2304], [8, 768], [768, 2304]], 8, 1024) == [[2304], [1024, 768],
@@ -226,4 +233,4 @@ def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
     assert model.probed_ops(64) == 1
     pred = predict(results, CEIL, [16, 64], probes)
     assert set(pred.probes_s) == set(probes)  # the ones this model's ops can use, kept
-    assert {p.batch_size: p.probed_ops for p in pred.points}[64] == 1
+    assert {p.batch_size: p.probed_ops for p in pred.points} == {16: 0, 64: 1}

@@ -24,18 +24,19 @@ def test_unmeasured_sizes_are_predicted_and_labelled(sample_docs: dict[str, dict
                      Limits(max_batch=32), doc["run"])
     out = report.to_dict()
     points = {p["batch_size"]: p for p in out["prediction"]["points"]}
-    assert sorted(points) == [1, 2, 4, 8, 16, 32]
-    assert points[16]["measured_latency_s"] is None and points[8]["fitted"]
-    assert out["prediction"]["fitted_on"] == [2, 4, 8]
+    assert sorted(points) == [8, 16, 32]  # 8 forecast from 1, 2, 4; 16 and 32 predicted
+    assert points[16]["measured_latency_s"] is None and points[8]["error"] is not None
+    assert out["prediction"]["fitted_on"] == [2, 4, 8] == points[32]["predicted_from"]
 
     summary = render_summary(out)
     table = summary[summary.index("#### Predicted against measured"):]
-    assert "| 16 | not measured |" in table and "| 8 (fitted) |" in table
-    assert "not measured, predicted: batch 16" in table
+    assert "| 16 | not measured |" in table and "| 2, 4, 8 |" in table
+    assert "each size forecast from the three measured before it" in table
+    assert "not measured, predicted from batches 2, 4, 8: batch 16" in table
 
     page = render_html(out)
     assert "Predicted against measured" in page and "not measured: predicted" in page
 
     console = Console(file=io.StringIO(), width=200)
     print_summary(console, report)
-    assert "Step-time model fitted on batches 2, 4, 8" in console.file.getvalue()
+    assert "Step-time model, each size forecast" in console.file.getvalue()
