@@ -198,6 +198,7 @@ class Sweep:
         self.results: list[BatchResult] = []
         self.plan: Plan | None = None
         self.ceilings_error = ""
+        self.tried: set[str] = set()  # kernel probe keys already sent to a worker
 
     def _start_worker(self) -> _Handle:
         handle = _Handle(self.config.worker)
@@ -272,7 +273,8 @@ class Sweep:
         """Time the kernel probes not timed yet in the worker; all times known for
         ``specs``. A probe round that fails or times out costs the worker, nothing else."""
         known = self.config.probes_s
-        wanted = [s for s in specs if s["key"] not in known]
+        wanted = [s for s in specs if s["key"] not in known and s["key"] not in self.tried]
+        self.tried.update(s["key"] for s in wanted)  # a probe that failed is not retried
         if wanted:
             try:
                 handle = self._worker()
