@@ -32,6 +32,9 @@ PROBED_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm"})
 PROBE_TIME_S = 0.05
 MIN_REPEATS = 2
 MAX_REPEATS = 25
+# A warm-up call at least this long is followed by one timed call, not MIN_REPEATS (the
+# decode sample's LM head at batch 1024 takes 1.2 s a call).
+LONG_CALL_S = 0.2
 # Copies of the arguments cycled through, at most, to keep them out of the cache.
 MAX_COPIES = 16
 
@@ -41,25 +44,46 @@ def probe_key(name: str, shapes: list[list[int]]) -> str:
     return name + json.dumps(shapes, separators=(",", ":"))
 
 
-def _arguments(name: str, shapes: list[list[int]], dtype: torch.dtype,
-               device: torch.device) -> list[torch.Tensor]:
-    import torch
+class _Arguments:
+    """Argument tensors for the probes of one round, made once per shape and reused: a
+    linear layer's weight has the same shape at every batch size, and filling hundreds of
+    MB with random numbers costs more than timing the product (0.4 s per 200 MB here).
+    Copy ``i`` of a tensor is a clone of copy 0: the same values at another address, which
+    is all keeping it out of the cache needs."""
 
-    def rand(shape: list[int]) -> torch.Tensor:
-        return torch.randn(shape, dtype=dtype, device=device)
+    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.dtype, self.device = dtype, device
+        self.made: dict[tuple[tuple[int, ...], bool, int], torch.Tensor] = {}
 
-    if name in ("addmm", "mm"):
-        *bias, a, b = shapes
-        if len(a) != 2 or len(b) != 2:
-            raise ValueError(f"{name} with shapes {shapes} is not a 2-D product")
-        weight = rand([b[1], b[0]]).t()  # nn.Linear's weight as F.linear passes it
-        return [*(rand(s) for s in bias), rand(a), weight]
-    return [rand(s) for s in shapes]
+    def tensor(self, shape: list[int], copy: int, linear_weight: bool = False) -> torch.Tensor:
+        import torch
+
+        key = (tuple(shape), linear_weight, copy)
+        if key not in self.made:
+            if copy:
+                self.made[key] = self.tensor(shape, 0, linear_weight).clone()
+            elif linear_weight:  # nn.Linear's [out, in] weight, as F.linear passes it: w.t()
+                self.made[key] = torch.randn([shape[1], shape[0]], dtype=self.dtype,
+                                             device=self.device).t()
+            else:
+                self.made[key] = torch.randn(shape, dtype=self.dtype, device=self.device)
+        return self.made[key]
+
+    def for_spec(self, name: str, shapes: list[list[int]], copy: int) -> list[torch.Tensor]:
+        if name in ("addmm", "mm"):
+            *bias, a, b = shapes
+            if len(a) != 2 or len(b) != 2:
+                raise ValueError(f"{name} with shapes {shapes} is not a 2-D product")
+            return [*(self.tensor(s, copy) for s in bias), self.tensor(a, copy),
+                    self.tensor(b, copy, linear_weight=True)]
+        return [self.tensor(s, copy) for s in shapes]
 
 
 def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
-               sync: Callable[[], None], cache_bytes: int | None = None) -> float:
-    """Median seconds of one call of ``spec``'s op on fresh arguments.
+               sync: Callable[[], None], cache_bytes: int | None = None,
+               arguments: _Arguments | None = None) -> float:
+    """Median seconds of one call of ``spec``'s op (``arguments`` shares tensors between
+    the probes of a round).
 
     Raises:
         ValueError: an op outside :data:`PROBED_OPS` or shapes it cannot take.
@@ -70,16 +94,21 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
     if name not in PROBED_OPS:
         raise ValueError(f"{name} is not probed")
     op = getattr(torch.ops.aten, name)
-    first = _arguments(name, spec["shapes"], dtype, device)
+    arguments = arguments or _Arguments(dtype, device)
+    first = arguments.for_spec(name, spec["shapes"], 0)
     size = sum(t.numel() * t.element_size() for t in first)
     copies = min(MAX_COPIES, max(1, -(-2 * cache_bytes // max(size, 1)))) if cache_bytes else 1
-    sets = [first] + [_arguments(name, spec["shapes"], dtype, device) for _ in range(copies - 1)]
+    sets = [first] + [arguments.for_spec(name, spec["shapes"], i) for i in range(1, copies)]
     with torch.inference_mode():
+        started = time.perf_counter()
         op(*sets[-1])  # warm-up: the library's first call sets up its kernel
         sync()
+        # After a warm-up this long the library's setup is a small part of a call: one
+        # timed call does.
+        repeats = 1 if time.perf_counter() - started >= LONG_CALL_S else MIN_REPEATS
         times: list[float] = []
         spent = 0.0
-        while len(times) < MIN_REPEATS or (spent < PROBE_TIME_S and len(times) < MAX_REPEATS):
+        while len(times) < repeats or (spent < PROBE_TIME_S and len(times) < MAX_REPEATS):
             args = sets[len(times) % len(sets)]
             sync()
             started = time.perf_counter()
@@ -95,9 +124,10 @@ def run_probes(specs: list[dict[str, Any]], dtype: torch.dtype, device: torch.de
     """``{"times_s": {key: seconds}, "errors": {key: why}}`` for each spec."""
     times: dict[str, float] = {}
     errors: dict[str, str] = {}
+    arguments = _Arguments(dtype, device)
     for spec in specs:
         try:
-            times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes)
+            times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes, arguments)
         except (RuntimeError, ValueError, MemoryError) as exc:
             errors[spec["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return {"times_s": times, "errors": errors}
