@@ -138,9 +138,12 @@ def build_model() -> nn.Module:
 def make_inputs(batch_size: int) -> dict[str, torch.Tensor | list[torch.Tensor]]:
     """New token ids and positions ``[b, 1]`` and per-layer K/V caches holding CONTEXT tokens."""
     gen = torch.Generator().manual_seed(SEED + 1)
-    shape = (batch_size, N_HEAD, CONTEXT + 1, HEAD_DIM)
-    k_cache = [torch.randn(shape, generator=gen) for _ in range(N_LAYER)]
-    v_cache = [torch.randn(shape, generator=gen) for _ in range(N_LAYER)]
+    row = (1, N_HEAD, CONTEXT + 1, HEAD_DIM)
+    # One random row per layer, copied to every row: the step's cost does not depend on the
+    # values, and copying is ~3x faster than drawing 10 GB of normals at batch 1024. Each
+    # row still owns its memory (a real copy, not an expanded view), as a real cache does.
+    k_cache = [torch.randn(row, generator=gen).repeat(batch_size, 1, 1, 1) for _ in range(N_LAYER)]
+    v_cache = [torch.randn(row, generator=gen).repeat(batch_size, 1, 1, 1) for _ in range(N_LAYER)]
     return {
         "input_ids": torch.randint(0, VOCAB, (batch_size, 1), generator=gen),
         "position_ids": torch.full((batch_size, 1), CONTEXT, dtype=torch.long),
