@@ -30,6 +30,10 @@ PROFILER_WARMUP_STEPS = 1
 # such steps give stable op shares while still showing whether the op sequence repeats.
 LONG_STEP_S = 0.2
 LONG_STEP_CAPTURE_STEPS = 2
+# A CPU step at least this long is profiled once: thousands of ops give its shares, the
+# shorter batch sizes before it have shown whether the op sequence repeats, and a second
+# step of the decode sample at batch 1024 would cost another 5 s.
+VERY_LONG_STEP_S = 1.0
 US = 1e-6
 NS = 1e-9
 # Kineto's log level: above its highest (USDT, 5), so it prints nothing. Below 6 torch 2.13's
@@ -107,7 +111,7 @@ def capture_agreeing(step: Callable[[], Any], sync: Callable[[], None], device: 
         # Retaken with a warm-up step under the profiler even for long steps (its first
         # step is the slow one).
         again = capture_steps(step, sync, device, trace_path=trace_path,
-                              n_steps=LONG_STEP_CAPTURE_STEPS if latency_s >= LONG_STEP_S
+                              n_steps=long_step_captures(latency_s) if latency_s >= LONG_STEP_S
                               else CAPTURE_STEPS)
         again_gap = profile_gap(again, latency_s)
         if again_gap < gap:
@@ -314,6 +318,11 @@ class ProfilerSession:
         return parse_event_tree(prof.kineto_results.experimental_event_tree())
 
 
+def long_step_captures(step_s: float) -> int:
+    """Steps to profile of a CPU step of ``step_s`` seconds, :data:`LONG_STEP_S` or longer."""
+    return 1 if step_s >= VERY_LONG_STEP_S else LONG_STEP_CAPTURE_STEPS
+
+
 def capture_steps(
     step: Callable[[], Any],
     sync: Callable[[], None],
@@ -325,7 +334,7 @@ def capture_steps(
     """Profile ``n_steps`` steps and parse them; export a Perfetto trace when asked.
 
     ``step_s``, the step latency the timing pass measured, shortens the capture of long CPU
-    steps to :data:`LONG_STEP_CAPTURE_STEPS` steps without a warm-up step.
+    steps to :func:`long_step_captures` steps without a warm-up step.
 
     Raises:
         ProfilerUnavailable: another profiler is active on this thread, or it failed to start.
@@ -333,7 +342,7 @@ def capture_steps(
     session = ProfilerSession(device)
     warmup_steps = PROFILER_WARMUP_STEPS
     if not session.on_gpu and step_s is not None and step_s >= LONG_STEP_S:
-        warmup_steps, n_steps = 0, min(n_steps, LONG_STEP_CAPTURE_STEPS)
+        warmup_steps, n_steps = 0, min(n_steps, long_step_captures(step_s))
     session.start()
     try:
         for _ in range(warmup_steps + n_steps):

@@ -36,6 +36,10 @@ BLOCK_MIN_S = 0.001
 # hand-written profiled sweep (docs/benchmarks.md).
 MEASURE_MIN_STEPS = 5
 MEASURE_MIN_S = 0.05
+# ...except that once the time ceiling below has passed (adaptive timing only), this many do:
+# three steps of 0.4 s or more already span it, and each further one of the decode sample's
+# 2.5-5 s steps at batch 512-1024 costs more than all its steps up to batch 32.
+LONG_MIN_STEPS = 3
 # ...then stop once the median is pinned down: its 95% confidence interval (from order
 # statistics, no assumption on the distribution) within ±3% of it. Well inside the ±5% that
 # the timing-fidelity benchmark checks against torch.utils.benchmark.Timer.
@@ -197,7 +201,8 @@ def time_steps(
     at least ``measure_min_steps`` samples and ``measure_min_s`` seconds are in and the
     median's 95% confidence interval is within ``median_ci_rel`` of it, or after
     ``measure_max_s`` seconds, or at ``measure_max_steps`` steps (but never fewer than
-    ``measure_min_steps`` samples; a fixed time has no step cap). Whatever stops it, the
+    ``measure_min_steps`` samples, or :data:`LONG_MIN_STEPS` once ``measure_max_s`` has
+    passed; a fixed time has neither the step cap nor that exception). Whatever stops it, the
     timed steps span at least ``window_min_s`` (the NVML window), past the time ceiling and
     the step cap if need be. The statistics record how long the steps ran (``measured_s``)
     and what stopped them (``stopped_by``: :data:`STOPPED_BY_WINDOW` when the rule was met
@@ -244,9 +249,9 @@ def time_steps(
             sync()
             t1 = clock()
             samples.append((t1 - t0) / block)
-            if len(samples) < config.measure_min_steps:
-                continue
             elapsed_s = t1 - begin
+            if len(samples) < _min_samples(config, elapsed_s):
+                continue
             met_now = not rule
             if not rule:
                 rule = _stop_rule(config, samples, block, elapsed_s, next_check)
@@ -264,9 +269,16 @@ def time_steps(
     return stats, samples, observed
 
 
+def _min_samples(config: TimingConfig, elapsed_s: float) -> int:
+    """The fewest samples the stop rule may be judged on, ``elapsed_s`` seconds in."""
+    if not config.is_fixed and elapsed_s >= config.measure_max_s:
+        return min(config.measure_min_steps, LONG_MIN_STEPS)
+    return config.measure_min_steps
+
+
 def _stop_rule(config: TimingConfig, samples: list[float], block: int, elapsed_s: float,
                next_check: int) -> str:
-    """The stop rule of ``config`` that ``samples`` (at least ``measure_min_steps`` of them,
+    """The stop rule of ``config`` that ``samples`` (at least :func:`_min_samples` of them,
     ``elapsed_s`` seconds in) meet, as a :data:`STOPPED_BY` value; "" for none yet. The
     median's interval is only sorted out once ``next_check`` samples are in."""
     if elapsed_s >= config.measure_max_s:

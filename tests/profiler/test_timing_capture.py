@@ -15,6 +15,7 @@ from batchscope.profiler.capture import (
     LONG_STEP_CAPTURE_STEPS,
     LONG_STEP_S,
     STEP_TAG,
+    VERY_LONG_STEP_S,
     capture_steps,
     parse_event_tree,
     parse_events,
@@ -69,9 +70,17 @@ def test_steady_steps_stop_at_the_minimum_time(monkeypatch: pytest.MonkeyPatch) 
     assert len(samples) >= MEASURE_MIN_STEPS
 
 
-def test_slow_steps_still_take_the_minimum_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slow_steps_take_fewer_samples_once_past_the_ceiling(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     samples, _ = _timed(monkeypatch, [0.5], TimingConfig())
-    assert len(samples) == MEASURE_MIN_STEPS  # 2.5 s is past the ceiling after 5 steps
+    assert len(samples) == timing.LONG_MIN_STEPS  # 1.5 s is past the 1 s ceiling
+    samples, _ = _timed(monkeypatch, [0.3], TimingConfig())
+    assert len(samples) == 4  # 0.9 s after three: not yet past it
+    # under the ceiling the minimum count holds, and a fixed time keeps it whatever the step
+    samples, _ = _timed(monkeypatch, [0.1], TimingConfig())
+    assert len(samples) == MEASURE_MIN_STEPS
+    samples, _ = _timed(monkeypatch, [0.5], TimingConfig.fixed(0.2))
+    assert len(samples) == MEASURE_MIN_STEPS
 
 
 def test_fixed_time_measures_that_long(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +148,7 @@ def test_own_event_parser_matches_torch_function_events() -> None:
         assert {"addmm", "relu", "native_layer_norm"} <= {o.name for o in a.ops}
 
 
-def test_long_cpu_steps_are_captured_twice_without_warm_up() -> None:
+def test_long_cpu_steps_are_captured_twice_or_once_without_warm_up() -> None:
     model, x = _model_and_step()
     calls = []
 
@@ -152,7 +161,11 @@ def test_long_cpu_steps_are_captured_twice_without_warm_up() -> None:
         assert len(short.steps) == 3 and len(calls) == 4  # one warm-up step dropped
         calls.clear()
         long = capture_steps(step, lambda: None, torch.device("cpu"), step_s=LONG_STEP_S)
-    assert len(long.steps) == LONG_STEP_CAPTURE_STEPS == len(calls)
+        assert len(long.steps) == LONG_STEP_CAPTURE_STEPS == len(calls)
+        calls.clear()
+        longer = capture_steps(step, lambda: None, torch.device("cpu"),
+                               step_s=VERY_LONG_STEP_S)
+    assert len(longer.steps) == 1 == len(calls)  # a second step would add seconds
 
 
 def _imports(code: str) -> str:
