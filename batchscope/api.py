@@ -26,6 +26,7 @@ from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import DEFAULT_MAX_BATCH, Limits
+from batchscope.profiler.launcher import DistributedConfig, LaunchedRanks
 from batchscope.profiler.supervisor import (
     DEFAULT_BATCH_TIMEOUT_S,
     Callbacks,
@@ -69,7 +70,19 @@ class Options:
     measure_all: bool = False  # every batch size up to max_batch: no plateau or predicted stop
     mode: str | None = None
     objective: str = "throughput"  # or "energy": J per unit from NVML, where measured
+    # Data parallel (profiler/launcher.py): torchrun's arguments; None: one process.
+    nproc_per_node: int | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
+    global_batch: int | None = None  # the global batch to reach with gradient accumulation
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def distributed(self) -> DistributedConfig | None:
+        if self.nproc_per_node is None:
+            return None
+        return DistributedConfig(self.nproc_per_node, self.nnodes, self.node_rank,
+                                 self.rdzv_endpoint)
 
     def limits(self) -> Limits:
         """The sweep's limits; an explicit list caps the batch size at its largest (nothing
@@ -100,6 +113,13 @@ class Options:
                              f"not {self.objective!r}.")
         if self.mode not in (None, "inference", "train"):
             raise UsageError(f"--mode must be inference or train, not {self.mode!r}.")
+        dist = self.distributed()
+        if dist is None and (self.nnodes != 1 or self.node_rank or self.rdzv_endpoint):
+            raise UsageError("--nnodes, --node-rank and --rdzv-endpoint need --nproc-per-node.")
+        if dist is not None and dist.validate():
+            raise UsageError(dist.validate())
+        if self.global_batch is not None and self.global_batch < 1:
+            raise UsageError(f"--global-batch must be at least 1, not {self.global_batch}.")
         if self.out_dir is not None:
             check_writable(Path(self.out_dir))
 
@@ -175,7 +195,8 @@ class _ReportWriter(Callbacks):
               stopped_at_cap: bool = False) -> Report:
         return analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
                        partial=partial, stop_reason=stop_reason, stopped_at_cap=stopped_at_cap,
-                       objective=self.options.objective, probes_s=self.probes_s)
+                       objective=self.options.objective, probes_s=self.probes_s,
+                       global_batch=self.options.global_batch)
 
 
 def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
@@ -259,8 +280,29 @@ def _torch_version() -> str:
         return "unknown"
 
 
+def follow_node_zero(path: str | os.PathLike[str], options: Options) -> tuple[int, str]:
+    """On a node other than 0 of a distributed sweep: run this node's ranks under torch's
+    launcher until node 0's sweep ends them; (the launcher's exit code, its output's path).
+    Node 0 writes the report."""
+    dist = options.distributed()
+    if dist is None or dist.node_rank == 0:
+        raise UsageError("follow_node_zero runs on nodes other than 0 (--node-rank 1 or more).")
+    ranks = LaunchedRanks(_worker_config(str(path), options), dist, options.batch_timeout_s)
+    try:
+        return ranks.wait(), ranks.log_path
+    finally:
+        ranks.stop(graceful=False)
+
+
 def _run(target: str, callables: dict[str, Any] | None, options: Options,
          callbacks: Callbacks | None) -> Report:
+    dist = options.distributed()
+    if dist is not None and callables is not None:
+        raise UsageError("a distributed sweep runs a model file (its ranks import it): pass "
+                         "the file to diagnose_file or to the diagnose command.")
+    if dist is not None and dist.node_rank != 0:
+        raise UsageError(f"node {dist.node_rank} of a distributed sweep only runs its ranks "
+                         "(follow_node_zero, or the diagnose command); node 0 writes the report.")
     started = time.time()
     run = {
         "tool_version": __version__,
@@ -285,6 +327,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         final_probes=(lambda results, _ceilings: final_probe_specs(results, options.limits()))
         if options.op_breakdown else None,
         probes_s=writer.probes_s,
+        distributed=options.distributed(),
     )
     outcome = Sweep(config, writer).run()
     run["wall_s"] = time.time() - started
@@ -325,4 +368,11 @@ def nothing_measured_message(report: Report) -> str:
     return what + "."
 
 
-__all__ = ["Options", "diagnose", "diagnose_file", "exit_code", "NothingMeasuredError"]
+__all__ = [
+    "NothingMeasuredError",
+    "Options",
+    "diagnose",
+    "diagnose_file",
+    "exit_code",
+    "follow_node_zero",
+]

@@ -23,6 +23,7 @@ from batchscope.api import (
     Options,
     diagnose_file,
     exit_code,
+    follow_node_zero,
     nothing_measured_message,
 )
 from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
@@ -86,6 +87,11 @@ def diagnose(
     trace: Annotated[bool, typer.Option("--trace", help="Export a Perfetto trace per batch size.")] = False,
     no_ops: Annotated[bool, typer.Option("--no-ops", help="Timing only: skip the per-op breakdown.")] = False,
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Re-measure the machine's ceilings.")] = False,
+    nproc_per_node: Annotated[Optional[int], typer.Option("--nproc-per-node", help="Data parallel: ranks on this node, started by torch.distributed.run (torchrun); the model is wrapped in DistributedDataParallel; batch sizes are per rank.")] = None,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes in the distributed sweep (as torchrun).")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", help="This node's rank (as torchrun); node 0 writes the report.")] = 0,
+    rdzv_endpoint: Annotated[str, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (as torchrun).")] = "",
+    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch to reach: the gradient-accumulation steps it takes at the recommended per-rank batch.")] = None,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
@@ -109,10 +115,17 @@ def diagnose(
             op_breakdown=not no_ops,
             mode=mode,
             objective=objective,
+            nproc_per_node=nproc_per_node,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint,
+            global_batch=global_batch,
         )
         options.validate()
     except UsageError as exc:
         raise fail(exc) from None
+    if options.node_rank:
+        raise typer.Exit(code=_follow(model, options))
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     # A process started in the background by a non-interactive shell inherits SIGINT
     # ignored, and Python then keeps ignoring it: Ctrl-C (or a CI runner's SIGINT) must
@@ -133,6 +146,21 @@ def diagnose(
     elif code == ExitCode.NOTHING_MEASURED:
         err_console.print(f"error: {nothing_measured_message(report)}", markup=False)
     raise typer.Exit(code=int(code))
+
+
+def _follow(model: Path, options: Options) -> int:
+    """Node ≠ 0: run this node's ranks until node 0 ends the sweep; node 0 reports."""
+    err_console.print(f"node {options.node_rank}: running {options.nproc_per_node} ranks "
+                      f"under torch.distributed.run; node 0 writes the report.", markup=False)
+    try:
+        code, log = follow_node_zero(model, options)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
+    if code:
+        err_console.print(f"error: this node's ranks ended with exit code {code} (their "
+                          f"output: {log}).", markup=False)
+        return int(ExitCode.SOME_FAILED)
+    return int(ExitCode.OK)
 
 
 tools_app = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True)

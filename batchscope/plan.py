@@ -23,8 +23,9 @@ PLATEAU_GAIN = 0.10
 # One doubling is not enough either: MKL runs 2-8 fp32 rows on a slow path, so batch 2 is
 # barely faster than batch 1 on CPUs (CPU-TRIALS.md).
 PLATEAU_PATIENCE = 2
-# Statuses after which larger batch sizes would fail the same way (or worse).
-_STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT, Status.SKIPPED}
+# Statuses after which larger batch sizes would fail the same way (or worse); a failed rank
+# also leaves its process group unusable.
+_STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT, Status.SKIPPED, Status.RANK_FAILED}
 # Share of the free memory a batch size may be predicted to need before it is skipped: the
 # extrapolation is linear and allocators round up, so leave a margin.
 MEMORY_HEADROOM = 0.9

@@ -27,6 +27,7 @@ class Status(str, Enum):
     DEVICE_ERROR = "device_error"
     INTERRUPTED = "interrupted"
     SKIPPED = "skipped"
+    RANK_FAILED = "rank_failed"  # distributed: a rank raised, died or hung; all ranks stopped
 
 
 class Bound(str, Enum):
@@ -179,6 +180,26 @@ class TimeShare:
 
 
 @dataclass
+class RankResult:
+    """One rank's own figures at one per-rank batch size (distributed sweeps)."""
+
+    rank: int
+    status: Status
+    latency_s: float | None = None  # median step, gradient sync included
+    no_sync_latency_s: float | None = None  # median step under DDP's no_sync(): no all-reduce
+    peak_memory_bytes: int | None = None
+    host: str = ""
+    error: str = ""
+
+    @property
+    def communication_exposed_s(self) -> float | None:
+        """What the gradient all-reduce adds to a step: the part backward did not hide."""
+        if self.latency_s is None or self.no_sync_latency_s is None:
+            return None
+        return max(self.latency_s - self.no_sync_latency_s, 0.0)
+
+
+@dataclass
 class BatchResult:
     """Everything measured at one batch size."""
 
@@ -222,6 +243,13 @@ class BatchResult:
     # The two batch sizes this one's FLOPs and bytes were extrapolated from, op by op
     # (profiler/count_extrapolation.py); [] when its counting pass ran.
     counts_extrapolated_from: list[int] = field(default_factory=list)
+    # Distributed sweeps (profiler/ranks.py): ``batch_size`` is per rank; every rank's own
+    # figures, the step's exposed all-reduce time (rank 0's latency minus its latency under
+    # DDP's no_sync()), and the gradient bytes all-reduced per step.
+    world_size: int | None = None
+    ranks: list[RankResult] = field(default_factory=list)
+    communication_exposed_s: float | None = None
+    allreduce_bytes_per_step: int | None = None
 
     @property
     def framework_s(self) -> float | None:
@@ -271,6 +299,7 @@ def batch_result_from_dict(d: dict[str, Any]) -> BatchResult:
     if d.get("time_share") is not None:
         d["time_share"] = TimeShare(**d["time_share"])
     d["ops"] = [op_stat_from_dict(o) for o in d.get("ops", [])]
+    d["ranks"] = [RankResult(**{**r, "status": Status(r["status"])}) for r in d.get("ranks", [])]
     known = {f.name for f in dataclasses.fields(BatchResult)}
     return BatchResult(**{k: v for k, v in d.items() if k in known})
 
@@ -369,6 +398,8 @@ class Report:
     # Labelled estimates of larger batch sizes (``watch`` only); never measurements.
     estimates: list[Any] = field(default_factory=list)
     prediction: StepPrediction | None = None
+    # Data-parallel sweeps: classifiers.data_parallel.data_parallel_summary; None otherwise.
+    distributed: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.explain()
@@ -402,6 +433,7 @@ class Report:
             "flags": list(self.flags),
             "estimates": to_jsonable(self.estimates),
             "prediction": to_jsonable(self.prediction),
+            "distributed": to_jsonable(self.distributed),
         }
 
     def _repr_html_(self) -> str:

@@ -14,13 +14,20 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, Plan, predicted_not_to_fit
+from batchscope.profiler.launcher import (
+    DistributedConfig,
+    LaunchedRanks,
+    RanksDied,
+    RanksTimedOut,
+    rendezvous_failed,
+)
 from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, Status, batch_result_from_dict
 
@@ -29,6 +36,10 @@ from batchscope.records import BatchResult, Status, batch_result_from_dict
 DEFAULT_BATCH_TIMEOUT_S = 600.0
 # Starting a worker: spawn, import torch, import the model file, build the model.
 WORKER_START_TIMEOUT_S = 600.0
+# Starting a distributed sweep's ranks takes at least this long to give up on (three
+# processes import torch at once); a rendezvous that cannot form fails sooner, when the
+# ranks' store times out (a third of --timeout).
+DISTRIBUTED_START_MIN_S = 120.0
 # Measuring the ceilings on a machine seen for the first time (cached after).
 CEILINGS_TIMEOUT_S = 300.0
 # Time given to a worker to exit after SIGTERM before SIGKILL.
@@ -61,6 +72,8 @@ class SweepConfig:
     final_probes: Callable[[list[BatchResult], Ceilings], list[dict[str, Any]]] | None = None
     # Probe times by spec key, filled as probes run (the report builder reads the same dict).
     probes_s: dict[str, float] = field(default_factory=dict)
+    # A data-parallel sweep: the ranks run under torch's launcher (profiler/launcher.py).
+    distributed: DistributedConfig | None = None
 
 
 @dataclass
@@ -94,6 +107,11 @@ class _WorkerDied(Exception):
 
 class _Timeout(Exception):
     pass
+
+
+# What a worker handle raises when its process (or a rank) dies, and when a deadline passes.
+_DIED = (_WorkerDied, RanksDied)
+_TIMED_OUT = (_Timeout, RanksTimedOut)
 
 
 def _worker_entry(conn: Any, config: WorkerConfig) -> None:
@@ -142,6 +160,9 @@ class _Handle:
             if time.monotonic() > deadline:
                 raise _Timeout()
 
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
     def stop(self, graceful: bool = True) -> None:
         if graceful and self.proc.is_alive():
             try:
@@ -172,6 +193,12 @@ def load_oom_message(payload: dict[str, Any]) -> str:
     )
 
 
+def _death_of(exc: Exception) -> tuple[Status, str]:
+    if isinstance(exc, RanksDied):
+        return Status.RANK_FAILED, exc.why
+    return _death_status(getattr(exc, "exitcode", None))
+
+
 def _death_status(exitcode: int | None) -> tuple[Status, str]:
     if exitcode is not None and exitcode < 0:
         sig = -exitcode
@@ -192,7 +219,7 @@ class Sweep:
     def __init__(self, config: SweepConfig, callbacks: Callbacks | None = None) -> None:
         self.config = config
         self.callbacks = callbacks or Callbacks()
-        self.handle: _Handle | None = None
+        self.handle: _Handle | LaunchedRanks | None = None
         self.info: dict[str, Any] = {}
         self.ceilings: Ceilings | None = None
         self.results: list[BatchResult] = []
@@ -200,19 +227,26 @@ class Sweep:
         self.ceilings_error = ""
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
 
-    def _start_worker(self) -> _Handle:
-        handle = _Handle(self.config.worker)
+    def _new_handle(self) -> _Handle | LaunchedRanks:
+        if self.config.distributed is not None:
+            return LaunchedRanks(self.config.worker, self.config.distributed,
+                                 self.config.batch_timeout_s)
+        return _Handle(self.config.worker)
+
+    def _start_worker(self) -> _Handle | LaunchedRanks:
+        handle = self._new_handle()
+        what = "the ranks" if self.config.distributed else "the worker"
         try:
-            kind, payload = handle.recv(time.monotonic() + WORKER_START_TIMEOUT_S)
-        except _WorkerDied as exc:
-            status, why = _death_status(exc.exitcode)
+            kind, payload = handle.recv(time.monotonic() + self._start_timeout_s())
+        except _DIED as exc:
+            status, why = _death_of(exc)
             handle.stop(graceful=False)
-            raise NothingMeasuredError(f"the worker died while loading the model: {why}.")
-        except _Timeout:
+            if isinstance(handle, LaunchedRanks) and rendezvous_failed(handle.output()):
+                raise NothingMeasuredError(self._start_timeout_message()) from None
+            raise NothingMeasuredError(f"{what} died while loading the model: {why}.")
+        except _TIMED_OUT:
             handle.stop(graceful=False)
-            raise NothingMeasuredError(
-                f"loading the model took longer than {WORKER_START_TIMEOUT_S:.0f} s."
-            ) from None
+            raise NothingMeasuredError(self._start_timeout_message()) from None
         if kind == "contract_error":
             handle.stop(graceful=False)
             err = ModelFileError(payload["message"])
@@ -224,8 +258,26 @@ class Sweep:
         self.info = payload
         return handle
 
-    def _worker(self) -> _Handle:
-        if self.handle is None or not self.handle.proc.is_alive():
+    def _start_timeout_s(self) -> float:
+        # A rendezvous that cannot form waits for nodes that never come: no ten minutes.
+        if self.config.distributed is not None:
+            return min(WORKER_START_TIMEOUT_S,
+                       max(self.config.batch_timeout_s, DISTRIBUTED_START_MIN_S))
+        return WORKER_START_TIMEOUT_S
+
+    def _start_timeout_message(self) -> str:
+        dist = self.config.distributed
+        seconds = self._start_timeout_s()
+        if dist is None:
+            return f"loading the model took longer than {seconds:.0f} s."
+        where = dist.rdzv_endpoint or "this machine"
+        return (f"the {dist.world_size} ranks did not start: the rendezvous at {where} did "
+                f"not form within {min(seconds, self.config.batch_timeout_s):.0f} s (are all "
+                f"{dist.nnodes} nodes started with the same --rdzv-endpoint, and is its port "
+                "reachable?).")
+
+    def _worker(self) -> _Handle | LaunchedRanks:
+        if self.handle is None or not self.handle.alive():
             if self.handle is not None:
                 self.handle.stop(graceful=False)
             self.handle = self._start_worker()
@@ -274,6 +326,8 @@ class Sweep:
         ``specs``. A probe round that fails or times out costs the worker, nothing else."""
         known = self.config.probes_s
         wanted = [s for s in specs if s["key"] not in known and s["key"] not in self.tried]
+        if self.config.distributed is not None and self.handle is None:
+            wanted = []  # the ranks stopped: no relaunch of every rank for probes
         self.tried.update(s["key"] for s in wanted)  # a probe that failed is not retried
         if wanted:
             try:
@@ -282,7 +336,7 @@ class Sweep:
                 kind, payload = handle.recv(time.monotonic() + PROBE_TIMEOUT_S)
                 if kind == "probes":
                     known.update(payload.get("times_s") or {})
-            except (_WorkerDied, _Timeout, NothingMeasuredError):
+            except (*_DIED, *_TIMED_OUT, NothingMeasuredError):
                 if self.handle is not None:
                     self.handle.stop(graceful=False)
                     self.handle = None
@@ -302,7 +356,7 @@ class Sweep:
         try:
             handle.send(("ceilings", self.config.recalibrate))
             kind, payload = handle.recv(time.monotonic() + CEILINGS_TIMEOUT_S)
-        except (_WorkerDied, _Timeout) as exc:
+        except (*_DIED, *_TIMED_OUT) as exc:
             self.ceilings_error = f"measuring the ceilings failed ({exc or 'timed out'})"
             if self.handle is not None:
                 self.handle.stop(graceful=False)
@@ -331,8 +385,14 @@ class Sweep:
                     timed = batch_result_from_dict(payload)
                 elif kind == "result":
                     result = batch_result_from_dict(payload)
+                    if result.status == Status.RANK_FAILED and isinstance(handle, LaunchedRanks):
+                        # Rank 0 saw a peer vanish; the launcher knows which rank died.
+                        died = handle.launcher_cause()
+                        if died:
+                            result.error = f"{died} (rank 0 had seen: {result.error})"
                     if result.status != Status.OK:  # the worker exits after any failure
-                        handle.stop(graceful=True)
+                        # (a failed rank cannot take the stop its peers would wait on)
+                        handle.stop(graceful=result.status != Status.RANK_FAILED)
                         self.handle = None
                     return result
                 elif kind == "contract_error":
@@ -347,11 +407,12 @@ class Sweep:
                 self.results.append(BatchResult(batch_size, Status.INTERRUPTED,
                                                 error="interrupted by the user"))
             raise
-        except _WorkerDied as exc:
-            status, why = _death_status(exc.exitcode)
+        except _DIED as exc:
+            status, why = _death_of(exc)
             return self._failed(batch_size, timed, status, why)
-        except _Timeout:
-            why = f"no result within {self.config.batch_timeout_s:.0f} s; worker stopped"
+        except _TIMED_OUT:
+            who = "the ranks were" if self.config.distributed else "worker"
+            why = f"no result within {self.config.batch_timeout_s:.0f} s; {who} stopped"
             return self._failed(batch_size, timed, Status.TIMEOUT, why)
 
     def _failed(self, batch_size: int, timed: BatchResult | None, status: Status,

@@ -29,3 +29,13 @@ class WorkerConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)
     op_breakdown: bool = True  # capture + counting passes
     trace_dir: str | None = None
+
+
+def worker_config_from_json(text: str) -> WorkerConfig:
+    """The :class:`WorkerConfig` that ``json.dumps(dataclasses.asdict(config))`` wrote (a
+    distributed sweep passes it to its ranks in the environment; model files only)."""
+    import json
+
+    fields = json.loads(text)
+    fields["timing"] = TimingConfig(**fields.get("timing") or {})
+    return WorkerConfig(**fields)

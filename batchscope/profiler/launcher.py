@@ -1,0 +1,307 @@
+"""The parent side of a data-parallel sweep: the ranks, started by torch's own launcher.
+
+``diagnose FILE --nproc-per-node N [--nnodes M --node-rank R --rdzv-endpoint HOST:PORT]``
+runs ``python -m torch.distributed.run`` with those arguments (a static rendezvous at
+HOST:PORT, as ``torchrun --master-addr/--master-port`` sets up), so the command a user runs
+on one node is the one a SLURM or Kubernetes job runs on many; no launcher of ours. Every
+rank runs :mod:`batchscope.profiler.ranks`. Global rank 0, on node 0, connects back to this
+process over a local socket (an authenticated :class:`multiprocessing.connection.Listener`)
+and speaks the single-process worker's messages, so :class:`~batchscope.profiler.supervisor
+.Sweep` drives a group of ranks as it drives one worker. On any other node this process only
+runs the launcher and waits: node 0 writes the report.
+
+When a rank dies, torch's launcher stops the others and prints which rank failed first
+("Root Cause (first observed failure)"); that is read from its output to name the rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Listener
+from pathlib import Path
+from typing import Any
+
+from batchscope.profiler.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+# How long the ranks' collectives wait for a peer: a third of the per-batch timeout, so a
+# rank that died or hangs is named by the others (after at most two such waits) before the
+# parent's own timeout stops them all.
+COLLECTIVE_SHARE_OF_BATCH_TIMEOUT = 1 / 3
+POLL_S = 0.05
+TERMINATE_GRACE_S = 5.0
+# After the ranks report a failure, how long torch's launcher is given to exit and name a
+# rank that died (it polls its ranks every 0.1 s by default).
+LAUNCHER_CAUSE_WAIT_S = 3.0
+
+
+@dataclass
+class DistributedConfig:
+    """torchrun's arguments, as ``diagnose`` takes them."""
+
+    nproc_per_node: int
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""  # HOST:PORT of node 0; "" on one node: a free local port
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def validate(self) -> str:
+        """One sentence on what is wrong with these arguments, or ""."""
+        if self.nproc_per_node < 1:
+            return "--nproc-per-node must be at least 1."
+        if self.nnodes < 1:
+            return "--nnodes must be at least 1."
+        if not 0 <= self.node_rank < self.nnodes:
+            return f"--node-rank must be between 0 and {self.nnodes - 1} (--nnodes {self.nnodes})."
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            return ("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, node 0's address, the "
+                    "same on every node.")
+        if self.rdzv_endpoint and not _endpoint(self.rdzv_endpoint):
+            return f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT."
+        return ""
+
+
+def _endpoint(text: str) -> tuple[str, int] | None:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launcher_command(dist: DistributedConfig, rendezvous_timeout_s: float = 600) -> list[str]:
+    """``python -m torch.distributed.run ... -m batchscope.profiler.ranks``: a static
+    rendezvous at node 0's address that gives up after ``rendezvous_timeout_s``."""
+    host, port = _endpoint(dist.rdzv_endpoint) or ("127.0.0.1", _free_port())
+    return [sys.executable, "-m", "torch.distributed.run",
+            "--nproc-per-node", str(dist.nproc_per_node), "--nnodes", str(dist.nnodes),
+            "--node-rank", str(dist.node_rank), "--master-addr", host,
+            "--master-port", str(port), "--max-restarts", "0",
+            "--rdzv-conf", f"timeout={max(int(rendezvous_timeout_s), 1)}",
+            "-m", "batchscope.profiler.ranks"]
+
+
+def rendezvous_failed(launcher_output: str) -> bool:
+    """torch's launcher gave up waiting for the other nodes (or could not reach node 0)."""
+    text = launcher_output.lower()
+    return any(s in text for s in ("rendezvous", "diststoreerror", "timed out after",
+                                   "connect to the server", "connection refused"))
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+
+
+def root_cause(launcher_output: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the first rank torch's launcher saw fail, from its summary."""
+    match = _ROOT_CAUSE.search(launcher_output)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class RanksDied(Exception):
+    """The launcher exited (or rank 0's connection closed) before a reply."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class RanksTimedOut(Exception):
+    pass
+
+
+class LaunchedRanks:
+    """torch's launcher running every local rank, and the connection to global rank 0.
+
+    ``send``/``recv``/``stop``/``alive`` behave as the single-process worker handle's do.
+    """
+
+    def __init__(self, worker: WorkerConfig, dist: DistributedConfig,
+                 batch_timeout_s: float) -> None:
+        self.dist = dist
+        self.authkey = secrets.token_bytes(16)
+        self.listener = Listener(("127.0.0.1", 0), authkey=self.authkey) \
+            if dist.node_rank == 0 else None
+        self.conn = None
+        self.log = tempfile.NamedTemporaryFile(prefix="batchscope-ranks-", suffix=".log",
+                                               delete=False)
+        env = dict(os.environ)
+        env.update({
+            "BATCHSCOPE_WORKER_CONFIG": json.dumps(asdict(worker)),
+            "BATCHSCOPE_AUTHKEY": self.authkey.hex(),
+            "BATCHSCOPE_COLLECTIVE_TIMEOUT_S": str(
+                max(batch_timeout_s * COLLECTIVE_SHARE_OF_BATCH_TIMEOUT, 1.0)),
+        })
+        if self.listener is not None:
+            host, port = self.listener.address
+            env["BATCHSCOPE_SUPERVISOR"] = f"{host}:{port}"
+        # Its own session: a Ctrl-C in the terminal reaches this process only, which then
+        # stops the launcher (and the launcher its ranks) and keeps what was measured.
+        self.proc = subprocess.Popen(launcher_command(dist, batch_timeout_s), env=env,
+                                     stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._accepted: list[Any] = []
+        self.rank_pids: list[int] = []
+        if self.listener is not None:
+            threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        try:
+            self._accepted.append(self.listener.accept())
+        except OSError:
+            pass
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def log_path(self) -> str:
+        return self.log.name
+
+    def output(self) -> str:
+        try:
+            return Path(self.log.name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def why_dead(self) -> str:
+        """One sentence on how the ranks ended, naming the rank torch's launcher saw fail."""
+        self.proc.wait(TERMINATE_GRACE_S) if self.alive() else None
+        cause = root_cause(self.output())
+        if cause:
+            rank, code = cause
+            return f"rank {rank} {describe_exit(code)}; torch's launcher stopped every rank"
+        code = self.proc.returncode
+        return (f"the launcher {describe_exit(code)}" if code is not None
+                else "rank 0 closed its connection") + f" (its output: {self.log.name})"
+
+    def launcher_cause(self, wait_s: float = LAUNCHER_CAUSE_WAIT_S) -> str:
+        """After the ranks reported a failure: when a rank died, torch's launcher stops the
+        others and exits within moments, naming the rank that died first; that sentence,
+        or "" when the launcher is still running after ``wait_s`` (a rank hung or raised)."""
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return ""
+        cause = root_cause(self.output())
+        if cause is None:
+            return ""
+        rank, code = cause
+        return f"rank {rank} {describe_exit(code)}; torch's launcher stopped every rank"
+
+    def send(self, message: tuple[str, Any]) -> None:
+        if self.conn is None:
+            raise RanksDied("rank 0 is not connected")
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError):
+            raise RanksDied(self.why_dead()) from None
+
+    def recv(self, deadline: float) -> tuple[str, Any]:
+        while self.conn is None:
+            if self._accepted:
+                self.conn = self._accepted[0]
+            elif not self.alive():
+                raise RanksDied(self.why_dead())
+            elif time.monotonic() > deadline:
+                raise RanksTimedOut()
+            else:
+                time.sleep(POLL_S)
+        while True:
+            if self.conn.poll(POLL_S):
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):
+                    raise RanksDied(self.why_dead()) from None
+                if message[0] == "ready":
+                    self._note_ranks(message[1])
+                return message
+            if not self.alive() and not self.conn.poll(0):
+                raise RanksDied(self.why_dead())
+            if time.monotonic() > deadline:
+                raise RanksTimedOut()
+
+    def _note_ranks(self, info: dict[str, Any]) -> None:
+        import socket
+
+        here = socket.gethostname()
+        self.rank_pids = [r["pid"] for r in (info.get("distributed") or {}).get("ranks", [])
+                          if r.get("host") == here]
+
+    def _kill_leftover_ranks(self) -> None:
+        """A rank the launcher left behind (it was killed before it could stop them)."""
+        for pid in self.rank_pids:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"batchscope.profiler.ranks" in cmdline:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                log.warning("rank process %d outlived torch's launcher; killed", pid)
+
+    def wait(self) -> int:
+        """Node ≠ 0: wait for the launcher (its ranks follow rank 0); its exit code."""
+        return self.proc.wait()
+
+    def stop(self, graceful: bool = True) -> None:
+        if graceful and self.conn is not None and self.alive():
+            try:
+                self.conn.send(("stop", None))
+            except (BrokenPipeError, OSError):
+                pass
+            try:
+                self.proc.wait(TERMINATE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self.alive():
+                break
+            try:
+                # The launcher's own group; it stops its ranks (each in a session of its own)
+                # on SIGTERM, and any it leaves are killed below.
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(TERMINATE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill_leftover_ranks()
+        if self.conn is not None:
+            self.conn.close()
+        if self.listener is not None:
+            self.listener.close()
+        self.log.close()

@@ -1,0 +1,394 @@
+"""One rank of a data-parallel sweep, started by torch's own launcher.
+
+The parent (:mod:`batchscope.profiler.launcher`) runs ``python -m torch.distributed.run
+[its arguments] -m batchscope.profiler.ranks``: every rank runs this module. Each builds the
+model from the file (as the single-process worker does), wraps it in
+``DistributedDataParallel`` unless ``build_model`` already did, and measures the training
+step at each per-rank batch size in lockstep with the others.
+
+Rank 0 alone talks to the parent, over a local authenticated socket
+(:mod:`multiprocessing.connection`), with the single-process worker's messages; it
+broadcasts each command to the other ranks and gathers their results. So every rank must run
+the same steps in the same order, and nothing that decides how many steps run may depend on
+one rank's clock: the timed steps are a count agreed from the slowest rank's warm-up, the
+capture a fixed number of steps, and counting runs at every size.
+
+Two process groups: the default one (``ENV_COLLECTIVE_TIMEOUT`` seconds, a third of the
+per-batch timeout) carries DDP's all-reduces and the results, so a rank that dies or hangs
+surfaces as an error on the others while the parent still waits; a second one with no
+practical timeout carries the commands, so ranks may sit idle while rank 0 measures the
+ceilings or runs kernel probes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Client
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from batchscope.errors import ModelFileError
+from batchscope.profiler import counting
+from batchscope.profiler.capture import (
+    CAPTURE_STEPS,
+    ProfilerUnavailable,
+    capture_steps,
+)
+from batchscope.profiler.join import fill_breakdown
+from batchscope.profiler.measurement import record_timing, step_monitors
+from batchscope.profiler.memory import PeakMemory, available_bytes
+from batchscope.profiler.outcome import classify_exception
+from batchscope.profiler.timing import TimingConfig, time_steps
+from batchscope.profiler.training import persistent_tensors, training_step
+from batchscope.profiler.worker import Worker
+from batchscope.profiler.worker_config import worker_config_from_json
+from batchscope.records import BatchResult, RankResult, Status, to_jsonable
+from batchscope.tensors import iter_tensors
+from batchscope.tracebacks import describe_exception, user_frames
+
+ENV_ADDRESS = "BATCHSCOPE_SUPERVISOR"  # host:port of the parent's listener
+ENV_AUTHKEY = "BATCHSCOPE_AUTHKEY"  # hex
+ENV_CONFIG = "BATCHSCOPE_WORKER_CONFIG"  # WorkerConfig as JSON
+ENV_COLLECTIVE_TIMEOUT = "BATCHSCOPE_COLLECTIVE_TIMEOUT_S"
+# Timed steps per batch size: enough for about this long at the slowest rank's warm-up pace,
+# within these bounds (a fixed count: every rank must run the same steps).
+TIMED_S = 0.5
+MIN_TIMED_STEPS = 5
+MAX_TIMED_STEPS = 50
+WARMUP_STEPS = 2
+# The command group waits this long for rank 0's next command (ceilings, probes, a slow
+# batch size on rank 0 alone); the parent's own timeouts end a run that truly hangs.
+COMMAND_TIMEOUT = timedelta(days=1)
+
+
+def timed_steps_for(step_s: float) -> int:
+    """Timed steps for a step of ``step_s`` seconds (the slowest rank's warm-up step).
+
+    Example:
+        >>> timed_steps_for(0.001), timed_steps_for(0.05), timed_steps_for(2.0)
+        (50, 10, 5)
+    """
+    if step_s <= 0:
+        return MAX_TIMED_STEPS
+    return max(MIN_TIMED_STEPS, min(MAX_TIMED_STEPS, math.ceil(TIMED_S / step_s)))
+
+
+def allreduce_bytes(model: torch.nn.Module) -> int:
+    """Gradient bytes DDP all-reduces per step: every parameter that requires a gradient."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def allreduce_bus_bandwidth(device: torch.device, world_size: int,
+                            sizes_bytes: tuple[int, ...] = (1 << 20, 16 << 20)) -> dict[str, Any]:
+    """All-reduce bus bandwidth as nccl-tests define it: algbw = bytes / time, busbw = algbw
+    x 2(n-1)/n (the share of the data every link carries in a ring). Run on every rank at
+    once; the best of a few repeats at each size, the largest size's figure kept."""
+    results = []
+    for size in sizes_bytes:
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(tensor)  # warm-up: sets up the connections
+        times = []
+        for _ in range(5):
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            dist.all_reduce(tensor)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - started)
+        # The slowest rank's time is the collective's.
+        slowest = torch.tensor([min(times)], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        algbw = size / slowest.item()
+        results.append({"bytes": size, "time_s": slowest.item(), "algbw_bytes_per_s": algbw,
+                        "busbw_bytes_per_s": algbw * 2 * (world_size - 1) / world_size})
+    return {"busbw_bytes_per_s": results[-1]["busbw_bytes_per_s"], "sizes": results}
+
+
+class RankWorker(Worker):
+    """The single-process worker's model and inputs, wrapped for data parallelism."""
+
+    def __init__(self, config, send, rank: int, world_size: int) -> None:
+        super().__init__(config, send)
+        self.rank, self.world_size = rank, world_size
+        if self.optimizer is None:
+            raise ModelFileError(
+                f"{self.spec.path}: a distributed sweep measures the training step "
+                "(--mode train, or MODE = \"train\" in the file); inference has no "
+                "gradient all-reduce to measure.")
+        self.wrapped_by_file = isinstance(self.model, DistributedDataParallel)
+        if not self.wrapped_by_file:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.model, device_ids=ids)
+        self.allreduce_bytes = allreduce_bytes(self.model)
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        info["distributed"] = {
+            "world_size": self.world_size,
+            "backend": dist.get_backend(),
+            "wrapped_by": "the model file" if self.wrapped_by_file else "batchscope",
+            "allreduce_bytes_per_step": self.allreduce_bytes,
+        }
+        return info
+
+    def measure_rank(self, batch_size: int) -> BatchResult:
+        """This rank's figures at ``batch_size``, in lockstep with the other ranks. Every
+        failure becomes a status, the first batch size's too (a file that breaks the
+        contract there ends the run as rank_failed, exit 5, with the rank's error); the
+        breakdown is joined on rank 0 only."""
+        started = time.perf_counter()
+        result = BatchResult(batch_size=batch_size, status=Status.OK, worker_pid=os.getpid())
+        phase = "make_inputs"
+        try:
+            inputs = self.make_inputs(batch_size)
+            step = training_step(self.spec, self.model, inputs, self.optimizer)
+            phase = "timing"
+            self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+            warmup_s = []
+            for _ in range(WARMUP_STEPS):
+                t0 = time.perf_counter()
+                step()
+                self.sync()
+                warmup_s.append(time.perf_counter() - t0)
+            slowest = torch.tensor([warmup_s[-1]], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            config = _fixed_steps(timed_steps_for(slowest.item()))
+            memory = PeakMemory(self.device)
+            memory.start()
+            stats, _, (window, faults) = time_steps(
+                step, self.sync, config, monitor=step_monitors(self.device, self.sampler))
+            record_timing(result, stats, memory.stop(), window, faults)
+            with self.model.no_sync():
+                no_sync, _, _ = time_steps(step, self.sync, config)
+            rank = RankResult(rank=self.rank, status=Status.OK, latency_s=stats.median,
+                              no_sync_latency_s=no_sync.median,
+                              peak_memory_bytes=result.peak_memory_bytes,
+                              host=socket.gethostname())
+            result.ranks = [rank]
+            result.communication_exposed_s = rank.communication_exposed_s
+            if self.config.op_breakdown:
+                phase = "profiling"
+                self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+                self._breakdown(result, step, inputs)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            status, label = classify_exception(exc)
+            if isinstance(exc, ModelFileError):
+                status, label = Status.MODEL_ERROR, ""
+            result.status = status
+            result.error = f"{label}{describe_exception(exc)} (in {phase})"
+            frames = user_frames(exc)
+            if frames and status == Status.MODEL_ERROR:
+                result.error += "\n" + frames
+            result.ranks = [RankResult(rank=self.rank, status=status, error=result.error,
+                                       host=socket.gethostname())]
+        result.world_size = self.world_size
+        result.allreduce_bytes_per_step = self.allreduce_bytes
+        result.available_memory_bytes = available_bytes(self.device)
+        result.wall_s = time.perf_counter() - started
+        return result
+
+    def _breakdown(self, result: BatchResult, step, inputs: Any) -> None:
+        """Capture and count on every rank (their steps all-reduce together); join on 0."""
+        try:
+            capture = capture_steps(step, self.sync, self.device, n_steps=CAPTURE_STEPS)
+        except ProfilerUnavailable as exc:
+            result.flags.append(f"no op breakdown: {exc}")
+            return
+        counted = counting.count_step(step, weights=list(persistent_tensors(
+            self.model, self.optimizer)), state=iter_tensors(inputs), root=self.model.module)
+        if self.rank == 0:
+            fill_breakdown(result, counted, capture.steps)
+
+
+def _fixed_steps(n: int) -> TimingConfig:
+    """Exactly one warm-up step and ``n`` timed steps, one per sample, whatever the clock."""
+    return TimingConfig(warmup_min_steps=1, warmup_min_s=0.0, measure_min_steps=n,
+                        measure_min_s=0.0, measure_max_s=0.0, block_min_s=0.0)
+
+
+def merge_ranks(results: list[dict[str, Any] | None], world_size: int,
+                timeout_s: float) -> dict[str, Any]:
+    """Rank 0's result with every rank's figures in ``ranks``; ``rank_failed`` naming the
+    first rank that failed (or never reported: ``None`` in ``results``) when any did."""
+    merged = dict(results[0]) if results[0] else {"batch_size": None, "status": "rank_failed"}
+    ranks: list[dict[str, Any]] = []
+    for rank in range(world_size):
+        got = results[rank] if rank < len(results) else None
+        if got is None:
+            ranks.append(to_jsonable(RankResult(
+                rank=rank, status=Status.RANK_FAILED,
+                error=f"no result within {timeout_s:.0f} s (the rank hung or died)")))
+        else:
+            ranks.extend(got.get("ranks") or [])
+    merged["ranks"] = ranks
+    failed = [r for r in ranks if r["status"] != Status.OK.value]
+    if failed:
+        # A rank whose peers failed times out in its all-reduce: name the one that did not.
+        own = [r for r in failed if not _collective_error(r["error"])]
+        culprit = own[0] if own else failed[0]
+        others = [str(r["rank"]) for r in failed if r is not culprit]
+        merged["status"] = Status.RANK_FAILED.value
+        if own:
+            merged["error"] = (f"rank {culprit['rank']} failed: {culprit['error']}"
+                               + (f" (ranks {', '.join(others)} then failed waiting on it)"
+                                  if others else ""))
+        else:
+            merged["error"] = (f"a peer of rank {culprit['rank']} stopped answering: "
+                               f"{culprit['error']}")
+    return merged
+
+
+def _collective_error(error: str) -> bool:
+    """An error a rank raises because a peer stopped answering (gloo/NCCL timeouts, closed
+    connections), not one of its own."""
+    text = error.lower()
+    return any(s in text for s in ("gloo", "nccl", "timed out", "timeout", "connection closed",
+                                   "connection reset", "broken pipe", "distbackenderror"))
+
+
+def _send_to_parent(conn):
+    def send(message: tuple[str, Any]) -> None:
+        if conn is not None:
+            conn.send(message)
+    return send
+
+
+def _device_for_rank(config) -> None:
+    """On CUDA each rank takes the GPU of its local rank."""
+    if config.device in ("auto", "cuda") and torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        config.device = f"cuda:{local}"
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C does
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    config = worker_config_from_json(os.environ[ENV_CONFIG])
+    timeout_s = float(os.environ.get(ENV_COLLECTIVE_TIMEOUT, "200"))
+    _device_for_rank(config)
+    backend = "nccl" if str(config.device).startswith("cuda") else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    commands = dist.new_group(backend="gloo", timeout=COMMAND_TIMEOUT)
+    # Node 0's options rule every rank (another node's diagnose may have been given other
+    # flags, and ranks that run different passes would wait on each other forever).
+    box = [(os.environ[ENV_CONFIG], timeout_s)]
+    dist.broadcast_object_list(box, src=0, group=commands)
+    own_device = config.device
+    config = worker_config_from_json(box[0][0])
+    config.device, timeout_s = own_device, box[0][1]
+    conn = None
+    if rank == 0:
+        host, port = os.environ[ENV_ADDRESS].rsplit(":", 1)
+        conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
+    send = _send_to_parent(conn)
+    worker, problem = None, None
+    try:
+        worker = RankWorker(config, send, rank, world_size)
+    except ModelFileError as exc:
+        problem = {"message": str(exc), "detail": getattr(exc, "detail", "")}
+    except BaseException as exc:  # noqa: BLE001
+        problem = {"message": f"loading {config.model_path} on rank {rank} failed: "
+                              f"{describe_exception(exc)}", "detail": traceback.format_exc()}
+    problems: list[Any] = [None] * world_size
+    dist.all_gather_object(problems, problem, group=commands)
+    first = next((p for p in problems if p), None)
+    if first is not None:
+        send(("contract_error", first))
+        _leave(conn)
+    assert worker is not None
+    info = worker.info()
+    hosts: list[Any] = [None] * world_size
+    dist.all_gather_object(hosts, (socket.gethostname(), os.getpid()), group=commands)
+    info["distributed"]["nodes"] = len({host for host, _ in hosts})
+    info["distributed"]["ranks"] = [{"rank": r, "host": host, "pid": pid}
+                                    for r, (host, pid) in enumerate(hosts)]
+    info["distributed"]["bus_bandwidth"] = allreduce_bus_bandwidth(worker.device, world_size)
+    send(("ready", info))
+    while True:
+        box = [conn.recv() if conn is not None else None]
+        dist.broadcast_object_list(box, src=0, group=commands)
+        kind, payload = box[0]
+        if kind == "stop":
+            break
+        if kind == "ceilings" and rank == 0:
+            from batchscope.hardware import load_or_measure
+
+            send(("ceilings", load_or_measure(worker.device, recalibrate=bool(payload)).to_dict()))
+        elif kind == "probe" and rank == 0:
+            from batchscope.profiler.probe import run_probes
+
+            send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
+                                       worker.sync, payload.get("cache_bytes"))))
+        elif kind == "batch":
+            mine = to_jsonable(worker.measure_rank(int(payload["batch_size"])))
+            gathered = _gather_results(mine, rank, world_size, timeout_s, commands)
+            if rank == 0:
+                send(("result", merge_ranks(gathered, world_size, timeout_s)))
+    _leave(conn)
+
+
+def _gather_results(mine: dict[str, Any], rank: int, world_size: int, timeout_s: float,
+                    group) -> list[Any]:
+    """Every rank's result on rank 0 (None for a rank that did not arrive in time).
+
+    A monitored barrier first (gloo's, on the command group): rank 0 waits ``timeout_s``
+    for the others and learns which did not come; the others wait three times that, since
+    rank 0 may itself still be waiting out a collective timeout on a failed peer."""
+    gathered: list[Any] = [None] * world_size
+    wait = timeout_s if rank == 0 else 3 * timeout_s
+    try:
+        dist.monitored_barrier(group=group, timeout=timedelta(seconds=wait),
+                               wait_all_ranks=True)
+        dist.gather_object(mine, gathered if rank == 0 else None, dst=0, group=group)
+    except RuntimeError as exc:
+        if rank != 0:
+            return gathered
+        missing = set(_ranks_missing(str(exc)))
+        gathered = [None] * world_size  # whoever did arrive, only rank 0's result is known
+        gathered[0] = mine
+        for r in range(1, world_size):
+            if r not in missing:
+                gathered[r] = {"ranks": [to_jsonable(RankResult(
+                    rank=r, status=Status.OK,
+                    error="its result was not gathered (another rank hung)"))]}
+        return gathered
+    gathered[0] = mine
+    return gathered
+
+
+_MISSING = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
+
+
+def _ranks_missing(message: str) -> list[int]:
+    """The ranks a failed monitored barrier names."""
+    match = _MISSING.search(message)
+    return [int(x) for x in match.group(1).replace(",", " ").split()] if match else []
+
+
+def _leave(conn) -> None:
+    """Exit at once: a hung peer must not keep this rank in a collective teardown."""
+    if conn is not None:
+        conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
