@@ -13,6 +13,7 @@ from batchscope.classifiers.critical_batch import (
     predict_compute_bound_batch,
     predict_critical_batch,
 )
+from batchscope.classifiers.data_parallel import data_parallel_summary
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
 from batchscope.classifiers.roofline import batch_response, classify_batch
 from batchscope.classifiers.step_model import predict, predicted_stop, probe_specs
@@ -258,6 +259,7 @@ def analyze(
     stopped_at_cap: bool = False,
     objective: str = "throughput",
     probes_s: dict[str, float] | None = None,
+    global_batch: int | None = None,
 ) -> Report:
     """Classify every op, predict and measure B*, recommend a batch size (numbers only)."""
     unit = info.get("unit", "sample")
@@ -310,7 +312,7 @@ def analyze(
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",
                                       "available_memory_bytes")}
-    for key in ("training_step", "compiled"):
+    for key in ("training_step", "compiled", "distributed"):
         if info.get(key):
             model[key] = info[key]
     return Report(
@@ -324,4 +326,6 @@ def analyze(
         partial=partial,
         stop_reason=stop_reason,
         prediction=prediction,
+        distributed=data_parallel_summary(info, batches,
+                                          choice.batch_size if choice else None, global_batch),
     )

@@ -112,12 +112,19 @@ def time_share(result: BatchResult) -> TimeShare | None:
         by_bound[op.bound] += op.time_s
     unmatched = sum(result.unmatched_ops_s.values())
     exposed = max(by_bound[Bound.COMMUNICATION] - (result.communication_overlapped_s or 0.0), 0.0)
+    framework = result.framework_s or 0.0
+    if result.communication_exposed_s and result.time_basis == "cpu":
+        # A data-parallel CPU step (gloo): DDP waits for its all-reduce at the end of
+        # backward in C++ with no aten op around it, so the profile shows the wait as time
+        # between ops; what the timed steps say it costs moves from there to communication.
+        moved = min(result.communication_exposed_s, framework)
+        exposed, framework = exposed + moved, framework - moved
     return TimeShare(
         memory=by_bound[Bound.MEMORY] / step,
         compute=by_bound[Bound.COMPUTE] / step,
         overhead=by_bound[Bound.OVERHEAD] / step,
         uncounted=(by_bound[Bound.UNCOUNTED] + unmatched) / step,
-        framework=(result.framework_s or 0.0) / step,
+        framework=framework / step,
         communication=exposed / step,
         transfer=by_bound[Bound.TRANSFER] / step,
         idle=(result.device_idle_s or 0.0) / step,
