@@ -117,6 +117,9 @@ def print_summary(console: Console, report: Report) -> None:
     if rec and rec.batch_size is not None:
         console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
         console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
+        parallel = narrative.data_parallel_headline(doc)
+        if parallel:
+            console.print(escape(parallel))
         console.print()
         console.print(escape(rec.explanation))
         console.print()

@@ -137,6 +137,26 @@ def _rank_tables(doc: Doc) -> list[dict[str, Any]]:
     return tables
 
 
+def _data_parallel(doc: Doc) -> dict[str, Any] | None:
+    """A data-parallel sweep's tables: per batch size, then every rank at every size."""
+    dp = doc.get("distributed") or {}
+    if not dp.get("batches"):
+        return None
+    unit = v.unit(doc)
+    rows = [{"batch": r["batch_size"], "global": r["global_batch"],
+             "rate": fmt.rate(r.get("global_throughput_per_s"), unit),
+             "exposed": fmt.seconds(r.get("communication_exposed_s")),
+             "share": fmt.pct(r.get("communication_share")),
+             "slowest": r.get("slowest_rank"), "lag": fmt.seconds(r.get("straggler_lag_s"))}
+            for r in dp["batches"]]
+    ranks = [{"batch": b["batch_size"], "rows": [{
+        "rank": r.get("rank"), "host": r.get("host") or "", "status": r.get("status"),
+        "step": fmt.seconds(r.get("latency_s")), "no_sync": fmt.seconds(r.get("no_sync_latency_s")),
+        "memory": fmt.nbytes(r.get("peak_memory_bytes")), "error": r.get("error") or ""}
+        for r in b.get("ranks") or []]} for b in doc.get("batches") or [] if b.get("ranks")]
+    return {"world": dp.get("world_size"), "rows": rows, "ranks": ranks}
+
+
 def _op_rows(doc: Doc) -> list[dict[str, Any]]:
     rows = []
     for batch in v.analysed(doc):
@@ -245,6 +265,7 @@ def context(doc: Doc) -> dict[str, Any]:
         "cards": _cards(doc), "start_bar": _start_bar(doc),
         "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
         "rank_tables": _rank_tables(doc), "allocator": narrative.allocator_headline(doc),
+        "data_parallel": _data_parallel(doc), "dp_headline": narrative.data_parallel_headline(doc),
         "sections": narrative.sections(doc), "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [{"key": k, "label": v.SHARE_LABELS[k], "color": v.BOUND_COLORS[k]}
                    for k in v.share_keys(doc)],

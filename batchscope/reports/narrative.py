@@ -491,9 +491,85 @@ def trace_headline(doc: Doc) -> str | None:
     return text + "."
 
 
+def data_parallel_headline(doc: Doc) -> str | None:
+    """One sentence for the top of a data-parallel report: per-rank and global batch."""
+    dp = doc.get("distributed") or {}
+    rec = dp.get("recommendation")
+    if not rec:
+        return None
+    row = next((r for r in dp.get("batches") or []
+                if r["batch_size"] == rec["per_rank_batch"]), {})
+    text = (f"Data parallel over {dp.get('world_size')} ranks: batch {rec['per_rank_batch']} "
+            f"per rank is a global batch of {rec['global_batch']} "
+            f"({fmt.rate(row.get('global_throughput_per_s'), v.unit(doc))} across ranks).")
+    if rec.get("accumulation_steps"):
+        text += (f" {rec['accumulation_steps']} gradient-accumulation step"
+                 f"{'s' if rec['accumulation_steps'] != 1 else ''} reach the global batch of "
+                 f"{rec['global_batch_target']} ({rec['global_batch_reached']}).")
+    return text
+
+
+def data_parallel(doc: Doc) -> Section | None:
+    """A data-parallel sweep: the global batch, the all-reduce's cost per step and how the
+    per-rank batch amortizes it, accumulation to a target global batch, the slowest rank."""
+    dp = doc.get("distributed") or {}
+    rows = dp.get("batches") or []
+    if not rows:
+        return None
+    unit, world = v.unit(doc), dp.get("world_size")
+    nodes = dp.get("nodes") or 1
+    sec = Section("data_parallel", "Data parallel: communication against the per-rank batch")
+    wrapped = dp.get("wrapped_by") or "batchscope"
+    sec.paragraphs.append(
+        f"{world} ranks on {nodes} node{'s' if nodes != 1 else ''} ({dp.get('backend')}, "
+        f"DistributedDataParallel applied by {wrapped}); every batch size here is per rank, "
+        f"and the global batch is {world}× it. Each step all-reduces "
+        f"{fmt.nbytes(dp.get('allreduce_bytes_per_step'))} of gradients whatever the batch; "
+        "the all-reduce's bus bandwidth, measured at the start, was "
+        f"{fmt.si(dp.get('bus_bandwidth_bytes_per_s'), 'B/s')}.")
+    first, last = rows[0], rows[-1]
+    if first.get("communication_share") is not None and last is not first:
+        falls = (last.get("communication_share") or 0) < (first.get("communication_share") or 0)
+        sec.paragraphs.append(
+            f"The all-reduce adds {fmt.seconds(first.get('communication_exposed_s'))} to a step "
+            f"at batch {first['batch_size']} ({fmt.pct(first.get('communication_share'))} of "
+            f"it) and {fmt.seconds(last.get('communication_exposed_s'))} at batch "
+            f"{last['batch_size']} ({fmt.pct(last.get('communication_share'))}): "
+            + ("the same bytes every step, shared by more rows as the batch grows, as a "
+               "decode step's weight read is." if falls else
+               "its share did not fall with the batch here, so communication is not what "
+               "a larger per-rank batch buys back on this machine.")
+            + " Measured as each rank's step with the all-reduce against the same step under "
+            "DDP's no_sync(): it includes the wait for the slowest rank and, on a CPU, the "
+            "cores gloo's threads take from the step.")
+    rec = dp.get("recommendation")
+    if rec:
+        text = (f"At the recommended per-rank batch {rec['per_rank_batch']} the global batch is "
+                f"{rec['global_batch']}, and communication costs "
+                f"{fmt.seconds(rec.get('communication_per_sample_s'))} per {unit}.")
+        if rec.get("accumulation_steps"):
+            text += (f" To reach a global batch of {rec['global_batch_target']}: "
+                     f"{rec['accumulation_steps']} gradient-accumulation step"
+                     f"{'s' if rec['accumulation_steps'] != 1 else ''} of "
+                     f"{rec['global_batch']} (no_sync() on all but the last), "
+                     f"{rec['global_batch_reached']} {unit}s per optimizer step, one all-reduce "
+                     "for all of them: "
+                     f"{fmt.seconds(rec.get('communication_per_sample_with_accumulation_s'))} "
+                     f"per {unit}.")
+        sec.paragraphs.append(text)
+    lagging = max(rows, key=lambda r: r.get("straggler_lag_s") or 0.0)
+    if lagging.get("straggler_lag_s") is not None and lagging.get("slowest_rank") is not None:
+        sec.paragraphs.append(
+            f"The largest gap between ranks: at batch {lagging['batch_size']}, rank "
+            f"{lagging['slowest_rank']} took {fmt.seconds(lagging['straggler_lag_s'])} longer "
+            "per step than the fastest; in a synchronous step every rank waits for it.")
+    return sec
+
+
 def sections(doc: Doc) -> list[Section]:
     """The explanation, in reading order; empty when nothing was measured."""
-    out = [where_it_sits(doc), critical_batch(doc), state(doc), serving(doc)]
+    out = [where_it_sits(doc), critical_batch(doc), state(doc), data_parallel(doc),
+           serving(doc)]
     return [s for s in out if s is not None and s.paragraphs]
 
 
