@@ -1,0 +1,264 @@
+"""Data-parallel sweeps, for real: two gloo ranks under torch.distributed.run on the CPU.
+
+Each test starts torch's own launcher (three Python processes importing torch), so they
+are few and sweep two or three small batch sizes; what they assert holds on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from batchscope.classifiers.data_parallel import allreduce_time_s, data_parallel_summary
+from batchscope.errors import ExitCode
+from batchscope.profiler.launcher import DistributedConfig, launcher_command, root_cause
+from batchscope.profiler.ranks import _ranks_missing, merge_ranks, timed_steps_for
+from batchscope.records import BatchResult, LatencyStats, RankResult, Status
+from tests.conftest import MODELS, ROOT
+
+TINY = str(MODELS / "ddp_tiny.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread_ceilings():
+    """torch's launcher gives each rank OMP_NUM_THREADS=1, a ceilings cache key of its own:
+    quick ceilings measured here under it spare the first sweep the full measurement
+    (~30 s here), as the session's other tests share theirs."""
+    import torch
+
+    from batchscope.hardware import cache, microbench
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        key = cache.machine_key("cpu")
+        path = cache.cache_path("cpu")
+        if not path.exists():
+            ceilings = microbench.measure("cpu", quick=True)
+            ceilings.key, ceilings.source = key, "measured"
+            cache._write(path, ceilings)
+    finally:
+        torch.set_num_threads(before)
+
+
+def diagnose(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+             timeout_s: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "batchscope", TINY, "--out", str(out), "--device", "cpu",
+         *args], cwd=ROOT, env={**os.environ, **(env or {})}, text=True,
+        capture_output=True, timeout=timeout_s)
+    report = out / "report.json"
+    return proc, json.loads(report.read_text()) if report.exists() else {}
+
+
+def ranks_left(grace_s: float = 5.0) -> list[str]:
+    """Processes still running a rank, given ``grace_s`` to finish exiting."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True,
+                             text=True).stdout
+        left = [line for line in out.splitlines() if "batchscope.profiler.ranks" in line
+                and "ps -eo" not in line and " Z" not in line]  # zombies have ended
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
+    proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "2,16",
+                         "--global-batch", "100")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for batch in doc["batches"]:
+        assert batch["status"] == "ok" and batch["world_size"] == 2
+        assert [r["rank"] for r in batch["ranks"]] == [0, 1]
+        assert all(r["latency_s"] > 0 and r["no_sync_latency_s"] > 0 for r in batch["ranks"])
+        assert batch["communication_exposed_s"] is not None
+        assert batch["time_share"]["communication"] >= 0
+        assert abs(sum(batch["time_share"].values()) - 1) < 1e-6
+    dp = doc["distributed"]
+    assert dp["world_size"] == 2 and dp["backend"] == "gloo" and dp["wrapped_by"] == "batchscope"
+    # 64x256 + 256 + 256x64 + 64 fp32 parameters, every one all-reduced each step
+    assert dp["allreduce_bytes_per_step"] == (64 * 256 + 256 + 256 * 64 + 64) * 4
+    assert dp["bus_bandwidth_bytes_per_s"] > 0
+    assert [r["communication_share"] is not None for r in dp["batches"]] == [True, True]
+    rec = dp["recommendation"]
+    per_step = rec["per_rank_batch"] * 2
+    assert rec["global_batch"] == per_step
+    assert rec["accumulation_steps"] == -(-100 // per_step)
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Data parallel: 2 ranks" in html and "Ranks at batch 16" in html
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert f"global batch of {per_step}" in summary
+    assert not ranks_left()
+
+
+def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
+    # One process per "node", as a job scheduler would start them, rendezvous on 127.0.0.1.
+    from batchscope.profiler.launcher import _free_port
+
+    endpoint = f"127.0.0.1:{_free_port()}"
+    common = ["--device", "cpu", "--nproc-per-node", "1", "--nnodes", "2",
+              "--rdzv-endpoint", endpoint]
+    node0 = subprocess.Popen(
+        [sys.executable, "-m", "batchscope", TINY, *common, "--node-rank", "0",
+         "--batch-sizes", "1,8", "--no-ops", "--out", str(tmp_path / "out")], cwd=ROOT,
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    node1 = subprocess.run(
+        [sys.executable, "-m", "batchscope", TINY, *common, "--node-rank", "1",
+         "--out", str(tmp_path / "node1")], cwd=ROOT, text=True, capture_output=True,
+        timeout=240)
+    _, err0 = node0.communicate(timeout=60)
+    err1 = node1.stderr
+    assert node0.returncode == 0, err0[-2000:]
+    assert node1.returncode == 0, err1[-2000:]
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert "node 0 writes the report" in err1
+    assert not (tmp_path / "node1" / "report.json").exists()
+    assert doc["distributed"]["world_size"] == 2
+    assert [[r["rank"] for r in b["ranks"]] for b in doc["batches"]] == [[0, 1], [0, 1]]
+    assert doc["distributed"]["recommendation"]["global_batch"] in (2, 16)
+    assert not ranks_left()
+
+
+def test_a_killed_rank_ends_the_sweep_as_rank_failed_and_leaves_no_process(tmp_path):
+    proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "1,4,8",
+                         "--no-ops", env={"BATCHSCOPE_TEST_FAULT": "kill:1:4"})
+    assert proc.returncode == ExitCode.SOME_FAILED, proc.stderr[-2000:]
+    assert [(b["batch_size"], b["status"]) for b in doc["batches"]] == [
+        (1, "ok"), (4, "rank_failed")]
+    assert "rank 1 killed by SIGKILL" in doc["batches"][1]["error"]
+    assert not ranks_left()
+
+
+def test_a_hung_rank_is_named_within_the_batch_timeout(tmp_path):
+    started = time.monotonic()
+    proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "1,4",
+                         "--no-ops", "--timeout", "9", env={"BATCHSCOPE_TEST_FAULT": "hang:1:4"})
+    assert proc.returncode == ExitCode.SOME_FAILED, proc.stderr[-2000:]
+    failed = doc["batches"][1]
+    assert failed["status"] == "rank_failed" and "rank 1" in failed["error"]
+    assert failed["wall_s"] < 9  # the ranks named it before the parent's own timeout
+    assert time.monotonic() - started < 120
+    assert not ranks_left()
+
+
+def test_ctrl_c_stops_every_rank_and_keeps_the_partial_report(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batchscope", TINY, "--out", str(out), "--device", "cpu",
+         "--nproc-per-node", "2", "--batch-sizes", "1,2", "--no-ops"],
+        cwd=ROOT, env={**os.environ, "BATCHSCOPE_TEST_FAULT": "hang:0:2"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    report = out / "report.json"
+    while time.monotonic() < deadline:
+        if report.exists() and json.loads(report.read_text())["batches"]:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+    proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    doc = json.loads(report.read_text())
+    assert doc["partial"] is True and doc["batches"][0]["status"] == "ok"
+    assert not ranks_left()
+
+
+def test_a_rendezvous_that_cannot_form_gets_one_sentence(tmp_path):
+    # Two nodes asked for, one started: node 0 waits for its peer, then says why.
+    proc, _ = diagnose(tmp_path, "--nproc-per-node", "1", "--nnodes", "2",
+                       "--rdzv-endpoint", "127.0.0.1:29591", "--timeout", "10",
+                       timeout_s=180)
+    assert proc.returncode == ExitCode.NOTHING_MEASURED
+    assert "did not form" in proc.stderr and "--rdzv-endpoint" in proc.stderr
+    assert not ranks_left()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--nproc-per-node", "0"], "--nproc-per-node must be at least 1"),
+    (["--nproc-per-node", "2", "--nnodes", "2"], "needs --rdzv-endpoint"),
+    (["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2",
+      "--rdzv-endpoint", "h:1"], "--node-rank must be between 0 and 1"),
+    (["--nproc-per-node", "2", "--rdzv-endpoint", "nohost"], "is not HOST:PORT"),
+    (["--nnodes", "2"], "need --nproc-per-node"),
+    (["--nproc-per-node", "2", "--global-batch", "0"], "--global-batch must be at least 1"),
+])
+def test_bad_distributed_options_get_one_sentence_and_exit_4(tmp_path, args, message):
+    proc, _ = diagnose(tmp_path, *args, timeout_s=60)
+    assert proc.returncode == ExitCode.USAGE
+    assert message in " ".join(proc.stderr.split())
+
+
+def test_the_launcher_is_torchs_own_with_torchruns_arguments():
+    cmd = launcher_command(DistributedConfig(4, nnodes=2, node_rank=1,
+                                             rdzv_endpoint="node0.example:29500"))
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    joined = " ".join(cmd)
+    for part in ("--nproc-per-node 4", "--nnodes 2", "--node-rank 1",
+                 "--master-addr node0.example", "--master-port 29500",
+                 "-m batchscope.profiler.ranks"):
+        assert part in joined
+
+
+def test_the_launchers_root_cause_names_the_rank():
+    # torch 2.13's summary when a rank is killed (abridged from a real run)
+    output = """
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_04:40:02
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 12345)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 12345
+"""
+    assert root_cause(output) == (1, -9)
+    assert root_cause("nothing failed") is None
+
+
+def test_merging_ranks_names_the_one_that_failed_not_the_ones_that_waited_on_it():
+    ok = {"batch_size": 4, "status": "ok", "ranks": [
+        {"rank": 0, "status": "model_error", "error": "RuntimeError: [gloo] Timed out waiting"}]}
+    culprit = {"batch_size": 4, "status": "model_error", "ranks": [
+        {"rank": 1, "status": "model_error", "error": "ValueError: bad input"}]}
+    merged = merge_ranks([ok, culprit], 2, 10)
+    assert merged["status"] == "rank_failed"
+    assert merged["error"].startswith("rank 1 failed: ValueError: bad input")
+    assert "ranks 0 then failed waiting on it" in merged["error"]
+    hung = merge_ranks([{"batch_size": 4, "status": "ok", "ranks": [
+        {"rank": 0, "status": "ok", "error": ""}]}, None], 2, 10)
+    assert hung["status"] == "rank_failed" and "rank 1 failed: no result within 10 s" in hung["error"]
+    assert _ranks_missing("Ranks 1, 3 failed to pass monitoredBarrier in 5000 ms") == [1, 3]
+    assert _ranks_missing("Rank 2 failed to pass monitoredBarrier in 5000 ms") == [2]
+
+
+def test_the_summary_amortizes_communication_and_counts_accumulation_steps():
+    def batch(b: int, latency: float, no_sync: float) -> BatchResult:
+        r = BatchResult(b, Status.OK, latency_s=LatencyStats(latency, latency, latency, 5))
+        r.ranks = [RankResult(0, Status.OK, latency, no_sync), RankResult(1, Status.OK,
+                                                                         latency * 1.1, no_sync)]
+        r.communication_exposed_s = latency - no_sync
+        return r
+
+    info = {"distributed": {"world_size": 2, "allreduce_bytes_per_step": 4_000_000,
+                            "bus_bandwidth": {"busbw_bytes_per_s": 1e9}, "backend": "gloo"}}
+    out = data_parallel_summary(info, [batch(1, 0.010, 0.006), batch(8, 0.050, 0.046)],
+                                recommended=8, global_batch=100)
+    first, last = out["batches"]
+    assert first["communication_share"] == pytest.approx(0.4)
+    assert last["communication_share"] == pytest.approx(0.08)
+    assert last["global_batch"] == 16 and last["slowest_rank"] == 1
+    assert last["straggler_lag_s"] == pytest.approx(0.005)
+    rec = out["recommendation"]
+    assert (rec["accumulation_steps"], rec["global_batch_reached"]) == (7, 112)
+    assert rec["communication_per_sample_with_accumulation_s"] == pytest.approx(0.004 / 112)
+    assert allreduce_time_s(4_000_000, 2, 1e9) == pytest.approx(0.004)
+    assert allreduce_time_s(4_000_000, 4, 1.5e9) == pytest.approx(0.004)  # algbw = 2 GB/s
+    assert timed_steps_for(0.001) == 50 and timed_steps_for(10.0) == 5
