@@ -491,6 +491,11 @@ def trace_headline(doc: Doc) -> str | None:
     return text + "."
 
 
+def _accumulation_steps(rec: Doc) -> str:
+    n = rec["accumulation_steps"]
+    return f"{n} gradient-accumulation step{'s' if n != 1 else ''}"
+
+
 def data_parallel_headline(doc: Doc) -> str | None:
     """One sentence for the top of a data-parallel report: per-rank and global batch."""
     dp = doc.get("distributed") or {}
@@ -503,8 +508,7 @@ def data_parallel_headline(doc: Doc) -> str | None:
             f"per rank is a global batch of {rec['global_batch']} "
             f"({fmt.rate(row.get('global_throughput_per_s'), v.unit(doc))} across ranks).")
     if rec.get("accumulation_steps"):
-        text += (f" {rec['accumulation_steps']} gradient-accumulation step"
-                 f"{'s' if rec['accumulation_steps'] != 1 else ''} reach the global batch of "
+        text += (f" {_accumulation_steps(rec)} reach the global batch of "
                  f"{rec['global_batch_target']} ({rec['global_batch_reached']}).")
     return text
 
@@ -549,8 +553,7 @@ def data_parallel(doc: Doc) -> Section | None:
                 f"{fmt.seconds(rec.get('communication_per_sample_s'))} per {unit}.")
         if rec.get("accumulation_steps"):
             text += (f" To reach a global batch of {rec['global_batch_target']}: "
-                     f"{rec['accumulation_steps']} gradient-accumulation step"
-                     f"{'s' if rec['accumulation_steps'] != 1 else ''} of "
+                     f"{_accumulation_steps(rec)} of "
                      f"{rec['global_batch']} (no_sync() on all but the last), "
                      f"{rec['global_batch_reached']} {unit}s per optimizer step, one all-reduce "
                      "for all of them: "
