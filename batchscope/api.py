@@ -147,6 +147,7 @@ def _worker_config(path: str, options: Options) -> WorkerConfig:
         timing=timing,
         op_breakdown=options.op_breakdown,
         trace_dir=trace_dir,
+        recalibrate=options.recalibrate,
     )
 
 

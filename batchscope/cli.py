@@ -32,7 +32,12 @@ from batchscope.plan import (
     parse_batch_sizes,
     parse_ordered_batch_sizes,
 )
-from batchscope.reports.console import ProgressCallbacks, print_ceilings, print_summary
+from batchscope.reports.console import (
+    ProgressCallbacks,
+    print_bus_bandwidths,
+    print_ceilings,
+    print_summary,
+)
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
@@ -182,6 +187,9 @@ def hardware(
     if not re.match(r"^(cpu|cuda(:\d+)?)$", device):
         raise fail(UsageError(f"unknown device {device!r}; use cpu, cuda or cuda:N."))
     print_ceilings(out_console, load_or_measure(device, recalibrate=recalibrate))
+    from batchscope.hardware.interconnect import cached_bus_bandwidths
+
+    print_bus_bandwidths(out_console, cached_bus_bandwidths())
 
 
 @tools_app.command("compare")

@@ -50,7 +50,7 @@ from batchscope.profiler.measurement import record_timing, step_monitors
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import classify_exception
 from batchscope.profiler.timing import TimingConfig, time_steps
-from batchscope.profiler.training import persistent_tensors, training_step
+from batchscope.profiler.training import default_loss, persistent_tensors, training_step
 from batchscope.profiler.worker import Worker
 from batchscope.profiler.worker_config import worker_config_from_json
 from batchscope.records import BatchResult, RankResult, Status, to_jsonable
@@ -117,6 +117,27 @@ def allreduce_bus_bandwidth(device: torch.device, world_size: int,
     return {"busbw_bytes_per_s": results[-1]["busbw_bytes_per_s"], "sizes": results}
 
 
+def _bus_bandwidth(device: torch.device, hosts: list[str], rank: int, recalibrate: bool,
+                   group) -> dict[str, Any]:
+    """The group's all-reduce bandwidth: node 0's cache, or measured by every rank (and
+    cached by rank 0) the first time, or with ``recalibrate``."""
+    from batchscope.hardware.interconnect import (
+        bus_bandwidth_key,
+        load_bus_bandwidth,
+        save_bus_bandwidth,
+    )
+
+    key = bus_bandwidth_key(dist.get_backend(), device.type, hosts, torch.__version__)
+    box = [load_bus_bandwidth(key) if rank == 0 and not recalibrate else None]
+    dist.broadcast_object_list(box, src=0, group=group)
+    if box[0] is not None:
+        return {**box[0], "source": "cache"}
+    measured = allreduce_bus_bandwidth(device, len(hosts))
+    if rank == 0:
+        save_bus_bandwidth(key, measured)
+    return {**measured, "source": "measured"}
+
+
 class RankWorker(Worker):
     """The single-process worker's model and inputs, wrapped for data parallelism."""
 
@@ -129,10 +150,33 @@ class RankWorker(Worker):
                 "(--mode train, or MODE = \"train\" in the file); inference has no "
                 "gradient all-reduce to measure.")
         self.wrapped_by_file = isinstance(self.model, DistributedDataParallel)
+        self.unused_parameters = 0
         if not self.wrapped_by_file:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = DistributedDataParallel(self.model, device_ids=ids)
+            # DDP fails at the second step when a parameter gets no gradient (a head the
+            # loss does not reach, an input-dependent branch) unless told to look for them,
+            # which costs a graph walk per step: only where one step at batch 1 finds any.
+            self.unused_parameters = self._parameters_without_gradient()
+            self.model = DistributedDataParallel(
+                self.model, device_ids=ids, find_unused_parameters=self.unused_parameters > 0)
         self.allreduce_bytes = allreduce_bytes(self.model)
+
+    def _parameters_without_gradient(self) -> int:
+        """Trainable parameters one forward and backward at batch 1 leave without a
+        gradient (no optimizer step: the weights are untouched); 0 when that step fails
+        (the sweep then says why at its first batch size)."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        try:
+            inputs = self.make_inputs(1)
+            forward = self.spec.step_fn(self.model, inputs)
+            (self.spec.loss or default_loss)(forward(), inputs).backward()
+        except Exception:  # noqa: BLE001 - the sweep's own first step reports it
+            return 0
+        finally:
+            unused = sum(1 for p in params if p.grad is None)
+            for p in params:
+                p.grad = None
+        return unused
 
     def info(self) -> dict[str, Any]:
         info = super().info()
@@ -141,6 +185,8 @@ class RankWorker(Worker):
             "backend": dist.get_backend(),
             "wrapped_by": "the model file" if self.wrapped_by_file else "batchscope",
             "allreduce_bytes_per_step": self.allreduce_bytes,
+            "find_unused_parameters": self.unused_parameters > 0,
+            "parameters_without_gradient": self.unused_parameters,
         }
         return info
 
@@ -318,7 +364,8 @@ def main() -> None:
     info["distributed"]["nodes"] = len({host for host, _ in hosts})
     info["distributed"]["ranks"] = [{"rank": r, "host": host, "pid": pid}
                                     for r, (host, pid) in enumerate(hosts)]
-    info["distributed"]["bus_bandwidth"] = allreduce_bus_bandwidth(worker.device, world_size)
+    info["distributed"]["bus_bandwidth"] = _bus_bandwidth(
+        worker.device, [host for host, _ in hosts], rank, config.recalibrate, commands)
     send(("ready", info))
     while True:
         box = [conn.recv() if conn is not None else None]

@@ -29,6 +29,7 @@ class WorkerConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)
     op_breakdown: bool = True  # capture + counting passes
     trace_dir: str | None = None
+    recalibrate: bool = False  # distributed ranks: measure the all-reduce bandwidth again
 
 
 def worker_config_from_json(text: str) -> WorkerConfig:

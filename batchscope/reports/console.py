@@ -138,6 +138,21 @@ def print_summary(console: Console, report: Report) -> None:
         console.print(escape(f"stopped: {report.stop_reason}"))
 
 
+def print_bus_bandwidths(console: Console, groups: list[dict[str, Any]]) -> None:
+    """The all-reduce bandwidths distributed sweeps measured here (hardware/interconnect)."""
+    if not groups:
+        console.print("all-reduce bus bandwidth: not measured yet (a distributed sweep, "
+                      "diagnose FILE --nproc-per-node N, measures and caches it)")
+        return
+    for g in groups:
+        group = g.get("group") or {}
+        hosts = ", ".join(f"{n} on {h}" for h, n in group.get("ranks_per_host", []))
+        console.print(escape(
+            f"all-reduce bus bandwidth, {group.get('world_size')} ranks "
+            f"({group.get('backend')}, {group.get('device')}; {hosts}): "
+            f"{fmt.si(g.get('busbw_bytes_per_s'), 'B/s')} (busbw as nccl-tests define it)"))
+
+
 def print_ceilings(console: Console, ceilings: Ceilings) -> None:
     """This machine's ceilings as a table."""
     table = Table(title=escape(f"{ceilings.name} ({ceilings.device}, {ceilings.threads} threads)"),
