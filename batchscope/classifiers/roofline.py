@@ -58,11 +58,24 @@ class Roof:
         return max(self.time_s(flops, bytes_moved), calls * self.overhead_s)
 
 
+# torch.distributed's collectives as the counting pass sees them (the c10d namespace): no
+# roofline of this machine's arithmetic or memory applies to bytes sent to other ranks.
+COLLECTIVES = frozenset({
+    "allreduce_", "allreduce_coalesced_", "broadcast_", "allgather_", "_allgather_base_",
+    "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
+    "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_", "alltoall_",
+    "alltoall_base_", "send", "recv_", "barrier",
+})
+
+
 def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
     """Intensity, roofline time, bound and efficiency of one op group (a new record)."""
     out = dataclasses.replace(op, flags=list(op.flags))
     if op.bound in (Bound.COMMUNICATION, Bound.TRANSFER):
         return out  # set from its kernels (a GPU trace): no roofline applies
+    if op.name in COLLECTIVES:
+        out.bound = Bound.COMMUNICATION  # its cost: batches[].communication_exposed_s
+        return out
     if op.flops is None:
         out.bound = Bound.UNCOUNTED
         return out

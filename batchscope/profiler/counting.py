@@ -370,7 +370,9 @@ class _CountingMode(TorchDispatchMode):
             except Exception as exc:  # a formula must never break the user's step
                 log.debug("formula for %s failed: %s", func, exc)
                 flops, touched = None, {}
-        moves = formula is None or formula.moves_bytes
+        # A collective's tensors go to other ranks, not through this device's memory roof:
+        # what DDP all-reduces is batches[].allreduce_bytes_per_step, not step bytes.
+        moves = (formula is None or formula.moves_bytes) and func.namespace != "c10d"
         split = ByteSplit()
         if moves:
             reads, writes = _reads_and_writes(func, plan.signature, args, kwargs, out)

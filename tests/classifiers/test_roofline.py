@@ -78,3 +78,21 @@ def test_time_share_sums_to_one_with_framework_time():
     assert share.uncounted == pytest.approx(0.15) and share.framework == pytest.approx(0.05)
     assert share.compute + share.memory + share.overhead + share.uncounted + share.framework \
         == pytest.approx(1.0)
+
+
+def test_a_data_parallel_cpu_step_moves_its_all_reduce_wait_from_framework(ceilings):
+    # DDP on gloo waits for its all-reduce outside any aten op: the profile shows the wait
+    # as time between ops, and the timed steps (with and without no_sync) say how long
+    ops = [OpStat(op_id="mm@0", name="mm", input_shapes=[], dtype="float32", module="",
+                  calls=1, time_s=6e-3, flops=1, bytes=ByteSplit(), bound=Bound.COMPUTE)]
+    result = BatchResult(1, Status.OK, profiled_step_s=10e-3, op_time_s=6e-3, ops=ops,
+                         communication_exposed_s=3e-3)
+    share = time_share(result)
+    assert share.communication == pytest.approx(0.3) and share.framework == pytest.approx(0.1)
+    result.communication_exposed_s = 9e-3  # more than the gaps hold: capped at them
+    share = time_share(result)
+    assert share.communication == pytest.approx(0.4) and share.framework == 0
+    collective = OpStat(op_id="allreduce_@0", name="allreduce_", input_shapes=[[1024]],
+                        dtype="float32", module="", calls=1, time_s=0.0, flops=None,
+                        bytes=ByteSplit(0, 0, 4096))
+    assert classify_op(collective, ceilings).bound == Bound.COMMUNICATION
