@@ -85,9 +85,21 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
         assert abs(sum(batch["time_share"].values()) - 1) < 1e-6
     dp = doc["distributed"]
     assert dp["world_size"] == 2 and dp["backend"] == "gloo" and dp["wrapped_by"] == "batchscope"
-    # 64x256 + 256 + 256x64 + 64 fp32 parameters, every one all-reduced each step
-    assert dp["allreduce_bytes_per_step"] == (64 * 256 + 256 + 256 * 64 + 64) * 4
+    # 64x256 + 256 + 256x64 + 64 fp32 parameters, and the unused head's 64x8 + 8: DDP
+    # all-reduces every trainable parameter's bucket each step
+    assert dp["allreduce_bytes_per_step"] == (64 * 256 + 256 + 256 * 64 + 64 + 64 * 8 + 8) * 4
+    # the head gets no gradient: without find_unused_parameters DDP fails at step two
+    assert doc["model"]["distributed"]["parameters_without_gradient"] == 2
+    assert doc["model"]["distributed"]["find_unused_parameters"] is True
+    collectives = [op for b in doc["batches"] for op in b["ops"] if op["name"] == "allreduce_"]
+    assert collectives and {op["bound"] for op in collectives} == {"communication"}
+    assert all(sum(op["bytes"].values()) == 0 for op in collectives)  # not step bytes
     assert dp["bus_bandwidth_bytes_per_s"] > 0
+    assert dp["bus_bandwidth"]["source"] in ("measured", "cache")
+    from batchscope.hardware.interconnect import cached_bus_bandwidths
+
+    cached = [g for g in cached_bus_bandwidths() if g["group"]["world_size"] == 2]
+    assert cached and cached[0]["group"]["backend"] == "gloo"  # diagnose hardware lists it
     assert [r["communication_share"] is not None for r in dp["batches"]] == [True, True]
     rec = dp["recommendation"]
     per_step = rec["per_rank_batch"] * 2
@@ -262,3 +274,19 @@ def test_the_summary_amortizes_communication_and_counts_accumulation_steps():
     assert allreduce_time_s(4_000_000, 2, 1e9) == pytest.approx(0.004)
     assert allreduce_time_s(4_000_000, 4, 1.5e9) == pytest.approx(0.004)  # algbw = 2 GB/s
     assert timed_steps_for(0.001) == 50 and timed_steps_for(10.0) == 5
+
+
+def test_the_bus_bandwidth_cache_keeps_each_group_apart(tmp_path, monkeypatch):
+    from batchscope.hardware import interconnect as ic
+
+    monkeypatch.setenv("BATCHSCOPE_CACHE_DIR", str(tmp_path))
+    two = ic.bus_bandwidth_key("gloo", "cpu", ["a", "a"], "2.13.0")
+    four = ic.bus_bandwidth_key("gloo", "cpu", ["a", "a", "b", "b"], "2.13.0")
+    assert ic.load_bus_bandwidth(two) is None
+    ic.save_bus_bandwidth(two, {"busbw_bytes_per_s": 8.8e8, "sizes": []})
+    assert ic.load_bus_bandwidth(two)["busbw_bytes_per_s"] == 8.8e8
+    assert ic.load_bus_bandwidth(four) is None  # another group: measured afresh
+    [listed] = ic.cached_bus_bandwidths()
+    assert listed["group"]["ranks_per_host"] == [["a", 2]]
+    next(tmp_path.glob("allreduce-*.json")).write_text("{not json")
+    assert ic.load_bus_bandwidth(two) is None and ic.cached_bus_bandwidths() == []

@@ -17,9 +17,22 @@ MODE = "train"
 UNIT = "sample"
 
 
+class Tiny(nn.Module):
+    """Two linear layers, and a head the forward never uses (as a model with a pooler its
+    loss does not reach): DDP must be told to look for unused parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+        self.unused_head = nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
 def build_model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+    return Tiny()
 
 
 def _fault(batch_size: int) -> None:
