@@ -289,10 +289,12 @@ def follow_node_zero(path: str | os.PathLike[str], options: Options) -> tuple[in
     if dist is None or dist.node_rank == 0:
         raise UsageError("follow_node_zero runs on nodes other than 0 (--node-rank 1 or more).")
     ranks = LaunchedRanks(_worker_config(str(path), options), dist, options.batch_timeout_s)
+    code = None
     try:
-        return ranks.wait(), ranks.log_path
+        code = ranks.wait()
+        return code, ranks.log_path
     finally:
-        ranks.stop(graceful=False)
+        ranks.stop(graceful=code == 0)  # the ranks' output is kept when they failed
 
 
 def _run(target: str, callables: dict[str, Any] | None, options: Options,

@@ -290,3 +290,17 @@ def test_the_bus_bandwidth_cache_keeps_each_group_apart(tmp_path, monkeypatch):
     assert listed["group"]["ranks_per_host"] == [["a", 2]]
     next(tmp_path.glob("allreduce-*.json")).write_text("{not json")
     assert ic.load_bus_bandwidth(two) is None and ic.cached_bus_bandwidths() == []
+
+
+def test_a_hostile_distributed_section_renders_without_breaking_the_page():
+    from batchscope.reports.html import render_html
+    from batchscope.reports.markdown import render_summary
+
+    doc = json.loads((ROOT / "tests" / "data" / "reports" / "mlp.json").read_text())
+    doc["distributed"] = {"world_size": "<b>2</b>", "batches": [{}, 3, {"batch_size": 1}],
+                          "recommendation": {"per_rank_batch": 1, "global_batch": "<i>"}}
+    doc["batches"][0]["ranks"] = [{"rank": 0, "host": "<script>x</script>"}, "junk"]
+    page = render_html(doc)
+    assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    assert "<b>2</b>" not in page
+    render_summary(doc)

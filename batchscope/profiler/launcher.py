@@ -16,6 +16,7 @@ When a rank dies, torch's launcher stops the others and prints which rank failed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -106,8 +107,7 @@ def launcher_command(dist: DistributedConfig, rendezvous_timeout_s: float = 600)
 def rendezvous_failed(launcher_output: str) -> bool:
     """torch's launcher gave up waiting for the other nodes (or could not reach node 0)."""
     text = launcher_output.lower()
-    return any(s in text for s in ("rendezvous", "diststoreerror", "timed out after",
-                                   "connect to the server", "connection refused"))
+    return "rendezvous" in text or "diststoreerror" in text
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
@@ -194,13 +194,26 @@ class LaunchedRanks:
         except OSError:
             return ""
 
+    def _exited_within(self, wait_s: float) -> bool:
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _root_cause_sentence(self) -> str:
+        cause = root_cause(self.output())
+        if cause is None:
+            return ""
+        rank, code = cause
+        return f"rank {rank} {describe_exit(code)}; torch's launcher stopped every rank"
+
     def why_dead(self) -> str:
         """One sentence on how the ranks ended, naming the rank torch's launcher saw fail."""
-        self.proc.wait(TERMINATE_GRACE_S) if self.alive() else None
-        cause = root_cause(self.output())
-        if cause:
-            rank, code = cause
-            return f"rank {rank} {describe_exit(code)}; torch's launcher stopped every rank"
+        self._exited_within(TERMINATE_GRACE_S)
+        sentence = self._root_cause_sentence()
+        if sentence:
+            return sentence
         code = self.proc.returncode
         return (f"the launcher {describe_exit(code)}" if code is not None
                 else "rank 0 closed its connection") + f" (its output: {self.log.name})"
@@ -209,15 +222,7 @@ class LaunchedRanks:
         """After the ranks reported a failure: when a rank died, torch's launcher stops the
         others and exits within moments, naming the rank that died first; that sentence,
         or "" when the launcher is still running after ``wait_s`` (a rank hung or raised)."""
-        try:
-            self.proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            return ""
-        cause = root_cause(self.output())
-        if cause is None:
-            return ""
-        rank, code = cause
-        return f"rank {rank} {describe_exit(code)}; torch's launcher stopped every rank"
+        return self._root_cause_sentence() if self._exited_within(wait_s) else ""
 
     def send(self, message: tuple[str, Any]) -> None:
         if self.conn is None:
@@ -282,10 +287,7 @@ class LaunchedRanks:
                 self.conn.send(("stop", None))
             except (BrokenPipeError, OSError):
                 pass
-            try:
-                self.proc.wait(TERMINATE_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+            self._exited_within(TERMINATE_GRACE_S)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not self.alive():
                 break
@@ -295,13 +297,13 @@ class LaunchedRanks:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                self.proc.wait(TERMINATE_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
+            self._exited_within(TERMINATE_GRACE_S)
         self._kill_leftover_ranks()
         if self.conn is not None:
             self.conn.close()
         if self.listener is not None:
             self.listener.close()
         self.log.close()
+        if graceful:  # a normal end: nothing in the ranks' output to point anyone to
+            with contextlib.suppress(OSError):
+                os.unlink(self.log.name)

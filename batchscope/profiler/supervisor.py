@@ -37,8 +37,8 @@ DEFAULT_BATCH_TIMEOUT_S = 600.0
 # Starting a worker: spawn, import torch, import the model file, build the model.
 WORKER_START_TIMEOUT_S = 600.0
 # Starting a distributed sweep's ranks takes at least this long to give up on (three
-# processes import torch at once); a rendezvous that cannot form fails sooner, when the
-# ranks' store times out (a third of --timeout).
+# processes import torch at once); a rendezvous that cannot form fails sooner, when torch's
+# launcher gives up on it (after --timeout).
 DISTRIBUTED_START_MIN_S = 120.0
 # Measuring the ceilings on a machine seen for the first time (cached after).
 CEILINGS_TIMEOUT_S = 300.0
@@ -390,6 +390,7 @@ class Sweep:
                         died = handle.launcher_cause()
                         if died:
                             result.error = f"{died} (rank 0 had seen: {result.error})"
+                        result.flags.append(f"the ranks' own output: {handle.log_path}")
                     if result.status != Status.OK:  # the worker exits after any failure
                         # (a failed rank cannot take the stop its peers would wait on)
                         handle.stop(graceful=result.status != Status.RANK_FAILED)

@@ -143,17 +143,18 @@ def _data_parallel(doc: Doc) -> dict[str, Any] | None:
     if not dp.get("batches"):
         return None
     unit = v.unit(doc)
-    rows = [{"batch": r["batch_size"], "global": r["global_batch"],
+    rows = [{"batch": r.get("batch_size"), "global": r.get("global_batch"),
              "rate": fmt.rate(r.get("global_throughput_per_s"), unit),
              "exposed": fmt.seconds(r.get("communication_exposed_s")),
              "share": fmt.pct(r.get("communication_share")),
              "slowest": r.get("slowest_rank"), "lag": fmt.seconds(r.get("straggler_lag_s"))}
-            for r in dp["batches"]]
-    ranks = [{"batch": b["batch_size"], "rows": [{
+            for r in dp["batches"] if isinstance(r, dict)]
+    ranks = [{"batch": b.get("batch_size"), "rows": [{
         "rank": r.get("rank"), "host": r.get("host") or "", "status": r.get("status"),
         "step": fmt.seconds(r.get("latency_s")), "no_sync": fmt.seconds(r.get("no_sync_latency_s")),
         "memory": fmt.nbytes(r.get("peak_memory_bytes")), "error": r.get("error") or ""}
-        for r in b.get("ranks") or []]} for b in doc.get("batches") or [] if b.get("ranks")]
+        for r in b.get("ranks") or [] if isinstance(r, dict)]}
+        for b in doc.get("batches") or [] if isinstance(b, dict) and b.get("ranks")]
     return {"world": dp.get("world_size"), "rows": rows, "ranks": ranks}
 
 

@@ -492,24 +492,27 @@ def trace_headline(doc: Doc) -> str | None:
 
 
 def _accumulation_steps(rec: Doc) -> str:
-    n = rec["accumulation_steps"]
+    n = rec.get("accumulation_steps")
     return f"{n} gradient-accumulation step{'s' if n != 1 else ''}"
+
+
+def _dp_rows(dp: Doc) -> list[Doc]:
+    return [r for r in dp.get("batches") or [] if isinstance(r, dict)]
 
 
 def data_parallel_headline(doc: Doc) -> str | None:
     """One sentence for the top of a data-parallel report: per-rank and global batch."""
     dp = doc.get("distributed") or {}
     rec = dp.get("recommendation")
-    if not rec:
+    if not isinstance(rec, dict) or rec.get("per_rank_batch") is None:
         return None
-    row = next((r for r in dp.get("batches") or []
-                if r["batch_size"] == rec["per_rank_batch"]), {})
-    text = (f"Data parallel over {dp.get('world_size')} ranks: batch {rec['per_rank_batch']} "
-            f"per rank is a global batch of {rec['global_batch']} "
+    row = next((r for r in _dp_rows(dp) if r.get("batch_size") == rec.get("per_rank_batch")), {})
+    text = (f"Data parallel over {dp.get('world_size')} ranks: batch {rec.get('per_rank_batch')} "
+            f"per rank is a global batch of {rec.get('global_batch')} "
             f"({fmt.rate(row.get('global_throughput_per_s'), v.unit(doc))} across ranks).")
     if rec.get("accumulation_steps"):
         text += (f" {_accumulation_steps(rec)} reach the global batch of "
-                 f"{rec['global_batch_target']} ({rec['global_batch_reached']}).")
+                 f"{rec.get('global_batch_target')} ({rec.get('global_batch_reached')}).")
     return text
 
 
@@ -517,7 +520,7 @@ def data_parallel(doc: Doc) -> Section | None:
     """A data-parallel sweep: the global batch, the all-reduce's cost per step and how the
     per-rank batch amortizes it, accumulation to a target global batch, the slowest rank."""
     dp = doc.get("distributed") or {}
-    rows = dp.get("batches") or []
+    rows = _dp_rows(dp)
     if not rows:
         return None
     unit, world = v.unit(doc), dp.get("world_size")
@@ -536,9 +539,9 @@ def data_parallel(doc: Doc) -> Section | None:
         falls = (last.get("communication_share") or 0) < (first.get("communication_share") or 0)
         sec.paragraphs.append(
             f"The all-reduce adds {fmt.seconds(first.get('communication_exposed_s'))} to a step "
-            f"at batch {first['batch_size']} ({fmt.pct(first.get('communication_share'))} of "
+            f"at batch {first.get('batch_size')} ({fmt.pct(first.get('communication_share'))} of "
             f"it) and {fmt.seconds(last.get('communication_exposed_s'))} at batch "
-            f"{last['batch_size']} ({fmt.pct(last.get('communication_share'))}): "
+            f"{last.get('batch_size')} ({fmt.pct(last.get('communication_share'))}): "
             + ("the same bytes every step, shared by more rows as the batch grows, as a "
                "decode step's weight read is." if falls else
                "its share did not fall with the batch here, so communication is not what "
@@ -547,15 +550,15 @@ def data_parallel(doc: Doc) -> Section | None:
             "DDP's no_sync(): it includes the wait for the slowest rank and, on a CPU, the "
             "cores gloo's threads take from the step.")
     rec = dp.get("recommendation")
-    if rec:
-        text = (f"At the recommended per-rank batch {rec['per_rank_batch']} the global batch is "
-                f"{rec['global_batch']}, and communication costs "
+    if isinstance(rec, dict) and rec.get("per_rank_batch") is not None:
+        text = (f"At the recommended per-rank batch {rec.get('per_rank_batch')} the global batch is "
+                f"{rec.get('global_batch')}, and communication costs "
                 f"{fmt.seconds(rec.get('communication_per_sample_s'))} per {unit}.")
         if rec.get("accumulation_steps"):
-            text += (f" To reach a global batch of {rec['global_batch_target']}: "
+            text += (f" To reach a global batch of {rec.get('global_batch_target')}: "
                      f"{_accumulation_steps(rec)} of "
-                     f"{rec['global_batch']} (no_sync() on all but the last), "
-                     f"{rec['global_batch_reached']} {unit}s per optimizer step, one all-reduce "
+                     f"{rec.get('global_batch')} (no_sync() on all but the last), "
+                     f"{rec.get('global_batch_reached')} {unit}s per optimizer step, one all-reduce "
                      "for all of them: "
                      f"{fmt.seconds(rec.get('communication_per_sample_with_accumulation_s'))} "
                      f"per {unit}.")
@@ -563,8 +566,8 @@ def data_parallel(doc: Doc) -> Section | None:
     lagging = max(rows, key=lambda r: r.get("straggler_lag_s") or 0.0)
     if lagging.get("straggler_lag_s") is not None and lagging.get("slowest_rank") is not None:
         sec.paragraphs.append(
-            f"The largest gap between ranks: at batch {lagging['batch_size']}, rank "
-            f"{lagging['slowest_rank']} took {fmt.seconds(lagging['straggler_lag_s'])} longer "
+            f"The largest gap between ranks: at batch {lagging.get('batch_size')}, rank "
+            f"{lagging.get('slowest_rank')} took {fmt.seconds(lagging.get('straggler_lag_s'))} longer "
             "per step than the fastest; in a synchronous step every rank waits for it.")
     return sec
 
