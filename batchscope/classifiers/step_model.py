@@ -70,6 +70,12 @@ FIT_WINDOW = 3
 # An op whose roof time is under this share of its measured time at the largest fitted size
 # is all per-call cost there: how far from its roof it runs cannot be read off its times.
 IDENTIFIABLE_SHARE = 0.25
+# ...unless its work grew at least this many times across the fitted sizes and its time
+# kept this share of that pace (log ratio): then it is a slow kernel (a CPU max-pool or
+# batch norm at 10% of its roof, train_cnn's at b <= 8 off by up to +169% as per-call
+# cost), and its factor is fitted like any other op's.
+WORK_GROWTH = 4.0
+PACE = 0.7
 # A probe under this long is mostly the call's own cost and its timer's noise (and its
 # ratio would scale the profiler's cost in the reference time): the op's fitted formula is
 # used where either end of the ratio is under it.
@@ -371,9 +377,11 @@ def _fit_op(op_id: str, points: list[tuple[float, OpStat]], ceilings: Ceilings) 
                     bytes_moved=_nonneg_line(bs, [float(o.bytes.total) for _, o in points]))
     memory_sided = [m >= c for m, c in roofs]
     roof_s = [max(m, c) for m, c in roofs]
-    if roof_s[-1] < IDENTIFIABLE_SHARE * times[-1]:
-        # Its work is a sliver of its time at every fitted size: per-call cost, and no
-        # factor can be read off it. Filled from its kind (_fill_unmeasured_factors).
+    if roof_s[-1] < IDENTIFIABLE_SHARE * times[-1] and not _grows_with_work(roof_s, times):
+        # Its work is a sliver of its time at every fitted size, and its time did not grow
+        # with that work: per-call cost, and no factor can be read off it. Filled from its
+        # kind (_fill_unmeasured_factors). One whose time grew with its work is a slow
+        # kernel, not overhead (a CPU max-pool at 10% of its roof): fitted below.
         curve.fixed_s = times[-1]
         return curve
     curve.measured_sides = tuple(sorted({"memory" if s else "compute" for s in memory_sided}))
@@ -389,6 +397,24 @@ def _fit_op(op_id: str, points: list[tuple[float, OpStat]], ceilings: Ceilings) 
             curve.fixed_s, curve.compute_factor = _through(*map(list, zip(*compute)))
             curve.memory_factor = curve.compute_factor
     return curve
+
+
+def _grows_with_work(roof_s: list[float], times: list[float]) -> bool:
+    """True when an op's work grew in proportion to the batch across the fitted sizes (its
+    roof time grew :data:`WORK_GROWTH` times or more: activations, not a weight read) and
+    its time kept pace (at least :data:`PACE` of that growth, in log ratio).
+
+    Example:
+        >>> _grows_with_work([0.05, 0.1, 0.2, 0.4], [0.5, 1.0, 1.9, 3.7])  # a slow kernel
+        True
+        >>> _grows_with_work([0.05, 0.1, 0.2, 0.4], [0.5, 0.5, 0.52, 0.55])  # per-call cost
+        False
+        >>> _grows_with_work([0.14, 0.16, 0.19, 0.25], [15, 19, 18, 30])  # a weight read
+        False
+    """
+    if len(times) < 2 or roof_s[0] <= 0 or times[0] <= 0 or roof_s[-1] < WORK_GROWTH * roof_s[0]:
+        return False
+    return math.log(times[-1] / times[0]) >= PACE * math.log(roof_s[-1] / roof_s[0])
 
 
 def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[str]:

@@ -234,3 +234,27 @@ def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
     pred = predict(results, CEIL, [16, 64], probes)
     assert set(pred.probes_s) == set(probes)  # the ones this model's ops can use, kept
     assert {p.batch_size: p.probed_ops for p in pred.points} == {16: 0, 64: 1}
+
+
+def pooled(b: int, per_row_s: float, floor_s: float) -> BatchResult:
+    """One activation-bound op (1 MB a row) at a tenth of its roof or flat at a floor."""
+    roof_s = 1e6 * b / BW
+    t = per_row_s * b if per_row_s else floor_s
+    op = OpStat("pool:max_pool2d#0", "max_pool2d", [], "float32", "pool", 1, t, 10**5 * b,
+                ByteSplit(0, 0, 10**6 * b))
+    assert roof_s < 0.25 * t  # a sliver of its measured time, at every size
+    return BatchResult(b, Status.OK, latency_s=LatencyStats(t, t, t, 5), throughput_per_s=b / t,
+                       profiled_step_s=t, ops=[op], op_time_s=t)
+
+
+def test_a_slow_kernel_is_not_mistaken_for_per_call_cost():
+    # train_cnn's max-pool and batch norm run at ~10% of their roof on a CPU and grow with
+    # the batch; called per-call cost they were predicted +169% at batch 1 from [1, 2, 4, 8]
+    slow = [pooled(b, per_row_s=250e-6, floor_s=0) for b in (1, 2, 4, 8, 16)]
+    model = fit_step_model(slow, CEIL, [1, 2, 4, 8])
+    for r in slow:
+        assert model.latency_s(r.batch_size) == pytest.approx(r.latency_s.median, rel=0.05)
+    # an op flat at 4 ms whatever the batch (a per-call cost) stays flat
+    flat = [pooled(b, per_row_s=0, floor_s=4e-3) for b in (1, 2, 4, 8, 16)]
+    model = fit_step_model(flat, CEIL, [1, 2, 4, 8])
+    assert model.latency_s(16) == pytest.approx(4e-3, rel=0.1)
