@@ -116,8 +116,9 @@ class Options:
         dist = self.distributed()
         if dist is None and (self.nnodes != 1 or self.node_rank or self.rdzv_endpoint):
             raise UsageError("--nnodes, --node-rank and --rdzv-endpoint need --nproc-per-node.")
-        if dist is not None and dist.validate():
-            raise UsageError(dist.validate())
+        problem = dist.validate() if dist is not None else ""
+        if problem:
+            raise UsageError(problem)
         if self.global_batch is not None and self.global_batch < 1:
             raise UsageError(f"--global-batch must be at least 1, not {self.global_batch}.")
         if self.out_dir is not None:

@@ -135,13 +135,20 @@ def _read(path: Path, key: str) -> Ceilings | None:
 
 
 def _write(path: Path, ceilings: Ceilings) -> None:
-    """Write ``ceilings`` to ``path`` atomically (temp file in the same folder, then rename).
+    """Write ``ceilings`` to ``path`` atomically; see :func:`write_json_atomically`."""
+    write_json_atomically(path, ceilings.to_dict(), "ceilings")
 
-    A cache that cannot be written only costs a re-measurement next time: warn, don't fail.
+
+def write_json_atomically(path: Path, data: Any, what: str) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (temp file in the same folder, then
+    rename).
+
+    A cache that cannot be written only costs a re-measurement next time: warn (naming
+    ``what``), don't fail.
     """
     tmp: str | None = None
     try:
-        text = json.dumps(ceilings.to_dict(), allow_nan=False, indent=2, sort_keys=True)
+        text = json.dumps(data, allow_nan=False, indent=2, sort_keys=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -151,7 +158,7 @@ def _write(path: Path, ceilings: Ceilings) -> None:
         os.replace(tmp, path)
         tmp = None
     except (OSError, ValueError, TypeError) as exc:
-        log.warning("could not cache ceilings at %s: %s", path, exc)
+        log.warning("could not cache %s at %s: %s", what, path, exc)
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):  # the temp file may already be gone

@@ -9,17 +9,14 @@ ceilings' cache folder, the full key inside; a corrupt or foreign file is ignore
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from batchscope.hardware.cache import cache_dir
+from batchscope.hardware.cache import cache_dir, write_json_atomically
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +58,7 @@ def load_bus_bandwidth(key: str) -> dict[str, Any] | None:
 def save_bus_bandwidth(key: str, figures: dict[str, Any]) -> None:
     """Write ``figures`` (with ``busbw_bytes_per_s``) for ``key``, atomically; a cache that
     cannot be written only costs a measurement next time."""
-    path = _path(key)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".allreduce-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({**figures, "key": key}, handle, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-        tmp = None
-    except (OSError, TypeError, ValueError) as exc:
-        log.warning("could not cache the all-reduce bandwidth at %s: %s", path, exc)
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    write_json_atomically(_path(key), {**figures, "key": key}, "the all-reduce bandwidth")
 
 
 def cached_bus_bandwidths() -> list[dict[str, Any]]:
