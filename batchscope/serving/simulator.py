@@ -1,0 +1,195 @@
+"""A deterministic discrete-event simulation of a decode server under one batching policy.
+
+The server runs one decode step at a time; each step generates one token for every row of
+the batch and takes ``step_s(rows, context)`` seconds, ``context`` being the most tokens
+any row holds in its KV cache (attention over a padded batch reads that many per row).
+
+- **static**: when the server is idle it takes up to ``cap`` waiting requests as one batch
+  and steps until the longest is done. Rows whose requests finish early stay in the batch
+  (their slots idle but still computed) and new arrivals wait for the whole batch.
+- **continuous** (iteration-level, as vLLM or TGI): before every step, waiting requests are
+  admitted into free slots, first come first served; a finished request leaves the batch
+  after the step that generated its last token.
+
+Both policies reserve each request's prompt plus output tokens of KV memory at admission
+(no preemption) and admit no request that would overflow ``kv_capacity_tokens``. A request
+that could not fit even into an empty server is rejected. Prefill is charged by
+``prefill_s(prompt_tokens)`` when a request is admitted, before the next step (zero when the
+model file gives no prefill step: the prompt's KV is then taken as ready on admission).
+A request's first token comes with its first decode step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from batchscope.serving.requests import Request
+
+StepTime = Callable[[int, int], float]
+
+
+class Policy(str, Enum):
+    STATIC = "static"
+    CONTINUOUS = "continuous"
+
+
+@dataclass
+class Served:
+    """What happened to one request. Times in seconds from the start of the stream."""
+
+    request: Request
+    admitted_s: float | None = None
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    rejected: bool = False
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.request.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first (vLLM's TPOT); None for one token."""
+        if self.finished_s is None or self.first_token_s is None \
+                or self.request.output_tokens < 2:
+            return None
+        return (self.finished_s - self.first_token_s) / (self.request.output_tokens - 1)
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finished_s is None else self.finished_s - self.request.arrival_s
+
+
+@dataclass
+class Simulation:
+    """Every request's outcome, and the steps the server ran."""
+
+    policy: Policy
+    cap: int
+    served: list[Served]
+    steps: int = 0
+    row_steps: int = 0  # rows summed over steps, finished-but-held static rows included
+    busy_s: float = 0.0
+    step_rows: list[int] = field(default_factory=list)
+
+    @property
+    def mean_batch(self) -> float | None:
+        return self.row_steps / self.steps if self.steps else None
+
+
+@dataclass
+class _Row:
+    served: Served
+    cached_tokens: int
+    generated: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.served.request.output_tokens
+
+
+def _reserve(request: Request) -> int:
+    return request.prompt_tokens + request.output_tokens
+
+
+class _Server:
+    def __init__(self, requests: list[Request], policy: Policy, cap: int, step_s: StepTime,
+                 kv_capacity_tokens: int | None, prefill_s: Callable[[int], float] | None):
+        if cap < 1:
+            raise ValueError("the batch cap must be at least 1")
+        self.sim = Simulation(policy, cap, [Served(r) for r in
+                                            sorted(requests, key=lambda r: r.arrival_s)])
+        self.waiting: deque[Served] = deque(self.sim.served)
+        self.step_s, self.prefill_s = step_s, prefill_s
+        self.kv_capacity = kv_capacity_tokens
+        self.kv_used = 0
+        self.rows: list[_Row] = []
+        self.t = 0.0
+
+    def _fits(self, request: Request) -> bool:
+        return self.kv_capacity is None or self.kv_used + _reserve(request) <= self.kv_capacity
+
+    def admit(self) -> None:
+        """Admit arrived requests, first come first served, while a slot and KV are free."""
+        prefill = 0.0
+        while self.waiting and self.waiting[0].request.arrival_s <= self.t \
+                and len(self.rows) < self.sim.cap:
+            head = self.waiting[0]
+            if self.kv_capacity is not None and _reserve(head.request) > self.kv_capacity:
+                head.rejected = True  # would not fit even alone: never admitted
+                self.waiting.popleft()
+                continue
+            if not self._fits(head.request):
+                break  # head-of-line: wait for KV to free
+            self.waiting.popleft()
+            head.admitted_s = self.t
+            self.kv_used += _reserve(head.request)
+            self.rows.append(_Row(head, head.request.prompt_tokens))
+            if self.prefill_s is not None:
+                prefill += self.prefill_s(head.request.prompt_tokens)
+        self.t += prefill
+        self.sim.busy_s += prefill
+
+    def step(self) -> None:
+        rows = len(self.rows)
+        dt = self.step_s(rows, max(r.cached_tokens for r in self.rows))
+        self.t += dt
+        self.sim.busy_s += dt
+        self.sim.steps += 1
+        self.sim.row_steps += rows
+        self.sim.step_rows.append(rows)
+        for row in self.rows:
+            if row.done:
+                continue  # a static batch's finished row: held, not advanced
+            row.generated += 1
+            row.cached_tokens += 1
+            if row.generated == 1:
+                row.served.first_token_s = self.t
+            if row.done:
+                row.served.finished_s = self.t
+
+    def release(self, row: _Row) -> None:
+        self.kv_used -= _reserve(row.served.request)
+
+    def idle_until_next_arrival(self) -> bool:
+        """Jump to the next arrival when nothing runs; False once nothing is left at all."""
+        if not self.waiting:
+            return False
+        self.t = max(self.t, self.waiting[0].request.arrival_s)
+        return True
+
+
+def simulate(requests: list[Request], policy: Policy, cap: int, step_s: StepTime,
+             kv_capacity_tokens: int | None = None,
+             prefill_s: Callable[[int], float] | None = None) -> Simulation:
+    """Serve ``requests`` under ``policy`` with at most ``cap`` rows per step.
+
+    Example:
+        >>> one = [Request(arrival_s=0.0, prompt_tokens=4, output_tokens=3)]
+        >>> sim = simulate(one, Policy.CONTINUOUS, 8, lambda rows, context: 0.01)
+        >>> round(sim.served[0].finished_s, 3), sim.steps
+        (0.03, 3)
+    """
+    server = _Server(requests, Policy(policy), cap, step_s, kv_capacity_tokens, prefill_s)
+    while True:
+        if not server.rows:
+            server.admit()
+            if not server.rows:
+                if not server.idle_until_next_arrival():
+                    break
+                continue
+        elif server.sim.policy == Policy.CONTINUOUS:
+            server.admit()
+        server.step()
+        if server.sim.policy == Policy.CONTINUOUS:
+            for row in [r for r in server.rows if r.done]:
+                server.release(row)
+            server.rows = [r for r in server.rows if not r.done]
+        elif all(r.done for r in server.rows):
+            for row in server.rows:
+                server.release(row)
+            server.rows = []
+    return server.sim
