@@ -1,0 +1,33 @@
+"""report.json ``serving`` for a decode model (one whose file sets CONTEXTS): the contexts,
+the context grid the sweep timed, and once the sweep is done the what-if at its defaults
+(``diagnose serve`` runs it with the user's rates, lengths and SLO)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from batchscope.errors import UsageError
+from batchscope.records import GridPoint, to_jsonable
+from batchscope.serving.whatif import WhatIfOptions, what_if
+
+# The report's own what-if is a first look, run at the end of every decode sweep: fewer
+# requests than ``diagnose serve``'s default keep it to a few seconds.
+REPORT_REQUESTS = 200
+
+
+def serving_section(doc: dict[str, Any], grid: list[GridPoint], final: bool) -> dict[str, Any]:
+    contexts = (doc.get("model") or {}).get("contexts") or []
+    section: dict[str, Any] = {
+        "contexts": contexts,
+        "base_context": contexts[0] if contexts else None,
+        "context_grid": to_jsonable(grid),
+        "what_if": None,
+    }
+    if not final:
+        return section
+    try:
+        section["what_if"] = what_if({**doc, "serving": section},
+                                     WhatIfOptions(requests=REPORT_REQUESTS))
+    except UsageError as exc:  # nothing measured to simulate from: say so, keep the report
+        section["what_if_error"] = str(exc)
+    return section

@@ -1,0 +1,222 @@
+"""T(batch, context): a decode step's time from a finished sweep, for the serving what-if.
+
+A decode step does two kinds of work. Reading the weights is shared by the batch and does not
+depend on the context; attention reads every row's KV cache, which grows by one token per
+row per step. So at each measured batch size b:
+
+    T(b, c) = shared_s(b) + per_token_s(b) * c
+
+``per_token_s`` comes from the context grid where the sweep measured one (a line through
+each batch size's step times at several contexts, the sweep's own among them) and otherwise
+from the per-op split: the time of the ops, in proportion to the bytes of state (the KV
+cache) they move, scaled with the context. Where the grid did not time a batch size,
+``shared_s`` anchors the line on the step time the sweep measured at its own context. Between measured batch sizes both are interpolated linearly in b; above the largest
+one the model does not extrapolate (the what-if only tries caps that were measured).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+from batchscope.errors import UsageError
+
+Doc = dict[str, Any]
+
+# Fewer grid points than this at one batch size cannot draw a line through context.
+MIN_GRID_CONTEXTS = 2
+
+
+@dataclass
+class StepTimeModel:
+    """Decode step time over batch size and context, fitted from one report."""
+
+    base_context: int
+    batch_sizes: list[int]
+    shared_s: list[float]
+    per_token_s: list[float]
+    source: str  # "context grid", "per-op split" or "none" (context-independent)
+    kv_bytes_per_token: float | None = None  # per row
+    kv_bytes_source: str = ""
+    points: list[dict[str, Any]] = field(default_factory=list)  # grid: measured vs fitted
+
+    @property
+    def max_batch(self) -> int:
+        return self.batch_sizes[-1]
+
+    def _at(self, values: list[float], batch: float) -> float:
+        sizes = self.batch_sizes
+        if batch <= sizes[0]:
+            return values[0]
+        if batch >= sizes[-1]:
+            return values[-1]
+        i = bisect_left(sizes, batch)
+        lo, hi = sizes[i - 1], sizes[i]
+        w = (batch - lo) / (hi - lo)
+        return values[i - 1] + (values[i] - values[i - 1]) * w
+
+    def step_s(self, batch: int, context: int) -> float:
+        """Seconds for one decode step of ``batch`` rows whose longest cache holds
+        ``context`` tokens."""
+        return max(self._at(self.shared_s, batch) + self._at(self.per_token_s, batch) * context,
+                   1e-9)
+
+    def worst_error(self) -> float | None:
+        errors = [abs(p["error"]) for p in self.points if p.get("error") is not None]
+        return max(errors) if errors else None
+
+    def to_dict(self) -> Doc:
+        return {
+            "base_context": self.base_context,
+            "source": self.source,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_source": self.kv_bytes_source,
+            "curve": [{"batch_size": b, "shared_s": a, "per_token_s": k}
+                      for b, a, k in zip(self.batch_sizes, self.shared_s, self.per_token_s)],
+            "points": self.points,
+            "worst_error": self.worst_error(),
+        }
+
+
+def _ok_batches(doc: Doc) -> list[Doc]:
+    out = {}
+    for b in doc.get("batches") or []:
+        lat = (b.get("latency_s") or {}).get("median")
+        if b.get("status") == "ok" and isinstance(lat, (int, float)) and lat > 0:
+            out[int(b["batch_size"])] = b
+    return [out[k] for k in sorted(out)]
+
+
+def _state_time_s(batch: Doc) -> float | None:
+    """Step time of the ops in proportion to the state bytes they move, on the timing's
+    scale (the profile's op times rescaled to the measured median step)."""
+    ops = batch.get("ops")
+    if not ops:
+        return None
+    state_s = 0.0
+    for op in ops:
+        moved = sum(v for v in (op.get("bytes") or {}).values() if isinstance(v, (int, float)))
+        if moved > 0:
+            state_s += (op.get("time_s") or 0.0) * (op.get("bytes") or {}).get("state", 0) / moved
+    op_time = batch.get("op_time_s") or sum(op.get("time_s") or 0.0 for op in ops)
+    scale = batch["latency_s"]["median"] / op_time if op_time else 1.0
+    return state_s * scale
+
+
+def base_context(doc: Doc) -> int | None:
+    contexts = (doc.get("model") or {}).get("contexts")
+    return int(contexts[0]) if contexts else None
+
+
+def _grid(doc: Doc) -> dict[int, list[tuple[int, float, int | None]]]:
+    """Grid points by batch size: (context, median step s, input bytes)."""
+    grid: dict[int, list[tuple[int, float, int | None]]] = {}
+    for p in ((doc.get("serving") or {}).get("context_grid") or []):
+        lat = (p.get("latency_s") or {}).get("median")
+        if p.get("status") == "ok" and isinstance(lat, (int, float)) and lat > 0:
+            grid.setdefault(int(p["batch_size"]), []).append(
+                (int(p["context"]), float(lat), p.get("input_bytes")))
+    return {b: sorted(v) for b, v in grid.items() if len({c for c, _, _ in v}) >= MIN_GRID_CONTEXTS}
+
+
+def _line(points: list[tuple[int, float, Any]]) -> tuple[float, float]:
+    """Least squares T = a + k c with k >= 0 (a longer context never makes a step faster)."""
+    n = len(points)
+    mc = sum(c for c, _, _ in points) / n
+    mt = sum(t for _, t, _ in points) / n
+    var = sum((c - mc) ** 2 for c, _, _ in points)
+    k = sum((c - mc) * (t - mt) for c, t, _ in points) / var if var else 0.0
+    k = max(k, 0.0)
+    return mt - k * mc, k
+
+
+def _interpolate(sizes: list[int], known: dict[int, float], batch: int) -> float:
+    """Linear in batch size between the nearest known sizes, flat beyond them."""
+    keys = sorted(known)
+    if batch <= keys[0]:
+        return known[keys[0]]
+    if batch >= keys[-1]:
+        return known[keys[-1]]
+    i = bisect_left(keys, batch)
+    lo, hi = keys[i - 1], keys[i]
+    return known[lo] + (known[hi] - known[lo]) * (batch - lo) / (hi - lo)
+
+
+def _kv_bytes(doc: Doc, grid: dict[int, list[tuple[int, float, int | None]]],
+              batches: list[Doc], c0: int) -> tuple[float | None, str]:
+    for b in sorted(grid, reverse=True):
+        sized = [(c, n) for c, _, n in grid[b] if isinstance(n, int)]
+        if len({c for c, _ in sized}) >= MIN_GRID_CONTEXTS:
+            (c1, n1), (c2, n2) = sized[0], sized[-1]
+            if c2 > c1 and n2 > n1:
+                return (n2 - n1) / (c2 - c1) / b, "inputs measured at two contexts"
+    for batch in reversed(batches):
+        state = (batch.get("bytes") or {}).get("state")
+        if isinstance(state, (int, float)) and state > 0:
+            return state / batch["batch_size"] / (c0 + 1), "state bytes the ops read"
+    return None, ""
+
+
+def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
+    """The model from a report; ``context`` is the sweep's context where the report does
+    not record it (a file without ``CONTEXTS``).
+
+    Raises:
+        UsageError: no batch size was measured, or the context is unknown.
+    """
+    batches = _ok_batches(doc)
+    if not batches:
+        raise UsageError("the report has no measured batch size to take step times from.")
+    c0 = base_context(doc)
+    if c0 is None:
+        c0 = context
+    if c0 is None:
+        raise UsageError("the report does not say what context its steps ran at: give "
+                         "--context, or set CONTEXTS in the model file.")
+    sizes = [int(b["batch_size"]) for b in batches]
+    latency = {int(b["batch_size"]): float(b["latency_s"]["median"]) for b in batches}
+    split = {int(b["batch_size"]): s / (c0 + 1) for b in batches
+             if (s := _state_time_s(b)) is not None}
+    grid = _grid(doc)
+    # At a batch size the grid timed, the line goes through every step time measured there:
+    # the grid's and the sweep's own at its context (each is one noisy draw of the same step).
+    lines = {b: _line(points + [(c0, latency[b], None)] if b in latency else points)
+             for b, points in grid.items()}
+    fitted = {b: k for b, (_, k) in lines.items()}
+    if fitted:
+        source = "context grid"
+        if split:  # the split's shape across batch sizes, scaled to the grid's slopes
+            ratio = {b: fitted[b] / split[b] for b in fitted if split.get(b)}
+            per_token = {b: fitted[b] if b in fitted else
+                         (split[b] * _interpolate(sizes, ratio, b) if ratio and b in split
+                          else _interpolate(sizes, fitted, b)) for b in sizes}
+        else:
+            per_token = {b: fitted.get(b, _interpolate(sizes, fitted, b)) for b in sizes}
+    elif split:
+        source, per_token = "per-op split", {b: split.get(b, _interpolate(sizes, split, b))
+                                             for b in sizes}
+    else:
+        source, per_token = "none", {b: 0.0 for b in sizes}
+    model = StepTimeModel(
+        base_context=c0, batch_sizes=sizes,
+        shared_s=[max(lines[b][0] if b in lines else latency[b] - per_token[b] * c0, 0.0)
+                  for b in sizes],
+        per_token_s=[per_token[b] for b in sizes], source=source)
+    model.kv_bytes_per_token, model.kv_bytes_source = _kv_bytes(doc, grid, batches, c0)
+    split_model = None
+    if split and fitted:
+        split_model = StepTimeModel(c0, sizes, [max(latency[b] - split[b] * c0, 0.0)
+                                                for b in sizes],
+                                    [split[b] if b in split else _interpolate(sizes, split, b)
+                                     for b in sizes], "per-op split")
+    for b, points in sorted(grid.items()):
+        for c, measured, _ in points:
+            predicted = model.step_s(b, c)
+            point = {"batch_size": b, "context": c, "measured_s": measured,
+                     "predicted_s": predicted, "error": predicted / measured - 1}
+            if split_model is not None:
+                point["split_predicted_s"] = split_model.step_s(b, c)
+                point["split_error"] = point["split_predicted_s"] / measured - 1
+            model.points.append(point)
+    return model
