@@ -35,8 +35,9 @@ from batchscope.profiler.supervisor import (
 )
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import DTYPE_NAMES, WorkerConfig
-from batchscope.records import BatchResult, Report, Status
+from batchscope.records import BatchResult, GridPoint, Report, Status
 from batchscope.reports import write_all, write_json
+from batchscope.serving.report_section import serving_section
 
 if TYPE_CHECKING:  # the parent process of a sweep never imports torch; its worker does
     import torch
@@ -76,6 +77,9 @@ class Options:
     node_rank: int = 0
     rdzv_endpoint: str = ""
     global_batch: int | None = None  # the global batch to reach with gradient accumulation
+    # Decode models: context lengths for make_inputs(batch_size, context), replacing the
+    # file's CONTEXTS; the sweep runs at the first, the context grid at all of them.
+    contexts: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def distributed(self) -> DistributedConfig | None:
@@ -119,6 +123,10 @@ class Options:
         problem = dist.validate() if dist is not None else ""
         if problem:
             raise UsageError(problem)
+        if self.contexts is not None and (
+                not self.contexts or len(set(self.contexts)) != len(self.contexts)
+                or any(c < 0 for c in self.contexts)):
+            raise UsageError("--contexts must list distinct token counts, e.g. 128,512,1024.")
         if self.global_batch is not None and self.global_batch < 1:
             raise UsageError(f"--global-batch must be at least 1, not {self.global_batch}.")
         if self.out_dir is not None:
@@ -149,6 +157,7 @@ def _worker_config(path: str, options: Options) -> WorkerConfig:
         op_breakdown=options.op_breakdown,
         trace_dir=trace_dir,
         recalibrate=options.recalibrate,
+        contexts=options.contexts,
     )
 
 
@@ -194,11 +203,16 @@ class _ReportWriter(Callbacks):
             self.inner.on_result(result, results)
 
     def build(self, results: list[BatchResult], partial: bool, stop_reason: str,
-              stopped_at_cap: bool = False) -> Report:
-        return analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
-                       partial=partial, stop_reason=stop_reason, stopped_at_cap=stopped_at_cap,
-                       objective=self.options.objective, probes_s=self.probes_s,
-                       global_batch=self.options.global_batch)
+              stopped_at_cap: bool = False, grid: list[GridPoint] | None = None) -> Report:
+        report = analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
+                         partial=partial, stop_reason=stop_reason,
+                         stopped_at_cap=stopped_at_cap, objective=self.options.objective,
+                         probes_s=self.probes_s, global_batch=self.options.global_batch)
+        if self.info.get("contexts") and report.model.get("mode") == "inference":
+            # A decode model: its context grid, and (once the sweep is done) the what-if.
+            report.serving = serving_section(report.to_dict(), grid or [], final=not partial)
+            report.explain()
+        return report
 
 
 def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
@@ -337,7 +351,8 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     run["wall_s"] = time.time() - started
     run["stop_reason"] = outcome.stop_reason
     report = writer.build(outcome.results, partial=outcome.interrupted,
-                          stop_reason=outcome.stop_reason, stopped_at_cap=outcome.stopped_at_cap)
+                          stop_reason=outcome.stop_reason, stopped_at_cap=outcome.stopped_at_cap,
+                          grid=outcome.grid)
     report.flags[:0] = outcome.flags
     if options.out_dir is not None:
         write_all(report, options.out_dir)

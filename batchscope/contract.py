@@ -1,7 +1,9 @@
 """The model-file contract (DESIGN.md): load a user's file into a :class:`ModelSpec`.
 
 A model file defines ``build_model()`` and ``make_inputs(batch_size)``, optionally
-``run(model, inputs)`` and the settings ``BATCH_SIZES``, ``UNIT`` and ``MODE``. Anything
+``run(model, inputs)`` and the settings ``BATCH_SIZES``, ``UNIT``, ``MODE`` and ``CONTEXTS``
+(a decode model's context lengths: then ``make_inputs(batch_size, context)``; the sweep runs
+at the first, and a small grid of step times at all of them feeds the serving what-if). Anything
 that breaks the contract raises :class:`~batchscope.errors.ModelFileError` with one
 sentence naming what is wrong, and the user's own traceback frames where there are any.
 
@@ -38,7 +40,11 @@ MAX_UNIT_CHARS = 32
 # A file that lacks build_model() is told what it does define; past this many names, "…".
 MAX_NAMES_LISTED = 12
 OPTIONAL_FUNCTIONS = ("run", "make_optimizer", "loss")
-SETTINGS = ("BATCH_SIZES", "UNIT", "MODE")
+SETTINGS = ("BATCH_SIZES", "UNIT", "MODE", "CONTEXTS")
+# A grid of step times at more contexts than this is a second sweep, not a grid.
+MAX_CONTEXTS = 16
+# Tokens of context beyond any model's window: a typo, refused before any memory is taken.
+MAX_CONTEXT = 10_000_000
 # More batch sizes than this is not a sweep anyone waits for (each takes seconds), and
 # refusing early keeps a runaway range(1, 2**40) from being walked at all.
 MAX_BATCH_SIZES = 1024
@@ -66,6 +72,17 @@ class ModelSpec:
     module: Any = None
     make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None
     loss: Callable[[Any, Any], torch.Tensor] | None = None
+    contexts: list[int] | None = None  # CONTEXTS: make_inputs(batch_size, context)
+
+    @property
+    def base_context(self) -> int | None:
+        """The context the sweep runs at (the first of CONTEXTS); None without CONTEXTS."""
+        return self.contexts[0] if self.contexts else None
+
+    def call_make_inputs(self, batch_size: int, context: int | None = None) -> Any:
+        if self.contexts is None:
+            return self.make_inputs(batch_size)
+        return self.make_inputs(batch_size, self.base_context if context is None else context)
 
     def step_fn(self, model: torch.nn.Module, inputs: Any) -> Callable[[], Any]:
         """One step of the model on ``inputs``, as a zero-argument callable."""
@@ -124,6 +141,27 @@ def _check_batch_sizes(value: Any, where: str) -> list[int]:
     return sorted(sizes)
 
 
+def check_contexts(value: Any, where: str) -> list[int]:
+    """CONTEXTS as plain ints in the file's order (the first is the sweep's own), or
+    :class:`ModelFileError` naming what is wrong."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ModelFileError(f"{where}: CONTEXTS must be a non-empty list of token counts, "
+                             f"not {quote(value)}.")
+    if len(value) > MAX_CONTEXTS:
+        raise ModelFileError(f"{where}: CONTEXTS lists {len(value)} contexts, more than the "
+                             f"{MAX_CONTEXTS} a grid measures.")
+    contexts = []
+    for c in value:
+        if isinstance(c, bool) or not hasattr(type(c), "__index__") \
+                or not 0 <= operator.index(c) <= MAX_CONTEXT:
+            raise ModelFileError(f"{where}: CONTEXTS must hold token counts from 0 to "
+                                 f"{MAX_CONTEXT:,}, found {quote(c)}.")
+        contexts.append(operator.index(c))
+    if len(set(contexts)) != len(contexts):
+        raise ModelFileError(f"{where}: CONTEXTS lists a context twice: {quote(contexts)}.")
+    return contexts
+
+
 def _check_unit(value: Any, where: str) -> str:
     unit = value.strip() if isinstance(value, str) else ""
     if not unit or len(unit) > MAX_UNIT_CHARS or not unit.isprintable():
@@ -138,7 +176,8 @@ def _check_mode(value: Any, where: str) -> str:
     return value
 
 
-def _check_function(name: str, fn: Any, where: str) -> None:
+def _check_function(name: str, fn: Any, where: str,
+                    parameters: tuple[str, ...] | None = None) -> None:
     """``fn`` is callable the way the sweep calls it (see :data:`PARAMETERS`)."""
     if not callable(fn):
         raise ModelFileError(f"{where}: {name} is {_a(type(fn).__name__)}, not a function.")
@@ -146,12 +185,14 @@ def _check_function(name: str, fn: Any, where: str) -> None:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
         return  # a builtin or C function without a signature: it is called as it is
-    parameters = PARAMETERS[name]
+    parameters = parameters or PARAMETERS[name]
     try:
         signature.bind(*parameters)
     except TypeError:
+        why = " (CONTEXTS is set, so it is given the context too)" \
+            if parameters != PARAMETERS[name] else ""
         raise ModelFileError(f"{where}: {name} cannot be called as {name}("
-                             f"{', '.join(parameters)}); check its parameters.") from None
+                             f"{', '.join(parameters)}){why}; check its parameters.") from None
 
 
 def import_model_file(path: Path) -> Any:
@@ -196,7 +237,8 @@ def _sentence(text: str) -> str:
     return text if text.endswith(".") else text + "."
 
 
-def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
+def load_model_file(path: str | os.PathLike[str], contexts: list[int] | None = None
+                    ) -> ModelSpec:
     """Load a model file and check it against the contract.
 
     Example:
@@ -221,15 +263,17 @@ def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
         optional={name: namespace.get(name) for name in OPTIONAL_FUNCTIONS},
         settings={name: namespace.get(name) for name in SETTINGS},
         module=module,
+        contexts=contexts,
     )
 
 
 def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[str, Any],
-               settings: dict[str, Any], module: Any = None) -> ModelSpec:
+               settings: dict[str, Any], module: Any = None,
+               contexts: list[int] | None = None) -> ModelSpec:
     """Check the functions and settings of a model file (or of API arguments).
 
     A setting that is None is not set and takes its default; any other value must be of
-    the right type and range.
+    the right type and range. ``contexts`` (``--contexts``) replaces the file's CONTEXTS.
 
     Raises:
         ModelFileError: one sentence naming ``path`` and the first thing that is wrong.
@@ -237,7 +281,13 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
     where = str(path)
     try:
         _check_function("build_model", build_model, where)
-        _check_function("make_inputs", make_inputs, where)
+        file_contexts = settings.get("CONTEXTS")
+        if contexts is not None:
+            contexts = check_contexts(contexts, "--contexts")
+        elif file_contexts is not None:
+            contexts = check_contexts(file_contexts, where)
+        _check_function("make_inputs", make_inputs, where,
+                        ("batch_size", "context") if contexts is not None else None)
         for name, fn in optional.items():
             if fn is not None:
                 _check_function(name, fn, where)
@@ -266,6 +316,7 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
         module=module,
         make_optimizer=optional.get("make_optimizer"),
         loss=optional.get("loss"),
+        contexts=contexts,
     )
 
 
@@ -294,7 +345,8 @@ def check_inputs(inputs: Any, batch_size: int, where: str) -> None:
 def spec_from_callables(build_model: Any, make_inputs: Any, run: Any = None,
                         make_optimizer: Any = None, loss: Any = None,
                         batch_sizes: list[int] | None = None, unit: str | None = None,
-                        mode: str | None = None, name: str | None = None) -> ModelSpec:
+                        mode: str | None = None, name: str | None = None,
+                        contexts: list[int] | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from functions passed to the Python API, checked the same way."""
     label = name or getattr(build_model, "__module__", "model") + "." + getattr(
         build_model, "__qualname__", "build_model")
@@ -304,4 +356,5 @@ def spec_from_callables(build_model: Any, make_inputs: Any, run: Any = None,
         make_inputs=make_inputs,
         optional={"run": run, "make_optimizer": make_optimizer, "loss": loss},
         settings={"BATCH_SIZES": batch_sizes, "UNIT": unit, "MODE": mode},
+        contexts=contexts,
     )

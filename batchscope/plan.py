@@ -224,3 +224,37 @@ def predicted_not_to_fit(results: list[BatchResult], batch_size: int,
             f"and only {available / 2**20:,.0f} MiB was free"
         )
     return ""
+
+
+# The context grid (CONTEXTS) times at most this many batch sizes at each context: enough
+# to see how the KV cost grows with the batch, few enough to cost seconds, not a second sweep.
+GRID_MAX_SIZES = 4
+# A grid point whose step is predicted longer than this is left out: the timing pass needs
+# several steps, and a longer one is a sweep of its own.
+GRID_MAX_STEP_S = 1.0
+
+
+def grid_batch_sizes(results: list[BatchResult], base_context: int, context: int,
+                     budget_bytes: int | None = None) -> list[int]:
+    """Which measured batch sizes to time at ``context``: spread evenly (in log scale) over
+    those predicted to fit in memory and to step within :data:`GRID_MAX_STEP_S`. The KV
+    cache is taken as all the input bytes beyond what batch 1 holds, scaled with the context."""
+    ok = [r for r in results if r.status == Status.OK and r.latency_s is not None]
+    scale = (context + 1) / (base_context + 1)
+    fits = []
+    for r in ok:
+        peak = r.peak_memory_bytes or 0
+        state = (r.bytes.state if r.bytes is not None else 0) or 0
+        predicted = peak + state * max(scale - 1, 0.0)
+        free = r.available_memory_bytes
+        if budget_bytes is not None and predicted > budget_bytes:
+            continue
+        if free is not None and predicted - peak > MEMORY_HEADROOM * free:
+            continue
+        if r.latency_s.median * max(scale, 1.0) > GRID_MAX_STEP_S:
+            continue
+        fits.append(r.batch_size)
+    if len(fits) <= GRID_MAX_SIZES:
+        return fits
+    picks = {fits[round(i * (len(fits) - 1) / (GRID_MAX_SIZES - 1))] for i in range(GRID_MAX_SIZES)}
+    return sorted(picks)

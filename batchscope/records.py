@@ -289,6 +289,28 @@ def op_stat_from_dict(d: dict[str, Any]) -> OpStat:
     return OpStat(**d)
 
 
+@dataclass
+class GridPoint:
+    """One step time of the context grid (``report.json`` ``serving.context_grid``): a
+    decode model timed at a context other than the sweep's, for the serving what-if."""
+
+    batch_size: int
+    context: int
+    status: Status
+    latency_s: LatencyStats | None = None
+    input_bytes: int | None = None  # every tensor make_inputs returned: the KV cache's size
+    error: str = ""
+
+
+def grid_point_from_dict(d: dict[str, Any]) -> GridPoint:
+    d = dict(d)
+    d["status"] = Status(d["status"])
+    if d.get("latency_s") is not None:
+        d["latency_s"] = LatencyStats(**d["latency_s"])
+    known = {f.name for f in dataclasses.fields(GridPoint)}
+    return GridPoint(**{k: v for k, v in d.items() if k in known})
+
+
 def batch_result_from_dict(d: dict[str, Any]) -> BatchResult:
     """Rebuild a :class:`BatchResult` from :func:`to_jsonable` output."""
     d = dict(d)
@@ -400,6 +422,8 @@ class Report:
     prediction: StepPrediction | None = None
     # Data-parallel sweeps: classifiers.data_parallel.data_parallel_summary; None otherwise.
     distributed: dict[str, Any] | None = None
+    # Decode models (CONTEXTS): the context grid and the serving what-if; None otherwise.
+    serving: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.explain()
@@ -434,6 +458,7 @@ class Report:
             "estimates": to_jsonable(self.estimates),
             "prediction": to_jsonable(self.prediction),
             "distributed": to_jsonable(self.distributed),
+            "serving": to_jsonable(self.serving),
         }
 
     def _repr_html_(self) -> str:

@@ -78,3 +78,31 @@ def test_the_plan_says_when_its_cap_ended_the_sweep():
     assert default.next_batch(ok) is None and default.stopped_at_cap
     explicit = Plan([1, 2, 4], Limits())
     assert explicit.next_batch(ok) is None and not explicit.stopped_at_cap
+
+
+def _timed(b: int, median_s: float, peak: int = 10**6, state: int = 0,
+           free: int | None = 10**9) -> BatchResult:
+    from batchscope.records import ByteSplit, LatencyStats
+
+    return BatchResult(b, Status.OK, latency_s=LatencyStats(median_s, median_s, median_s, 5),
+                       peak_memory_bytes=peak, bytes=ByteSplit(state=state),
+                       available_memory_bytes=free)
+
+
+def test_grid_batch_sizes_spread_over_what_fits():
+    from batchscope.plan import GRID_MAX_SIZES, grid_batch_sizes
+
+    results = [_timed(2**i, 0.01) for i in range(8)]  # 1 .. 128
+    picked = grid_batch_sizes(results, 128, 128)
+    assert len(picked) == GRID_MAX_SIZES and picked[0] == 1 and picked[-1] == 128
+    # At 4x the context a step of 0.3 s would take ~1.2 s: over GRID_MAX_STEP_S.
+    slow = [_timed(1, 0.01), _timed(2, 0.3)]
+    assert grid_batch_sizes(slow, 128, 511) == [1]
+    # KV of 100 MB at batch 2 grows to ~400 MB at 4x the context: over a 250 MB budget.
+    heavy = [_timed(1, 0.01, state=5 * 10**7), _timed(2, 0.01, state=10**8)]
+    assert grid_batch_sizes(heavy, 128, 515, budget_bytes=250 * 10**6) == [1]
+    # ... or over what was free: at 16x the context batch 1 adds 750 MB (under 90% of 1 GB
+    # free), batch 2 adds 1.5 GB.
+    assert grid_batch_sizes(heavy, 128, 2063) == [1]
+    tight = [_timed(1, 0.01, state=5 * 10**7, free=10**8)]
+    assert grid_batch_sizes(tight, 128, 2063) == []

@@ -312,7 +312,7 @@ def analyze(
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",
                                       "available_memory_bytes")}
-    for key in ("training_step", "compiled", "distributed"):
+    for key in ("training_step", "compiled", "distributed", "contexts"):
         if info.get(key):
             model[key] = info[key]
     return Report(

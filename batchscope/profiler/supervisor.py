@@ -20,7 +20,7 @@ from typing import Any
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import Limits, Plan, predicted_not_to_fit
+from batchscope.plan import Limits, Plan, grid_batch_sizes, predicted_not_to_fit
 from batchscope.profiler.launcher import (
     DistributedConfig,
     LaunchedRanks,
@@ -29,7 +29,13 @@ from batchscope.profiler.launcher import (
     rendezvous_failed,
 )
 from batchscope.profiler.worker_config import WorkerConfig
-from batchscope.records import BatchResult, Status, batch_result_from_dict
+from batchscope.records import (
+    BatchResult,
+    GridPoint,
+    Status,
+    batch_result_from_dict,
+    grid_point_from_dict,
+)
 
 # A batch size that takes longer than this (warm-up, timing, profiling, counting together) is
 # stopped as `timeout`; a hung step must not hang the sweep.
@@ -87,6 +93,7 @@ class SweepOutcome:
     interrupted: bool = False
     flags: list[str] = field(default_factory=list)
     stopped_at_cap: bool = False  # the plan's largest batch size was reached (--max-batch)
+    grid: list[GridPoint] = field(default_factory=list)  # the context grid (CONTEXTS)
 
 
 class Callbacks:
@@ -223,6 +230,7 @@ class Sweep:
         self.info: dict[str, Any] = {}
         self.ceilings: Ceilings | None = None
         self.results: list[BatchResult] = []
+        self.grid: list[GridPoint] = []
         self.plan: Plan | None = None
         self.ceilings_error = ""
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
@@ -302,6 +310,7 @@ class Sweep:
                 self.callbacks.on_result(result, self.results)
             if self.config.final_probes is not None and self.ceilings is not None:
                 self.probe(self.config.final_probes(self.results, self.ceilings))
+            self._context_grid()
         except KeyboardInterrupt:
             interrupted = True
             self.callbacks.on_interrupt()
@@ -314,7 +323,49 @@ class Sweep:
         )
         flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
         return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
-                            flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap))
+                            flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap),
+                            grid=self.grid)
+
+    def _context_grid(self) -> None:
+        """Time the measured batch sizes at every context of CONTEXTS (timing only), for
+        the serving what-if. At each context the sizes go up, and a failure ends that
+        context's row: a larger batch at the same context would fail too."""
+        contexts = self.info.get("contexts") or []
+        if len(contexts) < 2 or self.info.get("mode") != "inference" \
+                or self.config.distributed is not None:
+            return
+        for context in contexts:
+            for b in grid_batch_sizes(self.results, contexts[0], context,
+                                      self.config.limits.memory_budget_bytes):
+                self.callbacks.on_phase(b, f"context {context}")
+                point = self._grid_point(b, context)
+                self.grid.append(point)
+                if point.status != Status.OK:
+                    break
+
+    def _grid_point(self, batch_size: int, context: int) -> GridPoint:
+        deadline = time.monotonic() + self.config.batch_timeout_s
+        try:
+            handle = self._worker()
+            handle.send(("grid", {"batch_size": batch_size, "context": context}))
+            while True:
+                kind, payload = handle.recv(deadline)
+                if kind == "grid_point":
+                    point = grid_point_from_dict(payload)
+                    if point.status != Status.OK:  # the worker exits after a failure
+                        handle.stop(graceful=True)
+                        self.handle = None
+                    return point
+        except NothingMeasuredError as exc:  # a replacement worker failed to start
+            return GridPoint(batch_size, context, Status.KILLED, error=str(exc))
+        except (*_DIED, *_TIMED_OUT) as exc:
+            if self.handle is not None:
+                self.handle.stop(graceful=False)
+                self.handle = None
+            status, why = (_death_of(exc) if isinstance(exc, _DIED) else
+                           (Status.TIMEOUT,
+                            f"no result within {self.config.batch_timeout_s:.0f} s"))
+            return GridPoint(batch_size, context, status, error=why)
 
     def _early_stop(self, results: list[BatchResult], remaining: list[int]) -> str:
         if self.config.early_stop is None or self.ceilings is None:

@@ -59,7 +59,7 @@ from batchscope.profiler.training import (
     training_step,
 )
 from batchscope.profiler.worker_config import WorkerConfig
-from batchscope.records import BatchResult, Status, to_jsonable
+from batchscope.records import BatchResult, GridPoint, Status, to_jsonable
 from batchscope.tensors import iter_tensors, map_tensors
 from batchscope.tracebacks import describe_exception, user_frames
 
@@ -95,8 +95,9 @@ class Worker:
         self.dtype = DTYPES[config.dtype]
         if config.threads:
             torch.set_num_threads(config.threads)
-        self.spec: ModelSpec = (load_model_file(config.model_path) if config.callables is None
-                                else spec_from_callables(**config.callables))
+        self.spec: ModelSpec = (
+            load_model_file(config.model_path, config.contexts) if config.callables is None
+            else spec_from_callables(**config.callables, contexts=config.contexts))
         self.mode = config.mode or self.spec.mode
         model = self._call_user(self.spec.build_model, "build_model()")
         if not isinstance(model, torch.nn.Module):
@@ -147,6 +148,7 @@ class Worker:
             "mode": self.mode,
             "unit": self.spec.unit,
             "batch_sizes": self.spec.batch_sizes,
+            "contexts": self.spec.contexts,
             "threads": torch.get_num_threads(),
             "device": str(self.device),
             "available_memory_bytes": available_bytes(self.device),
@@ -154,8 +156,12 @@ class Worker:
             **({"training_step": step_description(self.spec)} if self.mode == "train" else {}),
         }
 
-    def make_inputs(self, batch_size: int) -> Any:
-        inputs = self._call_user(self.spec.make_inputs, f"make_inputs({batch_size})", batch_size)
+    def make_inputs(self, batch_size: int, context: int | None = None) -> Any:
+        if self.spec.contexts is not None and context is None:
+            context = self.spec.base_context
+        label = (f"make_inputs({batch_size})" if self.spec.contexts is None
+                 else f"make_inputs({batch_size}, {context})")
+        inputs = self._call_user(self.spec.call_make_inputs, label, batch_size, context)
         check_inputs(inputs, batch_size, str(self.spec.path))
 
         def cast(t: torch.Tensor) -> torch.Tensor:
@@ -233,6 +239,23 @@ class Worker:
         result.available_memory_bytes = available_bytes(self.device)
         result.wall_s = time.perf_counter() - started
         return result
+
+    def time_grid_point(self, batch_size: int, context: int) -> GridPoint:
+        """Step time at one (batch size, context) of the context grid: the timing pass only
+        (the per-op split comes from the sweep's own context)."""
+        point = GridPoint(batch_size, context, Status.OK)
+        try:
+            inputs = self.make_inputs(batch_size, context)
+            point.input_bytes = sum(t.numel() * t.element_size() for t in iter_tensors(inputs))
+            step = self.spec.step_fn(self.model, inputs)
+            with torch.inference_mode():
+                point.latency_s, _, _ = time_steps(step, self.sync, self.timing)
+        except ModelFileError as exc:
+            point.status, point.error = Status.MODEL_ERROR, str(exc)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            status, label = classify_exception(exc)
+            point.status, point.error = status, f"{label}{describe_exception(exc)}"
+        return point
 
     def _op_breakdown(self, result: BatchResult, step, inputs: Any) -> None:
         trace = None
@@ -332,6 +355,11 @@ def worker_main(conn, config: WorkerConfig) -> None:
 
             send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
                                        worker.sync, payload.get("cache_bytes"))))
+        elif kind == "grid":
+            point = worker.time_grid_point(int(payload["batch_size"]), int(payload["context"]))
+            send(("grid_point", to_jsonable(point)))
+            if point.status != Status.OK:
+                return  # as after a failed batch size: a fresh worker takes the next point
         elif kind == "batch":
             try:
                 result = worker.measure(int(payload["batch_size"]),

@@ -30,6 +30,7 @@ class WorkerConfig:
     op_breakdown: bool = True  # capture + counting passes
     trace_dir: str | None = None
     recalibrate: bool = False  # distributed ranks: measure the all-reduce bandwidth again
+    contexts: list[int] | None = None  # --contexts: replaces the file's CONTEXTS
 
 
 def worker_config_from_json(text: str) -> WorkerConfig:

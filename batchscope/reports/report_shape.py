@@ -67,6 +67,11 @@ def _shapes(value: Any) -> bool:
         isinstance(s, list) and all(_is_int(d) for d in s) for s in value)
 
 
+def _counts(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        _is_int(c) and c >= 0 for c in value)
+
+
 TEXT = Kind("a string", lambda v: isinstance(v, str))
 FLAG = Kind("true or false", lambda v: isinstance(v, bool))
 NUMBER = Kind("a number", is_number)
@@ -77,6 +82,7 @@ OBJECT = Kind("an object", lambda v: isinstance(v, dict))
 LIST = Kind("a list", lambda v: isinstance(v, list))
 NUMBER_MAP = Kind("an object of numbers", _number_map)
 SHAPES = Kind("a list of shapes (lists of integers)", _shapes)
+COUNTS = Kind("a non-empty list of integers ≥ 0", _counts)
 
 Fields = dict[str, tuple[Kind, bool]]  # name -> (kind, required)
 
@@ -87,11 +93,12 @@ def _optional(**kinds: Kind) -> Fields:
 
 TOP_FIELDS: Fields = {
     **_optional(schema=TEXT, partial=FLAG, stop_reason=TEXT, model=OBJECT, hardware=OBJECT,
-                run=OBJECT, recommendation=OBJECT, flags=LIST),
+                run=OBJECT, recommendation=OBJECT, flags=LIST, serving=OBJECT),
     "batches": (LIST, True),
 }
 MODEL_FIELDS = _optional(target=TEXT, dtype=TEXT, mode=TEXT, unit=TEXT, device=TEXT,
-                         parameters=COUNT, parameter_bytes=NON_NEGATIVE, threads=COUNT)
+                         parameters=COUNT, parameter_bytes=NON_NEGATIVE, threads=COUNT,
+                         available_memory_bytes=NON_NEGATIVE, contexts=COUNTS)
 HARDWARE_FIELDS = _optional(device=TEXT, name=TEXT, source=TEXT, threads=COUNT,
                             peak_flops_per_s=NUMBER_MAP, ridge_flops_per_byte=NUMBER_MAP,
                             bandwidth_bytes_per_s=NON_NEGATIVE, overhead_s=NON_NEGATIVE)
@@ -105,7 +112,7 @@ BATCH_FIELDS: Fields = {
     **_optional(latency_s=OBJECT, throughput_per_s=NON_NEGATIVE,
                 peak_memory_bytes=NON_NEGATIVE, time_share=NUMBER_MAP, bytes=NUMBER_MAP,
                 flops=NUMBER, profiled_step_s=NON_NEGATIVE, ops=LIST, flags=LIST,
-                error=TEXT),
+                error=TEXT, op_time_s=NON_NEGATIVE),
     "batch_size": (POSITIVE_INT, True),
     "status": (TEXT, True),
 }
@@ -115,9 +122,17 @@ OP_FIELDS = _optional(op_id=TEXT, name=TEXT, module=TEXT, dtype=TEXT, bound=TEXT
                       time_s=NON_NEGATIVE, roof_time_s=NON_NEGATIVE, flops=NUMBER,
                       bytes=NUMBER_MAP, intensity=NUMBER, efficiency=NUMBER, flags=LIST,
                       input_shapes=SHAPES)
+SERVING_FIELDS = _optional(contexts=COUNTS, base_context=COUNT, context_grid=LIST,
+                           what_if=OBJECT)
+GRID_FIELDS: Fields = {
+    **_optional(latency_s=OBJECT, input_bytes=NON_NEGATIVE, error=TEXT),
+    "batch_size": (POSITIVE_INT, True),
+    "context": (COUNT, True),
+    "status": (TEXT, True),
+}
 # Sections of the top level that are objects with known fields.
 SECTIONS = {"model": MODEL_FIELDS, "hardware": HARDWARE_FIELDS, "run": RUN_FIELDS,
-            "recommendation": RECOMMENDATION_FIELDS}
+            "recommendation": RECOMMENDATION_FIELDS, "serving": SERVING_FIELDS}
 
 
 def kind_of(value: Any) -> str:
@@ -233,6 +248,12 @@ def _check_shape(doc: Any) -> None:
     options = (doc.get("run") or {}).get("options")
     if options is not None:
         _check_fields(options, OPTIONS_FIELDS, "run.options")
+    grid = (doc.get("serving") or {}).get("context_grid") or []
+    _check_list_of_objects(grid, GRID_FIELDS, "serving.context_grid")
+    for i, point in enumerate(grid):
+        if point.get("latency_s") is not None:
+            _check_fields(point["latency_s"], LATENCY_FIELDS,
+                          f"serving.context_grid[{i}].latency_s")
     _check_list_of_objects(doc["batches"], BATCH_FIELDS, "batches")
     for i, batch in enumerate(doc["batches"]):
         _check_batch(batch, f"batches[{i}]")
