@@ -7,6 +7,7 @@ to stderr. Exit codes are documented in README.md and :class:`batchscope.errors.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
@@ -42,20 +43,32 @@ from batchscope.reports.console import (
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
-SUBCOMMANDS = ("hardware", "compare", "trace")
+SUBCOMMANDS = ("hardware", "compare", "trace", "serve")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
                "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
                "tib": 2**40}
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--memory-budget") -> int:
     """``"8GiB"``, ``"500MB"`` or a plain byte count -> bytes."""
     match = _SIZE.match(text)
     unit = (match.group(2) or "").lower() if match else None
     if match is None or unit not in _SIZE_UNITS:
-        raise UsageError(f"--memory-budget {text!r} is not a size such as 8GiB or 500MB.")
+        raise UsageError(f"{option} {text!r} is not a size such as 8GiB or 500MB.")
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_contexts(text: str) -> list[int]:
+    """``"128,512,1024"`` -> token counts in the order given (the first is the sweep's)."""
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(int(part.strip()))
+        except ValueError:
+            raise UsageError(f"--contexts {text!r}: {part.strip()!r} is not a whole number of "
+                             "tokens; write e.g. 128,512,1024.") from None
+    return values
 
 
 def fail(exc: BatchscopeError) -> typer.Exit:
@@ -97,10 +110,14 @@ def diagnose(
     node_rank: Annotated[int, typer.Option("--node-rank", help="This node's rank (as torchrun); node 0 writes the report.")] = 0,
     rdzv_endpoint: Annotated[str, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (as torchrun).")] = "",
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch to reach: the gradient-accumulation steps it takes at the recommended per-rank batch.")] = None,
+    contexts: Annotated[Optional[str], typer.Option("--contexts", help="Decode models: tokens of context, e.g. 128,512,1024 (make_inputs(batch_size, context)); the sweep runs at the first, a small grid of step times at all, for `diagnose serve`.")] = None,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
-    Other verbs: `diagnose hardware` prints this machine's measured ceilings.
+    Other verbs: `diagnose hardware` prints this machine's measured ceilings; `diagnose
+    compare BASE HEAD` compares two reports; `diagnose trace TRACE...` analyses recorded
+    profiler traces; `diagnose serve REPORT.json` simulates static against continuous
+    batching from a decode model's report.
     """
     try:
         options = Options(
@@ -108,6 +125,7 @@ def diagnose(
             dtype=dtype,
             batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes is not None else None,
             max_batch=max_batch,
+            contexts=parse_contexts(contexts) if contexts is not None else None,
             measure_all=measure_all,
             latency_limit_s=latency_limit_ms / 1e3 if latency_limit_ms is not None else None,
             memory_budget_bytes=parse_size(memory_budget) if memory_budget is not None else None,
@@ -264,6 +282,66 @@ def trace(
             err_console.print(f"note: {Path(batch.trace_path).name}: {flag}", markup=False)
     print_summary(out_console, report)
     err_console.print(f"report written to {out}/", markup=False)
+    raise typer.Exit(code=0)
+
+
+@tools_app.command("serve")
+def serve(
+    report: Annotated[Path, typer.Argument(help="report.json of a decode model's sweep.")],
+    rate: Annotated[Optional[list[float]], typer.Option("--rate", help="Offered requests per second; repeat for several (default: six loads from light to past saturation).")] = None,
+    requests: Annotated[int, typer.Option("--requests", help="Requests in the seeded Poisson stream.")] = 500,
+    prompt_tokens: Annotated[Optional[str], typer.Option("--prompt-tokens", help="Prompt length, e.g. 128 or 64:512 (uniform); default: the sweep's context.")] = None,
+    output_tokens: Annotated[str, typer.Option("--output-tokens", help="Tokens generated per request, e.g. 128 or 16:256 (uniform).")] = "16:256",
+    trace_file: Annotated[Optional[Path], typer.Option("--trace", help="Requests to replay instead (CSV or JSON lines: arrival_s, prompt_tokens, output_tokens); --rate rescales its arrivals.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the request stream.")] = 0,
+    caps: Annotated[Optional[str], typer.Option("--caps", help="Batch caps to try, e.g. 8,32,64 (default: every measured batch size).")] = None,
+    kv_memory: Annotated[Optional[str], typer.Option("--kv-memory", help="Memory for the KV cache, e.g. 8GiB (default: 90% of what the sweep found free beside the weights).")] = None,
+    slo_ttft_ms: Annotated[Optional[float], typer.Option("--slo-ttft-ms", help="Target p99 time to first token, ms.")] = None,
+    slo_tpot_ms: Annotated[Optional[float], typer.Option("--slo-tpot-ms", help="Target p99 time per output token, ms.")] = None,
+    prefill_ms_per_token: Annotated[float, typer.Option("--prefill-ms-per-token", help="Prefill cost charged at admission (default 0: the prompt's KV is taken as ready).")] = 0.0,
+    context: Annotated[Optional[int], typer.Option("--context", help="Tokens of context the sweep's steps held, when the model file set no CONTEXTS.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for serving.json/html/md (default: the report's folder).")] = None,
+) -> None:
+    """Static against continuous batching, simulated from a report's step times.
+
+    Example: diagnose serve batchscope-report/report.json --slo-tpot-ms 200
+
+    Exit 0: simulated; 4: bad input (an unreadable report, a negative rate, an empty trace).
+    """
+    from batchscope.reports.json_report import atomic_write_text, load_report
+    from batchscope.reports.serving_render import print_serving, render_html, render_markdown
+    from batchscope.serving.metrics import Slo
+    from batchscope.serving.requests import load_trace, parse_token_range
+    from batchscope.serving.whatif import WhatIfOptions, what_if
+
+    try:
+        doc = load_report(report)
+        options = WhatIfOptions(
+            rates_per_s=list(rate) if rate else None, requests=requests,
+            prompt_tokens=parse_token_range(prompt_tokens, "--prompt-tokens", 0)
+            if prompt_tokens is not None else None,
+            output_tokens=parse_token_range(output_tokens, "--output-tokens", 1),
+            trace=load_trace(trace_file) if trace_file is not None else None, seed=seed,
+            caps=parse_batch_sizes(caps) if caps is not None else None,
+            kv_memory_bytes=parse_size(kv_memory, "--kv-memory") if kv_memory else None,
+            slo=Slo(None if slo_ttft_ms is None else slo_ttft_ms / 1e3,
+                    None if slo_tpot_ms is None else slo_tpot_ms / 1e3),
+            prefill_s_per_token=prefill_ms_per_token / 1e3, context=context)
+        if context is not None and not 0 <= context <= 10_000_000:
+            raise UsageError(f"--context must be a token count from 0 up, not {context}.")
+        result = what_if(doc, options)
+        folder = out if out is not None else report.parent
+        from batchscope.api import check_writable
+
+        check_writable(folder)
+    except BatchscopeError as exc:
+        raise fail(exc) from None
+    atomic_write_text(folder / "serving.json",
+                      json.dumps(result, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(folder / "serving.html", render_html(result))
+    atomic_write_text(folder / "serving.md", render_markdown(result))
+    print_serving(out_console, result)
+    err_console.print(f"serving what-if written to {folder}/", markup=False)
     raise typer.Exit(code=0)
 
 

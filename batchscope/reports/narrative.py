@@ -423,6 +423,9 @@ def serving(doc: Doc) -> Section | None:
             f"At batch 1 that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}: no "
             "larger batch measured gave enough throughput to be worth its latency, so serve "
             "requests one at a time; batching them would only make each one wait.")
+        what_if = _what_if_paragraph(doc)
+        if what_if:
+            sec.paragraphs.append(what_if)
         return sec
     sec.paragraphs.append(
         f"Every throughput here is for a full batch: {n} rows in every step. At batch {n} "
@@ -446,7 +449,34 @@ def serving(doc: Doc) -> Section | None:
             f"the {fmt.rate(thr, unit)} holds while requests are queued. With fewer than {n} "
             "in flight the batch runs partly empty and throughput follows the measured curve "
             "down; the latency of each step follows it up.")
+    what_if = _what_if_paragraph(doc)
+    if what_if:
+        sec.paragraphs.append(what_if)
     return sec
+
+
+def _what_if_paragraph(doc: Doc) -> str | None:
+    """The serving simulation the sweep ran on its own step times (decode models)."""
+    serving = doc.get("serving") if isinstance(doc.get("serving"), dict) else {}
+    result = serving.get("what_if")
+    if not isinstance(result, dict):
+        return None
+    rec = result.get("recommendation") if isinstance(result.get("recommendation"), dict) else {}
+    stream = result.get("stream") if isinstance(result.get("stream"), dict) else {}
+    step = result.get("step_time") if isinstance(result.get("step_time"), dict) else {}
+    sentence = rec.get("sentence")
+    if not isinstance(sentence, str):
+        return None
+    text = (f"Simulated on these step times ({stream.get('requests')} Poisson requests, "
+            f"prompts of {stream.get('prompt_tokens')} tokens, outputs of "
+            f"{stream.get('output_tokens')}; step time over context from the "
+            f"{step.get('source')}): {sentence}")
+    worst = step.get("worst_error")
+    if isinstance(worst, (int, float)):
+        text += (f" The step-time fit is within {fmt.pct(worst)} of every step the context "
+                 "grid measured.")
+    return text + (" `diagnose serve report.json` asks it with your own request rates, "
+                   "lengths and latency targets (--slo-tpot-ms, --slo-ttft-ms).")
 
 
 def allocator_headline(doc: Doc) -> str | None:

@@ -61,3 +61,23 @@ def test_sample_report_draws_every_chart_offline(name: str, tmp_path: Path) -> N
     rec = load(name)["recommendation"]["batch_size"]
     shown = sum(len(b["ops"]) for b in load(name)["batches"] if b["batch_size"] == rec)
     assert re.search(rf'id="op-count"[^>]*>{shown} of \d+ rows<', run.dom)
+
+
+def test_serving_page_draws_its_charts_offline(tmp_path: Path) -> None:
+    from batchscope.reports.serving_render import render_html as render_serving
+    from batchscope.serving.requests import TokenRange
+    from batchscope.serving.whatif import WhatIfOptions, what_if
+    from tests.serving.conftest import decode_doc
+
+    result = what_if(decode_doc(target="<b>hostile</b>"),
+                     WhatIfOptions(requests=60, output_tokens=TokenRange(4, 32)))
+    page = tmp_path / "serving.html"
+    page.write_text(render_serving(result), encoding="utf-8")
+    assert CHROMIUM is not None
+    run = open_page(CHROMIUM, page, tmp_path / "browser", WIDTH, HEIGHT)
+    check_page(run)
+    assert run.body["data-charts-drawn"] == "3"  # TPOT, TTFT and throughput against rate
+    assert "<b>hostile</b>" not in run.dom
+    keep = os.environ.get("BATCHSCOPE_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(run.screenshot, Path(keep) / run.screenshot.name)
