@@ -110,6 +110,11 @@ def _nonneg_line(xs: list[float], ys: list[float]) -> LinearFit:
 
 def _through(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """``y = fixed + factor·x`` by least squares on relative error, fixed >= 0, factor > 0."""
+    timed = [(x, y) for x, y in zip(xs, ys) if y > 0]
+    if timed and len(timed) < len(xs):  # a profile that timed the op at 0 s says nothing
+        xs, ys = [x for x, _ in timed], [y for _, y in timed]
+    elif not timed:
+        return 0.0, 0.0
     if len(xs) == 1 or max(xs) - min(xs) <= 1e-12 * max(xs):
         return 0.0, sum(ys) / sum(xs)
     # Each point's relative error counts alike, weighted by its batch size's place in the
