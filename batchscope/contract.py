@@ -189,7 +189,7 @@ def _check_function(name: str, fn: Any, where: str,
     try:
         signature.bind(*parameters)
     except TypeError:
-        why = " (CONTEXTS is set, so it is given the context too)" \
+        why = " (with CONTEXTS or --contexts it is given the context too)" \
             if parameters != PARAMETERS[name] else ""
         raise ModelFileError(f"{where}: {name} cannot be called as {name}("
                              f"{', '.join(parameters)}){why}; check its parameters.") from None

@@ -123,7 +123,7 @@ def test_contexts_in_the_contract(tmp_path):
     with pytest.raises(ModelFileError, match="CONTEXTS must be a non-empty list"):
         load_model_file(model)
     model.write_text(base + "CONTEXTS = [8, 32]\ndef make_inputs(b): return torch.randn(b, 4)\n")
-    with pytest.raises(ModelFileError, match="given the context too"):
+    with pytest.raises(ModelFileError, match="it is given the context too"):
         load_model_file(model)
     model.write_text(base + "def make_inputs(b, c=4): return torch.randn(b, c)\n")
     spec = load_model_file(model, contexts=[4, 16])  # --contexts
