@@ -11,8 +11,9 @@ from batchscope.records import GridPoint, to_jsonable
 from batchscope.serving.whatif import WhatIfOptions, what_if
 
 # The report's own what-if is a first look, run at the end of every decode sweep: fewer
-# requests than ``diagnose serve``'s default keep it to a few seconds.
-REPORT_REQUESTS = 200
+# requests and loads than ``diagnose serve``'s defaults keep it to a second or two.
+REPORT_REQUESTS = 150
+REPORT_LOADS = (0.25, 0.75, 1.1)
 
 
 def serving_section(doc: dict[str, Any], grid: list[GridPoint], final: bool) -> dict[str, Any]:
@@ -27,7 +28,8 @@ def serving_section(doc: dict[str, Any], grid: list[GridPoint], final: bool) -> 
         return section
     try:
         section["what_if"] = what_if({**doc, "serving": section},
-                                     WhatIfOptions(requests=REPORT_REQUESTS))
+                                     WhatIfOptions(requests=REPORT_REQUESTS,
+                                                   loads=REPORT_LOADS))
     except UsageError as exc:  # nothing measured to simulate from: say so, keep the report
         section["what_if_error"] = str(exc)
     return section

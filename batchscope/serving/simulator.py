@@ -80,15 +80,18 @@ class Simulation:
         return self.row_steps / self.steps if self.steps else None
 
 
-@dataclass
 class _Row:
-    served: Served
-    cached_tokens: int
-    generated: int = 0
+    """One slot of the batch: its request, the tokens in its KV cache, tokens made so far."""
+
+    __slots__ = ("served", "cached_tokens", "generated", "target")
+
+    def __init__(self, served: Served, cached_tokens: int) -> None:
+        self.served, self.cached_tokens = served, cached_tokens
+        self.generated, self.target = 0, served.request.output_tokens
 
     @property
     def done(self) -> bool:
-        return self.generated >= self.served.request.output_tokens
+        return self.generated >= self.target
 
 
 def _reserve(request: Request) -> int:
@@ -133,7 +136,8 @@ class _Server:
         self.t += prefill
         self.sim.busy_s += prefill
 
-    def step(self) -> None:
+    def step(self) -> list[_Row]:
+        """One decode step of every row; the rows whose request it finished."""
         rows = len(self.rows)
         dt = self.step_s(rows, max(r.cached_tokens for r in self.rows))
         self.t += dt
@@ -141,15 +145,18 @@ class _Server:
         self.sim.steps += 1
         self.sim.row_steps += rows
         self.sim.step_rows.append(rows)
+        finished = []
         for row in self.rows:
-            if row.done:
+            if row.generated >= row.target:
                 continue  # a static batch's finished row: held, not advanced
             row.generated += 1
             row.cached_tokens += 1
             if row.generated == 1:
                 row.served.first_token_s = self.t
-            if row.done:
+            if row.generated == row.target:
                 row.served.finished_s = self.t
+                finished.append(row)
+        return finished
 
     def release(self, row: _Row) -> None:
         self.kv_used -= _reserve(row.served.request)
@@ -174,6 +181,8 @@ def simulate(requests: list[Request], policy: Policy, cap: int, step_s: StepTime
         (0.03, 3)
     """
     server = _Server(requests, Policy(policy), cap, step_s, kv_capacity_tokens, prefill_s)
+    continuous = server.sim.policy == Policy.CONTINUOUS
+    unfinished = 0  # rows of the batch still generating
     while True:
         if not server.rows:
             server.admit()
@@ -181,14 +190,18 @@ def simulate(requests: list[Request], policy: Policy, cap: int, step_s: StepTime
                 if not server.idle_until_next_arrival():
                     break
                 continue
-        elif server.sim.policy == Policy.CONTINUOUS:
+            unfinished = len(server.rows)
+        elif continuous:
+            before = len(server.rows)
             server.admit()
-        server.step()
-        if server.sim.policy == Policy.CONTINUOUS:
-            for row in [r for r in server.rows if r.done]:
+            unfinished += len(server.rows) - before
+        finished = server.step()
+        unfinished -= len(finished)
+        if continuous and finished:
+            for row in finished:
                 server.release(row)
             server.rows = [r for r in server.rows if not r.done]
-        elif all(r.done for r in server.rows):
+        elif not continuous and unfinished == 0:
             for row in server.rows:
                 server.release(row)
             server.rows = []

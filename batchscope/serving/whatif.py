@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from batchscope.errors import UsageError
@@ -55,6 +56,7 @@ class WhatIfOptions:
     slo: Slo = field(default_factory=Slo)
     prefill_s_per_token: float = 0.0
     context: int | None = None  # the sweep's context when the report does not record it
+    loads: tuple[float, ...] = DEFAULT_LOADS  # default rates, as shares of saturation
 
     def validate(self) -> None:
         for rate in self.rates_per_s or []:
@@ -78,6 +80,8 @@ class _Runner:
     def __init__(self, model: StepTimeModel, options: WhatIfOptions, kv_tokens: int | None,
                  prompt: TokenRange):
         self.model, self.options, self.kv_tokens, self.prompt = model, options, kv_tokens, prompt
+        # Every simulation of one what-if asks for the same (rows, context) steps again.
+        self.step_s = lru_cache(maxsize=None)(model.step_s)
         per_token = options.prefill_s_per_token
         self.prefill = (lambda p: p * per_token) if per_token > 0 else None
 
@@ -88,7 +92,7 @@ class _Runner:
         return poisson_stream(rate_per_s, o.requests, self.prompt, o.output_tokens, o.seed)
 
     def run(self, policy: Policy, cap: int, rate_per_s: float) -> ServingMetrics:
-        sim = simulate(self.stream(rate_per_s), policy, cap, self.model.step_s,
+        sim = simulate(self.stream(rate_per_s), policy, cap, self.step_s,
                        self.kv_tokens, self.prefill)
         return summarize_simulation(sim, self.options.slo)
 
@@ -175,7 +179,7 @@ def what_if(doc: Doc, options: WhatIfOptions | None = None) -> Doc:
     else:
         mean_out, mean_prompt = options.output_tokens.mean, prompt.mean
     saturated = _saturated_rate(model, caps, mean_prompt, mean_out)
-    rates = sorted(set(options.rates_per_s or [round(saturated * f, 6) for f in DEFAULT_LOADS]))
+    rates = sorted(set(options.rates_per_s or [round(saturated * f, 6) for f in options.loads]))
     runs = [_row(policy, cap, rate, runner.run(policy, cap, rate))
             for policy in Policy for cap in caps for rate in rates]
     best = {p.value: _best(runs, p) for p in Policy}
