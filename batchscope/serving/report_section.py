@@ -14,6 +14,10 @@ from batchscope.serving.whatif import WhatIfOptions, what_if
 # requests and loads than ``diagnose serve``'s defaults keep it to a second or two.
 REPORT_REQUESTS = 150
 REPORT_LOADS = (0.25, 0.75, 1.1)
+# It simulates the recommended batch size as the cap, with a stream this many times as long as
+# the cap: a shorter one never fills the batch (the first requests ramp it up, the last drain
+# it), and its throughput would read as the policy's, not the ramp's.
+BATCHES_PER_STREAM = 12
 
 
 def serving_section(doc: dict[str, Any], grid: list[GridPoint], final: bool) -> dict[str, Any]:
@@ -26,10 +30,13 @@ def serving_section(doc: dict[str, Any], grid: list[GridPoint], final: bool) -> 
     }
     if not final:
         return section
+    rec = (doc.get("recommendation") or {}).get("batch_size")
+    options = WhatIfOptions(requests=REPORT_REQUESTS, loads=REPORT_LOADS)
+    if isinstance(rec, int) and rec > 0:
+        options.caps = [rec]
+        options.requests = max(REPORT_REQUESTS, BATCHES_PER_STREAM * rec)
     try:
-        section["what_if"] = what_if({**doc, "serving": section},
-                                     WhatIfOptions(requests=REPORT_REQUESTS,
-                                                   loads=REPORT_LOADS))
+        section["what_if"] = what_if({**doc, "serving": section}, options)
     except UsageError as exc:  # nothing measured to simulate from: say so, keep the report
         section["what_if_error"] = str(exc)
     return section
