@@ -21,6 +21,7 @@ A request's first token comes with its first decode step.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,6 +141,8 @@ class _Server:
         """One decode step of every row; the rows whose request it finished."""
         rows = len(self.rows)
         dt = self.step_s(rows, max(r.cached_tokens for r in self.rows))
+        if not 0 < dt < math.inf:
+            raise ValueError(f"a step of {rows} rows would take {dt!r} s: no time to simulate")
         self.t += dt
         self.sim.busy_s += dt
         self.sim.steps += 1

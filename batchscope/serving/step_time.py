@@ -16,6 +16,7 @@ one the model does not extrapolate (the what-if only tries caps that were measur
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,10 @@ Doc = dict[str, Any]
 
 # Fewer grid points than this at one batch size cannot draw a line through context.
 MIN_GRID_CONTEXTS = 2
+# Contexts beyond this (the contract's own bound) are not a model's: refused, and grid points
+# there ignored, before their squares overflow a float.
+MAX_CONTEXT = 10_000_000
+MAX_BATCH_SIZE = 2**40  # the contract's bound
 
 
 @dataclass
@@ -96,9 +101,10 @@ def _state_time_s(batch: Doc) -> float | None:
         return None
     state_s = 0.0
     for op in ops:
-        moved = sum(v for v in (op.get("bytes") or {}).values() if isinstance(v, (int, float)))
+        split = op.get("bytes") or {}
+        moved = sum(v for v in split.values() if isinstance(v, (int, float)))
         if moved > 0:
-            state_s += (op.get("time_s") or 0.0) * (op.get("bytes") or {}).get("state", 0) / moved
+            state_s += (op.get("time_s") or 0.0) * (split.get("state") or 0) / moved
     op_time = batch.get("op_time_s") or sum(op.get("time_s") or 0.0 for op in ops)
     scale = batch["latency_s"]["median"] / op_time if op_time else 1.0
     return state_s * scale
@@ -114,7 +120,8 @@ def _grid(doc: Doc) -> dict[int, list[tuple[int, float, int | None]]]:
     grid: dict[int, list[tuple[int, float, int | None]]] = {}
     for p in ((doc.get("serving") or {}).get("context_grid") or []):
         lat = (p.get("latency_s") or {}).get("median")
-        if p.get("status") == "ok" and isinstance(lat, (int, float)) and lat > 0:
+        if p.get("status") == "ok" and isinstance(lat, (int, float)) and lat > 0 \
+                and p["context"] <= MAX_CONTEXT:
             grid.setdefault(int(p["batch_size"]), []).append(
                 (int(p["context"]), float(lat), p.get("input_bytes")))
     return {b: sorted(v) for b, v in grid.items() if len({c for c, _, _ in v}) >= MIN_GRID_CONTEXTS}
@@ -171,10 +178,14 @@ def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
     c0 = base_context(doc)
     if c0 is None:
         c0 = context
+    if c0 is not None and c0 > MAX_CONTEXT:
+        raise UsageError(f"the report's context, {c0:,} tokens, is beyond any model's window.")
     if c0 is None:
         raise UsageError("the report does not say what context its steps ran at: give "
                          "--context, or set CONTEXTS in the model file.")
     sizes = [int(b["batch_size"]) for b in batches]
+    if sizes[-1] > MAX_BATCH_SIZE:
+        raise UsageError(f"the report's batch size {sizes[-1]:,} is beyond any device.")
     latency = {int(b["batch_size"]): float(b["latency_s"]["median"]) for b in batches}
     split = {int(b["batch_size"]): s / (c0 + 1) for b in batches
              if (s := _state_time_s(b)) is not None}
@@ -203,13 +214,16 @@ def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
         shared_s=[max(lines[b][0] if b in lines else latency[b] - per_token[b] * c0, 0.0)
                   for b in sizes],
         per_token_s=[per_token[b] for b in sizes], source=source)
+    if not all(math.isfinite(x) and x >= 0 for x in model.shared_s + model.per_token_s):
+        raise UsageError("the report's step times and contexts do not give a finite step time "
+                         "(a context or a time out of any real range).")
     model.kv_bytes_per_token, model.kv_bytes_source = _kv_bytes(doc, grid, batches, c0)
     split_model = None
-    if split and fitted:
-        split_model = StepTimeModel(c0, sizes, [max(latency[b] - split[b] * c0, 0.0)
+    if split and fitted:  # the split alone, for its error on the grid
+        alone = {b: split[b] if b in split else _interpolate(sizes, split, b) for b in sizes}
+        split_model = StepTimeModel(c0, sizes, [max(latency[b] - alone[b] * c0, 0.0)
                                                 for b in sizes],
-                                    [split[b] if b in split else _interpolate(sizes, split, b)
-                                     for b in sizes], "per-op split")
+                                    [alone[b] for b in sizes], "per-op split")
     for b, points in sorted(grid.items()):
         for c, measured, _ in points:
             predicted = model.step_s(b, c)

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -39,6 +40,8 @@ KV_SHARE_OF_FREE = 0.9
 # Bisection steps for the highest rate within the SLO: a bracket of 2x narrowed 2^-8.
 SLO_SEARCH_STEPS = 8
 MAX_REQUESTS = 100_000
+# A server taking more requests per second than this is not one a CPU or GPU step time gives.
+MAX_RATE_PER_S = 1e9
 # Continuous batching within this factor of static's throughput is "about the same".
 SAME_THROUGHPUT = 1.05
 
@@ -92,8 +95,11 @@ class _Runner:
         return poisson_stream(rate_per_s, o.requests, self.prompt, o.output_tokens, o.seed)
 
     def run(self, policy: Policy, cap: int, rate_per_s: float) -> ServingMetrics:
-        sim = simulate(self.stream(rate_per_s), policy, cap, self.step_s,
-                       self.kv_tokens, self.prefill)
+        try:
+            sim = simulate(self.stream(rate_per_s), policy, cap, self.step_s,
+                           self.kv_tokens, self.prefill)
+        except ValueError as exc:  # a step time out of range: the report's numbers are not
+            raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
         return summarize_simulation(sim, self.options.slo)
 
     def max_rate_within_slo(self, policy: Policy, cap: int, high: float) -> float | None:
@@ -179,7 +185,12 @@ def what_if(doc: Doc, options: WhatIfOptions | None = None) -> Doc:
     else:
         mean_out, mean_prompt = options.output_tokens.mean, prompt.mean
     saturated = _saturated_rate(model, caps, mean_prompt, mean_out)
-    rates = sorted(set(options.rates_per_s or [round(saturated * f, 6) for f in options.loads]))
+    if not 0 < saturated < MAX_RATE_PER_S:
+        raise UsageError(f"the report's step times give a full batch {saturated:.3g} requests "
+                         "per second: out of any real range.")
+    # Six significant digits: readable in a table, never rounded to 0 for a slow model.
+    rates = sorted(set(options.rates_per_s
+                       or [float(f"{saturated * f:.6g}") for f in options.loads]))
     runs = [_row(policy, cap, rate, runner.run(policy, cap, rate))
             for policy in Policy for cap in caps for rate in rates]
     best = {p.value: _best(runs, p) for p in Policy}
@@ -211,7 +222,24 @@ def what_if(doc: Doc, options: WhatIfOptions | None = None) -> Doc:
         "runs": runs, "best": best, "max_rate_within_slo": slo_rates,
     }
     result["recommendation"] = recommend(result, options.slo)
+    if not _finite(result):  # a hostile report whose times overflow somewhere on the way
+        raise UsageError("the report's step times give figures out of any real range (a "
+                         "time or size that overflows).")
     return result
+
+
+def _finite(value: Any) -> bool:
+    """Every number in ``value`` finite (JSON can hold it)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
 
 
 def _rows(n: int) -> str:

@@ -110,3 +110,23 @@ def test_trace_replay(tmp_path):
 def test_bad_options_are_one_sentence(options, match):
     with pytest.raises(UsageError, match=match):
         what_if(decode_doc(), options)
+
+
+def test_a_report_with_gaps_still_fits():
+    # null bytes of an op, a grid point without input bytes, a failed grid point
+    doc = decode_doc()
+    doc["batches"][0]["ops"][1]["bytes"]["state"] = None
+    doc["serving"]["context_grid"][0]["input_bytes"] = None
+    doc["serving"]["context_grid"].append({"batch_size": 16, "context": 2048, "status": "oom"})
+    model = fit_step_time(doc)
+    assert model.source == "context grid"
+    assert model.step_s(16, 512) == pytest.approx(step_s(16, 512), rel=1e-6)
+
+
+def test_a_very_slow_model_still_gets_rates():
+    doc = decode_doc()
+    for b in doc["batches"]:
+        b["latency_s"]["median"] *= 1e6  # steps of a day: rates of 1e-8 requests/s
+    doc["serving"]["context_grid"] = []
+    result = what_if(doc, small(caps=[1]))
+    assert all(rate > 0 for rate in result["rates_per_s"])
