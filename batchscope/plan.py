@@ -238,7 +238,9 @@ def grid_batch_sizes(results: list[BatchResult], base_context: int, context: int
                      budget_bytes: int | None = None) -> list[int]:
     """Which measured batch sizes to time at ``context``: spread evenly (in log scale) over
     those predicted to fit in memory and to step within :data:`GRID_MAX_STEP_S`. The KV
-    cache is taken as all the input bytes beyond what batch 1 holds, scaled with the context."""
+    cache is taken as the state bytes the ops read at the sweep's context, scaled with the
+    context (without an op breakdown: not at all, and a point that runs out of memory ends
+    its context's row)."""
     ok = [r for r in results if r.status == Status.OK and r.latency_s is not None]
     scale = (context + 1) / (base_context + 1)
     fits = []
