@@ -121,6 +121,14 @@ def _length(value: list[Any] | tuple[Any, ...] | range) -> int:
     return len(value)
 
 
+def _whole(value: Any, low: int, high: int) -> int | None:
+    """``value`` as a plain int when it is an integer (not a bool) from low to high."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        return None
+    number = operator.index(value)
+    return number if low <= number <= high else None
+
+
 def _check_batch_sizes(value: Any, where: str) -> list[int]:
     """BATCH_SIZES as sorted plain ints, or :class:`ModelFileError` naming what is wrong."""
     if not isinstance(value, (list, tuple, range)) or _length(value) == 0:
@@ -131,11 +139,11 @@ def _check_batch_sizes(value: Any, where: str) -> list[int]:
                              f"more than the {MAX_BATCH_SIZES:,} a sweep can measure.")
     sizes = []
     for b in value:
-        if isinstance(b, bool) or not hasattr(type(b), "__index__") \
-                or not 0 < operator.index(b) <= MAX_BATCH_SIZE:
+        size = _whole(b, 1, MAX_BATCH_SIZE)
+        if size is None:
             raise ModelFileError(f"{where}: BATCH_SIZES must hold integers from 1 to "
                                  f"{MAX_BATCH_SIZE:,}, found {quote(b)}.")
-        sizes.append(operator.index(b))
+        sizes.append(size)
     if len(set(sizes)) != len(sizes):
         raise ModelFileError(f"{where}: BATCH_SIZES lists a batch size twice: {quote(sizes)}.")
     return sorted(sizes)
@@ -152,11 +160,11 @@ def check_contexts(value: Any, where: str) -> list[int]:
                              f"{MAX_CONTEXTS} a grid measures.")
     contexts = []
     for c in value:
-        if isinstance(c, bool) or not hasattr(type(c), "__index__") \
-                or not 0 <= operator.index(c) <= MAX_CONTEXT:
+        context = _whole(c, 0, MAX_CONTEXT)
+        if context is None:
             raise ModelFileError(f"{where}: CONTEXTS must hold token counts from 0 to "
                                  f"{MAX_CONTEXT:,}, found {quote(c)}.")
-        contexts.append(operator.index(c))
+        contexts.append(context)
     if len(set(contexts)) != len(contexts):
         raise ModelFileError(f"{where}: CONTEXTS lists a context twice: {quote(contexts)}.")
     return contexts

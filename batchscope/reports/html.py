@@ -58,7 +58,8 @@ def _static(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
+    """The jinja2 environment of every page (report.html, serving.html): autoescaped."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         autoescape=True,
@@ -66,6 +67,14 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+def page_csp(page_js: str) -> str:
+    """The Content Security Policy of a page that inlines ``page_js`` and plotly.js: those two
+    scripts, inline styles, no connection at all."""
+    return (f"default-src 'none'; script-src {csp_hash(page_js)} {csp_hash(plotly_js())}; "
+            "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; "
+            "connect-src 'none'; base-uri 'none'; form-action 'none'")
 
 
 def csp_hash(script: str) -> str:
@@ -282,12 +291,10 @@ def context(doc: Doc) -> dict[str, Any]:
         "peak_memory_label": v.peak_memory_label(doc),
         "figures_json": json_for_script(figs), "report_json": json_for_script(doc),
         "css": _static("report.css"), "page_js": page_js, "plotly_js": plotly_js(),
-        "csp": (f"default-src 'none'; script-src {csp_hash(page_js)} {csp_hash(plotly_js())}; "
-                "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; "
-                "connect-src 'none'; base-uri 'none'; form-action 'none'"),
+        "csp": page_csp(page_js),
     }
 
 
 def render_html(doc: Doc) -> str:
     """report.html for one report dict (what report.json holds)."""
-    return _environment().get_template(TEMPLATE).render(**context(doc))
+    return environment().get_template(TEMPLATE).render(**context(doc))

@@ -4,10 +4,8 @@ console summary. Pure functions of the what-if result (:mod:`batchscope.serving.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
-import jinja2
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +13,7 @@ from rich.table import Table
 from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports.escape import chart_text, json_for_script, md_text
-from batchscope.reports.html import HERE, _static, csp_hash, plotly_js
+from batchscope.reports.html import _static, environment, page_csp, plotly_js
 
 Doc = dict[str, Any]
 POLICY_COLORS = {"continuous": st.ACCENT, "static": "#b45309"}
@@ -191,27 +189,18 @@ def fit_rows(result: Doc) -> list[Doc]:
             for p in result["step_time"].get("points") or []]
 
 
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")),
-                              autoescape=True, undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True)
-
-
 def render_html(result: Doc) -> str:
     """serving.html: self-contained and offline, like report.html."""
     page_js = _static("report.js")
     figs = figures(result)
-    return _environment().get_template(TEMPLATE).render(
+    return environment().get_template(TEMPLATE).render(
         result=result, paragraphs=explain(result), assumptions=assumptions(result),
         rows=table_rows(result), fit_rows=fit_rows(result),
         charts={"tpot": "Time per output token", "ttft": "Time to first token",
                 "throughput": "Throughput served"},
         css=_static("report.css"), page_js=page_js, plotly_js=plotly_js(),
         figures_json=json_for_script(figs),
-        csp=(f"default-src 'none'; script-src {csp_hash(page_js)} {csp_hash(plotly_js())}; "
-             "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; "
-             "connect-src 'none'; base-uri 'none'; form-action 'none'"))
+        csp=page_csp(page_js))
 
 
 def render_markdown(result: Doc) -> str:

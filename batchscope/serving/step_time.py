@@ -50,21 +50,11 @@ class StepTimeModel:
     def max_batch(self) -> int:
         return self.batch_sizes[-1]
 
-    def _at(self, values: list[float], batch: float) -> float:
-        sizes = self.batch_sizes
-        if batch <= sizes[0]:
-            return values[0]
-        if batch >= sizes[-1]:
-            return values[-1]
-        i = bisect_left(sizes, batch)
-        lo, hi = sizes[i - 1], sizes[i]
-        w = (batch - lo) / (hi - lo)
-        return values[i - 1] + (values[i] - values[i - 1]) * w
-
     def step_s(self, batch: int, context: int) -> float:
         """Seconds for one decode step of ``batch`` rows whose longest cache holds
         ``context`` tokens."""
-        return max(self._at(self.shared_s, batch) + self._at(self.per_token_s, batch) * context,
+        return max(_lerp(self.batch_sizes, self.shared_s, batch)
+                   + _lerp(self.batch_sizes, self.per_token_s, batch) * context,
                    1e-9)
 
     def worst_error(self) -> float | None:
@@ -138,16 +128,20 @@ def _line(points: list[tuple[int, float, Any]]) -> tuple[float, float]:
     return mt - k * mc, k
 
 
-def _interpolate(sizes: list[int], known: dict[int, float], batch: int) -> float:
-    """Linear in batch size between the nearest known sizes, flat beyond them."""
+def _lerp(xs: list[int], ys: list[float], x: float) -> float:
+    """Linear in ``x`` between the nearest of the ascending ``xs``, flat beyond them."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect_left(xs, x)
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+
+
+def _interpolate(known: dict[int, float], batch: int) -> float:
+    """``known`` (by batch size) at ``batch``: see :func:`_lerp`."""
     keys = sorted(known)
-    if batch <= keys[0]:
-        return known[keys[0]]
-    if batch >= keys[-1]:
-        return known[keys[-1]]
-    i = bisect_left(keys, batch)
-    lo, hi = keys[i - 1], keys[i]
-    return known[lo] + (known[hi] - known[lo]) * (batch - lo) / (hi - lo)
+    return _lerp(keys, [known[k] for k in keys], batch)
 
 
 def _kv_bytes(doc: Doc, grid: dict[int, list[tuple[int, float, int | None]]],
@@ -195,18 +189,17 @@ def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
     lines = {b: _line(points + [(c0, latency[b], None)] if b in latency else points)
              for b, points in grid.items()}
     fitted = {b: k for b, (_, k) in lines.items()}
+    # The split at every size (interpolated where a size has no op breakdown).
+    alone = {b: split[b] if b in split else _interpolate(split, b) for b in sizes} if split else {}
     if fitted:
+        # The split's shape across batch sizes, scaled to the grid's slopes where it has one.
         source = "context grid"
-        if split:  # the split's shape across batch sizes, scaled to the grid's slopes
-            ratio = {b: fitted[b] / split[b] for b in fitted if split.get(b)}
-            per_token = {b: fitted[b] if b in fitted else
-                         (split[b] * _interpolate(sizes, ratio, b) if ratio and b in split
-                          else _interpolate(sizes, fitted, b)) for b in sizes}
-        else:
-            per_token = {b: fitted.get(b, _interpolate(sizes, fitted, b)) for b in sizes}
+        ratio = {b: fitted[b] / split[b] for b in fitted if split.get(b)}
+        per_token = {b: fitted[b] if b in fitted else
+                     split[b] * _interpolate(ratio, b) if ratio and b in split else
+                     _interpolate(fitted, b) for b in sizes}
     elif split:
-        source, per_token = "per-op split", {b: split.get(b, _interpolate(sizes, split, b))
-                                             for b in sizes}
+        source, per_token = "per-op split", alone
     else:
         source, per_token = "none", {b: 0.0 for b in sizes}
     model = StepTimeModel(
@@ -220,7 +213,6 @@ def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
     model.kv_bytes_per_token, model.kv_bytes_source = _kv_bytes(doc, grid, batches, c0)
     split_model = None
     if split and fitted:  # the split alone, for its error on the grid
-        alone = {b: split[b] if b in split else _interpolate(sizes, split, b) for b in sizes}
         split_model = StepTimeModel(c0, sizes, [max(latency[b] - alone[b] * c0, 0.0)
                                                 for b in sizes],
                                     [alone[b] for b in sizes], "per-op split")

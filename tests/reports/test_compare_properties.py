@@ -116,9 +116,10 @@ DELETE = object()
 hostile_values = st.just(DELETE) | scalars | json_values
 
 
-def mutated(path: tuple[Any, ...], value: Any) -> Any:
-    """A copy of the real mlp report with the field at ``path`` set to ``value`` (or deleted)."""
-    doc = json.loads(json.dumps(REAL))
+def mutated(path: tuple[Any, ...], value: Any, real: Any = REAL) -> Any:
+    """A copy of ``real`` (the mlp report) with the field at ``path`` set to ``value`` (or
+    deleted)."""
+    doc = json.loads(json.dumps(real))
     parent = doc
     for key in path[:-1]:
         parent = parent[key]

@@ -7,7 +7,6 @@ memory) with one of them made hostile: the command ends in a what-if (exit 0) or
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from batchscope.cli import tools_app
-from tests.reports.test_compare_properties import DELETE, SETTINGS, dump, hostile_values
+from tests.reports.test_compare_properties import (
+    DELETE,
+    SETTINGS,
+    dump,
+    hostile_values,
+    mutated,
+)
 from tests.serving.conftest import decode_doc
 
 runner = CliRunner()
@@ -37,18 +42,6 @@ PATHS = [("model", "contexts"), ("model", "contexts", 0), ("model", "available_m
          ("serving", "context_grid", 0, "input_bytes")]
 
 
-def mutated(path: tuple[Any, ...], value: Any) -> Any:
-    doc = json.loads(json.dumps(REAL))
-    parent = doc
-    for key in path[:-1]:
-        parent = parent[key]
-    if value is DELETE:
-        del parent[path[-1]]
-    else:
-        parent[path[-1]] = value
-    return doc
-
-
 @pytest.fixture(scope="module")
 def folder() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="serve-props-") as name:
@@ -60,7 +53,7 @@ def folder() -> Iterator[Path]:
 def test_a_decode_report_with_one_hostile_field(folder: Path, path: tuple[Any, ...],
                                                 value: Any) -> None:
     report = folder / "report.json"
-    report.write_text(dump(mutated(path, value)), encoding="utf-8", errors="surrogatepass")
+    report.write_text(dump(mutated(path, value, REAL)), encoding="utf-8", errors="surrogatepass")
     result = runner.invoke(tools_app, ["serve", str(report), "--requests", "20", "--rate", "1",
                                        "--output-tokens", "4:8", "--context", "128"],
                            catch_exceptions=False)
