@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchscope import __version__
+from batchscope.classifiers.allocator import retime_sizes
 from batchscope.classifiers.analyze import analyze, early_stop_reason, final_probe_specs
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
@@ -69,6 +70,9 @@ class Options:
     op_breakdown: bool = True
     measure_ceilings: bool = True
     measure_all: bool = False  # every batch size up to max_batch: no plateau or predicted stop
+    # CPU: time the batch sizes whose page faults were flagged again, with the allocator
+    # keeping its buffers, side by side (classifiers/allocator.py).
+    allocator_check: bool = True
     mode: str | None = None
     objective: str = "throughput"  # or "energy": J per unit from NVML, where measured
     # Data parallel (profiler/launcher.py): torchrun's arguments; None: one process.
@@ -203,11 +207,13 @@ class _ReportWriter(Callbacks):
             self.inner.on_result(result, results)
 
     def build(self, results: list[BatchResult], partial: bool, stop_reason: str,
-              stopped_at_cap: bool = False, grid: list[GridPoint] | None = None) -> Report:
+              stopped_at_cap: bool = False, grid: list[GridPoint] | None = None,
+              kept_buffers: list[BatchResult] | None = None) -> Report:
         report = analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
                          partial=partial, stop_reason=stop_reason,
                          stopped_at_cap=stopped_at_cap, objective=self.options.objective,
-                         probes_s=self.probes_s, global_batch=self.options.global_batch)
+                         probes_s=self.probes_s, global_batch=self.options.global_batch,
+                         kept_buffers=kept_buffers)
         if self.info.get("contexts") and report.model.get("mode") == "inference":
             # A decode model: its context grid, and (once the sweep is done) the what-if.
             report.serving = serving_section(report.to_dict(), grid or [], final=not partial)
@@ -346,13 +352,14 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         if options.op_breakdown else None,
         probes_s=writer.probes_s,
         distributed=options.distributed(),
+        retime_sizes=retime_sizes if options.allocator_check else None,
     )
     outcome = Sweep(config, writer).run()
     run["wall_s"] = time.time() - started
     run["stop_reason"] = outcome.stop_reason
     report = writer.build(outcome.results, partial=outcome.interrupted,
                           stop_reason=outcome.stop_reason, stopped_at_cap=outcome.stopped_at_cap,
-                          grid=outcome.grid)
+                          grid=outcome.grid, kept_buffers=outcome.kept_buffers)
     report.flags[:0] = outcome.flags
     if options.out_dir is not None:
         write_all(report, options.out_dir)

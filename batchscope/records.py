@@ -229,7 +229,7 @@ class BatchResult:
     energy_per_unit_j: float | None = None  # J per token/image/sample, from nvml
     # Minor page faults per timed step on the CPU (memory mapped afresh and touched each step).
     page_faults_per_step: float | None = None
-    # The share of the step those faults take at classifiers.analyze.PAGE_FAULT_COST_S each:
+    # The share of the step those faults take at classifiers.allocator.PAGE_FAULT_COST_S each:
     # memory the allocator hands back to the OS and faults in again every step.
     page_fault_share: float | None = None
     trace_path: str = ""
@@ -360,8 +360,9 @@ class Recommendation:
     # The weights read per step changed between batch sizes: the work depends on the inputs
     # (an early exit, routing), so batch-response figures do not describe batching alone.
     work_varies_with_inputs: bool = False
-    # What the rule would pick if no step paid its page faults (the allocator keeping its
-    # buffers); None when no batch size faulted enough to be flagged.
+    # What the rule picks when no step pays its page faults (the allocator keeping its
+    # buffers): measured side by side (Report.allocator) where the sweep re-timed, else
+    # estimated; None when no batch size faulted enough to be flagged.
     batch_size_without_page_faults: int | None = None
 
 
@@ -424,6 +425,9 @@ class Report:
     distributed: dict[str, Any] | None = None
     # Decode models (CONTEXTS): the context grid and the serving what-if; None otherwise.
     serving: dict[str, Any] | None = None
+    # CPU sweeps whose page faults were flagged: both allocators side by side
+    # (classifiers.allocator.allocator_summary); None otherwise.
+    allocator: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.explain()
@@ -459,6 +463,7 @@ class Report:
             "prediction": to_jsonable(self.prediction),
             "distributed": to_jsonable(self.distributed),
             "serving": to_jsonable(self.serving),
+            "allocator": to_jsonable(self.allocator),
         }
 
     def _repr_html_(self) -> str:

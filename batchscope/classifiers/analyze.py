@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from batchscope.classifiers.allocator import (
+    allocator_summary,
+    page_fault_flags,
+    page_fault_share,
+    pick_without_page_faults,
+)
 from batchscope.classifiers.critical_batch import (
     ComputeBoundPrediction,
     KneePrediction,
@@ -38,56 +43,6 @@ def noise_flags(results: list[BatchResult]) -> list[str]:
                 f"{(lat.p75 - lat.p25) / lat.median:.0%} of the median (was the machine busy?)"
             )
     return flags
-
-
-# Cost of one minor page fault (trap, zeroing a 4 KiB page, mapping it): measured ~1.0 µs on
-# this project's 2-core Xeon VM as the step-time difference with and without glibc returning
-# the CNN sample's activations to the OS (batch 16: 59,526 faults, 372 vs 314 ms; batch 4:
-# 7,024 faults, 89.7 vs 81.9 ms). An estimate for other machines, labelled as such.
-PAGE_FAULT_COST_S = 1.0e-6
-PAGE_BYTES = 4096
-# Flag a batch size whose page faults would take at least this share of its step.
-PAGE_FAULT_FLAG_SHARE = 0.05
-
-
-def page_fault_share(r: BatchResult) -> float | None:
-    """The estimated share of a batch size's step its page faults take, or None."""
-    faults, lat = r.page_faults_per_step, r.latency_s
-    if faults and lat is not None and lat.median > 0:
-        return faults * PAGE_FAULT_COST_S / lat.median
-    return None
-
-
-def page_fault_flags(results: list[BatchResult]) -> list[str]:
-    """One flag for the batch sizes that map and fault in enough memory every step to cost a
-    noticeable share of it: the allocator is handing buffers back to the OS between steps."""
-    hit = [(r.batch_size, r.page_faults_per_step, share) for r in results
-           if (share := page_fault_share(r)) is not None and share >= PAGE_FAULT_FLAG_SHARE]
-    if not hit:
-        return []
-    parts = ", ".join(f"batch {b}: {f:,.0f} ({f * PAGE_BYTES / 2**20:,.0f} MiB, ~{s:.0%})"
-                      for b, f, s in hit)
-    return [
-        f"page faults per step, with the memory mapped afresh every step and the share of the "
-        f"step they take at ~{PAGE_FAULT_COST_S * 1e6:g} µs a fault: {parts}. The allocator returns large buffers to the "
-        f"OS and faults them in again each step; jemalloc or tcmalloc (LD_PRELOAD), or glibc's "
-        f"MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set above the largest buffer, keep "
-        f"them mapped"
-    ]
-
-
-def pick_without_page_faults(results: list[BatchResult], limits: Limits, unit: str,
-                             objective: str) -> int | None:
-    """The batch size the rule would pick if no step paid its page faults (a process whose
-    allocator keeps its buffers); None when no batch size faults enough to be flagged."""
-    shares = [page_fault_share(r) or 0.0 for r in results]
-    if not any(share >= PAGE_FAULT_FLAG_SHARE for share in shares):
-        return None
-    kept = [dataclasses.replace(r, throughput_per_s=r.throughput_per_s
-                                / max(1.0 - min(share, 0.9), 0.1))
-            if r.throughput_per_s else r for r, share in zip(results, shares, strict=True)]
-    choice = recommend(kept, limits, unit, objective)
-    return choice.batch_size if choice else None
 
 
 # A peak matmul whose repeats at its peak size spread (interquartile range / median) more
@@ -260,8 +215,12 @@ def analyze(
     objective: str = "throughput",
     probes_s: dict[str, float] | None = None,
     global_batch: int | None = None,
+    kept_buffers: list[BatchResult] | None = None,
 ) -> Report:
-    """Classify every op, predict and measure B*, recommend a batch size (numbers only)."""
+    """Classify every op, predict and measure B*, recommend a batch size (numbers only).
+
+    ``kept_buffers`` are the batch sizes timed again with the allocator keeping its buffers
+    (classifiers/allocator.py), side by side with ``results``."""
     unit = info.get("unit", "sample")
     dtype = info.get("dtype", "float32")
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
@@ -306,8 +265,8 @@ def analyze(
             excluded=choice.excluded,
             still_rising_at_cap=_still_rising_at_cap(batches, choice, stopped_at_cap),
             work_varies_with_inputs=varies,
-            batch_size_without_page_faults=pick_without_page_faults(batches, limits, unit,
-                                                                    objective),
+            batch_size_without_page_faults=pick_without_page_faults(
+                batches, limits, unit, objective, kept_buffers),
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",
@@ -328,4 +287,5 @@ def analyze(
         prediction=prediction,
         distributed=data_parallel_summary(info, batches,
                                           choice.batch_size if choice else None, global_batch),
+        allocator=allocator_summary(batches, kept_buffers or [], limits, unit, objective),
     )

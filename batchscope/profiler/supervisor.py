@@ -9,12 +9,14 @@ the contract explains is a model-file error, exit 4), and when errors repeat.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,7 @@ from batchscope.profiler.launcher import (
     RanksTimedOut,
     rendezvous_failed,
 )
-from batchscope.profiler.worker_config import WorkerConfig
+from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV, WorkerConfig
 from batchscope.records import (
     BatchResult,
     GridPoint,
@@ -80,6 +82,9 @@ class SweepConfig:
     probes_s: dict[str, float] = field(default_factory=dict)
     # A data-parallel sweep: the ranks run under torch's launcher (profiler/launcher.py).
     distributed: DistributedConfig | None = None
+    # The batch sizes to time again in a worker whose allocator keeps its buffers (CPU
+    # sweeps whose page faults were flagged; classifiers/allocator.py); None: never.
+    retime_sizes: Callable[[list[BatchResult]], list[int]] | None = None
 
 
 @dataclass
@@ -94,6 +99,8 @@ class SweepOutcome:
     flags: list[str] = field(default_factory=list)
     stopped_at_cap: bool = False  # the plan's largest batch size was reached (--max-batch)
     grid: list[GridPoint] = field(default_factory=list)  # the context grid (CONTEXTS)
+    # The same batch sizes timed with the allocator keeping its buffers (KEPT_BUFFERS_ENV).
+    kept_buffers: list[BatchResult] = field(default_factory=list)
 
 
 class Callbacks:
@@ -138,6 +145,21 @@ def _worker_entry(conn: Any, config: WorkerConfig) -> None:
     os._exit(0)
 
 
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in this process's environment for the block, then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 class _Handle:
     """One worker process and its pipe."""
 
@@ -145,7 +167,8 @@ class _Handle:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_entry, args=(child, config), daemon=True)
-        self.proc.start()
+        with _environment(config.env or {}):  # the child's libc reads it as it starts
+            self.proc.start()
         child.close()
 
     def send(self, message: tuple[str, Any]) -> None:
@@ -231,6 +254,8 @@ class Sweep:
         self.ceilings: Ceilings | None = None
         self.results: list[BatchResult] = []
         self.grid: list[GridPoint] = []
+        self.kept_buffers: list[BatchResult] = []
+        self.worker_config = config.worker  # what the next worker started is told
         self.plan: Plan | None = None
         self.ceilings_error = ""
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
@@ -239,7 +264,7 @@ class Sweep:
         if self.config.distributed is not None:
             return LaunchedRanks(self.config.worker, self.config.distributed,
                                  self.config.batch_timeout_s)
-        return _Handle(self.config.worker)
+        return _Handle(self.worker_config)
 
     def _start_worker(self) -> _Handle | LaunchedRanks:
         handle = self._new_handle()
@@ -311,6 +336,7 @@ class Sweep:
             if self.config.final_probes is not None and self.ceilings is not None:
                 self.probe(self.config.final_probes(self.results, self.ceilings))
             self._context_grid()
+            self._kept_buffers()
         except KeyboardInterrupt:
             interrupted = True
             self.callbacks.on_interrupt()
@@ -324,7 +350,7 @@ class Sweep:
         flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
         return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
                             flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap),
-                            grid=self.grid)
+                            grid=self.grid, kept_buffers=self.kept_buffers)
 
     def _context_grid(self) -> None:
         """Time the measured batch sizes at every context of CONTEXTS (timing only), for
@@ -343,29 +369,78 @@ class Sweep:
                 if point.status != Status.OK:
                     break
 
+    def _kept_buffers(self) -> None:
+        """Time the batch sizes whose page faults took a share of the step again, timing
+        only, in a fresh worker whose allocator keeps its buffers (KEPT_BUFFERS_ENV): the
+        same model side by side with the allocator a long-running process would run with."""
+        if self.config.retime_sizes is None or self.config.distributed is not None \
+                or not str(self.info.get("device", "")).startswith("cpu"):
+            return
+        sizes = self.config.retime_sizes(self.results)
+        if not sizes:
+            return
+        self._drop_worker(graceful=True)
+        self.worker_config = dataclasses.replace(
+            self.config.worker, op_breakdown=False,
+            env={**(self.config.worker.env or {}), **KEPT_BUFFERS_ENV})
+        try:
+            for b in sizes:
+                self.callbacks.on_phase(b, "allocator keeping its buffers")
+                result = self._timed_only(b)
+                self.kept_buffers.append(result)
+                if result.status != Status.OK:
+                    break
+        finally:
+            self._drop_worker(graceful=True)
+            self.worker_config = self.config.worker
+
+    def _timed_only(self, batch_size: int) -> BatchResult:
+        """One batch size measured by the current worker config, reported to nobody: a
+        failure is this result's status, never the run's."""
+        payload, status, why = self._request(
+            ("batch", {"batch_size": batch_size, "first_step": False}), "result")
+        if payload is None:
+            return BatchResult(batch_size, status, error=why)
+        result = batch_result_from_dict(payload)
+        if result.status != Status.OK:  # the worker exits after a failure
+            self._drop_worker(graceful=True)
+        return result
+
     def _grid_point(self, batch_size: int, context: int) -> GridPoint:
+        payload, status, why = self._request(
+            ("grid", {"batch_size": batch_size, "context": context}), "grid_point")
+        if payload is None:
+            return GridPoint(batch_size, context, status, error=why)
+        point = grid_point_from_dict(payload)
+        if point.status != Status.OK:  # the worker exits after a failure
+            self._drop_worker(graceful=True)
+        return point
+
+    def _request(self, message: tuple[str, Any], reply: str
+                 ) -> tuple[dict[str, Any] | None, Status, str]:
+        """Send ``message`` to the worker (started if need be) and wait, within the batch
+        timeout, for the ``reply`` message: (its payload, OK, ""), or (None, the status,
+        why) when the worker could not start, died or ran out of time."""
         deadline = time.monotonic() + self.config.batch_timeout_s
         try:
             handle = self._worker()
-            handle.send(("grid", {"batch_size": batch_size, "context": context}))
+            handle.send(message)
             while True:
                 kind, payload = handle.recv(deadline)
-                if kind == "grid_point":
-                    point = grid_point_from_dict(payload)
-                    if point.status != Status.OK:  # the worker exits after a failure
-                        handle.stop(graceful=True)
-                        self.handle = None
-                    return point
+                if kind == reply:
+                    return payload, Status.OK, ""
         except NothingMeasuredError as exc:  # a replacement worker failed to start
-            return GridPoint(batch_size, context, Status.KILLED, error=str(exc))
+            return None, Status.KILLED, str(exc)
         except (*_DIED, *_TIMED_OUT) as exc:
-            if self.handle is not None:
-                self.handle.stop(graceful=False)
-                self.handle = None
-            status, why = (_death_of(exc) if isinstance(exc, _DIED) else
-                           (Status.TIMEOUT,
-                            f"no result within {self.config.batch_timeout_s:.0f} s"))
-            return GridPoint(batch_size, context, status, error=why)
+            self._drop_worker(graceful=False)
+            if isinstance(exc, _DIED):
+                return None, *_death_of(exc)
+            return None, Status.TIMEOUT, f"no result within {self.config.batch_timeout_s:.0f} s"
+
+    def _drop_worker(self, graceful: bool) -> None:
+        if self.handle is not None:
+            self.handle.stop(graceful=graceful)
+            self.handle = None
 
     def _early_stop(self, results: list[BatchResult], remaining: list[int]) -> str:
         if self.config.early_stop is None or self.ceilings is None:

@@ -12,6 +12,11 @@ from typing import Any
 
 from batchscope.profiler.timing import TimingConfig
 
+# glibc's malloc keeps what it frees mapped, in its heap, when these exceed the largest
+# buffer: the environment of the worker that times the batch sizes again side by side
+# (classifiers/allocator.py). 1 TiB: glibc 2.36 takes it from the environment.
+KEPT_BUFFERS_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**40), "MALLOC_TRIM_THRESHOLD_": str(2**40)}
+
 # The --dtype names the worker understands (batchscope.profiler.worker.DTYPES maps them).
 DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 
@@ -31,6 +36,7 @@ class WorkerConfig:
     trace_dir: str | None = None
     recalibrate: bool = False  # distributed ranks: measure the all-reduce bandwidth again
     contexts: list[int] | None = None  # --contexts: replaces the file's CONTEXTS
+    env: dict[str, str] | None = None  # set in the worker's environment before it starts
 
 
 def worker_config_from_json(text: str) -> WorkerConfig:

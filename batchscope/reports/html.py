@@ -203,8 +203,25 @@ def _prediction_rows(doc: Doc) -> list[dict[str, Any]]:
              "rate": fmt.si(r.get("predicted_throughput_per_s"))} for r in v.prediction_rows(doc)]
 
 
+def _kept_cells(doc: Doc) -> dict[int, str]:
+    """Per re-timed batch size: its median step and page faults with the buffers kept."""
+    cells = {}
+    for r in (doc.get("allocator") or {}).get("batches") or []:
+        if not isinstance(r, dict) or not isinstance(r.get("batch_size"), int):
+            continue
+        if r.get("status") != "ok":
+            cells[r["batch_size"]] = str(r.get("status", "?"))
+            continue
+        faults = r.get("kept_page_faults_per_step")
+        cells[r["batch_size"]] = (f"{fmt.seconds(r.get('kept_latency_s'))} · {faults:,.0f} faults"
+                                  if isinstance(faults, (int, float))
+                                  else fmt.seconds(r.get("kept_latency_s")))
+    return cells
+
+
 def _timing_rows(doc: Doc) -> list[dict[str, Any]]:
     rows = []
+    kept = _kept_cells(doc)
     for b in v.batches(doc):
         lat = b.get("latency_s") or {}
         med = lat.get("median")
@@ -216,6 +233,7 @@ def _timing_rows(doc: Doc) -> list[dict[str, Any]]:
             "max": fmt.seconds(lat.get("max")), "iqr": fmt.pct(iqr, 1),
             "faults": (f"{b['page_faults_per_step']:,.0f}"
                        if isinstance(b.get("page_faults_per_step"), (int, float)) else "–"),
+            "kept": kept.get(b.get("batch_size"), "–"),
             "profiled": fmt.seconds(b.get("profiled_step_s")),
             "coverage": fmt.pct(b.get("coverage")), "wall": fmt.seconds(b.get("wall_s")),
             "error": truncate_text(str(b.get("error") or ""), MAX_ERROR_CHARS),
@@ -275,6 +293,7 @@ def context(doc: Doc) -> dict[str, Any]:
         "cards": _cards(doc), "start_bar": _start_bar(doc),
         "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
         "rank_tables": _rank_tables(doc), "allocator": narrative.allocator_headline(doc),
+        "kept_column": bool(_kept_cells(doc)),
         "data_parallel": _data_parallel(doc), "dp_headline": narrative.data_parallel_headline(doc),
         "sections": narrative.sections(doc), "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [{"key": k, "label": v.SHARE_LABELS[k], "color": v.BOUND_COLORS[k]}

@@ -481,22 +481,61 @@ def _what_if_paragraph(doc: Doc) -> str | None:
 
 def allocator_headline(doc: Doc) -> str | None:
     """A sentence for the top of every report when memory mapped afresh each step (page
-    faults) costs a notable share of a step, and whether keeping it mapped changes the pick."""
+    faults) costs a notable share of a step: both allocators side by side where the sweep
+    timed them (``allocator``), and whether keeping the buffers changes the pick."""
     hit = [b for b in v.measured(doc) if (b.get("page_fault_share") or 0.0) >= PAGE_FAULT_SHARE]
     if not hit:
         return None
     worst = max(hit, key=lambda b: b["page_fault_share"])
-    text = (f"Page faults take ~{fmt.pct(worst['page_fault_share'])} of the step at batch "
-            f"{worst['batch_size']}: the allocator hands large buffers back to the OS and maps "
-            "them afresh every step. A process whose allocator keeps them (jemalloc, tcmalloc, "
-            "or glibc's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ above the largest "
-            "buffer) runs faster")
     rec = v.recommendation(doc)
-    other = rec.get("batch_size_without_page_faults")
-    if other is not None and rec.get("batch_size") is not None and other != rec["batch_size"]:
-        text += (f", and would be recommended batch {other} instead of {rec['batch_size']}: "
-                 "measure with the allocator your job runs with")
+    picked, other = rec.get("batch_size"), rec.get("batch_size_without_page_faults")
+    mapped = ("the allocator hands large buffers back to the OS and maps them afresh every "
+              "step, as a long-running process with the same allocator does")
+    side = _allocator_side_by_side(doc)
+    if side is None:
+        text = (f"Page faults take ~{fmt.pct(worst['page_fault_share'])} of the step at batch "
+                f"{worst['batch_size']} (at ~1 µs a fault): {mapped}. A process whose "
+                "allocator keeps them (jemalloc, tcmalloc, or glibc's MALLOC_MMAP_THRESHOLD_ "
+                "and MALLOC_TRIM_THRESHOLD_ above the largest buffer) runs faster")
+        if other is not None and picked is not None and other != picked:
+            text += (f", and would be recommended batch {other} instead of {picked} (an "
+                     "estimate: measure with the allocator your job runs with)")
+        return text + "."
+    text = side.replace("{mapped}", mapped)
+    if other is not None and picked is not None and other != picked:
+        kept = (doc.get("allocator") or {}).get("throughput_per_s")
+        text += (f". With the buffers kept the pick would be batch {other} "
+                 f"({fmt.rate(kept, v.unit(doc))}) instead of {picked}")
+    elif picked is not None and other is not None:
+        text += f". The pick stays batch {picked} either way"
     return text + "."
+
+
+def _allocator_side_by_side(doc: Doc) -> str | None:
+    """The measured side-by-side sentence (``{mapped}`` stands for why the faults happen),
+    or None when the sweep did not re-time."""
+    section = doc.get("allocator") or {}
+    rows = [r for r in section.get("batches") or []
+            if isinstance(r, dict) and r.get("status") == "ok"
+            and isinstance(r.get("speedup"), (int, float)) and r["speedup"] > 0]
+    if not rows:
+        return None
+    env = " ".join(f"{k}={val}" for k, val in (section.get("env") or {}).items())
+    if not section.get("taken"):
+        return ("Page faults take a share of the step: {mapped}. Timed again with "
+                f"{env}, the worker faulted as much: this machine's allocator ignores those "
+                "settings (jemalloc or tcmalloc through LD_PRELOAD keep buffers too)")
+    best = max(rows, key=lambda r: r["speedup"])
+    unit = v.unit(doc)
+    text = (f"Page faults cost {fmt.pct(1 - 1 / best['speedup'])} of the step at batch "
+            f"{best['batch_size']}, measured side by side: {{mapped}}. With glibc keeping its "
+            f"buffers ({env}) it ran {fmt.rate(best.get('kept_throughput_per_s'), unit)} "
+            f"against {fmt.rate(best.get('throughput_per_s'), unit)} "
+            f"({fmt.ratio(best['speedup'])}")
+    cost = section.get("cost_per_fault_s")
+    if isinstance(cost, (int, float)):
+        text += f"; ~{cost * 1e6:.2g} µs a page fault on this machine"
+    return text + ")"
 
 
 def trace_headline(doc: Doc) -> str | None:

@@ -93,7 +93,8 @@ def _optional(**kinds: Kind) -> Fields:
 
 TOP_FIELDS: Fields = {
     **_optional(schema=TEXT, partial=FLAG, stop_reason=TEXT, model=OBJECT, hardware=OBJECT,
-                run=OBJECT, recommendation=OBJECT, flags=LIST, serving=OBJECT),
+                run=OBJECT, recommendation=OBJECT, flags=LIST, serving=OBJECT,
+                allocator=OBJECT),
     "batches": (LIST, True),
 }
 MODEL_FIELDS = _optional(target=TEXT, dtype=TEXT, mode=TEXT, unit=TEXT, device=TEXT,
@@ -107,7 +108,7 @@ OPTIONS_FIELDS = _optional(latency_limit_s=NON_NEGATIVE, memory_budget_bytes=NON
 RECOMMENDATION_FIELDS = _optional(
     batch_size=POSITIVE_INT, rule=TEXT, explanation=TEXT, speedup_from_batching=NUMBER,
     predicted_critical_batch=NUMBER, measured_knee_batch=NUMBER, best_batch_size=POSITIVE_INT,
-    best_throughput_per_s=NON_NEGATIVE)
+    best_throughput_per_s=NON_NEGATIVE, batch_size_without_page_faults=POSITIVE_INT)
 BATCH_FIELDS: Fields = {
     **_optional(latency_s=OBJECT, throughput_per_s=NON_NEGATIVE,
                 peak_memory_bytes=NON_NEGATIVE, time_share=NUMBER_MAP, bytes=NUMBER_MAP,
@@ -130,9 +131,21 @@ GRID_FIELDS: Fields = {
     "context": (COUNT, True),
     "status": (TEXT, True),
 }
+ALLOCATOR_FIELDS = _optional(batches=LIST, batch_size=POSITIVE_INT,
+                             throughput_per_s=NON_NEGATIVE, cost_per_fault_s=NON_NEGATIVE,
+                             taken=FLAG, env=OBJECT)
+KEPT_FIELDS: Fields = {
+    **_optional(latency_s=NON_NEGATIVE, kept_latency_s=NON_NEGATIVE,
+                throughput_per_s=NON_NEGATIVE, kept_throughput_per_s=NON_NEGATIVE,
+                page_faults_per_step=NON_NEGATIVE, kept_page_faults_per_step=NON_NEGATIVE,
+                speedup=NON_NEGATIVE, taken=FLAG, error=TEXT),
+    "batch_size": (POSITIVE_INT, True),
+    "status": (TEXT, True),
+}
 # Sections of the top level that are objects with known fields.
 SECTIONS = {"model": MODEL_FIELDS, "hardware": HARDWARE_FIELDS, "run": RUN_FIELDS,
-            "recommendation": RECOMMENDATION_FIELDS, "serving": SERVING_FIELDS}
+            "recommendation": RECOMMENDATION_FIELDS, "serving": SERVING_FIELDS,
+            "allocator": ALLOCATOR_FIELDS}
 
 
 def kind_of(value: Any) -> str:
@@ -254,6 +267,8 @@ def _check_shape(doc: Any) -> None:
         if point.get("latency_s") is not None:
             _check_fields(point["latency_s"], LATENCY_FIELDS,
                           f"serving.context_grid[{i}].latency_s")
+    _check_list_of_objects((doc.get("allocator") or {}).get("batches") or [], KEPT_FIELDS,
+                           "allocator.batches")
     _check_list_of_objects(doc["batches"], BATCH_FIELDS, "batches")
     for i, batch in enumerate(doc["batches"]):
         _check_batch(batch, f"batches[{i}]")
