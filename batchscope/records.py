@@ -52,6 +52,10 @@ class ByteKind(str, Enum):
     UNSPLIT = "unsplit"
 
 
+# BatchResult.unmatched_ops_s's entry for the kernels inductor fused inside a torch.compile'd
+# graph: time the CPU profiler records only as the graph call's own (profiler/capture.py).
+FUSED_KERNELS = "fused kernels of torch.compile'd graphs"
+
 @dataclass
 class ByteSplit:
     """Bytes of distinct tensors an op touches, split by where they come from."""

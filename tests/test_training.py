@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from batchscope.api import Options, diagnose_file
 from batchscope.errors import UsageError
 from batchscope.profiler.training import default_loss, default_optimizer
 from batchscope.records import Status
-from tests.conftest import SAMPLES
+from tests.conftest import ROOT, SAMPLES
 from tests.models import tiny
 
 # The ops FlopCounterMode has formulas for in a conv net's training step.
@@ -162,15 +163,39 @@ def test_the_stand_in_training_step_is_said(cnn_runs):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
-def test_a_compiled_model_is_said_to_be_counted_eager():
-    # issue 13, finding 12
-    from batchscope.classifiers.analyze import run_flags
+def test_a_compiled_model_is_detected():
     from batchscope.profiler.training import is_compiled
 
     model = torch.nn.Linear(4, 4)
     assert not is_compiled(model)
     assert is_compiled(torch.compile(model))  # wrapping compiles nothing until called
-    assert any("torch.compile" in f for f in run_flags({"compiled": True}))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="inductor compiles C++ kernels for the CPU")
+def test_a_compiled_model_stays_compiled_and_its_kernels_are_attributed(tmp_path):
+    # issue 13, finding 12: 0% coverage at batch 1, and (found here) every batch size after
+    # the first counting pass ran eager, since the counting mode went through the compiled
+    # module and dynamo recompiled it so
+    from batchscope.records import FUSED_KERNELS
+
+    report = diagnose_file(ROOT / "tests" / "models" / "compiled_mlp.py",
+                           Options(out_dir=str(tmp_path), batch_sizes=[1, 4],
+                                   measure_ceilings=False, min_time_s=0.05, device="cpu"))
+    assert report.model["compiled"]
+    for r in report.batches:
+        assert r.status == Status.OK
+        addmms = [op for op in r.ops if op.name == "addmm"]
+        (gelu,) = [op for op in r.ops if op.name == "gelu"]
+        # counted on the eager module: no "_orig_mod." in the op ids
+        assert [op.op_id for op in addmms] == ["0:addmm#0", "2:addmm#0"]
+        # the extern addmms (out= variants) joined to the eager ones: they have the time
+        assert all(op.time_s > 0 for op in addmms) and r.coverage > 0.5
+        # still compiled at batch 4: gelu ran fused, not as an aten op of its own
+        assert gelu.time_s == 0
+        assert r.unmatched_ops_s[FUSED_KERNELS] > 0
+    (flag,) = [f for f in report.flags if "torch.compile'd" in f]
+    assert FUSED_KERNELS in flag and "at batch 1:" in flag
 
 
 class _KeywordModel(torch.nn.Module):

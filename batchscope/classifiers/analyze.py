@@ -25,7 +25,7 @@ from batchscope.classifiers.step_model import predict, predicted_stop, probe_spe
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes
-from batchscope.records import BatchResult, Recommendation, Report, Status
+from batchscope.records import FUSED_KERNELS, BatchResult, Recommendation, Report, Status
 
 # A batch size whose interquartile range of step latency exceeds this share of its median
 # was measured on a busy machine (or has bimodal steps): flagged, its numbers are doubtful.
@@ -99,13 +99,27 @@ def run_flags(info: dict[str, Any]) -> list[str]:
             f"{str(step.get('zero_grad', '')).split(' (')[0]}. Define make_optimizer(model) and "
             f"loss(outputs, inputs) in the model file to measure your own (foreach and "
             f"set_to_none change a step by a few percent)")
-    if info.get("compiled"):
-        flags.append(
-            "the model is torch.compile'd: step latencies are the compiled model's, but the "
-            "counting pass runs it eagerly and the profiler sees fused Triton kernels under "
-            "CompiledFxGraph rather than aten ops, so per-op times are not joined to counted "
-            "ops (coverage is low) and the roofline placement is that of the eager ops")
     return flags
+
+
+def compiled_flags(info: dict[str, Any], batches: list[BatchResult]) -> list[str]:
+    """What a torch.compile'd model's report can and cannot show, with its own numbers."""
+    if not info.get("compiled"):
+        return []
+    text = ("the model is torch.compile'd: step latencies are the compiled model's (compile "
+            "time is in the warm-up, outside them). Its extern kernels (matmuls, "
+            "convolutions) are profiled as aten ops and joined to the eager ops they stand "
+            "for; the kernels inductor fused run inside the compiled graph with no profiler "
+            f"event of their own on the CPU, so their time is one uncounted entry, "
+            f"\"{FUSED_KERNELS}\", and the eager ops they replace show no time")
+    first = next((r for r in batches if r.status == Status.OK and r.profiled_step_s), None)
+    fused_s = (first.unmatched_ops_s or {}).get(FUSED_KERNELS) if first else None
+    if first is not None and fused_s:
+        text += (f" (at batch {first.batch_size}: {fused_s * 1e6:,.0f} µs, "
+                 f"{fused_s / first.profiled_step_s:.0%} of the profiled step)")
+    return [text + ". FLOPs and bytes are counted on the eager module: a fused op's "
+            "intermediates are counted as if they went through memory, so the compiled "
+            "model's bytes are an upper bound"]
 
 
 # The weights read per step are the same at every batch size unless the inputs decide what
@@ -237,6 +251,7 @@ def analyze(
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
     flags += run_flags(info)
+    flags += compiled_flags(info, batches)
     flags += work_flags(batches)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)

@@ -55,6 +55,9 @@ class StepCapture:
 
     step_s: float
     ops: list[TimedOp] = field(default_factory=list)
+    # Time inside torch.compile'd graphs outside every aten op: inductor's fused kernels,
+    # which the CPU profiler does not record one by one (an extern matmul is an aten op).
+    fused_s: float = 0.0
 
 
 @dataclass
@@ -217,13 +220,21 @@ def _children(event: Any) -> list[Any]:
     return sorted(out, key=lambda e: (e.start_time_ns, -e.end_time_ns))
 
 
-def _step_ops(step: Any) -> list[TimedOp]:
-    """The aten ops under one step event of torch's event tree, in start order."""
+# The profiler's event around one call of a torch.compile'd graph (inductor's output code).
+COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
+
+
+def _step_ops(step: Any) -> tuple[list[TimedOp], float]:
+    """The aten ops under one step event of torch's event tree, in start order, and the
+    time inside compiled graphs that no aten op covers (their fused kernels)."""
     begin = step.start_time_ns
     ops: list[TimedOp] = []
+    graphs: list[tuple[int, int]] = []
     pending = [(child, 0) for child in reversed(_children(step))]
     while pending:
         event, depth = pending.pop()
+        if event.name.startswith(COMPILED_GRAPH_PREFIX) and depth == 0:
+            graphs.append((event.start_time_ns - begin, event.end_time_ns - begin))
         is_op = event.name.startswith("aten::")
         if is_op:
             ops.append(TimedOp(
@@ -235,7 +246,12 @@ def _step_ops(step: Any) -> list[TimedOp]:
                 depth=depth,
             ))
         pending.extend((c, depth + is_op) for c in reversed(_children(event)))
-    return ops
+    fused_ns = 0.0
+    for start, end in graphs:
+        inside = sum(t.duration_s / NS for t in ops if t.depth == 0
+                     and start * NS <= t.start_s + 1e-9 and t.end_s <= end * NS + 1e-9)
+        fused_ns += max(end - start - inside, 0.0)
+    return ops, fused_ns * NS
 
 
 def parse_event_tree(roots: Iterable[Any]) -> list[StepCapture]:
@@ -256,8 +272,12 @@ def parse_event_tree(roots: Iterable[Any]) -> list[StepCapture]:
         else:
             pending.extend(event.children)
     steps.sort(key=lambda e: e.start_time_ns)
-    return [StepCapture(step_s=(s.end_time_ns - s.start_time_ns) * NS, ops=_step_ops(s))
-            for s in steps]
+    captured = []
+    for s in steps:
+        ops, fused_s = _step_ops(s)
+        captured.append(StepCapture(step_s=(s.end_time_ns - s.start_time_ns) * NS, ops=ops,
+                                    fused_s=fused_s))
+    return captured
 
 
 class ProfilerSession:

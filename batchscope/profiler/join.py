@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from batchscope.profiler.capture import StepCapture
-from batchscope.records import BatchResult, ByteSplit, CountedOp, OpStat, TimedOp
+from batchscope.records import (
+    FUSED_KERNELS,
+    BatchResult,
+    ByteSplit,
+    CountedOp,
+    OpStat,
+    TimedOp,
+)
 
 # How far past the cursor we look for a counted op's profiled twin before giving up on it:
 # only ops the profiler sees but the dispatch mode does not (children of a matched op are
@@ -60,6 +67,14 @@ def does_no_work(op: CountedOp) -> bool:
     return op.flops == 0 and op.bytes.total == 0
 
 
+def _out_variant(timed_key: tuple[tuple[int, ...], ...],
+                 want: tuple[tuple[int, ...], ...]) -> bool:
+    """The profiled op is the counted op's ``out=`` variant: its shapes and one more, the
+    output's. A torch.compile'd graph calls its extern kernels so (``addmm(b, x, w,
+    out=buf)``) while the eager ops the counting pass sees take no output."""
+    return len(timed_key) == len(want) + 1 and timed_key[:-1] == want and bool(want)
+
+
 def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
     """Match ``counted`` (one step, execution order) to the profiled ops of ``step``."""
     timed = step.ops
@@ -79,6 +94,8 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
             if t.start_s + EPS_S >= last_end and t.name == op.name:
                 if keys[j] == want:
                     break
+                if fallback < 0 and _out_variant(keys[j], want):
+                    fallback = j
                 # Shapes can only be missing, not different: a same-named op with other
                 # shapes is a later call (autograd's own detach calls are not profiled).
                 if fallback < 0 and (not keys[j] or not want) and j < cursor + FALLBACK_OPS:
@@ -97,6 +114,9 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
 
     result = StepJoin(attributed_s=attributed, matched=matched, step_s=step.step_s)
     _share_wrapper_time(timed, match_index, result)
+    if step.fused_s > 0:  # inductor's fused kernels: op time no counted op can claim
+        result.unmatched_s[FUSED_KERNELS] = step.fused_s
+        result.op_time_s += step.fused_s
     return result
 
 

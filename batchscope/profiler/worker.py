@@ -190,10 +190,7 @@ class Worker:
         phase = "make_inputs"
         try:
             inputs = self.make_inputs(batch_size)
-            if self.optimizer is not None:
-                step = training_step(self.spec, self.model, inputs, self.optimizer)
-            else:
-                step = self.spec.step_fn(self.model, inputs)
+            step = self._step(self.model, inputs)
             grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
             with grad:
                 phase = "timing"
@@ -209,7 +206,12 @@ class Worker:
                 if self.config.op_breakdown:
                     phase = "profiling"
                     self.send(("phase", {"batch_size": batch_size, "phase": phase}))
-                    self._op_breakdown(result, step, inputs)
+                    # A torch.compile'd model is counted through its eager module: the
+                    # counting mode run through the compiled one left every later batch
+                    # size running eager (dynamo recompiled it so).
+                    eager = getattr(self.model, "_orig_mod", self.model)
+                    count_step = step if eager is self.model else self._step(eager, inputs)
+                    self._op_breakdown(result, step, inputs, count_step, eager)
         except ModelFileError as exc:
             if first_step:
                 raise  # nothing measured yet in the run: the file breaks the contract
@@ -257,7 +259,14 @@ class Worker:
             point.status, point.error = status, f"{label}{describe_exception(exc)}"
         return point
 
-    def _op_breakdown(self, result: BatchResult, step, inputs: Any) -> None:
+    def _step(self, model: torch.nn.Module, inputs: Any):
+        """One step of ``model`` on ``inputs``: the training step, or the file's forward."""
+        if self.optimizer is not None:
+            return training_step(self.spec, model, inputs, self.optimizer)
+        return self.spec.step_fn(model, inputs)
+
+    def _op_breakdown(self, result: BatchResult, step, inputs: Any, count_step,
+                      count_root: torch.nn.Module) -> None:
         trace = None
         if self.config.trace_dir:
             trace = Path(self.config.trace_dir) / f"trace_b{result.batch_size}.json"
@@ -272,8 +281,8 @@ class Worker:
         weights = list(persistent_tensors(self.model, self.optimizer))
 
         def count() -> list:
-            return counting.count_step(step, weights=weights, state=iter_tensors(inputs),
-                                       root=self.model)
+            return counting.count_step(count_step, weights=weights, state=iter_tensors(inputs),
+                                       root=count_root)
 
         counted, carried_from = self.count_plan.counts(result.batch_size, count)
         result.trace_path = capture.trace_path

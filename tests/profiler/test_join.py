@@ -71,3 +71,27 @@ def test_a_bert_shaped_training_step_joins_at_batch_1() -> None:
     assert batch.coverage is not None and batch.coverage >= 0.9
     unmatched = sum(batch.unmatched_ops_s.values())
     assert unmatched < 0.05 * batch.op_time_s
+
+
+def test_a_compiled_graphs_extern_kernel_joins_and_its_fused_time_is_kept() -> None:
+    # torch.compile on the CPU: the graph calls addmm with out= (one shape more than the
+    # eager addmm the counting pass saw); its fused GELU kernel has no event of its own
+    from batchscope.profiler.capture import StepCapture
+    from batchscope.records import FUSED_KERNELS, ByteSplit, CountedOp, TimedOp
+
+    def counted(name: str, shapes: list[list[int]]) -> CountedOp:
+        return CountedOp(name, shapes, "float32", 10, ByteSplit(activations=8))
+
+    eager = [counted("addmm", [[8], [2, 4], [4, 8]]), counted("gelu", [[2, 8]])]
+    step = StepCapture(step_s=1e-3, fused_s=2e-4, ops=[
+        TimedOp("addmm", [[8], [2, 4], [4, 8], [], [], [2, 8]], 0.0, 5e-4, 5e-4, 0)])
+    result = BatchResult(2, Status.OK)
+    fill_breakdown(result, eager, [step])
+    addmm, gelu = result.ops
+    assert addmm.time_s == 5e-4 and gelu.time_s == 0.0
+    assert result.unmatched_ops_s == {FUSED_KERNELS: 2e-4}
+    assert result.op_time_s == 7e-4 and abs(result.coverage - 5 / 7) < 1e-9
+    # an exact twin further on wins over the out= variant
+    step.ops.append(TimedOp("addmm", [[8], [2, 4], [4, 8]], 6e-4, 7e-4, 1e-4, 0))
+    fill_breakdown(result, eager, [step])
+    assert result.ops[0].time_s == 1e-4
