@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -57,6 +59,25 @@ def test_faster_than_its_roof_is_flagged(ceilings):
                 calls=1, time_s=1e-6, flops=n, bytes=ByteSplit(0, 0, 3 * n * 4))
     classified = classify_op(op, ceilings)  # 805 MB in 1 us would be 805 TB/s
     assert classified.efficiency > 1 and any("accounting error" in f for f in classified.flags)
+
+
+def test_an_in_place_op_on_a_tensor_the_cache_holds_is_served_from_cache():
+    # issue 13: AdamW's denom.add_(eps) on T5's 32128 x 256 embedding (31.4 MiB) was called
+    # an accounting error: its 62.8 MiB of bytes count the tensor twice (read, then written)
+    from batchscope.hardware.types import Ceilings
+
+    ceilings = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": 1e11},
+                        bandwidth_bytes_per_s=20e9, overhead_s=1e-6, cache_bytes=32 * 2**20)
+    shape = [32128, 256]
+    moved = 2 * 32128 * 256 * 4
+    op = OpStat(op_id="x", name="add_", input_shapes=[shape], dtype="float32", module="",
+                calls=1, time_s=moved / 43.5e9, flops=32128 * 256, bytes=ByteSplit(0, 0, moved))
+    (flag,) = classify_op(op, ceilings).flags
+    assert flag.startswith("served from cache") and "31.4 MiB a call" in flag
+    # the same bytes moved out of place (two distinct tensors) do not fit: an error
+    out_of_place = dataclasses.replace(op, name="add", input_shapes=[shape, shape])
+    (flag,) = classify_op(out_of_place, ceilings).flags
+    assert flag.startswith("accounting error")
 
 
 def test_uncounted_ops_stay_uncounted(ceilings):
