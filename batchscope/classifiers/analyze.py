@@ -20,12 +20,23 @@ from batchscope.classifiers.critical_batch import (
 )
 from batchscope.classifiers.data_parallel import data_parallel_summary
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
-from batchscope.classifiers.roofline import batch_response, classify_batch
+from batchscope.classifiers.roofline import (
+    ACHIEVED,
+    achieved_ceilings,
+    batch_response,
+    classify_batch,
+)
 from batchscope.classifiers.step_model import predict, predicted_stop, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes
-from batchscope.records import FUSED_KERNELS, BatchResult, Recommendation, Report, Status
+from batchscope.records import (
+    FUSED_KERNELS,
+    BatchResult,
+    Recommendation,
+    Report,
+    Status,
+)
 
 # A batch size whose interquartile range of step latency exceeds this share of its median
 # was measured on a busy machine (or has bimodal steps): flagged, its numbers are doubtful.
@@ -64,6 +75,10 @@ def _peak_spread(ceilings: Ceilings, dtype: str) -> dict[str, Any] | None:
     return None
 
 
+# A roof raised by what an op reached is flagged from this ratio on (smaller is noise).
+RAISED_FLAG_RATIO = 1.1
+
+
 def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[str]:
     """Flags for ceilings that are likely wrong: measured on a busy machine, or a peak
     matmul of the model's dtype whose repeats spread widely."""
@@ -76,6 +91,17 @@ def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[str
             f"the ceilings were measured while other processes took {share:.0%} of the CPU: "
             f"they are likely low, so ops may sit too close to (or beyond) their roofs; they "
             f"were not cached and will be measured again on the next run")
+    for key, raised in (ceilings.details.get(ACHIEVED) or {}).items():
+        before, after = raised["measured_peak_flops_per_s"], raised["flops_per_s"]
+        if after < RAISED_FLAG_RATIO * before:
+            continue
+        when = f", measured {ceilings.measured_at}" if ceilings.measured_at else ""
+        flags.append(
+            f"the {key} roof was raised from {before / 1e9:,.0f} to {after / 1e9:,.0f} "
+            f"GFLOP/s: {raised['name']} ({raised['op_id']}) ran that fast at batch "
+            f"{raised['batch_size']} in this run, so the {ceilings.source} ceiling{when} was "
+            f"low (a slower minute of the machine, or a slower path); ops are placed against "
+            f"what ran. `diagnose hardware --recalibrate` measures it again")
     peak = _peak_spread(ceilings, dtype)
     if peak is not None:
         flags.append(
@@ -207,6 +233,7 @@ def early_stop_reason(results: list[BatchResult], remaining: list[int], ceilings
     energy pick has no step-time model."""
     if objective != "throughput" or work_varies_with_inputs(results):
         return ""
+    ceilings = achieved_ceilings(ceilings, results)
     batches = [classify_batch(r, ceilings) for r in results]
     choice = recommend(batches, limits, unit, objective)
     picked = next((r for r in batches if choice and r.batch_size == choice.batch_size), None)
@@ -237,6 +264,8 @@ def analyze(
     (classifiers/allocator.py), side by side with ``results``."""
     unit = info.get("unit", "sample")
     dtype = info.get("dtype", "float32")
+    if ceilings is not None:
+        ceilings = achieved_ceilings(ceilings, results)
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
     for r in batches:  # recorded in report.json for the renderers
         r.page_fault_share = page_fault_share(r)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from batchscope.hardware.types import FP32, Ceilings
-from batchscope.records import BatchResult, Bound, OpStat, TimeShare
+from batchscope.records import BatchResult, Bound, OpStat, Status, TimeShare
 
 # An op may measure a little faster than its roof from timer resolution and the ±10% noise
 # of the ceilings themselves; beyond this it is an accounting error, flagged.
@@ -66,6 +66,45 @@ COLLECTIVES = frozenset({
     "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_", "alltoall_",
     "alltoall_base_", "send", "recv_", "barrier",
 })
+
+
+# Dense kernels whose FLOPs are exact (matmuls, convolutions): when one of them ran faster
+# than the cached peak of its dtype, the peak was measured low (a slow minute of a shared
+# VM, a slower BLAS path) and this run's own figure is the machine's. Only ops with at
+# least this much profiled time count: below it the timer's granularity dominates.
+DENSE_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "convolution",
+                       "convolution_backward", "_convolution", "mkldnn_convolution"})
+ACHIEVED_MIN_TIME_S = 1e-3
+# Where the achieved peaks are recorded in ``Ceilings.details``.
+ACHIEVED = "achieved_by_ops"
+
+
+def achieved_ceilings(ceilings: Ceilings, results: list[BatchResult]) -> Ceilings:
+    """``ceilings`` with each dtype's peak raised to the best FLOP/s a dense op of this run
+    reached where that beats it (``details["achieved_by_ops"]`` says which op, from what);
+    the same object when no op did. An op's FLOPs are exact and its profiled time can
+    only be longer than its true time, so what it reached the machine can do."""
+    best: dict[str, tuple[float, OpStat, int]] = {}
+    for r in results:
+        for op in r.ops if r.status == Status.OK else []:
+            key = op.roof_dtype or op.dtype
+            if (op.name not in DENSE_OPS or not op.flops or op.time_s < ACHIEVED_MIN_TIME_S
+                    or key not in ceilings.peak_flops_per_s):
+                continue
+            rate = op.flops / op.time_s
+            if rate > ceilings.peak_flops_per_s[key] and rate > best.get(key, (0.0,))[0]:
+                best[key] = (rate, op, r.batch_size)
+    if not best:
+        return ceilings
+    peaks = dict(ceilings.peak_flops_per_s)
+    achieved = {}
+    for key, (rate, op, batch_size) in best.items():
+        achieved[key] = {"measured_peak_flops_per_s": peaks[key], "flops_per_s": rate,
+                         "op_id": op.op_id, "name": op.name, "batch_size": batch_size,
+                         "input_shapes": op.input_shapes}
+        peaks[key] = rate
+    return dataclasses.replace(ceilings, peak_flops_per_s=peaks,
+                               details={**ceilings.details, ACHIEVED: achieved})
 
 
 _ITEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

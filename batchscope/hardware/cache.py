@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 # 2: overhead floor is the median over several tiny op kinds; 3: cache_bytes is measured,
 # the CUDA index is in the key and CUDA events record on the measured device's stream.
 # 4: the peak of a dtype is the best of torch.mm, F.linear and a 3x3 convolution (issue 13).
-CALIBRATION_FORMAT = 4
+# 5: the bandwidth is the best of a copy and an in-place update (write-allocate; issue 13).
+CALIBRATION_FORMAT = 5
 # Hex digits of the key's SHA-256 in the file name: short to read, ample against collisions
 # (and a collision is harmless: the full key inside is compared too).
 _HASH_DIGITS = 12

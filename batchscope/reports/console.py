@@ -164,7 +164,9 @@ def print_ceilings(console: Console, ceilings: Ceilings) -> None:
         via = {"linear": " (via F.linear)", "conv2d": " (via a 3x3 conv2d)"}.get(path or "", "")
         table.add_row(f"peak {dtype} matmul{via}", fmt.si(peak, "FLOP/s"))
         table.add_row(f"ridge point {dtype}", f"{fmt.number(ceilings.ridge_for(dtype))} FLOP/byte")
-    table.add_row("memory bandwidth (copy, read+write)",
+    path = (ceilings.details.get("copy") or {}).get("peak_path", "copy")
+    how = {"in_place": "in-place update"}.get(path, "copy")
+    table.add_row(f"memory bandwidth ({how}, read+write)",
                   fmt.si(ceilings.bandwidth_bytes_per_s, "B/s"))
     table.add_row("fixed cost of one small op", fmt.seconds(ceilings.overhead_s))
     console.print(table)

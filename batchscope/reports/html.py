@@ -241,6 +241,17 @@ def _timing_rows(doc: Doc) -> list[dict[str, Any]]:
     return rows
 
 
+def _bandwidth_paths(copy: Doc) -> str:
+    """The copy and in-place figures beside each other, and which one is the ceiling."""
+    paths = copy.get("paths")
+    if not isinstance(paths, dict) or not paths:
+        return ""
+    figures = ", ".join(f"{name.replace('_', '-')} {fmt.si(value, 'B/s')}"
+                        for name, value in paths.items() if isinstance(value, (int, float)))
+    best = str(copy.get("peak_path", "")).replace("_", "-")
+    return f"; {figures}: the ceiling is the {best}'s"
+
+
 def _ceiling_rows(doc: Doc) -> list[dict[str, str]]:
     hw = v.hardware(doc)
     if hw is None:
@@ -271,7 +282,8 @@ def _ceiling_rows(doc: Doc) -> list[dict[str, str]]:
                  "value": fmt.si(hw.get("bandwidth_bytes_per_s"), "B/s"),
                  "how": (f"streaming copy of {fmt.nbytes(copy.get('buffer_bytes'))}, bytes read + "
                          f"written, best of {copy.get('repeats', '?')}; spread "
-                         f"{fmt.pct(copy.get('spread'), 1)}") if copy else "measured"})
+                         f"{fmt.pct(copy.get('spread'), 1)}" + _bandwidth_paths(copy))
+                 if copy else "measured"})
     add = (details.get("overhead") or {}).get("add") or {}
     rows.append({"name": "fixed cost of one small op", "value": fmt.seconds(hw.get("overhead_s")),
                  "how": (f"median of {add.get('repeats', '?')} chunks of "

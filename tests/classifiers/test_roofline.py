@@ -117,3 +117,34 @@ def test_a_data_parallel_cpu_step_moves_its_all_reduce_wait_from_framework(ceili
                         dtype="float32", module="", calls=1, time_s=0.0, flops=None,
                         bytes=ByteSplit(0, 0, 4096))
     assert classify_op(collective, ceilings).bound == Bound.COMMUNICATION
+
+
+def test_a_roof_a_dense_op_beat_is_raised_to_what_it_reached():
+    # issue 13, finding 3: a cached fp32 peak of 112 GFLOP/s (a slow minute) while the
+    # run's own addmm reached 162: every matmul sat at up to 145% of its roof
+    from batchscope.classifiers.analyze import ceiling_flags
+    from batchscope.classifiers.roofline import achieved_ceilings
+    from batchscope.hardware.types import Ceilings
+
+    ceilings = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": 112e9},
+                        bandwidth_bytes_per_s=20e9, overhead_s=1e-6, source="cache")
+
+    def result(name: str, flops: float, time_s: float, dtype: str = "float32") -> BatchResult:
+        op = OpStat(op_id=f"0:{name}#0", name=name, input_shapes=[[128, 384], [384, 1152]],
+                    dtype=dtype, module="0", calls=1, time_s=time_s, flops=flops,
+                    bytes=ByteSplit(0, 0, 1e6))
+        return BatchResult(8, Status.OK, ops=[op])
+
+    fast = result("addmm", 162e9 * 2e-3, 2e-3)
+    raised = achieved_ceilings(ceilings, [fast, result("add", 1e12, 2e-3)])
+    assert raised.peak_flops_per_s["float32"] == pytest.approx(162e9)
+    assert raised.details["achieved_by_ops"]["float32"]["op_id"] == "0:addmm#0"
+    (flag,) = ceiling_flags(raised)
+    assert "raised from 112 to 162 GFLOP/s" in flag and "--recalibrate" in flag
+    op = classify_op(fast.ops[0], raised)
+    assert op.efficiency == pytest.approx(1.0) and not op.flags
+    # not raised: an op under the peak, one too short to time well, an elementwise op,
+    # a dtype with no measured peak of its own
+    for others in ([result("addmm", 100e9 * 2e-3, 2e-3)], [result("mm", 1e9, 5e-4)],
+                   [result("add", 1e12, 2e-3)], [result("mm", 1e12, 2e-3, "float16")]):
+        assert achieved_ceilings(ceilings, others) is ceilings

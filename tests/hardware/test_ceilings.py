@@ -72,7 +72,11 @@ def test_details_record_raw_figures(quick: Ceilings) -> None:
     assert FP16 in quick.peak_flops_per_s or "error" in quick.details["matmul"][FP16]
     cp = quick.details["copy"]
     assert cp["bytes_per_copy"] == 2 * cp["buffer_bytes"]  # read src + write dst
-    assert quick.bandwidth_bytes_per_s == pytest.approx(cp["bytes_per_copy"] / cp["best_s"])
+    # the bandwidth is the better of the copy and the in-place update, and says which
+    assert cp["paths"]["copy"] == pytest.approx(cp["bytes_per_copy"] / cp["best_s"])
+    assert cp["paths"]["in_place"] == pytest.approx(cp["bytes_per_copy"]
+                                                    / cp["in_place"]["best_s"])
+    assert quick.bandwidth_bytes_per_s == max(cp["paths"].values()) == cp["paths"][cp["peak_path"]]
     per_op = [v["median_s"] for k, v in quick.details["overhead"].items() if k != "floor_s"]
     assert {"add", "addmm", "linear", "layer_norm"} <= set(quick.details["overhead"])
     assert quick.overhead_s == quick.details["overhead"]["floor_s"] == statistics.median(per_op)
@@ -533,7 +537,7 @@ def test_cuda_n_is_measured_on_cuda_n(monkeypatch: pytest.MonkeyPatch) -> None:
         return run
 
     monkeypatch.setattr(microbench, "measure_matmul", bench("matmul", {"peak_flops_per_s": 1e14}))
-    monkeypatch.setattr(microbench, "measure_copy", bench("copy", {"best_bytes_per_s": 1.5e12}))
+    monkeypatch.setattr(microbench, "measure_copy", bench("copy", {"best_bytes_per_s": 1.5e12, "bandwidth_bytes_per_s": 1.5e12}))
     monkeypatch.setattr(microbench, "measure_overhead", bench("overhead", {"floor_s": 5e-6}))
     c = microbench.measure("cuda:1", quick=True)
     assert {device for _, device, _ in seen} == {"cuda:1"}
