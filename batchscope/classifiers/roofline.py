@@ -20,6 +20,9 @@ ROOF_TOLERANCE = 1.15
 # CPU's L3) may be served from it, which beats the DRAM roof: said in the flag, as the likely
 # cause. This is the fallback where the ceilings do not know it (32 MB L3 on the trial CPUs).
 CACHE_BYTES_HINT = 32 * 2**20
+# A memory-bound op faster than its DRAM roof whose working set is under this many times the
+# last-level cache may be partly served from it; beyond that, the bytes must be wrong.
+PARTLY_CACHED = 4
 
 
 @dataclass(frozen=True)
@@ -149,14 +152,22 @@ def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
         out.efficiency = roof_s / op.time_s
         if out.efficiency > ROOF_TOLERANCE and out.bound != Bound.OVERHEAD:
             cache_bytes = ceilings.cache_bytes or CACHE_BYTES_HINT
-            if footprint_bytes(op, total_bytes / calls) < cache_bytes \
-                    and out.bound == Bound.MEMORY:
+            footprint = footprint_bytes(op, total_bytes / calls)
+            if footprint < cache_bytes and out.bound == Bound.MEMORY:
                 # Expected, not an error: the DRAM roof does not apply to a working set the
                 # last-level cache holds.
                 note = (f"served from cache: measured {op.time_s * 1e6:.1f} µs, faster than "
                         f"its DRAM roof of {roof_s * 1e6:.1f} µs; its bytes fit in cache "
-                        f"({footprint_bytes(op, total_bytes / calls) / 2**20:,.1f} MiB a call, cache "
+                        f"({footprint / 2**20:,.1f} MiB a call, cache "
                         f"{cache_bytes / 2**20:,.0f} MiB), which beats the DRAM bandwidth")
+            elif footprint < PARTLY_CACHED * cache_bytes and out.bound == Bound.MEMORY:
+                # A working set a few times the cache: what the op before it wrote may still
+                # be there (a gradient summed right after it was computed).
+                note = (f"partly served from cache: measured {op.time_s * 1e6:.1f} µs, "
+                        f"faster than its DRAM roof of {roof_s * 1e6:.1f} µs; of its "
+                        f"{footprint / 2**20:,.1f} MiB a call, up to the cache's "
+                        f"{cache_bytes / 2**20:,.0f} MiB may still be there from the ops "
+                        f"before it")
             else:
                 note = (f"accounting error: measured {op.time_s * 1e6:.1f} µs is faster than "
                         f"its roof of {roof_s * 1e6:.1f} µs")

@@ -74,9 +74,15 @@ def test_an_in_place_op_on_a_tensor_the_cache_holds_is_served_from_cache():
                 calls=1, time_s=moved / 43.5e9, flops=32128 * 256, bytes=ByteSplit(0, 0, moved))
     (flag,) = classify_op(op, ceilings).flags
     assert flag.startswith("served from cache") and "31.4 MiB a call" in flag
-    # the same bytes moved out of place (two distinct tensors) do not fit: an error
+    # the same bytes out of place (two distinct tensors, 62.8 MiB): twice the cache, so
+    # only partly served from it
     out_of_place = dataclasses.replace(op, name="add", input_shapes=[shape, shape])
     (flag,) = classify_op(out_of_place, ceilings).flags
+    assert flag.startswith("partly served from cache") and "62.8 MiB a call" in flag
+    # four times the cache and more: no cache explains it, the bytes must be wrong
+    big = dataclasses.replace(out_of_place, bytes=ByteSplit(0, 0, 4 * moved),
+                              time_s=4 * moved / 43.5e9)
+    (flag,) = classify_op(big, ceilings).flags
     assert flag.startswith("accounting error")
 
 
