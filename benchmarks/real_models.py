@@ -1,7 +1,7 @@
 """Models nobody here wrote: batchscope on real model code, beside torch.utils.benchmark.Timer.
 
     pip install transformers        # the Hugging Face models are built from configs (random
-    python benchmarks/real_models.py    # weights, nothing downloaded); ~15 min on 2 cores
+    python benchmarks/real_models.py    # weights, nothing downloaded); ~5 min on 2 cores
 
 Issue 13 tried batchscope as a new user would, on models it was not built with. This script
 runs the same kinds of model through the CLI, in one run: Hugging Face BERT, ViT and GPT-2
@@ -241,6 +241,18 @@ def _cache_served(op: dict) -> bool:
     return any("served from cache" in f for f in op.get("flags") or [])
 
 
+def _allocator_cell(doc: dict) -> str:
+    """Both allocators side by side, where the sweep timed them: the pick with glibc keeping
+    its buffers and the largest speedup that gave, else "–" (no page faults flagged)."""
+    section = doc.get("allocator") or {}
+    rows = [r for r in section.get("batches") or [] if r.get("speedup")]
+    if not rows:
+        return "–"
+    best = max(rows, key=lambda r: r["speedup"])
+    return (f"pick {section.get('batch_size')}; {best['speedup']:.1f}x at batch "
+            f"{best['batch_size']}")
+
+
 def row(name: str, path: Path, out: Path, watched: bool = False) -> str:
     """One table row: a sweep of the model file at ``path`` through the CLI, or (``watched``)
     the loop script at ``path`` under batchscope.watch at WATCHED_BATCH."""
@@ -277,6 +289,7 @@ def row(name: str, path: Path, out: Path, watched: bool = False) -> str:
         + (f" (from cache: {cached[1]} {100 * cached[0]:.0f}%)" if cached else ""),
         (f"{ours / timer:.2f} ({1e3 * before:.3g} / {1e3 * after:.3g} ms)"
          if ours and timer else "–"),
+        _allocator_cell(doc),
         f"{len(doc.get('flags') or [])}",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -289,8 +302,8 @@ def main() -> None:
         sys.exit("pip install transformers first (the Hugging Face models are built from configs)")
     print("| model | pick | speedup | batch-1 shares % (mem / comp / ovh / unc / between) | "
           "coverage at 1 | op furthest past its roof (ops over 0.1 ms) | latency / Timer at 1 "
-          "(Timer before / after the sweep) | flags |")
-    print("|---|---:|---:|---|---:|---|---:|---:|")
+          "(Timer before / after the sweep) | buffers kept (glibc) | flags |")
+    print("|---|---:|---:|---|---:|---|---:|---|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, source) in enumerate(MODELS.items()):
             path = Path(tmp) / f"model_{i}.py"

@@ -177,6 +177,6 @@ def test_which_sizes_are_timed_again() -> None:
 
     # nothing flagged (every share under 5%): nothing re-timed
     assert retime_sizes([_kept(1, 0.1, 1_000), _kept(2, 0.1, 4_000)]) == []
-    # one flagged: every size from 1% up, not the one under it
+    # one flagged: every measured size, so the kept pick compares like with like
     assert retime_sizes([_kept(1, 0.1, 500), _kept(2, 0.1, 2_000), _kept(4, 0.1, 9_000),
-                         BatchResult(8, Status.OOM)]) == [2, 4]
+                         BatchResult(8, Status.OOM)]) == [1, 2, 4]
