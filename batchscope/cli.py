@@ -7,6 +7,7 @@ to stderr. Exit codes are documented in README.md and :class:`batchscope.errors.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import signal
@@ -115,10 +116,21 @@ def diagnose(
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
-    Other verbs: `diagnose hardware` prints this machine's measured ceilings; `diagnose
-    compare BASE HEAD` compares two reports; `diagnose trace TRACE...` analyses recorded
-    profiler traces; `diagnose serve REPORT.json` simulates static against continuous
-    batching from a decode model's report.
+    \b
+    Example:
+      diagnose samples/llm_decode.py --out report
+
+    \b
+    Other verbs (each has its own --help):
+      diagnose hardware                  this machine's measured ceilings
+        e.g. diagnose hardware --recalibrate
+      diagnose compare BASE HEAD         two reports: a regression, with its confidence
+        e.g. diagnose compare main/report.json pr/report.json
+      diagnose trace TRACE...            recorded torch.profiler traces (GPU or CPU)
+        e.g. diagnose trace rank0.json.gz --batch-sizes 64
+      diagnose serve REPORT.json         static against continuous batching, from a
+                                         decode model's report
+        e.g. diagnose serve report/report.json --rate 2 --slo-tpot-ms 150
     """
     try:
         options = Options(
@@ -201,7 +213,10 @@ def hardware(
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
 ) -> None:
-    """Print this machine's measured ceilings (measuring them on first use)."""
+    """Print this machine's measured ceilings (measuring them on first use).
+
+    Example: diagnose hardware --recalibrate
+    """
     from batchscope.hardware import load_or_measure
 
     if not re.match(r"^(cpu|cuda(:\d+)?)$", device):
@@ -226,6 +241,8 @@ def compare(
     Exit 0: no regression (or an inconclusive drop the noise between runs can explain); 1:
     throughput at the base's recommended batch size fell by more than --threshold percent
     beyond that noise (or the head could not measure it); 4: unreadable input.
+
+    Example: diagnose compare main/report.json,main2/report.json pr/report.json --format markdown
     """
     from batchscope.reports.compare import REGRESSION_EXIT_CODE, compare_files
     from batchscope.reports.compare_render import print_comparison, render_markdown
@@ -266,6 +283,8 @@ def trace(
 
     Exit 0: analysed (a trace missing pieces gets a sentence saying what); 4: no trace
     could be read, or --batch-sizes does not fit the traces.
+
+    Example: diagnose trace rank0.pt.trace.json.gz rank1.pt.trace.json.gz --batch-sizes 64
     """
     from batchscope.api import check_writable
     from batchscope.traces.diagnose import diagnose_traces
@@ -347,6 +366,15 @@ def serve(
     raise typer.Exit(code=0)
 
 
+def _nearest_subcommand(word: str) -> str | None:
+    """The verb ``word`` was probably meant to be (``hardwre`` -> ``hardware``), when it is
+    no verb, no option and no file; else None."""
+    if word in SUBCOMMANDS or word.startswith("-") or Path(word).exists():
+        return None
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``diagnose`` console script and ``python -m batchscope``.
 
@@ -355,6 +383,11 @@ def main(argv: list[str] | None = None) -> None:
     sizes failed").
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    near = _nearest_subcommand(args[0]) if args else None
+    if near is not None:
+        err_console.print(f"error: {args[0]!r} is neither a model file nor a verb; did you mean "
+                          f"`diagnose {near}`?", markup=False, soft_wrap=True)
+        sys.exit(int(ExitCode.USAGE))
     app = tools_app if args and args[0] in SUBCOMMANDS else diagnose_app
     try:
         app(args, prog_name="diagnose")

@@ -119,3 +119,28 @@ def test_a_bug_exits_3_with_one_line_saying_so(monkeypatch, capsys, tmp_path):
     assert "RuntimeError: boom" in err  # the traceback, for the bug report
     assert err.strip().splitlines()[-1] == \
         "internal error (a bug in batchscope, please report it): RuntimeError"
+
+
+def test_help_lists_every_verb_with_an_example():
+    # issue 18: the CLI tells its whole story
+    from batchscope.cli import SUBCOMMANDS
+
+    text = runner.invoke(diagnose_app, ["--help"]).output
+    for verb in SUBCOMMANDS:
+        assert f"diagnose {verb}" in text and f"e.g. diagnose {verb}" in text
+    for verb in SUBCOMMANDS:
+        assert "Example: diagnose " + verb in runner.invoke(tools_app, [verb, "--help"]).output
+
+
+@pytest.mark.parametrize("typo, verb", [("hardwre", "hardware"), ("comapre", "compare"),
+                                        ("serv", "serve")])
+def test_a_mistyped_verb_suggests_the_nearest(typo, verb, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no file of that name
+    with pytest.raises(SystemExit) as stop:
+        main([typo])
+    assert stop.value.code == int(ExitCode.USAGE)
+    assert f"did you mean `diagnose {verb}`?" in capsys.readouterr().err
+    (tmp_path / typo).write_text("")  # a file of that name is a model file, not a typo
+    from batchscope.cli import _nearest_subcommand
+
+    assert _nearest_subcommand(typo) is None
