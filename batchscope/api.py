@@ -35,7 +35,7 @@ from batchscope.profiler.supervisor import (
     SweepConfig,
 )
 from batchscope.profiler.timing import TimingConfig
-from batchscope.profiler.worker_config import DTYPE_NAMES, WorkerConfig
+from batchscope.profiler.worker_config import AMP_NAMES, DTYPE_NAMES, WorkerConfig
 from batchscope.records import BatchResult, GridPoint, Report, Status
 from batchscope.reports import write_all, write_json
 from batchscope.serving.report_section import serving_section
@@ -57,6 +57,7 @@ class Options:
 
     device: str = "auto"
     dtype: str = "fp32"
+    amp: str | None = None  # "bf16" or "fp16": torch.autocast over forward and loss
     batch_sizes: list[int] | None = None
     max_batch: int = DEFAULT_MAX_BATCH
     latency_limit_s: float | None = None
@@ -106,6 +107,11 @@ class Options:
             raise UsageError(
                 f"unknown dtype {self.dtype!r}; use one of fp32, bf16, fp16."
             )
+        if self.amp is not None and self.amp not in AMP_NAMES:
+            raise UsageError(f"unknown --amp {self.amp!r}; use bf16 or fp16.")
+        if self.amp is not None and self.dtype not in ("fp32", "float32"):
+            raise UsageError(f"--amp {self.amp} runs an fp32 model under autocast; drop "
+                             f"--dtype {self.dtype} (or --amp to run the model in it).")
         if self.max_batch < 1:
             raise UsageError(f"--max-batch must be at least 1, not {self.max_batch}.")
         for name, value in (("--latency-limit-ms", self.latency_limit_s),
@@ -155,6 +161,7 @@ def _worker_config(path: str, options: Options) -> WorkerConfig:
         model_path=path,
         device=device,
         dtype=options.dtype,
+        amp=options.amp,
         mode=options.mode,
         threads=options.threads,
         timing=timing,

@@ -98,6 +98,7 @@ def diagnose(
     memory_budget: Annotated[Optional[str], typer.Option("--memory-budget", help="Stop above this peak memory, e.g. 8GiB.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
+    amp: Annotated[Optional[str], typer.Option("--amp", help="bf16 or fp16: run forward and loss under torch.autocast (mixed precision); each op is counted and classified in the dtype it ran in.")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="inference or train (default: the file's MODE).")] = None,
     objective: Annotated[str, typer.Option("--objective", help="throughput, or energy (J per unit; needs NVML).")] = "throughput",
     min_time: Annotated[Optional[float], typer.Option("--min-time", help="Seconds of timed steps per batch size (default: adaptive, 0.05-1 s, until the median is known to ±3%).")] = None,
@@ -136,6 +137,7 @@ def diagnose(
         options = Options(
             device=device,
             dtype=dtype,
+            amp=amp,
             batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes is not None else None,
             max_batch=max_batch,
             contexts=parse_contexts(contexts) if contexts is not None else None,

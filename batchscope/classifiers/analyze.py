@@ -128,6 +128,49 @@ def run_flags(info: dict[str, Any]) -> list[str]:
     return flags
 
 
+# A lower precision whose matmul peak differs from fp32's by this factor or more is worth a
+# sentence: --amp would speed the compute-bound ops up (or, run with --amp, slowed them).
+AMP_HINT_RATIO = 2.0
+# ... when compute-bound ops take at least this share of the step.
+AMP_HINT_COMPUTE_SHARE = 0.2
+_AMP_FLAGS = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def dtype_hints(info: dict[str, Any], ceilings: Ceilings | None,
+                batches: list[BatchResult]) -> list[str]:
+    """A hint when another dtype's matmuls are much faster on this machine than the ones
+    the step ran (--amp), or when --amp chose a slower one (a CPU without native bf16)."""
+    fp32 = ceilings.peak_flops_per_s.get("float32") if ceilings else None
+    shared = [r for r in batches if r.status == Status.OK and r.time_share]
+    if not fp32 or not shared or info.get("dtype", "float32") != "float32":
+        return []
+    most = max(shared, key=lambda r: r.time_share.compute)  # where the dtype matters most
+    compute = most.time_share.compute
+    if compute < AMP_HINT_COMPUTE_SHARE:
+        return []
+    amp = info.get("amp")
+    if amp:
+        peak = ceilings.peak_flops_per_s.get(amp)
+        if not peak or peak * AMP_HINT_RATIO > fp32:
+            return []
+        native = ((ceilings.details.get("host") or {}).get("native_bf16")
+                  if ceilings.device == "cpu" and amp == "bfloat16" else None)
+        why = f"; this CPU has no native {amp} arithmetic" if native is False else ""
+        return [f"--amp {_AMP_FLAGS.get(amp, amp)} ran the matmuls in {amp}, whose peak "
+                f"here is {peak / 1e9:,.0f} GFLOP/s against fp32's {fp32 / 1e9:,.0f} "
+                f"({fp32 / peak:,.1f}x slower{why}): its compute-bound ops, {compute:.0%} of "
+                f"the step at batch {most.batch_size}, would run faster in fp32 here"]
+    faster = [(peak / fp32, name) for name, peak in ceilings.peak_flops_per_s.items()
+              if name in _AMP_FLAGS and peak >= AMP_HINT_RATIO * fp32]
+    if not faster:
+        return []
+    ratio, name = max(faster)
+    return [f"{name} matmuls peak at {ratio:,.1f}x fp32's on this machine and compute-bound "
+            f"ops take {compute:.0%} of the step at batch {most.batch_size}: `--amp "
+            f"{_AMP_FLAGS[name]}` (torch.autocast) could run them up to that much faster; "
+            f"its report counts each op in the dtype it ran in"]
+
+
 def compiled_flags(info: dict[str, Any], batches: list[BatchResult]) -> list[str]:
     """What a torch.compile'd model's report can and cannot show, with its own numbers."""
     if not info.get("compiled"):
@@ -263,7 +306,8 @@ def analyze(
     ``kept_buffers`` are the batch sizes timed again with the allocator keeping its buffers
     (classifiers/allocator.py), side by side with ``results``."""
     unit = info.get("unit", "sample")
-    dtype = info.get("dtype", "float32")
+    # the dtype the matmuls ran in: autocast's (--amp) where it ran, else the model's
+    dtype = info.get("amp") or info.get("dtype", "float32")
     if ceilings is not None:
         ceilings = achieved_ceilings(ceilings, results)
     batches = [classify_batch(r, ceilings) if ceilings else r for r in results]
@@ -281,6 +325,7 @@ def analyze(
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
     flags += run_flags(info)
     flags += compiled_flags(info, batches)
+    flags += dtype_hints(info, ceilings, batches)
     flags += work_flags(batches)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
@@ -315,7 +360,7 @@ def analyze(
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",
                                       "available_memory_bytes")}
-    for key in ("training_step", "compiled", "distributed", "contexts"):
+    for key in ("training_step", "compiled", "distributed", "contexts", "amp"):
         if info.get(key):
             model[key] = info[key]
     return Report(

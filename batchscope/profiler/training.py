@@ -12,7 +12,10 @@ optimizer state, they are read once per step whatever the batch).
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -65,13 +68,19 @@ def is_compiled(model: torch.nn.Module) -> bool:
 
 
 def training_step(spec: ModelSpec, model: torch.nn.Module, inputs: Any,
-                  optimizer: torch.optim.Optimizer) -> Callable[[], Any]:
-    """One training step of ``model`` on ``inputs`` as a zero-argument callable."""
+                  optimizer: torch.optim.Optimizer,
+                  autocast: Callable[[], AbstractContextManager[Any]] | None = None,
+                  ) -> Callable[[], Any]:
+    """One training step of ``model`` on ``inputs`` as a zero-argument callable; with
+    ``autocast`` (--amp) the forward and the loss run under it and the backward outside, as
+    torch's mixed-precision recipe has it."""
     forward = spec.step_fn(model, inputs)
     loss_fn = spec.loss or default_loss
+    context = autocast or contextlib.nullcontext
 
     def step() -> Any:
-        loss = loss_fn(forward(), inputs)
+        with context():
+            loss = loss_fn(forward(), inputs)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)

@@ -93,6 +93,8 @@ class Worker:
         self.send = send
         self.device = resolve_device(config.device)
         self.dtype = DTYPES[config.dtype]
+        # --amp: the forward (and loss) under autocast in this dtype; weights stay fp32
+        self.amp = DTYPES[config.amp] if config.amp else None
         if config.threads:
             torch.set_num_threads(config.threads)
         self.spec: ModelSpec = (
@@ -153,6 +155,7 @@ class Worker:
             "device": str(self.device),
             "available_memory_bytes": available_bytes(self.device),
             "compiled": is_compiled(self.model),
+            "amp": str(self.amp).replace("torch.", "") if self.amp is not None else None,
             **({"training_step": step_description(self.spec)} if self.mode == "train" else {}),
         }
 
@@ -249,7 +252,7 @@ class Worker:
         try:
             inputs = self.make_inputs(batch_size, context)
             point.input_bytes = sum(t.numel() * t.element_size() for t in iter_tensors(inputs))
-            step = self.spec.step_fn(self.model, inputs)
+            step = self._step(self.model, inputs)
             with torch.inference_mode():
                 point.latency_s, _, _ = time_steps(step, self.sync, self.timing)
         except ModelFileError as exc:
@@ -259,11 +262,24 @@ class Worker:
             point.status, point.error = status, f"{label}{describe_exception(exc)}"
         return point
 
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.amp)
+
     def _step(self, model: torch.nn.Module, inputs: Any):
-        """One step of ``model`` on ``inputs``: the training step, or the file's forward."""
+        """One step of ``model`` on ``inputs``: the training step, or the file's forward;
+        under autocast with --amp (forward and loss only)."""
+        autocast = self._autocast if self.amp is not None else None
         if self.optimizer is not None:
-            return training_step(self.spec, model, inputs, self.optimizer)
-        return self.spec.step_fn(model, inputs)
+            return training_step(self.spec, model, inputs, self.optimizer, autocast)
+        forward = self.spec.step_fn(model, inputs)
+        if autocast is None:
+            return forward
+
+        def step() -> Any:
+            with autocast():
+                return forward()
+
+        return step
 
     def _op_breakdown(self, result: BatchResult, step, inputs: Any, count_step,
                       count_root: torch.nn.Module) -> None:

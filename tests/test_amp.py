@@ -1,0 +1,62 @@
+"""--amp: the forward and loss under torch.autocast, each op counted in the dtype it ran in
+(issue 18)."""
+
+from __future__ import annotations
+
+import pytest
+
+from batchscope.api import Options, diagnose_file
+from batchscope.classifiers.analyze import dtype_hints
+from batchscope.errors import UsageError
+from batchscope.hardware.types import Ceilings
+from batchscope.records import BatchResult, Status, TimeShare
+from tests.conftest import MODELS
+
+FAST = dict(min_time_s=0.05, measure_ceilings=False, device="cpu")
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_amp_runs_the_matmuls_in_bf16_and_counts_them_so(tmp_path, mode):
+    report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), batch_sizes=[4],
+                                                      amp="bf16", mode=mode, **FAST))
+    (batch,) = report.batches
+    assert batch.status == Status.OK and report.model["amp"] == "bfloat16"
+    assert report.model["dtype"] == "float32"  # the weights stay fp32
+    matmuls = [op for op in batch.ops if op.name in ("addmm", "mm")]
+    assert matmuls and all(op.dtype == "bfloat16" for op in matmuls)
+    assert any(op.name == "_to_copy" for op in batch.ops)  # autocast's casts are counted
+    if mode == "train":  # the backward's matmuls ran in bf16 too (from the forward's casts):
+        # 2 forward addmm, then the second layer's two gradients and the first's weight's
+        assert sum(op.calls for op in matmuls) == 5
+
+
+def test_amp_options_are_checked_before_anything_runs():
+    with pytest.raises(UsageError, match="use bf16 or fp16"):
+        Options(amp="int8").validate()
+    with pytest.raises(UsageError, match="runs an fp32 model under autocast"):
+        Options(amp="bf16", dtype="bf16").validate()
+
+
+def _ceilings(bf16: float, native: bool) -> Ceilings:
+    return Ceilings(device="cpu", name="t", peak_flops_per_s={"float32": 100e9,
+                                                              "bfloat16": bf16},
+                    bandwidth_bytes_per_s=20e9, overhead_s=1e-6,
+                    details={"host": {"native_bf16": native}})
+
+
+def _batch(compute: float) -> BatchResult:
+    return BatchResult(8, Status.OK, time_share=TimeShare(compute=compute,
+                                                          memory=1 - compute))
+
+
+def test_a_much_faster_dtype_is_suggested_and_a_slower_one_is_said():
+    # an AMX Xeon: bf16 ~10x fp32 (BERT ran 3.7x faster); an EPYC without native bf16: 1/7
+    amx, epyc = _ceilings(1e12, True), _ceilings(14e9, False)
+    (hint,) = dtype_hints({"dtype": "float32"}, amx, [_batch(0.6)])
+    assert "`--amp bf16`" in hint and "10.0x" in hint and "60%" in hint
+    assert dtype_hints({"dtype": "float32"}, epyc, [_batch(0.6)]) == []
+    (slower,) = dtype_hints({"dtype": "float32", "amp": "bfloat16"}, epyc, [_batch(0.6)])
+    assert "7.1x slower" in slower and "no native bfloat16" in slower
+    assert dtype_hints({"dtype": "float32", "amp": "bfloat16"}, amx, [_batch(0.6)]) == []
+    # a step with little compute-bound time gains little either way: no sentence
+    assert dtype_hints({"dtype": "float32"}, amx, [_batch(0.1)]) == []
