@@ -35,7 +35,12 @@ from batchscope.profiler.supervisor import (
     SweepConfig,
 )
 from batchscope.profiler.timing import TimingConfig
-from batchscope.profiler.worker_config import AMP_NAMES, DTYPE_NAMES, WorkerConfig
+from batchscope.profiler.worker_config import (
+    AMP_NAMES,
+    COMPILE_MODES,
+    DTYPE_NAMES,
+    WorkerConfig,
+)
 from batchscope.records import BatchResult, GridPoint, Report, Status
 from batchscope.reports import write_all, write_json
 from batchscope.serving.report_section import serving_section
@@ -58,6 +63,7 @@ class Options:
     device: str = "auto"
     dtype: str = "fp32"
     amp: str | None = None  # "bf16" or "fp16": torch.autocast over forward and loss
+    compile_mode: str | None = None  # torch.compile's mode ("default", ...): compile the model
     batch_sizes: list[int] | None = None
     max_batch: int = DEFAULT_MAX_BATCH
     latency_limit_s: float | None = None
@@ -112,6 +118,9 @@ class Options:
         if self.amp is not None and self.dtype not in ("fp32", "float32"):
             raise UsageError(f"--amp {self.amp} runs an fp32 model under autocast; drop "
                              f"--dtype {self.dtype} (or --amp to run the model in it).")
+        if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
+            raise UsageError(f"unknown --compile-mode {self.compile_mode!r}; use one of "
+                             f"{', '.join(COMPILE_MODES)}.")
         if self.max_batch < 1:
             raise UsageError(f"--max-batch must be at least 1, not {self.max_batch}.")
         for name, value in (("--latency-limit-ms", self.latency_limit_s),
@@ -162,6 +171,7 @@ def _worker_config(path: str, options: Options) -> WorkerConfig:
         device=device,
         dtype=options.dtype,
         amp=options.amp,
+        compile_mode=options.compile_mode,
         mode=options.mode,
         threads=options.threads,
         timing=timing,

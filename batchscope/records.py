@@ -161,6 +161,9 @@ class LatencyStats:
     # when the stop rule was met earlier and the steps ran on to cover the NVML power window.
     measured_s: float | None = None
     stopped_by: str = ""
+    # The first warm-up step at this batch size: for a torch.compile'd model, the compile
+    # (or recompile) for the new shape plus one step.
+    first_step_s: float | None = None
 
 
 @dataclass

@@ -235,3 +235,30 @@ def test_watch_sees_keyword_inputs_and_says_estimates(tmp_path):
     assert rec.speedup_from_batching is None and "only batch size measured" in rec.rule
     summary = (tmp_path / "summary.md").read_text()
     assert "estimated (not measured)" in summary and "| 24 |" in summary
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="inductor compiles C++ kernels for the CPU")
+def test_compile_option_compiles_and_separates_compile_time(tmp_path):
+    # issue 18: --compile runs the model under torch.compile; compile time is the first
+    # warm-up step's, apart from the step time
+    from typer.testing import CliRunner
+
+    from batchscope.cli import diagnose_app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(diagnose_app, [str(ROOT / "tests" / "models" / "tiny.py"),
+                                               "--compile", "--batch-sizes", "1,4", "--no-ops",
+                                               "--min-time", "0.05", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["model"]["compiled"] and doc["run"]["options"]["compile_mode"] == "default"
+    first = doc["batches"][0]["latency_s"]
+    assert first["first_step_s"] > 10 * first["median"]  # the compile is in it, not in the step
+    (flag,) = [f for f in doc["flags"] if "torch.compile'd" in f]
+    assert "at batch 1" in flag and "first warm-up step" in flag
+
+
+def test_an_unknown_compile_mode_is_refused():
+    with pytest.raises(UsageError, match="--compile-mode"):
+        Options(compile_mode="fastest").validate()

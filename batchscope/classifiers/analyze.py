@@ -175,8 +175,14 @@ def compiled_flags(info: dict[str, Any], batches: list[BatchResult]) -> list[str
     """What a torch.compile'd model's report can and cannot show, with its own numbers."""
     if not info.get("compiled"):
         return []
-    text = ("the model is torch.compile'd: step latencies are the compiled model's (compile "
-            "time is in the warm-up, outside them). Its extern kernels (matmuls, "
+    compiles = [(r.batch_size, r.latency_s.first_step_s - r.latency_s.median)
+                for r in batches if r.status == Status.OK and r.latency_s is not None
+                and r.latency_s.first_step_s is not None]
+    took = ", ".join(f"{max(s, 0.0):,.1f} s at batch {b}" for b, s in compiles)
+    text = ("the model is torch.compile'd: step latencies are the compiled model's; the "
+            "compile for each new shape is in the first warm-up step, outside them"
+            + (f" (that step less one step: {took})" if took else "")
+            + ". Its extern kernels (matmuls, "
             "convolutions) are profiled as aten ops and joined to the eager ops they stand "
             "for; the kernels inductor fused run inside the compiled graph with no profiler "
             f"event of their own on the CPU, so their time is one uncounted entry, "

@@ -116,6 +116,10 @@ class Worker:
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
             exc.parameter_bytes = self.parameter_bytes  # type: ignore[attr-defined]
             raise
+        if config.compile_mode and not is_compiled(self.model):
+            # --compile: compiled lazily, at each new shape's first step (LatencyStats.
+            # first_step_s); counted through the eager module (Worker.measure)
+            self.model = torch.compile(self.model, mode=config.compile_mode)
         self.optimizer: torch.optim.Optimizer | None = None
         if self.mode == "train":
             self.model.train()

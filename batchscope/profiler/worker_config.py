@@ -19,6 +19,8 @@ KEPT_BUFFERS_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**40), "MALLOC_TRIM_THRESHOLD
 
 # The --dtype names the worker understands (batchscope.profiler.worker.DTYPES maps them).
 DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+# torch.compile's modes (--compile-mode).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # The --amp names: autocast's lower precision, the model's weights staying fp32.
 AMP_NAMES = ("bf16", "bfloat16", "fp16", "float16")
 
@@ -40,6 +42,7 @@ class WorkerConfig:
     contexts: list[int] | None = None  # --contexts: replaces the file's CONTEXTS
     env: dict[str, str] | None = None  # set in the worker's environment before it starts
     amp: str | None = None  # --amp: forward and loss under torch.autocast in this dtype
+    compile_mode: str | None = None  # --compile: torch.compile(model, mode=...) in the worker
 
 
 def worker_config_from_json(text: str) -> WorkerConfig:
