@@ -371,6 +371,9 @@ class Recommendation:
     # buffers): measured side by side (Report.allocator) where the sweep re-timed, else
     # estimated; None when no batch size faulted enough to be flagged.
     batch_size_without_page_faults: int | None = None
+    # --global-batch in one process (training): the accumulation steps at this batch size
+    # that reach it (classifiers.analyze.accumulation); data-parallel runs: ``distributed``.
+    accumulation: dict[str, Any] | None = None
 
 
 @dataclass

@@ -262,3 +262,28 @@ def test_compile_option_compiles_and_separates_compile_time(tmp_path):
 def test_an_unknown_compile_mode_is_refused():
     with pytest.raises(UsageError, match="--compile-mode"):
         Options(compile_mode="fastest").validate()
+
+
+def test_global_batch_in_one_process_gives_the_accumulation_steps(tmp_path):
+    # issue 18: gradient-accumulation advice without data parallelism
+    from batchscope.reports import narrative
+
+    report = diagnose_file(ROOT / "tests" / "models" / "tiny.py",
+                           Options(out_dir=str(tmp_path), batch_sizes=[2, 8], mode="train",
+                                   global_batch=100, measure_ceilings=False, min_time_s=0.05,
+                                   op_breakdown=False, device="cpu"))
+    rec = report.recommendation
+    acc = rec.accumulation
+    steps = -(-100 // rec.batch_size)  # ceil
+    assert acc["micro_batch"] == rec.batch_size and acc["accumulation_steps"] == steps
+    assert acc["global_batch_reached"] == steps * rec.batch_size >= 100
+    assert acc["time_per_global_batch_s"] == pytest.approx(steps * acc["step_s"])
+    sentence = narrative.accumulation_headline(report.to_dict())
+    assert f"reach the global batch of 100 ({steps * rec.batch_size})" in sentence
+    assert sentence in (tmp_path / "summary.md").read_text()
+    inference = diagnose_file(ROOT / "tests" / "models" / "tiny.py",
+                              Options(out_dir=str(tmp_path / "inf"), batch_sizes=[2],
+                                      global_batch=100, measure_ceilings=False,
+                                      min_time_s=0.05, op_breakdown=False, device="cpu"))
+    assert inference.recommendation.accumulation is None
+    assert any("this run is inference" in f for f in inference.flags)

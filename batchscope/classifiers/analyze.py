@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from typing import Any
 
@@ -171,6 +173,29 @@ def dtype_hints(info: dict[str, Any], ceilings: Ceilings | None,
             f"its report counts each op in the dtype it ran in"]
 
 
+def accumulation(info: dict[str, Any], batches: list[BatchResult], micro_batch: int,
+                 global_batch: int | None) -> dict[str, Any] | None:
+    """--global-batch in one training process: the gradient-accumulation steps of the
+    recommended micro-batch that reach it, and the time a global batch takes at the
+    measured step (an upper bound: each measured step also ran the optimizer, which an
+    accumulated step skips). None without --global-batch, for inference, or data parallel
+    (``distributed`` has its own)."""
+    if global_batch is None or info.get("mode") != "train" or info.get("distributed"):
+        return None
+    picked = next((r for r in batches if r.batch_size == micro_batch and r.latency_s), None)
+    if picked is None:
+        return None
+    steps = max(1, math.ceil(global_batch / micro_batch))
+    return {
+        "global_batch_target": global_batch,
+        "micro_batch": micro_batch,
+        "accumulation_steps": steps,
+        "global_batch_reached": steps * micro_batch,
+        "step_s": picked.latency_s.median,
+        "time_per_global_batch_s": steps * picked.latency_s.median,
+    }
+
+
 def compiled_flags(info: dict[str, Any], batches: list[BatchResult]) -> list[str]:
     """What a torch.compile'd model's report can and cannot show, with its own numbers."""
     if not info.get("compiled"):
@@ -332,6 +357,9 @@ def analyze(
     flags += run_flags(info)
     flags += compiled_flags(info, batches)
     flags += dtype_hints(info, ceilings, batches)
+    if global_batch is not None and info.get("mode") != "train":
+        flags.append(f"--global-batch {global_batch} was given, but this run is inference: "
+                     "gradient accumulation applies to training (--mode train)")
     flags += work_flags(batches)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
@@ -362,6 +390,7 @@ def analyze(
             work_varies_with_inputs=varies,
             batch_size_without_page_faults=pick_without_page_faults(
                 batches, limits, unit, objective, kept_buffers),
+            accumulation=accumulation(info, batches, choice.batch_size, global_batch),
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "device", "threads",

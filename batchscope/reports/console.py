@@ -117,7 +117,7 @@ def print_summary(console: Console, report: Report) -> None:
     if rec and rec.batch_size is not None:
         console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
         console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
-        parallel = narrative.data_parallel_headline(doc)
+        parallel = narrative.data_parallel_headline(doc) or narrative.accumulation_headline(doc)
         if parallel:
             console.print(escape(parallel))
         console.print()

@@ -306,7 +306,8 @@ def context(doc: Doc) -> dict[str, Any]:
         "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
         "rank_tables": _rank_tables(doc), "allocator": narrative.allocator_headline(doc),
         "kept_column": bool(_kept_cells(doc)),
-        "data_parallel": _data_parallel(doc), "dp_headline": narrative.data_parallel_headline(doc),
+        "data_parallel": _data_parallel(doc), "dp_headline": (narrative.data_parallel_headline(doc)
+                        or narrative.accumulation_headline(doc)),
         "sections": narrative.sections(doc), "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [{"key": k, "label": v.SHARE_LABELS[k], "color": v.BOUND_COLORS[k]}
                    for k in v.share_keys(doc)],

@@ -55,7 +55,7 @@ def _headline(doc: Doc) -> str:
                   f"{fmt.ratio(rec.get('speedup_from_batching'))} over batch "
                   f"{rec.get('speedup_baseline_batch')}.",
                   "", f"Rule: {md_text(rec.get('rule') or '', 400)}."]
-    parallel = narrative.data_parallel_headline(doc)
+    parallel = narrative.data_parallel_headline(doc) or narrative.accumulation_headline(doc)
     if parallel:
         lines += ["", md_text(parallel, 600)]
     allocator = narrative.allocator_headline(doc)

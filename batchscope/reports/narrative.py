@@ -565,6 +565,20 @@ def _accumulation_steps(rec: Doc) -> str:
     return f"{n} gradient-accumulation step{'s' if n != 1 else ''}"
 
 
+def accumulation_headline(doc: Doc) -> str | None:
+    """One sentence for a training run with --global-batch (one process): the accumulation
+    steps that reach it at the recommended batch, and what a global batch costs."""
+    acc = v.recommendation(doc).get("accumulation")
+    if not isinstance(acc, dict) or not acc.get("accumulation_steps"):
+        return None
+    return (f"{_accumulation_steps(acc)} of the recommended batch {acc.get('micro_batch')} "
+            f"reach the global batch of {acc.get('global_batch_target')} "
+            f"({acc.get('global_batch_reached')}): at most "
+            f"{fmt.seconds(acc.get('time_per_global_batch_s'))} per optimizer step (the "
+            f"measured step, {fmt.seconds(acc.get('step_s'))}, ran the optimizer every time; "
+            "an accumulated step skips it).")
+
+
 def _dp_rows(dp: Doc) -> list[Doc]:
     return [r for r in dp.get("batches") or [] if isinstance(r, dict)]
 
