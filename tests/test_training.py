@@ -281,9 +281,11 @@ def test_global_batch_in_one_process_gives_the_accumulation_steps(tmp_path):
     sentence = narrative.accumulation_headline(report.to_dict())
     assert f"reach the global batch of 100 ({steps * rec.batch_size})" in sentence
     assert sentence in (tmp_path / "summary.md").read_text()
-    inference = diagnose_file(ROOT / "tests" / "models" / "tiny.py",
-                              Options(out_dir=str(tmp_path / "inf"), batch_sizes=[2],
-                                      global_batch=100, measure_ceilings=False,
-                                      min_time_s=0.05, op_breakdown=False, device="cpu"))
+    # the same figures from an inference run: no accumulation, a flag instead
+    from batchscope.classifiers.analyze import analyze
+    from batchscope.plan import Limits
+
+    inference = analyze({**report.model, "mode": "inference"}, None, report.batches, Limits(),
+                        {}, global_batch=100)
     assert inference.recommendation.accumulation is None
     assert any("this run is inference" in f for f in inference.flags)
