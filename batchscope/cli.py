@@ -29,6 +29,9 @@ from batchscope.api import (
     nothing_measured_message,
 )
 from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
+from batchscope.integrations.hf_models import PREFIX as HF_PREFIX
+from batchscope.integrations.hf_models import TASKS as HF_TASKS
+from batchscope.integrations.hf_models import write_model_file
 from batchscope.plan import (
     DEFAULT_MAX_BATCH,
     parse_batch_sizes,
@@ -89,7 +92,7 @@ diagnose_app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
 @diagnose_app.command()
 def diagnose(
-    model: Annotated[Path, typer.Argument(help="Model file (build_model, make_inputs; see README).")],
+    model: Annotated[Path, typer.Argument(help="Model file (build_model, make_inputs; see README), or hf:MODEL_ID_OR_PATH with --task.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")] = Path(DEFAULT_OUT_DIR),
     batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", help="Explicit list, e.g. 1,2,4,8.")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Largest batch size to try.")] = DEFAULT_MAX_BATCH,
@@ -115,6 +118,9 @@ def diagnose(
     node_rank: Annotated[int, typer.Option("--node-rank", help="This node's rank (as torchrun); node 0 writes the report.")] = 0,
     rdzv_endpoint: Annotated[str, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (as torchrun).")] = "",
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch to reach: the gradient-accumulation steps it takes at the recommended per-rank batch.")] = None,
+    task: Annotated[Optional[str], typer.Option("--task", help="With hf:MODEL: causal-lm-decode, causal-lm-prefill, causal-lm-train, seq-cls, image-cls or seq2seq-train (built from the config; random weights unless they are local; nothing downloaded).")] = None,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="With hf:MODEL: tokens per row for prefill, classification and training tasks.")] = 128,
+    context: Annotated[Optional[int], typer.Option("--context", help="With hf:MODEL --task causal-lm-decode: tokens of KV cache per row (default 1024).")] = None,
     contexts: Annotated[Optional[str], typer.Option("--contexts", help="Decode models: tokens of context, e.g. 128,512,1024 (make_inputs(batch_size, context)); the sweep runs at the first, a small grid of step times at all, for `diagnose serve`.")] = None,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
@@ -166,6 +172,16 @@ def diagnose(
         options.validate()
     except UsageError as exc:
         raise fail(exc) from None
+    if str(model).startswith(HF_PREFIX):
+        try:
+            if task is None:
+                raise UsageError(f"{model} needs --task ({', '.join(HF_TASKS)}).")
+            model = write_model_file(str(model), task, out, context=context, seq_len=seq_len)
+        except UsageError as exc:
+            raise fail(exc) from None
+        err_console.print(f"model file for {task} written to {model}", markup=False)
+    elif task is not None or context is not None:
+        raise fail(UsageError("--task and --context go with an hf:MODEL_ID_OR_PATH target."))
     if options.node_rank:
         raise typer.Exit(code=_follow(model, options))
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -335,7 +351,11 @@ def serve(
     Exit 0: simulated; 4: bad input (an unreadable report, a negative rate, an empty trace).
     """
     from batchscope.reports.json_report import atomic_write_text, load_report
-    from batchscope.reports.serving_render import print_serving, render_html, render_markdown
+    from batchscope.reports.serving_render import (
+        print_serving,
+        render_html,
+        render_markdown,
+    )
     from batchscope.serving.metrics import Slo
     from batchscope.serving.requests import load_trace, parse_token_range
     from batchscope.serving.whatif import WhatIfOptions, what_if

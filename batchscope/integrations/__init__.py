@@ -1,0 +1,1 @@
+"""Where users already are: models by Hugging Face id or path (``diagnose hf:...``)."""

@@ -1,0 +1,242 @@
+"""``diagnose hf:MODEL_ID_OR_PATH --task TASK``: a Hugging Face model with no model file.
+
+The model is built from its config, with random weights unless the weights are already on
+this machine (a folder with ``model.safetensors`` or ``pytorch_model.bin``, or the local
+Hugging Face cache): nothing is downloaded. The parent writes a model file for the task
+(:func:`model_file_source`) into the report's folder and sweeps it as any other, so the
+whole pipeline (counting, the roofline, the context grid, data-parallel ranks) applies, and
+the user can read, rerun or edit the file. Only the worker imports transformers.
+
+Tasks, and what one row of a batch is:
+
+- ``causal-lm-decode``: one new token per sequence over a KV cache of ``--context`` tokens
+  (Hugging Face's DynamicCache, as ``generate()`` uses: each step concatenates the new
+  token's keys and values onto the cache); UNIT token, and CONTEXTS for the serving what-if.
+- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens; UNIT sequence.
+- ``causal-lm-train``: next-token loss on ``--seq-len`` tokens; training.
+- ``seq-cls``: sequence classification of ``--seq-len`` tokens; UNIT sequence.
+- ``image-cls``: image classification at the config's image size; UNIT image.
+- ``seq2seq-train``: an encoder-decoder (T5) with ``--seq-len`` input and a quarter as many
+  label tokens; training.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchscope.errors import UsageError
+
+PREFIX = "hf:"
+TASKS = {
+    "causal-lm-decode": ("AutoModelForCausalLM", "token", "inference"),
+    "causal-lm-prefill": ("AutoModelForCausalLM", "sequence", "inference"),
+    "causal-lm-train": ("AutoModelForCausalLM", "sequence", "train"),
+    "seq-cls": ("AutoModelForSequenceClassification", "sequence", "inference"),
+    "image-cls": ("AutoModelForImageClassification", "image", "inference"),
+    "seq2seq-train": ("AutoModelForSeq2SeqLM", "sequence", "train"),
+}
+DEFAULT_SEQ_LEN = 128
+DEFAULT_CONTEXT = 1024
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+GENERATED_NAME = "hf_model.py"
+
+
+def is_hf_target(target: str) -> bool:
+    return target.startswith(PREFIX)
+
+
+@dataclass
+class HfSource:
+    """Where the config (and any weights) of ``hf:SOURCE`` are on this machine."""
+
+    source: str
+    config_path: Path
+    has_weights: bool
+
+
+def resolve(target: str) -> HfSource:
+    """Find ``hf:SOURCE``'s config locally, without importing torch or transformers.
+
+    Raises:
+        UsageError: no such folder or cached model, or transformers is not installed.
+    """
+    source = target[len(PREFIX):]
+    if not source:
+        raise UsageError("hf: needs a model id or a folder, e.g. hf:gpt2 or hf:./my-model.")
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        config = folder / "config.json"
+        if not config.is_file():
+            raise UsageError(f"{target}: the folder {folder} has no config.json.")
+        return HfSource(str(folder.resolve()), config,
+                        any((folder / name).is_file() for name in WEIGHT_FILES))
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        raise UsageError(f"{target} needs transformers: pip install transformers.") from None
+    cached = try_to_load_from_cache(source, "config.json")
+    if not isinstance(cached, str):
+        raise UsageError(
+            f"{target}: no config.json for {source!r} on this machine, and nothing is "
+            f"downloaded at run time; fetch it first (huggingface-cli download {source} "
+            "config.json) or pass a folder that has it.")
+    weights = any(isinstance(try_to_load_from_cache(source, name), str) for name in WEIGHT_FILES)
+    return HfSource(source, Path(cached), weights)
+
+
+def model_file_source(target: str, task: str, *, context: int | None, seq_len: int) -> str:
+    """The text of the model file that sweeps ``target`` for ``task``.
+
+    Raises:
+        UsageError: an unknown task, or a config the task cannot use.
+    """
+    if task not in TASKS:
+        raise UsageError(f"unknown --task {task!r}; use one of {', '.join(TASKS)}.")
+    if seq_len < 1:
+        raise UsageError(f"--seq-len must be at least 1, not {seq_len}.")
+    found = resolve(target)
+    try:
+        model_type = json.loads(found.config_path.read_text()).get("model_type", "?")
+    except (OSError, ValueError):
+        raise UsageError(f"{target}: {found.config_path} is not a JSON config.") from None
+    auto, unit, mode = TASKS[task]
+    weights = ("the local weights" if found.has_weights
+               else "random weights (built from the config; nothing downloaded)")
+    context = context or DEFAULT_CONTEXT
+    about = (f"Written by batchscope for `diagnose {target} --task {task}`: a {model_type} "
+             f"model, {auto}, with {weights}. Rerun it with `diagnose` or edit it.")
+    lines = [
+        repr(about),  # a literal whatever the path holds: the file's docstring
+        "from batchscope.integrations.hf_models import HfTask",
+        "",
+        f"_task = HfTask({found.source!r}, {task!r}, weights={found.has_weights!r}, "
+        f"seq_len={seq_len!r}, context={context!r})",
+        "build_model = _task.build_model",
+        "make_inputs = _task.make_inputs",
+        "run = _task.run",
+        f"UNIT = {unit!r}",
+        f"MODE = {mode!r}",
+    ]
+    if mode == "train":
+        lines.append("loss = _task.loss")
+    if task == "causal-lm-decode":
+        lines.append(f"CONTEXTS = [{context}]")
+    return "\n".join(lines) + "\n"
+
+
+def write_model_file(target: str, task: str, out_dir: str | Path, *, context: int | None,
+                     seq_len: int) -> Path:
+    """Write the model file for ``target`` and ``task`` into ``out_dir``; its path.
+
+    Raises:
+        UsageError: as :func:`model_file_source`, or the folder cannot be written.
+    """
+    text = model_file_source(target, task, context=context, seq_len=seq_len)
+    path = Path(out_dir) / GENERATED_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.") from None
+    return path
+
+
+class HfTask:
+    """The contract's functions for one Hugging Face model and task (in the worker)."""
+
+    def __init__(self, source: str, task: str, *, weights: bool, seq_len: int,
+                 context: int) -> None:
+        self.source, self.task, self.weights = source, task, weights
+        self.seq_len, self.context = seq_len, context
+        self.config: Any = None
+
+    def build_model(self) -> Any:
+        import torch
+        import transformers
+
+        auto = getattr(transformers, TASKS[self.task][0])
+        local = {"local_files_only": True}
+        self.config = transformers.AutoConfig.from_pretrained(self.source, **local)
+        torch.manual_seed(0)
+        if self.weights:
+            return auto.from_pretrained(self.source, **local)
+        return auto.from_config(self.config)
+
+    def _ids(self, batch_size: int, length: int, seed: int) -> Any:
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randint(0, int(self.config.vocab_size), (batch_size, length),
+                             generator=generator)
+
+    def make_inputs(self, batch_size: int, context: int | None = None) -> Any:
+        import torch
+
+        if self.task == "image-cls":
+            size = int(self.config.image_size)
+            channels = int(getattr(self.config, "num_channels", 3))
+            return {"pixel_values": torch.randn(batch_size, channels, size, size)}
+        if self.task == "causal-lm-decode":
+            return self._decode_inputs(batch_size, context or self.context)
+        inputs = {"input_ids": self._ids(batch_size, self.seq_len, batch_size)}
+        if self.task == "causal-lm-train":
+            inputs["labels"] = inputs["input_ids"]
+        elif self.task == "seq2seq-train":
+            inputs["labels"] = self._ids(batch_size, max(1, self.seq_len // 4), batch_size + 1)
+        return inputs
+
+    def _decode_inputs(self, batch_size: int, context: int) -> dict[str, Any]:
+        """One new token per row, a KV cache of ``context`` tokens per layer (each row its
+        own memory: the cache is state, not shared), positions after it."""
+        import torch
+
+        shapes = self._cache_shapes()
+        generator = torch.Generator().manual_seed(batch_size)
+        kv = []
+        for heads, head_dim in shapes:
+            row = torch.randn(1, heads, context, head_dim, generator=generator) * 0.1
+            kv.append([row.repeat(batch_size, 1, 1, 1), row.repeat(batch_size, 1, 1, 1)])
+        return {"input_ids": self._ids(batch_size, 1, batch_size),
+                "position_ids": torch.full((batch_size, 1), context, dtype=torch.long),
+                "kv": kv}
+
+    def _cache_shapes(self) -> list[tuple[int, int]]:
+        """(key-value heads, head dim) of each layer's cache, from the config: grouped-query
+        layouts (``num_key_value_heads``) and an explicit ``head_dim`` taken as given."""
+        config = self.config
+        heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+        return [(kv_heads, head_dim)] * int(config.num_hidden_layers)
+
+    def run(self, model: Any, inputs: dict[str, Any]) -> Any:
+        if self.task == "causal-lm-decode":
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+            for i, (keys, values) in enumerate(inputs["kv"]):
+                cache.update(keys, values, i)
+            return model(input_ids=inputs["input_ids"], position_ids=inputs["position_ids"],
+                         use_cache=True, **{self._cache_argument(model): cache}).logits
+        if self.task in ("causal-lm-train", "seq2seq-train"):
+            return model(**inputs).loss
+        if self.task == "causal-lm-prefill":
+            return model(**inputs, use_cache=False).logits
+        return model(**inputs).logits
+
+    @staticmethod
+    def _cache_argument(model: Any) -> str:
+        """``cache`` where the forward takes it (transformers >= 5.x deprecates the older
+        name), else ``past_key_values``."""
+        import inspect
+
+        forward = inspect.signature(model.forward).parameters
+        return "cache" if "cache" in forward else "past_key_values"
+
+    @staticmethod
+    def loss(outputs: Any, inputs: Any) -> Any:
+        return outputs  # the model's own loss (labels in the inputs)

@@ -1,0 +1,83 @@
+"""`diagnose hf:MODEL --task TASK` (issue 18): GPT-2, BERT, ViT and T5 families built from
+configs saved here (random weights, nothing downloaded), swept for real."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from batchscope.cli import diagnose_app, main
+from batchscope.errors import ExitCode
+
+transformers = pytest.importorskip("transformers")
+
+FAST = ["--min-time", "0.05", "--seq-len", "16"]
+# GPT-2: 2 layers, 4 heads of 32: a KV cache of 2 x 2 x 4 x 32 float32 per token and row
+GPT2 = dict(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=512,
+            bos_token_id=0, eos_token_id=0)
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    transformers.GPT2Config(**GPT2).save_pretrained(root / "gpt2")
+    transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                            intermediate_size=128, vocab_size=1000).save_pretrained(root / "bert")
+    transformers.ViTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                           intermediate_size=128, image_size=32,
+                           patch_size=8).save_pretrained(root / "vit")
+    transformers.T5Config(num_layers=1, num_decoder_layers=1, d_model=64, d_ff=128,
+                          num_heads=2, d_kv=32, vocab_size=1000, decoder_start_token_id=0,
+                          pad_token_id=0).save_pretrained(root / "t5")
+    return root
+
+
+def _sweep(tmp_path, target: str, *args: str, batch_sizes: str = "1") -> dict:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(diagnose_app, [target, "--out", str(out), *FAST,
+                                               "--batch-sizes", batch_sizes, *args])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.parametrize("family, task, unit, mode", [
+    ("bert", "seq-cls", "sequence", "inference"),
+    ("vit", "image-cls", "image", "inference"),
+    ("gpt2", "causal-lm-prefill", "sequence", "inference"),
+    ("t5", "seq2seq-train", "sequence", "train"),
+])
+def test_each_family_sweeps_from_its_config(configs, tmp_path, family, task, unit, mode):
+    doc = _sweep(tmp_path, f"hf:{configs / family}", "--task", task)
+    assert doc["model"]["unit"] == unit and doc["model"]["mode"] == mode
+    assert doc["model"]["target"].endswith("hf_model.py")  # the file written, kept
+    for b in doc["batches"]:
+        assert b["status"] == "ok" and b["coverage"] > 0.8  # the join holds on HF code
+    generated = (tmp_path / "out" / "hf_model.py").read_text()
+    assert "random weights" in generated and f"--task {task}" in generated
+
+
+def test_decode_counts_the_kv_cache_as_state(configs, tmp_path):
+    doc = _sweep(tmp_path, f"hf:{configs / 'gpt2'}", "--task", "causal-lm-decode",
+                 "--context", "64", batch_sizes="1,2")
+    assert doc["model"]["unit"] == "token" and doc["model"]["contexts"] == [64]
+    kv = 2 * 2 * 4 * 64 * 32 * 4  # layers x (k, v) x heads x context x head dim x fp32
+    ids = 2 * 8  # the new token's id and its position, int64
+    assert [b["bytes"]["state"] for b in doc["batches"]] == [kv + ids, 2 * (kv + ids)]
+    assert doc["serving"]["what_if"] is not None  # a decode report feeds the what-if
+
+
+@pytest.mark.parametrize("args, words", [
+    (["hf:{root}/gpt2"], "needs --task"),
+    (["hf:{root}/gpt2", "--task", "summarize"], "unknown --task"),
+    (["hf:{root}", "--task", "seq-cls"], "has no config.json"),
+    (["hf:no-such-org/no-such-model", "--task", "seq-cls"], "nothing is downloaded"),
+    (["{root}/gpt2/config.json", "--task", "seq-cls"], "go with an hf:"),
+])
+def test_bad_hf_targets_get_one_sentence(configs, tmp_path, capsys, args, words):
+    argv = [a.format(root=configs) for a in args] + ["--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == int(ExitCode.USAGE)
+    assert words in capsys.readouterr().err.replace("\n", " ")
