@@ -29,9 +29,12 @@ from batchscope.api import (
     nothing_measured_message,
 )
 from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
-from batchscope.integrations.hf_models import PREFIX as HF_PREFIX
+from batchscope.integrations.hf_models import (
+    DEFAULT_SEQ_LEN,
+    is_hf_target,
+    write_model_file,
+)
 from batchscope.integrations.hf_models import TASKS as HF_TASKS
-from batchscope.integrations.hf_models import write_model_file
 from batchscope.plan import (
     DEFAULT_MAX_BATCH,
     parse_batch_sizes,
@@ -119,7 +122,7 @@ def diagnose(
     rdzv_endpoint: Annotated[str, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (as torchrun).")] = "",
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch to reach: the gradient-accumulation steps it takes at the recommended per-rank batch.")] = None,
     task: Annotated[Optional[str], typer.Option("--task", help="With hf:MODEL: causal-lm-decode, causal-lm-prefill, causal-lm-train, seq-cls, image-cls or seq2seq-train (built from the config; random weights unless they are local; nothing downloaded).")] = None,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="With hf:MODEL: tokens per row for prefill, classification and training tasks.")] = 128,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="With hf:MODEL: tokens per row for prefill, classification and training tasks.")] = DEFAULT_SEQ_LEN,
     context: Annotated[Optional[int], typer.Option("--context", help="With hf:MODEL --task causal-lm-decode: tokens of KV cache per row (default 1024).")] = None,
     contexts: Annotated[Optional[str], typer.Option("--contexts", help="Decode models: tokens of context, e.g. 128,512,1024 (make_inputs(batch_size, context)); the sweep runs at the first, a small grid of step times at all, for `diagnose serve`.")] = None,
 ) -> None:
@@ -172,7 +175,7 @@ def diagnose(
         options.validate()
     except UsageError as exc:
         raise fail(exc) from None
-    if str(model).startswith(HF_PREFIX):
+    if is_hf_target(str(model)):
         try:
             if task is None:
                 raise UsageError(f"{model} needs --task ({', '.join(HF_TASKS)}).")
