@@ -1,7 +1,8 @@
 """The model-file contract (DESIGN.md): load a user's file into a :class:`ModelSpec`.
 
 A model file defines ``build_model()`` and ``make_inputs(batch_size)``, optionally
-``run(model, inputs)`` and the settings ``BATCH_SIZES``, ``UNIT``, ``MODE`` and ``CONTEXTS``
+``run(model, inputs)`` and the settings ``BATCH_SIZES``, ``UNIT``, ``UNITS_PER_ROW`` (units one
+row yields: a prefill row's tokens), ``MODE`` and ``CONTEXTS``
 (a decode model's context lengths: then ``make_inputs(batch_size, context)``; the sweep runs
 at the first, and a small grid of step times at all of them feeds the serving what-if). Anything
 that breaks the contract raises :class:`~batchscope.errors.ModelFileError` with one
@@ -40,7 +41,7 @@ MAX_UNIT_CHARS = 32
 # A file that lacks build_model() is told what it does define; past this many names, "…".
 MAX_NAMES_LISTED = 12
 OPTIONAL_FUNCTIONS = ("run", "make_optimizer", "loss")
-SETTINGS = ("BATCH_SIZES", "UNIT", "MODE", "CONTEXTS")
+SETTINGS = ("BATCH_SIZES", "UNIT", "MODE", "CONTEXTS", "UNITS_PER_ROW")
 # A grid of step times at more contexts than this is a second sweep, not a grid.
 MAX_CONTEXTS = 16
 # Tokens of context beyond any model's window: a typo, refused before any memory is taken.
@@ -73,6 +74,9 @@ class ModelSpec:
     make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None
     loss: Callable[[Any, Any], torch.Tensor] | None = None
     contexts: list[int] | None = None  # CONTEXTS: make_inputs(batch_size, context)
+    # UNITS_PER_ROW: units one row of a batch yields (a prefill row: its tokens), so that
+    # throughput reads in UNITs per second.
+    units_per_row: int = 1
 
     @property
     def base_context(self) -> int | None:
@@ -275,6 +279,14 @@ def load_model_file(path: str | os.PathLike[str], contexts: list[int] | None = N
     )
 
 
+def _check_units_per_row(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONTEXT:
+        raise ModelFileError(f"{where}: UNITS_PER_ROW must be a whole number of units one "
+                             f"row yields, 1 to {MAX_CONTEXT:,} (e.g. a prefill row's tokens), "
+                             f"not {quote(repr(value), 40)}.")
+    return value
+
+
 def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[str, Any],
                settings: dict[str, Any], module: Any = None,
                contexts: list[int] | None = None) -> ModelSpec:
@@ -306,6 +318,9 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
         unit = DEFAULT_UNIT if unit is None else _check_unit(unit, where)
         mode = settings.get("MODE")
         mode = DEFAULT_MODE if mode is None else _check_mode(mode, where)
+        units_per_row = settings.get("UNITS_PER_ROW")
+        units_per_row = 1 if units_per_row is None else _check_units_per_row(units_per_row,
+                                                                              where)
     except ModelFileError:
         raise
     except Exception as exc:  # noqa: BLE001 - the values are user objects running user code
@@ -325,6 +340,7 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
         make_optimizer=optional.get("make_optimizer"),
         loss=optional.get("loss"),
         contexts=contexts,
+        units_per_row=units_per_row,
     )
 
 

@@ -45,3 +45,22 @@ def test_batch_dimension_must_match():
     with pytest.raises(ModelFileError, match="returned a str"):
         check_inputs("hello", 1, "m.py")
     check_inputs({"x": torch.zeros(2, 4), "pos": 3}, 2, "m.py")
+
+
+def test_units_per_row_scales_throughput_and_is_checked(tmp_path):
+    # issue 18: a prefill row yields its tokens, so throughput reads in tokens/s
+    from batchscope.api import Options, diagnose_file
+
+    source = (MODELS / "tiny.py").read_text()
+    path = tmp_path / "prefill_like.py"
+    path.write_text(source + '\nUNIT = "token"\nUNITS_PER_ROW = 128\n')
+    report = diagnose_file(path, Options(out_dir=str(tmp_path / "out"), batch_sizes=[2],
+                                         measure_ceilings=False, op_breakdown=False,
+                                         min_time_s=0.05, device="cpu"))
+    (b,) = report.batches
+    assert report.model["units_per_row"] == 128
+    assert b.throughput_per_s == pytest.approx(2 * 128 / b.latency_s.median)
+    for bad in ("0", "1.5", "True", "'many'"):
+        path.write_text(source + f"\nUNITS_PER_ROW = {bad}\n")
+        with pytest.raises(ModelFileError, match="UNITS_PER_ROW must be a whole number"):
+            load_model_file(path)

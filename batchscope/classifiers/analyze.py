@@ -350,7 +350,8 @@ def analyze(
     layers = (predict_compute_bound_batch(batches, ceilings, dtype)
               if ceilings and not varies else None)
     knee, knee_inside = measured_knee(batches)
-    prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits), probes_s)
+    prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits), probes_s,
+                          int(info.get("units_per_row") or 1))
                   if ceilings and not varies else None)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
@@ -393,7 +394,7 @@ def analyze(
             accumulation=accumulation(info, batches, choice.batch_size, global_batch),
         )
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
-                                      "mode", "unit", "device", "threads",
+                                      "mode", "unit", "units_per_row", "device", "threads",
                                       "available_memory_bytes")}
     for key in ("training_step", "compiled", "distributed", "contexts", "amp"):
         if info.get(key):

@@ -59,7 +59,8 @@ def data_parallel_summary(info: dict[str, Any], batches: list[BatchResult],
         rows.append({
             "batch_size": r.batch_size,
             "global_batch": r.batch_size * world,
-            "global_throughput_per_s": r.batch_size * world / r.latency_s.median,
+            "global_throughput_per_s": (r.batch_size * world * int(info.get("units_per_row") or 1)
+                                        / r.latency_s.median),
             "communication_exposed_s": exposed,
             "communication_share": (exposed / r.latency_s.median
                                     if exposed is not None else None),

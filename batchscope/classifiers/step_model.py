@@ -484,10 +484,12 @@ def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
 
 
 def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int],
-            probes_s: dict[str, float] | None = None) -> StepPrediction | None:
+            probes_s: dict[str, float] | None = None,
+            units_per_row: int = 1) -> StepPrediction | None:
     """Each measured batch size forecast by the model fitted on the :data:`FIT_WINDOW`
     sizes before it (the test the sweep's early stop relies on), and the ``unmeasured``
-    ones predicted from the largest measured; None when fewer than two can be fitted."""
+    ones predicted from the largest measured; None when fewer than two can be fitted.
+    Throughputs are in units a second, ``units_per_row`` per row (UNITS_PER_ROW)."""
     model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None:
         return None
@@ -501,12 +503,13 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
         if forecast is not None:
             latency = forecast.latency_s(r.batch_size)
             measured = r.latency_s.median  # type: ignore[union-attr]
-            points.append(CurvePoint(r.batch_size, latency, r.batch_size / latency, before,
+            points.append(CurvePoint(r.batch_size, latency,
+                                     r.batch_size * units_per_row / latency, before,
                                      measured, latency / measured - 1,
                                      forecast.probed_ops(r.batch_size)))
     for b in unmeasured:
         latency = model.latency_s(b)
-        points.append(CurvePoint(b, latency, b / latency, model.fitted_on,
+        points.append(CurvePoint(b, latency, b * units_per_row / latency, model.fitted_on,
                                  probed_ops=model.probed_ops(b)))
     points.sort(key=lambda p: p.batch_size)
     errors = [abs(p.error) for p in points if p.error is not None]

@@ -12,8 +12,9 @@ Tasks, and what one row of a batch is:
 - ``causal-lm-decode``: one new token per sequence over a KV cache of ``--context`` tokens
   (Hugging Face's DynamicCache, as ``generate()`` uses: each step concatenates the new
   token's keys and values onto the cache); UNIT token, and CONTEXTS for the serving what-if.
-- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens; UNIT sequence.
-- ``causal-lm-train``: next-token loss on ``--seq-len`` tokens; training.
+- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens; UNIT token, ``--seq-len`` of them
+  per row (UNITS_PER_ROW).
+- ``causal-lm-train``: next-token loss on ``--seq-len`` tokens; training, in tokens.
 - ``seq-cls``: sequence classification of ``--seq-len`` tokens; UNIT sequence.
 - ``image-cls``: image classification at the config's image size; UNIT image.
 - ``seq2seq-train``: an encoder-decoder (T5) with ``--seq-len`` input and a quarter as many
@@ -32,8 +33,8 @@ from batchscope.errors import UsageError
 PREFIX = "hf:"
 TASKS = {
     "causal-lm-decode": ("AutoModelForCausalLM", "token", "inference"),
-    "causal-lm-prefill": ("AutoModelForCausalLM", "sequence", "inference"),
-    "causal-lm-train": ("AutoModelForCausalLM", "sequence", "train"),
+    "causal-lm-prefill": ("AutoModelForCausalLM", "token", "inference"),
+    "causal-lm-train": ("AutoModelForCausalLM", "token", "train"),
     "seq-cls": ("AutoModelForSequenceClassification", "sequence", "inference"),
     "image-cls": ("AutoModelForImageClassification", "image", "inference"),
     "seq2seq-train": ("AutoModelForSeq2SeqLM", "sequence", "train"),
@@ -121,6 +122,8 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
         f"UNIT = {unit!r}",
         f"MODE = {mode!r}",
     ]
+    if unit == "token" and task != "causal-lm-decode":
+        lines.append(f"UNITS_PER_ROW = {seq_len}  # a row is {seq_len} tokens: tokens/s")
     if mode == "train":
         lines.append("loss = _task.loss")
     if task == "causal-lm-decode":

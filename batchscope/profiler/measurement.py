@@ -77,17 +77,19 @@ def step_monitors(device: torch.device, sampler: NvmlSampler | NullSampler) -> M
 
 
 def record_timing(result: BatchResult, stats: LatencyStats, memory: MemoryReading,
-                  window: NvmlWindow, page_faults: int | None) -> None:
-    """Store what the timing pass measured in ``result``: latency and throughput, peak
-    memory, the NVML window of the timed steps with energy per unit (and a flag when the
-    GPU throttled), and minor page faults per step (CPU)."""
+                  window: NvmlWindow, page_faults: int | None, units_per_row: int = 1) -> None:
+    """Store what the timing pass measured in ``result``: latency and throughput (units a
+    second: ``units_per_row`` per row, UNITS_PER_ROW), peak memory, the NVML window of the
+    timed steps with energy per unit (and a flag when the GPU throttled), and minor page
+    faults per step (CPU)."""
     result.latency_s = stats
-    result.throughput_per_s = result.batch_size / stats.median
+    result.throughput_per_s = result.batch_size * units_per_row / stats.median
     result.peak_memory_bytes = memory.peak_bytes
     result.baseline_memory_bytes = memory.baseline_bytes
     result.peak_memory_method = memory.method
     result.nvml = window.to_dict()
-    result.energy_per_unit_j = energy_per_unit_j(window, result.batch_size, stats.n)
+    result.energy_per_unit_j = energy_per_unit_j(window, result.batch_size * units_per_row,
+                                                 stats.n)
     warning = window.throttle_warning()
     if warning:
         result.flags.append(warning)

@@ -216,7 +216,8 @@ class RankWorker(Worker):
             memory.start()
             stats, _, (window, faults) = time_steps(
                 step, self.sync, config, monitor=step_monitors(self.device, self.sampler))
-            record_timing(result, stats, memory.stop(), window, faults)
+            record_timing(result, stats, memory.stop(), window, faults,
+                              self.spec.units_per_row)
             with self.model.no_sync():
                 no_sync, _, _ = time_steps(step, self.sync, config)
             rank = RankResult(rank=self.rank, status=Status.OK, latency_s=stats.median,

@@ -153,6 +153,7 @@ class Worker:
             "dtype": str(self.dtype).replace("torch.", ""),
             "mode": self.mode,
             "unit": self.spec.unit,
+            "units_per_row": self.spec.units_per_row,
             "batch_sizes": self.spec.batch_sizes,
             "contexts": self.spec.contexts,
             "threads": torch.get_num_threads(),
@@ -207,7 +208,8 @@ class Worker:
                 stats, _, (window, faults) = time_steps(
                     step, self.sync, self.timing,
                     monitor=step_monitors(self.device, self.sampler))
-                record_timing(result, stats, memory.stop(), window, faults)
+                record_timing(result, stats, memory.stop(), window, faults,
+                              self.spec.units_per_row)
                 # The timing result goes out first: it survives a crash in the later passes.
                 self.send(("timed", to_jsonable(result)))
                 if self.config.op_breakdown:

@@ -511,6 +511,11 @@ def allocator_headline(doc: Doc) -> str | None:
     return text + "."
 
 
+# Kept buffers that ran less than this much faster at every batch size gained nothing the
+# timing's noise could not explain.
+NO_GAIN_SPEEDUP = 1.03
+
+
 def _allocator_side_by_side(doc: Doc) -> str | None:
     """The measured side-by-side sentence (``{mapped}`` stands for why the faults happen),
     or None when the sweep did not re-time."""
@@ -527,6 +532,11 @@ def _allocator_side_by_side(doc: Doc) -> str | None:
                 "settings (jemalloc or tcmalloc through LD_PRELOAD keep buffers too)")
     best = max(rows, key=lambda r: r["speedup"])
     unit = v.unit(doc)
+    if best["speedup"] < NO_GAIN_SPEEDUP:
+        return ("Page faults take a share of the step by their count: {mapped}. Timed again "
+                f"side by side with glibc keeping its buffers ({env}), no batch size ran "
+                f"faster (at best {fmt.ratio(best['speedup'])}): on this machine they cost "
+                "little")
     text = (f"Page faults cost {fmt.pct(1 - 1 / best['speedup'])} of the step at batch "
             f"{best['batch_size']}, measured side by side: {{mapped}}. With glibc keeping its "
             f"buffers ({env}) it ran {fmt.rate(best.get('kept_throughput_per_s'), unit)} "

@@ -45,7 +45,7 @@ def _sweep(tmp_path, target: str, *args: str, batch_sizes: str = "1") -> dict:
 @pytest.mark.parametrize("family, task, unit, mode", [
     ("bert", "seq-cls", "sequence", "inference"),
     ("vit", "image-cls", "image", "inference"),
-    ("gpt2", "causal-lm-prefill", "sequence", "inference"),
+    ("gpt2", "causal-lm-prefill", "token", "inference"),
     ("t5", "seq2seq-train", "sequence", "train"),
 ])
 def test_each_family_sweeps_from_its_config(configs, tmp_path, family, task, unit, mode):
@@ -56,6 +56,11 @@ def test_each_family_sweeps_from_its_config(configs, tmp_path, family, task, uni
         assert b["status"] == "ok" and b["coverage"] > 0.8  # the join holds on HF code
     generated = (tmp_path / "out" / "hf_model.py").read_text()
     assert "random weights" in generated and f"--task {task}" in generated
+    if unit == "token":  # a prefill row is --seq-len tokens: throughput in tokens/s
+        (b,) = doc["batches"]
+        assert doc["model"]["units_per_row"] == 16
+        assert b["throughput_per_s"] == pytest.approx(16 * b["batch_size"]
+                                                      / b["latency_s"]["median"])
 
 
 def test_decode_counts_the_kv_cache_as_state(configs, tmp_path):

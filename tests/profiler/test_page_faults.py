@@ -180,3 +180,17 @@ def test_which_sizes_are_timed_again() -> None:
     # one flagged: every measured size, so the kept pick compares like with like
     assert retime_sizes([_kept(1, 0.1, 500), _kept(2, 0.1, 2_000), _kept(4, 0.1, 9_000),
                          BatchResult(8, Status.OOM)]) == [1, 2, 4]
+
+
+def test_kept_buffers_that_gained_nothing_are_said_so() -> None:
+    from batchscope.classifiers.analyze import analyze
+    from batchscope.plan import Limits
+    from batchscope.reports import narrative
+
+    # flagged by the count (20,000 faults at ~1 us in 30 ms), yet no faster kept: noise
+    default = [_kept(1, 0.010, 0), _kept(2, 0.030, 20_000)]
+    kept = [_kept(1, 0.0101, 0), _kept(2, 0.0302, 50)]
+    doc = analyze({"unit": "image"}, None, default, Limits(), {}, kept_buffers=kept).to_dict()
+    headline = narrative.allocator_headline(doc)
+    assert "no batch size ran faster" in headline and "cost" in headline
+    assert not any(f"-{d}" in headline or f"−{d}" in headline for d in "0123456789")
