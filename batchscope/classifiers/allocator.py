@@ -126,9 +126,10 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
             throughput_per_s=d.throughput_per_s, kept_throughput_per_s=k.throughput_per_s,
             page_faults_per_step=faults_d, kept_page_faults_per_step=faults_k,
             speedup=d.latency_s.median / k.latency_s.median if k.latency_s.median > 0 else None,
-            taken=faults_k <= NOT_TAKEN_SHARE * faults_d,
         )
-        if row["taken"] and faults_d - faults_k > 0:
+        if faults_d > 0:  # a size that never faulted says nothing about the setting
+            row["taken"] = faults_k <= NOT_TAKEN_SHARE * faults_d
+        if row.get("taken") and faults_d - faults_k > 0:
             saved_s += d.latency_s.median - k.latency_s.median
             saved_faults += faults_d - faults_k
         rows.append(row)

@@ -165,6 +165,9 @@ def test_side_by_side_summary_picks_from_the_kept_figures() -> None:
     ignored = allocator_summary(default, [_kept(2, 0.029, 19_000)], Limits(), "image",
                                 "throughput")
     assert not ignored["taken"] and ignored["cost_per_fault_s"] is None
+    # a size that never faulted says nothing about whether the setting took
+    quiet = allocator_summary(default, [_kept(1, 0.010, 0)], Limits(), "image", "throughput")
+    assert "taken" not in quiet["batches"][0] and not quiet["taken"]
     # a re-timed size that failed is listed with its error, and picks fall back to default
     failed = [BatchResult(2, Status.OOM, error="out of memory\nframes")]
     summary = allocator_summary(default, failed, Limits(), "image", "throughput")
