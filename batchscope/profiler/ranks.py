@@ -50,7 +50,7 @@ from batchscope.profiler.measurement import record_timing, step_monitors
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import classify_exception
 from batchscope.profiler.timing import TimingConfig, time_steps
-from batchscope.profiler.training import default_loss, persistent_tensors, training_step
+from batchscope.profiler.training import default_loss, persistent_tensors
 from batchscope.profiler.worker import Worker
 from batchscope.profiler.worker_config import worker_config_from_json
 from batchscope.records import BatchResult, RankResult, Status, to_jsonable
@@ -200,7 +200,7 @@ class RankWorker(Worker):
         phase = "make_inputs"
         try:
             inputs = self.make_inputs(batch_size)
-            step = training_step(self.spec, self.model, inputs, self.optimizer)
+            step = self._step(self.model, inputs)  # the training step (under --amp's autocast)
             phase = "timing"
             self.send(("phase", {"batch_size": batch_size, "phase": phase}))
             warmup_s = []
