@@ -280,11 +280,12 @@ def load_model_file(path: str | os.PathLike[str], contexts: list[int] | None = N
 
 
 def _check_units_per_row(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONTEXT:
+    units = _whole(value, 1, MAX_CONTEXT)
+    if units is None:
         raise ModelFileError(f"{where}: UNITS_PER_ROW must be a whole number of units one "
                              f"row yields, 1 to {MAX_CONTEXT:,} (e.g. a prefill row's tokens), "
                              f"not {quote(repr(value), 40)}.")
-    return value
+    return units
 
 
 def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[str, Any],

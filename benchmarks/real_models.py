@@ -146,18 +146,7 @@ def make_inputs(b):
 def run(model, batch):
     return model(batch)
 """,
-    "torch.compile'd MLP": """
-import torch
-from torch import nn
-UNIT = "sample"
-
-def build_model():
-    torch.manual_seed(0)
-    return torch.compile(nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)))
-
-def make_inputs(b):
-    return torch.randn(b, 512)
-""",
+    "torch.compile'd MLP": (ROOT / "tests" / "models" / "compiled_mlp.py").read_text(),
 }
 
 # watch around a user's own T5 training loop (HF style: model(input_ids=..., labels=...)).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +18,10 @@ from batchscope.classifiers.critical_batch import (
     predict_compute_bound_batch,
     predict_critical_batch,
 )
-from batchscope.classifiers.data_parallel import data_parallel_summary
+from batchscope.classifiers.data_parallel import (
+    accumulation_steps,
+    data_parallel_summary,
+)
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
 from batchscope.classifiers.roofline import (
     ACHIEVED,
@@ -185,7 +186,7 @@ def accumulation(info: dict[str, Any], batches: list[BatchResult], micro_batch: 
     picked = next((r for r in batches if r.batch_size == micro_batch and r.latency_s), None)
     if picked is None:
         return None
-    steps = max(1, math.ceil(global_batch / micro_batch))
+    steps = accumulation_steps(global_batch, micro_batch)
     return {
         "global_batch_target": global_batch,
         "micro_batch": micro_batch,

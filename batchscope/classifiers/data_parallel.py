@@ -35,6 +35,11 @@ def allreduce_time_s(bytes_per_step: int, world_size: int, busbw_bytes_per_s: fl
     return bytes_per_step / algbw
 
 
+def accumulation_steps(global_batch: int, per_step: int) -> int:
+    """Gradient-accumulation steps of ``per_step`` rows that reach ``global_batch``."""
+    return max(1, math.ceil(global_batch / per_step))
+
+
 def data_parallel_summary(info: dict[str, Any], batches: list[BatchResult],
                           recommended: int | None,
                           global_batch: int | None) -> dict[str, Any] | None:
@@ -91,7 +96,7 @@ def data_parallel_summary(info: dict[str, Any], batches: list[BatchResult],
             "communication_per_sample_s": ((row["communication_exposed_s"] or 0.0) / per_step),
         }
         if global_batch is not None:
-            steps = max(1, math.ceil(global_batch / per_step))
+            steps = accumulation_steps(global_batch, per_step)
             rec.update({
                 "global_batch_target": global_batch,
                 "accumulation_steps": steps,

@@ -491,7 +491,7 @@ def allocator_headline(doc: Doc) -> str | None:
     picked, other = rec.get("batch_size"), rec.get("batch_size_without_page_faults")
     mapped = ("the allocator hands large buffers back to the OS and maps them afresh every "
               "step, as a long-running process with the same allocator does")
-    side = _allocator_side_by_side(doc)
+    side = _allocator_side_by_side(doc, mapped)
     if side is None:
         text = (f"Page faults take ~{fmt.pct(worst['page_fault_share'])} of the step at batch "
                 f"{worst['batch_size']} (at ~1 µs a fault): {mapped}. A process whose "
@@ -501,7 +501,7 @@ def allocator_headline(doc: Doc) -> str | None:
             text += (f", and would be recommended batch {other} instead of {picked} (an "
                      "estimate: measure with the allocator your job runs with)")
         return text + "."
-    text = side.replace("{mapped}", mapped)
+    text = side
     if other is not None and picked is not None and other != picked:
         kept = (doc.get("allocator") or {}).get("throughput_per_s")
         text += (f". With the buffers kept the pick would be batch {other} "
@@ -516,9 +516,9 @@ def allocator_headline(doc: Doc) -> str | None:
 NO_GAIN_SPEEDUP = 1.03
 
 
-def _allocator_side_by_side(doc: Doc) -> str | None:
-    """The measured side-by-side sentence (``{mapped}`` stands for why the faults happen),
-    or None when the sweep did not re-time."""
+def _allocator_side_by_side(doc: Doc, mapped: str) -> str | None:
+    """The measured side-by-side sentence (``mapped``: why the faults happen), or None when
+    the sweep did not re-time."""
     section = doc.get("allocator") or {}
     rows = [r for r in section.get("batches") or []
             if isinstance(r, dict) and r.get("status") == "ok"
@@ -527,18 +527,18 @@ def _allocator_side_by_side(doc: Doc) -> str | None:
         return None
     env = " ".join(f"{k}={val}" for k, val in (section.get("env") or {}).items())
     if not section.get("taken"):
-        return ("Page faults take a share of the step: {mapped}. Timed again with "
+        return (f"Page faults take a share of the step: {mapped}. Timed again with "
                 f"{env}, the worker faulted as much: this machine's allocator ignores those "
                 "settings (jemalloc or tcmalloc through LD_PRELOAD keep buffers too)")
     best = max(rows, key=lambda r: r["speedup"])
     unit = v.unit(doc)
     if best["speedup"] < NO_GAIN_SPEEDUP:
-        return ("Page faults take a share of the step by their count: {mapped}. Timed again "
+        return (f"Page faults take a share of the step by their count: {mapped}. Timed again "
                 f"side by side with glibc keeping its buffers ({env}), no batch size ran "
                 f"faster (at best {fmt.ratio(best['speedup'])}): on this machine they cost "
                 "little")
     text = (f"Page faults cost {fmt.pct(1 - 1 / best['speedup'])} of the step at batch "
-            f"{best['batch_size']}, measured side by side: {{mapped}}. With glibc keeping its "
+            f"{best['batch_size']}, measured side by side: {mapped}. With glibc keeping its "
             f"buffers ({env}) it ran {fmt.rate(best.get('kept_throughput_per_s'), unit)} "
             f"against {fmt.rate(best.get('throughput_per_s'), unit)} "
             f"({fmt.ratio(best['speedup'])}")
