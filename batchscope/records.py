@@ -101,6 +101,11 @@ class CountedOp:
     flops: int | None
     bytes: ByteSplit
     module: str = ""  # nn.Module path the op ran under, "" at top level
+    # The op's non-tensor arguments in schema order, JSON-safe (ints, bools, lists of
+    # ints), for the ops a kernel probe (profiler/probe.py) needs more than the shapes to
+    # call again: ``convolution``'s [stride, padding, dilation, transposed, output_padding,
+    # groups] (its bias is there when ``input_shapes`` has a third shape). None for others.
+    call_args: list[Any] | None = None
 
 
 @dataclass
@@ -140,6 +145,9 @@ class OpStat:
     # On a GPU: the kernels this op launched, the longest first ({name, calls, time_s} per
     # step), from a recorded trace.
     kernels: list[dict[str, Any]] = field(default_factory=list)
+    # The calls' non-tensor arguments (CountedOp.call_args), for a convolution's kernel
+    # probe; None for the other ops.
+    call_args: list[Any] | None = None
 
 
 @dataclass

@@ -291,8 +291,9 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
 
 
 def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[dict[str, Any]]:
-    """The kernel probes the report's prediction uses: every matmul of the model at every
-    measured batch size and every unmeasured one :func:`unmeasured_sizes` names."""
+    """The kernel probes the report's prediction uses: every matmul and convolution of the
+    model (a convolution within its cost bound: step_model.probe_specs) at every measured
+    batch size and every unmeasured one :func:`unmeasured_sizes` names."""
     if work_varies_with_inputs(results):
         return []
     sizes = [r.batch_size for r in results if r.status == Status.OK]

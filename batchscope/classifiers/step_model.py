@@ -20,6 +20,15 @@ the ones predicted:
   where the kernel was slow would carry that kernel into sizes where it no longer runs, so
   once an op's compute roof overtakes its memory roof, its memory factor falls back to the
   fastest its kind reached (at least 1: the roof).
+- **Kernel probes** (:mod:`batchscope.profiler.probe`): each matmul and convolution of the
+  model, at its own shapes (and a convolution's stride, padding, ...) scaled to the sizes
+  predicted, is timed alone in the worker; where the largest fitted size and b both have
+  one, the op's measured time there times the probes' ratio is its time at b. This sees
+  the kernel a larger b runs, and for a CPU convolution the page faults of its fresh
+  output, which grow per image with the batch. A convolution's probe is skipped where one
+  call is estimated over :data:`PROBE_MAX_CALL_S` (or past :func:`probe_budget_s` of them,
+  a share of the sweep's own time); past its largest probe its time grows in proportion to the rows, said in
+  ``assumptions``.
 - Ops without a FLOP formula, the framework time between ops (on a GPU, the device's idle
   time), the ops the profiler saw but the counting did not are fitted as powers of b (exponent 0 to 1), flat unless they
   clearly grew.
@@ -50,7 +59,14 @@ from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
-from batchscope.profiler.probe import PROBED_OPS, probe_key
+from batchscope.profiler.probe import (
+    LONG_CALL_S,
+    MAX_REPEATS,
+    MIN_REPEATS,
+    PROBE_TIME_S,
+    PROBED_OPS,
+    probe_key,
+)
 from batchscope.records import (
     BatchResult,
     Bound,
@@ -80,6 +96,37 @@ PACE = 0.7
 # ratio would scale the profiler's cost in the reference time): the op's fitted formula is
 # used where either end of the ratio is under it.
 PROBE_MIN_S = 50e-6
+# Probes of these ops have a cost bound: their work is all per row (a convolution's weights
+# are a sliver of its activations), so one call's time at b is estimated as its measured
+# time per call at the largest fitted size times b / that size. A matmul is not bounded: at
+# small b its time is its weight read, which that estimate multiplies by b. Decode's LM head
+# (154 MB of weights, ~8-10 ms a call at batch 1-8) would be estimated at 1-10 s a call at
+# 1024 from the sizes the early stop first sees; it takes 1.2 s, and its probe there takes
+# decode's prediction at 1024 from -18% to -10% (docs/benchmarks.md, table 9).
+COST_BOUNDED_PROBES = frozenset({"convolution"})
+# A probe of a bounded op is skipped where one call is estimated over this long. A
+# ResNet-18 convolution takes ~1-2 s a call at batch 1024 on a quiet 2-core CPU, several
+# times that on a shared one (here the stem took 3.4 s at batch 256): unbounded, its 11
+# shapes at every power of two to 1024 take minutes, past the worker's 120 s for a round
+# (supervisor.PROBE_TIMEOUT_S; a round over it is lost, its matmul probes too). Under 1 s
+# a shape's probes at every power of two take ~4 s at most (two calls a probe, the sizes'
+# calls summing to under twice the largest): a ResNet-18's largest convolutions are probed
+# up to 64-512, by how fast the machine runs them. Past its largest probe, an op's time
+# grows in proportion to the rows (OpCurve.scaled_from).
+PROBE_MAX_CALL_S = 1.0
+# ...and the bounded ops' probes, cheapest first, stop at this many seconds estimated
+# (:func:`_probe_cost_s`), leaving the rest of the round's 120 s to filling their inputs
+# (~1.5 ns a byte) and to the matmuls' probes (decode: 12 s). At ~4 s a shape at most, a
+# ResNet-18's 11 shapes fit; a model with more shapes at the bound loses its most costly
+# probes first.
+PROBE_ROUND_S = 45.0
+# Within that, the probes may take at most this share of what the sweep has spent
+# measuring so far (the batch sizes' wall time), and at least PROBE_BUDGET_MIN_S: a CNN
+# that plateaued after 6 s of sweep had spent 60 s probing its 11 convolutions at every
+# size to 1024 for the report's predicted curve. Probes already timed count against it,
+# so the budget grows with the sweep across rounds.
+PROBE_BUDGET_SHARE = 0.5
+PROBE_BUDGET_MIN_S = 3.0
 # The profiler's cost (profiled step minus timed latency, a cost per op call) is taken off
 # the predicted profiled step as the median over the fitted sizes, a fixed amount: it is
 # noisy (a profiled step may even run faster than the timed median), so no trend is read
@@ -162,6 +209,38 @@ def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
 
 
 @dataclass
+class ProbeScaling:
+    """How a probed op's arguments follow the batch: its shapes at two measured sizes
+    (:func:`~batchscope.batch_shapes.scaled_shapes`), its other arguments (a convolution's
+    stride, ...: ``OpStat.call_args``) and one call's measured seconds at the larger size."""
+
+    name: str
+    small: list[list[int]]
+    b_small: int
+    large: list[list[int]]
+    b_large: int
+    args: list[Any] | None = None
+    call_s: float = 0.0
+
+    def shapes(self, b: int) -> list[list[int]] | None:
+        return scaled_shapes(self.small, self.b_small, self.large, self.b_large, b)
+
+    def key(self, b: int) -> str | None:
+        """The spec key of its probe at batch ``b``; None where its shapes do not scale."""
+        shapes = self.shapes(b)
+        return probe_key(self.name, shapes, self.args) if shapes is not None else None
+
+    def estimated_call_s(self, b: int) -> float:
+        """One call's seconds at ``b``, in proportion to the rows from the larger size."""
+        return self.call_s * b / self.b_large
+
+    def too_costly(self, b: int) -> bool:
+        """Whether its probe at ``b`` is skipped for cost (:data:`PROBE_MAX_CALL_S`)."""
+        return (self.name in COST_BOUNDED_PROBES
+                and self.estimated_call_s(b) > PROBE_MAX_CALL_S)
+
+
+@dataclass
 class OpCurve:
     """One op's fitted batch response."""
 
@@ -183,8 +262,10 @@ class OpCurve:
     # alone, by spec key, and how its shapes scale with b. Where the largest fitted size and
     # b both have one, the op's measured time there scaled by the probes' ratio is its time
     # at b (in the step it runs a little slower than alone, by a share that carries over).
+    # A convolution not probed at b (skipped for cost) grows in proportion to the rows from
+    # its largest probe below b.
     probes_s: dict[str, float] = field(default_factory=dict)
-    scaling: tuple[str, list[list[int]], int, list[list[int]], int] | None = None
+    scaling: ProbeScaling | None = None
     ref_batch: int = 0
     ref_time_s: float = 0.0
 
@@ -192,9 +273,8 @@ class OpCurve:
         """The probe's seconds for one call at batch ``b``, None where none ran."""
         if self.scaling is None or int(b) != b:
             return None
-        name, small, b_small, large, b_large = self.scaling
-        shapes = scaled_shapes(small, b_small, large, b_large, int(b))
-        return self.probes_s.get(probe_key(name, shapes)) if shapes is not None else None
+        key = self.scaling.key(int(b))
+        return self.probes_s.get(key) if key is not None else None
 
     def memory_s(self, b: float) -> float:
         assert self.roof is not None and self.bytes_moved is not None
@@ -216,19 +296,36 @@ class OpCurve:
         """The spec keys of this op's probes at ``sizes`` (and its reference size)."""
         if self.scaling is None:
             return []
-        name, small, b_small, large, b_large = self.scaling
-        shapes = [scaled_shapes(small, b_small, large, b_large, b) for b in [*sizes, self.ref_batch]]
-        return [probe_key(name, s) for s in shapes if s is not None]
+        keys = [self.scaling.key(b) for b in [*sizes, self.ref_batch]]
+        return [k for k in keys if k is not None]
 
     def probed(self, b: float) -> bool:
         """Whether its time at ``b`` comes from kernel probes rather than the formula."""
         at_b, at_ref = self.probe_s(b), self.probe_s(self.ref_batch)
         return at_b is not None and at_ref is not None and min(at_b, at_ref) >= PROBE_MIN_S
 
+    def scaled_from(self, b: float) -> int | None:
+        """For an op whose probes have a cost bound (:data:`COST_BOUNDED_PROBES`) and none
+        at ``b``: the largest of b/2, b/4, ... down to its reference size (the sweep's
+        sizes are powers of two) that it was probed at, whose time scaled by the rows is
+        its time at ``b``; None where ``b`` has a probe or no such size does."""
+        if (self.scaling is None or self.scaling.name not in COST_BOUNDED_PROBES
+                or int(b) != b or b <= self.ref_batch or self.probe_s(b) is not None):
+            return None
+        size = int(b)
+        while size % 2 == 0 and size // 2 >= self.ref_batch:
+            size //= 2
+            if self.probed(size):
+                return size
+        return None
+
     def time_s(self, b: float) -> float:
         if self.probed(b):
             at_b, at_ref = self.probe_s(b), self.probe_s(self.ref_batch)
             return self.ref_time_s * at_b / at_ref  # type: ignore[operator]
+        below = self.scaled_from(b)
+        if below is not None:
+            return self.time_s(below) * b / below
         if self.time_line is not None:
             return self.time_line(b)
         memory, compute = self.memory_s(b), self.compute_s(b)
@@ -330,30 +427,79 @@ def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
     )
 
 
-def _probe_shapes(results: list[BatchResult]) -> dict[str, tuple[str, list[list[int]], int,
-                                                                  list[list[int]], int]]:
-    """Per probed op id: (name, shapes at the second largest size, it, at the largest, it)."""
+def _probe_shapes(results: list[BatchResult]) -> dict[str, ProbeScaling]:
+    """Per probed op id: how its arguments scale, from the two largest usable sizes (a
+    convolution only with its call args recorded, the same at both)."""
     usable = _usable(results)
     if len(usable) < 2:
         return {}
     small, large = usable[-2], usable[-1]
     before = {op.op_id: op for op in small.ops if op.name in PROBED_OPS}
-    return {op.op_id: (op.name, before[op.op_id].input_shapes, small.batch_size,
-                       op.input_shapes, large.batch_size)
-            for op in large.ops if op.op_id in before}
+    out = {}
+    for op in large.ops:
+        prior = before.get(op.op_id)
+        if prior is None or prior.call_args != op.call_args:
+            continue
+        if op.name == "convolution" and op.call_args is None:
+            continue  # recorded before call args were: it cannot be called again
+        out[op.op_id] = ProbeScaling(op.name, prior.input_shapes, small.batch_size,
+                                     op.input_shapes, large.batch_size, op.call_args,
+                                     op.time_s / max(op.calls, 1))
+    return out
 
 
-def probe_specs(results: list[BatchResult], sizes: list[int]) -> list[dict[str, Any]]:
-    """The kernel probes that give each matmul of the model its time at ``sizes`` (and at
-    the measured ones, the reference), one per distinct shape."""
+def probe_budget_s(results: list[BatchResult]) -> float:
+    """Seconds the cost-bounded probes may take: :data:`PROBE_BUDGET_SHARE` of the wall
+    time the sweep spent on its batch sizes, within [PROBE_BUDGET_MIN_S, PROBE_ROUND_S]."""
+    spent = sum(r.wall_s or 0.0 for r in results)
+    return min(max(PROBE_BUDGET_SHARE * spent, PROBE_BUDGET_MIN_S), PROBE_ROUND_S)
+
+
+def probe_specs(results: list[BatchResult], sizes: list[int],
+                budget_s: float | None = None) -> list[dict[str, Any]]:
+    """The kernel probes that give each matmul and convolution of the model its time at
+    ``sizes`` (and at the measured ones, the reference), one per distinct shape.
+
+    A convolution's probe is left out where one call is estimated over
+    :data:`PROBE_MAX_CALL_S`, and past ``budget_s`` of them all (default
+    :func:`probe_budget_s`; the most costly left out first); its time there is scaled from
+    its largest probe below.
+    """
+    budget_s = probe_budget_s(results) if budget_s is None else budget_s
     specs: dict[str, dict[str, Any]] = {}
-    for name, small, b_small, large, b_large in _probe_shapes(results).values():
+    bounded: dict[str, float] = {}  # key -> estimated seconds of one call
+    for scaling in _probe_shapes(results).values():
         for b in sizes:
-            shapes = scaled_shapes(small, b_small, large, b_large, b)
-            if shapes is not None:
-                key = probe_key(name, shapes)
-                specs.setdefault(key, {"key": key, "name": name, "shapes": shapes})
+            key = scaling.key(b)
+            if key is None or key in specs or scaling.too_costly(b):
+                continue
+            specs[key] = {"key": key, "name": scaling.name, "shapes": scaling.shapes(b)}
+            if scaling.args is not None:
+                specs[key]["args"] = scaling.args
+            if scaling.name in COST_BOUNDED_PROBES:
+                bounded[key] = scaling.estimated_call_s(b)
+    spent = 0.0
+    for key, call_s in sorted(bounded.items(), key=lambda kv: kv[1]):
+        spent += _probe_cost_s(call_s)
+        if spent > budget_s:
+            del specs[key]
     return list(specs.values())
+
+
+def _probe_cost_s(call_s: float) -> float:
+    """Seconds a probe of ``call_s`` a call takes in the worker (:func:`probe.time_probe`):
+    a warm-up call, then one timed call after a long warm-up, else timed calls until
+    PROBE_TIME_S has passed (at least MIN_REPEATS, at most MAX_REPEATS).
+
+    Example:
+        >>> _probe_cost_s(0.5), _probe_cost_s(0.125), round(_probe_cost_s(0.001), 6)
+        (1.0, 0.375, 0.026)
+    """
+    if call_s >= LONG_CALL_S:
+        return 2 * call_s
+    timed = min(max(MIN_REPEATS, math.ceil(PROBE_TIME_S / call_s) if call_s > 0 else 1),
+                MAX_REPEATS)
+    return call_s * (1 + timed)
 
 
 def _attach_probes(curves: list[OpCurve], by_op: dict[str, list[tuple[float, OpStat]]],
@@ -529,10 +675,23 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
         points=points,
         knee_batch=knee,
         max_abs_error=max(errors) if errors else None,
-        assumptions=model.assumptions,
+        assumptions=model.assumptions + _unprobed(model, unmeasured),
         ceiling_sensitivity=sensitivity,
         probes_s={k: v for k, v in sorted((probes_s or {}).items()) if k in used},
     )
+
+
+def _unprobed(model: StepModel, sizes: list[int]) -> list[str]:
+    """Where ``model``'s convolutions had no probe of their own (skipped for cost), in words."""
+    skipped = [b for b in sizes if any(c.scaled_from(b) is not None for c in model.ops)]
+    if not skipped:
+        return []
+    where = (f"batch {skipped[0]}" if len(skipped) == 1
+             else f"batches {', '.join(map(str, skipped))}")
+    return [(f"conv: not probed at {where} (skipped for cost: a call estimated over "
+             f"{PROBE_MAX_CALL_S:g} s, or past the probes' budget, half the sweep's time "
+             f"within {PROBE_BUDGET_MIN_S:g}-{PROBE_ROUND_S:g} s); its time grows in "
+             f"proportion to the rows from the largest size it was probed at")]
 
 
 # The early stop trusts the model only after it predicted the last measured batch size

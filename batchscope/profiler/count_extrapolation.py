@@ -4,10 +4,11 @@ Every op's FLOPs and bytes are linear in the batch size on the models batchscope
 (weights a fixed part, activations and state a part per row), and the op sequence is the
 same at every size. So the counting pass, a full step under a dispatch mode (slower than a
 step), need not run at every batch size: counted at three, the counts at the third must be
-exactly what the first two extrapolate to (names, shapes, FLOPs, each kind of bytes, within
-:data:`TOLERANCE`); from then on each larger size gets the counts of its two predecessors
-carried to it, op by op. A model whose counts are not linear (an early exit, routing, a
-kernel chosen by size) fails the check and is counted at every size.
+exactly what the first two extrapolate to (names, shapes, a convolution's stride and the
+like, FLOPs, each kind of bytes, within :data:`TOLERANCE`); from then on each larger size
+gets the counts of its two predecessors carried to it, op by op. A model whose counts are
+not linear (an early exit, routing, a kernel chosen by size) fails the check and is counted
+at every size.
 
 The worker also re-counts when an extrapolated size joins worse than the size before it
 (its op sequence changed): see :meth:`CountPlan.reject`.
@@ -38,7 +39,8 @@ def extrapolate(ops_a: list[CountedOp], b_a: int, ops_b: list[CountedOp], b_b: i
         return None
     out = []
     for a, b in zip(ops_a, ops_b, strict=True):
-        if a.name != b.name or a.module != b.module or (a.flops is None) != (b.flops is None):
+        if (a.name != b.name or a.module != b.module or (a.flops is None) != (b.flops is None)
+                or a.call_args != b.call_args):
             return None
         shapes = scaled_shapes(a.input_shapes, b_a, b.input_shapes, b_b, target)
         if shapes is None:
@@ -51,7 +53,8 @@ def extrapolate(ops_a: list[CountedOp], b_a: int, ops_b: list[CountedOp], b_b: i
                      strict=True)]
         if (flops is not None and flops < 0) or min(split) < 0:
             return None
-        out.append(CountedOp(b.name, shapes, b.dtype, flops, ByteSplit(*split), b.module))
+        out.append(CountedOp(b.name, shapes, b.dtype, flops, ByteSplit(*split), b.module,
+                             b.call_args))
     return out
 
 
@@ -66,7 +69,8 @@ def agrees(predicted: list[CountedOp], counted: list[CountedOp]) -> bool:
     if len(predicted) != len(counted):
         return False
     for p, c in zip(predicted, counted, strict=True):
-        if p.name != c.name or p.input_shapes != c.input_shapes or not _close(p.flops, c.flops):
+        if (p.name != c.name or p.input_shapes != c.input_shapes or p.call_args != c.call_args
+                or not _close(p.flops, c.flops)):
             return False
         for kind in ("weights", "state", "activations", "unsplit"):
             if not _close(getattr(p.bytes, kind), getattr(c.bytes, kind)):

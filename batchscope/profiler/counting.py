@@ -77,6 +77,54 @@ _PASS_THROUGH = {
 }
 
 
+# Ops whose non-tensor arguments are recorded (CountedOp.call_args): the kernel-probed ops
+# (profiler/probe.py) that need more than their tensors' shapes to be called again.
+# nn.Conv1d/2d/3d and the transposed ones all reach the counting mode as ``convolution``.
+_CALL_ARGS_RECORDED = frozenset({"convolution"})
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-safe ints, bools and lists of them (a SymInt as its int).
+
+    Raises:
+        TypeError: anything else (a float, a string, a symbolic size with no value).
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, torch.SymInt)):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    raise TypeError(f"{type(value).__name__} is not recorded")
+
+
+_REQUIRED = object()  # a schema argument without a default
+
+
+@functools.cache
+def _non_tensor_arguments(func: torch._ops.OpOverload) -> tuple[tuple[int, str, Any], ...]:
+    """(position, name, default or :data:`_REQUIRED`) of each non-tensor argument."""
+    return tuple((i, arg.name, arg.default_value if arg.has_default_value() else _REQUIRED)
+                 for i, arg in enumerate(func._schema.arguments)
+                 if "Tensor" not in str(arg.type))
+
+
+def _call_args(func: torch._ops.OpOverload, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> list[Any] | None:
+    """The non-tensor arguments of a call in schema order, defaults filled in; None where
+    one is not plain ints and bools."""
+    values = []
+    for i, name, default in _non_tensor_arguments(func):
+        value = args[i] if i < len(args) else kwargs.get(name, default)
+        if value is _REQUIRED:
+            return None
+        try:
+            values.append(_plain(value))
+        except (TypeError, RuntimeError):  # RuntimeError: a SymInt with no value
+            return None
+    return values
+
+
 @dataclass(frozen=True)
 class _Signature:
     """What an overload's schema says about its tensors, read once (reading it costs ~16 us)."""
@@ -377,13 +425,16 @@ class _CountingMode(TorchDispatchMode):
         if moves:
             reads, writes = _reads_and_writes(func, plan.signature, args, kwargs, out)
             split = self._bytes(reads, writes, touched)
+        name = func._overloadpacket.__name__
         return CountedOp(
-            name=func._overloadpacket.__name__,
+            name=name,
             input_shapes=[list(t.shape) for t in inputs],
             dtype=_first_float_dtype(inputs, outputs),
             flops=flops,
             bytes=split,
             module=self._modules.current() if self._modules is not None else "",
+            call_args=(_call_args(func, args, kwargs) if name in _CALL_ARGS_RECORDED
+                       else None),
         )
 
     def _bytes(

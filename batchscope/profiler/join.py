@@ -10,10 +10,12 @@ top-level ops (Python, module calls) is framework time.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from batchscope.profiler.capture import StepCapture
 from batchscope.records import (
@@ -60,6 +62,12 @@ def _shape_key(shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
         elif isinstance(s, (list, tuple)) and s and all(isinstance(d, (list, tuple)) for d in s):
             out.extend(tuple(x) for x in s if x)  # a tensor list argument
     return tuple(out)
+
+
+def call_args_key(call_args: list[Any] | None) -> str | None:
+    """A hashable form of :attr:`CountedOp.call_args`: two convolutions of the same shapes
+    with another stride are other ops."""
+    return None if call_args is None else json.dumps(call_args, separators=(",", ":"))
 
 
 def does_no_work(op: CountedOp) -> bool:
@@ -203,15 +211,16 @@ def op_ids(counted: Sequence[CountedOp]) -> list[str]:
 
 
 def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
-    """Group calls with the same name, shapes and dtype into one :class:`OpStat` each,
-    identified by the :func:`op_ids` identity of its first call."""
+    """Group calls with the same name, shapes, dtype and non-tensor arguments (a
+    convolution's stride, ...) into one :class:`OpStat` each, identified by the
+    :func:`op_ids` identity of its first call."""
     ids = op_ids(counted)
     groups: dict[tuple, list[int]] = {}
     for i, op in enumerate(counted):
-        key = (op.name, _shape_key(op.input_shapes), op.dtype)
+        key = (op.name, _shape_key(op.input_shapes), op.dtype, call_args_key(op.call_args))
         groups.setdefault(key, []).append(i)
     stats = []
-    for (name, _, dtype), members in groups.items():
+    for (name, _, dtype, _), members in groups.items():
         first = counted[members[0]]
         flops = [counted[i].flops for i in members]
         total_bytes = ByteSplit()
@@ -227,6 +236,7 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
             time_s=sum(join.attributed_s[i] for i in members),
             flops=None if any(f is None for f in flops) else sum(f for f in flops if f is not None),
             bytes=total_bytes,
+            call_args=first.call_args,
         )
         if not all(join.matched[i] or does_no_work(counted[i]) for i in members):
             stat.flags.append("unmatched: some calls had no profiled twin, their time is missing")

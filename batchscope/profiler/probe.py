@@ -1,19 +1,28 @@
-"""Kernel probes: one matmul of the model's own shape, timed alone at a batch size the sweep
-did not measure.
+"""Kernel probes: one matmul or convolution of the model's own shape, timed alone at a
+batch size the sweep did not measure.
 
 BLAS libraries pick their kernel by the shape: MKL runs a 1-row product as gemv and 2-8
 rows on another path, cuBLAS switches tiles, and how close a large product comes to the
-machine's peak depends on its K and N. No measurement at small batch sizes shows what a
-larger one will run, so the step-time model (:mod:`batchscope.classifiers.step_model`) asks
-for the model's own matmuls, scaled to the sizes it predicts, timed here in the worker:
+machine's peak depends on its K and N. A convolution changes too: oneDNN picks another
+path by the batch, and on the CPU its output (over glibc's 32 MiB mmap ceiling from a
+modest batch) is mapped afresh and faulted in at every call, about twice its pages (a
+temporary in oneDNN's layout), so a ResNet-18's convolutions slow per image as the batch
+grows. No measurement at small batch sizes shows what a larger one will run, so the
+step-time model (:mod:`batchscope.classifiers.step_model`) asks for the model's own
+matmuls and convolutions, scaled to the sizes it predicts, timed here in the worker:
 milliseconds to a second each, where measuring the whole model at that size takes minutes.
 
-A spec is ``{"key", "name", "shapes"}``: ``name`` one of :data:`PROBED_OPS`, ``shapes`` the
-tensor arguments' shapes in aten order. The second matrix of a 2-D ``addmm``/``mm`` is built
-as an ``nn.Linear`` weight seen transposed (``w.t()``), the layout ``F.linear`` passes. When
-the model's weights outgrow the last-level cache (``cache_bytes`` given), the arguments
-rotate through enough copies to exceed twice it, so the weights come from memory as they
-do in its steps; a model that fits in cache is probed with its arguments hot, as it runs.
+A spec is ``{"key", "name", "shapes"}`` and, for a convolution, ``"args"``: ``name`` one of
+:data:`PROBED_OPS`, ``shapes`` the tensor arguments' shapes in aten order, ``args`` the
+op's other arguments (``CountedOp.call_args``: stride, padding, dilation, transposed,
+output_padding, groups; a bias when ``shapes`` has a third shape). The second matrix of a
+2-D ``addmm``/``mm`` is built as an ``nn.Linear`` weight seen transposed (``w.t()``), the
+layout ``F.linear`` passes. A convolution is called as the model calls it,
+``aten.convolution``, which allocates its output afresh at every call as it does in the
+step (never into an ``out=`` buffer): the page faults are part of its time. When the
+model's weights outgrow the last-level cache (``cache_bytes`` given), the arguments rotate
+through enough copies to exceed twice it, so the weights come from memory as they do in
+its steps; a model that fits in cache is probed with its arguments hot, as it runs.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
     import torch
 
-PROBED_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm"})
+PROBED_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm", "convolution"})
+# A convolution's non-tensor arguments (its spec's "args"): stride, padding, dilation,
+# transposed, output_padding, groups.
+CONV_ARGS = 6
 # Each probe runs until this much time or MAX_REPEATS calls (at least MIN_REPEATS).
 PROBE_TIME_S = 0.05
 MIN_REPEATS = 2
@@ -39,9 +51,19 @@ LONG_CALL_S = 0.2
 MAX_COPIES = 16
 
 
-def probe_key(name: str, shapes: list[list[int]]) -> str:
-    """The one name of a probe: its op and its arguments' shapes."""
-    return name + json.dumps(shapes, separators=(",", ":"))
+def probe_key(name: str, shapes: list[list[int]], args: list[Any] | None = None) -> str:
+    """The one name of a probe: its op, its arguments' shapes and, for a convolution, its
+    other arguments (a matmul's key is its name and shapes alone).
+
+    Example:
+        >>> probe_key("mm", [[8, 16], [16, 4]])
+        'mm[[8,16],[16,4]]'
+        >>> probe_key("convolution", [[8, 3, 32, 32], [16, 3, 3, 3]],
+        ...           [[2, 2], [1, 1], [1, 1], False, [0, 0], 1])
+        'convolution[[8,3,32,32],[16,3,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]'
+    """
+    key = name + json.dumps(shapes, separators=(",", ":"))
+    return key if args is None else key + json.dumps(args, separators=(",", ":"))
 
 
 class _Arguments:
@@ -49,7 +71,9 @@ class _Arguments:
     linear layer's weight has the same shape at every batch size, and filling hundreds of
     MB with random numbers costs more than timing the product (0.4 s per 200 MB here).
     Copy ``i`` of a tensor is a clone of copy 0: the same values at another address, which
-    is all keeping it out of the cache needs."""
+    is all keeping it out of the cache needs. A convolution's input is the exception: made
+    for its probe alone and freed after it, since a round's inputs at every size would
+    hold gigabytes (a ResNet-18's 11 input shapes take ~3 MB an image together)."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
         self.dtype, self.device = dtype, device
@@ -76,7 +100,39 @@ class _Arguments:
                 raise ValueError(f"{name} with shapes {shapes} is not a 2-D product")
             return [*(self.tensor(s, copy) for s in bias), self.tensor(a, copy),
                     self.tensor(b, copy, linear_weight=True)]
+        if name == "convolution":
+            import torch
+
+            if len(shapes) not in (2, 3) or len(shapes[0]) != len(shapes[1]):
+                raise ValueError(f"convolution with shapes {shapes} is not input, weight "
+                                 f"and an optional bias")
+            x, *params = shapes
+            return [torch.randn(x, dtype=self.dtype, device=self.device),
+                    *(self.tensor(s, copy) for s in params)]
         return [self.tensor(s, copy) for s in shapes]
+
+
+def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
+    """What one timed call runs: the aten op on one set of argument tensors.
+
+    Raises:
+        ValueError: an op outside :data:`PROBED_OPS`, or a convolution without its args.
+    """
+    import torch
+
+    name = spec["name"]
+    if name not in PROBED_OPS:
+        raise ValueError(f"{name} is not probed")
+    op = getattr(torch.ops.aten, name)
+    if name != "convolution":
+        return lambda tensors: op(*tensors)
+    args = spec.get("args")
+    if not isinstance(args, list) or len(args) != CONV_ARGS:
+        raise ValueError(f"convolution needs its {CONV_ARGS} non-tensor arguments, not {args!r}")
+    stride, padding, dilation, transposed, output_padding, groups = args
+    # The output is the op's own, a new tensor at every call, as in the step.
+    return lambda t: op(t[0], t[1], t[2] if len(t) > 2 else None, stride, padding,
+                        dilation, transposed, output_padding, groups)
 
 
 def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
@@ -86,14 +142,13 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
     the probes of a round).
 
     Raises:
-        ValueError: an op outside :data:`PROBED_OPS` or shapes it cannot take.
+        ValueError: an op outside :data:`PROBED_OPS` or shapes or args it cannot take.
+        RuntimeError, MemoryError: the op refused its arguments, or they did not fit.
     """
     import torch
 
     name = spec["name"]
-    if name not in PROBED_OPS:
-        raise ValueError(f"{name} is not probed")
-    op = getattr(torch.ops.aten, name)
+    op = _caller(spec)
     arguments = arguments or _Arguments(dtype, device)
     first = arguments.for_spec(name, spec["shapes"], 0)
     size = sum(t.numel() * t.element_size() for t in first)
@@ -101,7 +156,7 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
     sets = [first] + [arguments.for_spec(name, spec["shapes"], i) for i in range(1, copies)]
     with torch.inference_mode():
         started = time.perf_counter()
-        op(*sets[-1])  # warm-up: the library's first call sets up its kernel
+        op(sets[-1])  # warm-up: the library's first call sets up its kernel
         sync()
         # After a warm-up this long the library's setup is a small part of a call: one
         # timed call does.
@@ -112,7 +167,7 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
             args = sets[len(times) % len(sets)]
             sync()
             started = time.perf_counter()
-            op(*args)
+            op(args)
             sync()
             times.append(time.perf_counter() - started)
             spent += times[-1]

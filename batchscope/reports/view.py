@@ -363,8 +363,10 @@ def prediction_summary(doc: Doc) -> str:
         text += f"; its curve bends at {knee:,.3g} rows"
     probes = pred.get("probes_s") or {}
     if probes:
-        text += (f"; its matmuls were timed alone at their own shapes ({len(probes)} kernel "
-                 f"probes) where the BLAS kernel changes with the rows")
+        kinds = ("matmuls and convolutions" if any(k.startswith("convolution") for k in probes)
+                 else "matmuls")
+        text += (f"; its {kinds} were timed alone at their own shapes ({len(probes)} kernel "
+                 f"probes) where the kernel changes with the rows")
     unmeasured = [r for r in rows if not r["measured"]]
     if unmeasured:
         fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from batchscope.profiler.join import _shape_key as shape_key
-from batchscope.profiler.join import op_ids
+from batchscope.profiler.join import call_args_key, op_ids
 from batchscope.profiler.timing import latency_stats
 from batchscope.records import (
     BatchResult,
@@ -103,7 +103,7 @@ def _unit(call: Launched, dtype_hint: str) -> tuple[dict[str, Any], CountedOp]:
 
 
 def _group_key(op: CountedOp) -> tuple[Any, ...]:
-    return (op.name, shape_key(op.input_shapes), op.dtype)
+    return (op.name, shape_key(op.input_shapes), op.dtype, call_args_key(op.call_args))
 
 
 def _op_stat(group: _Group, n_steps: int) -> OpStat:
@@ -122,6 +122,7 @@ def _op_stat(group: _Group, n_steps: int) -> OpStat:
         kernels=[{"name": name[:KERNEL_NAME_CHARS], "calls": calls / n_steps,
                   "time_s": seconds / n_steps}
                  for name, (calls, seconds) in kernels[:KERNELS_KEPT]],
+        call_args=op.call_args,
     )
     if group.kinds == {DeviceKind.COMMUNICATION}:
         stat.bound = Bound.COMMUNICATION

@@ -7,6 +7,12 @@ import pytest
 from batchscope.classifiers.analyze import unmeasured_sizes
 from batchscope.classifiers.step_model import (
     FIT_WINDOW,
+    PROBE_MAX_CALL_S,
+    PROBE_BUDGET_MIN_S,
+    PROBE_BUDGET_SHARE,
+    PROBE_ROUND_S,
+    probe_budget_s,
+    _probe_cost_s,
     fit_power,
     fit_sizes,
     fit_step_model,
@@ -258,3 +264,141 @@ def test_a_slow_kernel_is_not_mistaken_for_per_call_cost():
     flat = [pooled(b, per_row_s=0, floor_s=4e-3) for b in (1, 2, 4, 8, 16)]
     model = fit_step_model(flat, CEIL, [1, 2, 4, 8])
     assert model.latency_s(16) == pytest.approx(4e-3, rel=0.1)
+
+
+STRIDE_2 = [[2, 2], [1, 1], [1, 1], False, [0, 0], 1]  # a convolution's call args
+
+
+def conv_op(b: int, call_s: float, channels: int = 64, calls: int = 2,
+            op_id: str = "layer:convolution#0") -> OpStat:
+    """A 3x3 stride-2 convolution called ``calls`` times a step, ``call_s`` a call."""
+    flops = 2 * channels * channels * 9 * 28 * 28 * b * calls
+    return OpStat(op_id, "convolution", [[b, channels, 56, 56], [channels, channels, 3, 3]],
+                  "float32", "layer", calls, call_s * calls, flops,
+                  ByteSplit(channels * channels * 9 * 4 * calls, 0,
+                            channels * 4 * (56 * 56 + 28 * 28) * b * calls),
+                  call_args=STRIDE_2)
+
+
+def stepped(b: int, ops: list[OpStat]) -> BatchResult:
+    step = sum(op.time_s for op in ops) + 1e-4
+    return BatchResult(b, Status.OK, latency_s=LatencyStats(step, step, step, 5),
+                       throughput_per_s=b / step, profiled_step_s=step, ops=ops,
+                       op_time_s=step - 1e-4)
+
+
+def test_convolution_probes_carry_their_args_and_are_skipped_over_the_cost_bound():
+    # 10 ms an image a call, measured at 4 and 8: a call is estimated at 0.64 s at 64 and
+    # 1.28 s at 128 (over the bound). A matmul 50 ms a call at 8 keeps its probe at 1024:
+    # its time there is not its weight read times 128.
+    def at(b: int) -> BatchResult:
+        addmm = OpStat("head:addmm#0", "addmm", [[1000], [b, 1000], [1000, 1000]], "float32",
+                       "head", 1, 50e-3, 2 * 10**6 * b, ByteSplit(WEIGHTS, 0, 8000 * b))
+        return stepped(b, [conv_op(b, 10e-3 * b), addmm])
+
+    specs = probe_specs([at(4), at(8)], [8, 64, 128, 1024])
+    convs = {s["shapes"][0][0]: s for s in specs if s["name"] == "convolution"}
+    assert sorted(convs) == [8, 64] and 64 * 10e-3 <= PROBE_MAX_CALL_S < 128 * 10e-3
+    assert convs[64] == {
+        "key": "convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]",
+        "name": "convolution", "shapes": [[64, 64, 56, 56], [64, 64, 3, 3]], "args": STRIDE_2}
+    assert "addmm[[1000],[1024,1000],[1000,1000]]" in {s["key"] for s in specs}
+    assert all("args" not in s for s in specs if s["name"] == "addmm")
+    # A convolution recorded without its args (an older report) is not probed.
+    old = [at(4), at(8)]
+    for r in old:
+        r.ops[0].call_args = None
+    assert all(s["name"] == "addmm" for s in probe_specs(old, [8, 64]))
+
+
+def test_a_rounds_convolution_probes_stop_at_its_budget_cheapest_first():
+    # 40 convolutions of other widths, each 0.9 s a call at 1024: ~150 s for every size.
+    def at(b: int) -> BatchResult:
+        return stepped(b, [conv_op(b, 0.9 * b / 1024, channels=16 + i, calls=1,
+                                   op_id=f"l{i}:convolution#0") for i in range(40)])
+
+    sizes = [16, 32, 64, 128, 256, 512, 1024]
+    specs = probe_specs([at(4), at(8)], [8, *sizes], budget_s=PROBE_ROUND_S)
+    assert sum(_probe_cost_s(0.9 * s["shapes"][0][0] / 1024) for s in specs) <= PROBE_ROUND_S
+    # every op keeps its reference size and the smaller sizes; the largest went first
+    kept = [s["shapes"][0][0] for s in specs]
+    assert all(kept.count(b) == 40 for b in (8, 16, 32, 64, 128))
+    assert 256 in kept and 512 not in kept and 1024 not in kept
+
+
+def test_the_probe_budget_follows_the_sweeps_own_time():
+    def measured(wall_s: float) -> list[BatchResult]:
+        results = [stepped(b, [conv_op(b, 0.9 * b / 1024, channels=16 + i, calls=1,
+                                       op_id=f"l{i}:convolution#0") for i in range(40)])
+                   for b in (4, 8)]
+        for r in results:
+            r.wall_s = wall_s / 2
+        return results
+
+    assert probe_budget_s(measured(0.0)) == PROBE_BUDGET_MIN_S
+    assert probe_budget_s(measured(20.0)) == pytest.approx(PROBE_BUDGET_SHARE * 20.0)
+    assert probe_budget_s(measured(1e4)) == PROBE_ROUND_S
+    sizes = [8, 16, 32, 64, 128, 256, 512, 1024]
+    short = probe_specs(measured(0.0), sizes)
+    assert sum(_probe_cost_s(0.9 * s["shapes"][0][0] / 1024) for s in short) \
+        <= PROBE_BUDGET_MIN_S
+    assert len(short) < len(probe_specs(measured(60.0), sizes))
+
+
+def test_a_convolution_past_its_largest_probe_grows_with_the_rows():
+    # Probed at 8 (its reference), 16 and 32; 64 was over the cost bound: its time there
+    # is its time at 32, scaled by the rows, and the prediction says so.
+    from batchscope.profiler.probe import probe_key
+
+    results = [stepped(b, [conv_op(b, 1e-3 * b)]) for b in (2, 4, 8)]
+    probes = {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2): t
+              for b, t in ((8, 8e-3), (16, 20e-3), (32, 50e-3))}
+    model = fit_step_model(results, CEIL, probes_s=probes)
+    (curve,) = model.ops
+    assert curve.probed(16) and curve.probed(32) and not curve.probed(64)
+    assert curve.scaled_from(64) == 32 and curve.scaled_from(32) is None
+    assert curve.time_s(64) == pytest.approx(2 * curve.time_s(32))
+    assert curve.time_s(32) == pytest.approx(results[-1].ops[0].time_s * 50 / 8)
+    pred = predict(results, CEIL, [16, 32, 64], probes)
+    assert any("not probed at batch 64" in a for a in pred.assumptions)
+    assert {p.batch_size: p.probed_ops for p in pred.points} == {16: 1, 32: 1, 64: 0}
+
+
+def test_a_measured_convolution_is_probed_end_to_end():
+    # A conv model measured for real (counting and profiler passes joined) at 2, 4 and 8,
+    # through the worker's pipe; the model asks for its convolution at 16, the probe runs
+    # on this CPU, and the prediction at 16 uses it.
+    import torch
+    from torch import nn
+
+    from batchscope.profiler.capture import capture_steps
+    from batchscope.profiler.counting import count_step
+    from batchscope.profiler.join import fill_breakdown
+    from batchscope.profiler.probe import run_probes
+    from batchscope.records import batch_result_from_dict, to_jsonable
+
+    torch.manual_seed(0)
+    # Big enough that a call at 8 takes over PROBE_MIN_S (50 us) on a fast CPU too.
+    model = nn.Sequential(nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU()).eval()
+    results = []
+    for b in (2, 4, 8):
+        x = torch.randn(b, 32, 64, 64)
+        result = BatchResult(b, Status.OK)
+        with torch.inference_mode():
+            capture = capture_steps(lambda x=x: model(x), lambda: None, torch.device("cpu"))
+            counted = count_step(lambda x=x: model(x), weights=list(model.parameters()),
+                                 state=[x], root=model)
+        fill_breakdown(result, counted, capture.steps)
+        step = result.profiled_step_s
+        result.latency_s = LatencyStats(step, step, step, len(capture.steps))
+        results.append(batch_result_from_dict(to_jsonable(result)))
+    specs = probe_specs(results, [16, 8])
+    assert [(s["name"], s["shapes"], s["args"]) for s in specs] == [
+        ("convolution", [[b, 32, 64, 64], [64, 32, 3, 3], [64]], STRIDE_2) for b in (16, 8)]
+    out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
+    assert out["errors"] == {} and all(t > 0 for t in out["times_s"].values())
+    fitted = fit_step_model(results, CEIL, probes_s=out["times_s"])
+    conv = next(c for c in fitted.ops if c.name == "convolution")
+    assert conv.probed(16) and conv.time_s(16) > 0
+    assert fitted.probed_ops(16) >= 1
+

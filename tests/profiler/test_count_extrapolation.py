@@ -69,3 +69,15 @@ def test_extrapolation_refuses_what_is_not_a_line_in_the_batch():
     assert plan.linear is False  # relu's activations broke the line
     plan.reject()
     assert plan.counts(16, lambda: b)[1] == []
+
+
+def test_a_convolutions_args_are_carried_and_must_agree():
+    def conv(rows: int, stride: int) -> CountedOp:
+        return CountedOp("convolution", [[rows, 3, 16, 16], [8, 3, 3, 3]], "float32",
+                         rows * 100, ByteSplit(864, 0, rows * 50), "stem",
+                         [[stride, stride], [1, 1], [1, 1], False, [0, 0], 1])
+
+    carried = extrapolate([conv(2, 2)], 2, [conv(4, 2)], 4, 64)
+    assert carried == [conv(64, 2)]  # with its stride, for the probes at 64
+    assert extrapolate([conv(2, 1)], 2, [conv(4, 2)], 4, 64) is None
+    assert not agrees([conv(4, 1)], [conv(4, 2)])

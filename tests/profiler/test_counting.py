@@ -88,6 +88,27 @@ def test_conv2d(context: Callable[[], AbstractContextManager[Any]]) -> None:
     assert op.bytes == ByteSplit(weights=1792, state=49152, activations=262144)
 
 
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_a_convolution_records_the_arguments_that_call_it_again(
+    context: Callable[[], AbstractContextManager[Any]],
+) -> None:
+    conv2d, x2 = nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.randn(2, 3, 16, 16)
+    op = only(count(lambda: conv2d(x2), conv2d.parameters(), [x2], context=context),
+              "convolution")
+    # stride, padding, dilation, transposed, output_padding, groups; the bias is a shape
+    assert op.call_args == [[2, 2], [1, 1], [1, 1], False, [0, 0], 1]
+    assert op.input_shapes == [[2, 3, 16, 16], [8, 3, 3, 3], [8]]
+    conv1d = nn.Conv1d(4, 4, 5, stride=3, padding=2, groups=4, bias=False)
+    x1 = torch.randn(2, 4, 32)
+    op = only(count(lambda: conv1d(x1), conv1d.parameters(), [x1], context=context),
+              "convolution")
+    assert op.call_args == [[3], [2], [1], False, [0], 4]
+    assert op.input_shapes == [[2, 4, 32], [4, 1, 5]]
+    linear, x = nn.Linear(4, 4), torch.randn(2, 4)
+    assert all(o.call_args is None
+               for o in count(lambda: linear(x), linear.parameters(), [x], context=context))
+
+
 def test_bmm() -> None:
     a, b = torch.randn(8, 16, 32), torch.randn(8, 32, 24)
     op = only(count(lambda: torch.bmm(a, b), state=[a, b]), "bmm")

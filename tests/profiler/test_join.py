@@ -30,8 +30,11 @@ class _SometimesScaled(nn.Module):
 
 
 def _measure(model: nn.Module, batch_size: int) -> BatchResult:
-    x = torch.randn(batch_size, 16)
-    result = BatchResult(batch_size, Status.OK)
+    return _measure_on(model, torch.randn(batch_size, 16))
+
+
+def _measure_on(model: nn.Module, x: torch.Tensor) -> BatchResult:
+    result = BatchResult(x.shape[0], Status.OK)
     with torch.inference_mode():
         capture = capture_steps(lambda: model(x), lambda: None, torch.device("cpu"))
         counted = count_step(lambda: model(x), weights=list(model.parameters()), state=[x],
@@ -95,3 +98,29 @@ def test_a_compiled_graphs_extern_kernel_joins_and_its_fused_time_is_kept() -> N
     step.ops.append(TimedOp("addmm", [[8], [2, 4], [4, 8]], 6e-4, 7e-4, 1e-4, 0))
     fill_breakdown(result, eager, [step])
     assert result.ops[0].time_s == 1e-4
+
+
+class _TwoStrides(nn.Module):
+    """Two convolutions of the same shapes but strides 1 and 2, each called twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.halving = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.same(x).sum() + self.same(x).sum() + self.halving(x).sum()
+                + self.halving(x).sum())
+
+
+def test_convolutions_with_other_strides_are_other_ops_and_keep_their_args() -> None:
+    from batchscope.records import batch_result_from_dict, to_jsonable
+
+    result = _measure_on(_TwoStrides().eval(), torch.randn(2, 3, 16, 16))
+    convs = [op for op in result.ops if op.name == "convolution"]
+    assert sorted((op.call_args[0], op.calls) for op in convs) == [([1, 1], 2), ([2, 2], 2)]
+    assert {op.module for op in convs} == {"same", "halving"}
+    assert all(op.call_args is None for op in result.ops if op.name != "convolution")
+    # The worker's pipe and report.json: the args come back as they went.
+    back = batch_result_from_dict(to_jsonable(result))
+    assert [op.call_args for op in back.ops] == [op.call_args for op in result.ops]

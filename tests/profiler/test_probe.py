@@ -1,10 +1,14 @@
-"""Kernel probes run for real on the CPU: the model's own matmul shapes, timed alone."""
+"""Kernel probes run for real on the CPU: the model's own matmul and convolution shapes,
+timed alone."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from batchscope.profiler.probe import probe_key, run_probes
+from batchscope.profiler.counting import count_step
+from batchscope.profiler.probe import _Arguments, _caller, probe_key, run_probes
 
 
 def test_probes_time_linear_shaped_products_and_say_why_one_cannot_run():
@@ -13,18 +17,61 @@ def test_probes_time_linear_shaped_products_and_say_why_one_cannot_run():
              {"key": "mm-small", "name": "mm", "shapes": [[4, 16], [16, 8]]},
              {"key": "bmm", "name": "bmm", "shapes": [[2, 4, 8], [2, 8, 3]]},
              {"key": "bad", "name": "mm", "shapes": [[4, 16], [5, 8]]},
-             {"key": "conv", "name": "convolution", "shapes": [[1, 3, 8, 8]]}]
+             {"key": "pool", "name": "max_pool2d", "shapes": [[1, 3, 8, 8]]},
+             {"key": "conv", "name": "convolution", "shapes": [[1, 3, 8, 8], [4, 3, 3, 3]]}]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None,
                      cache_bytes=1 << 16)
     assert set(out["times_s"]) == {specs[0]["key"], "mm-small", "bmm"}
     assert all(0 < t < 1 for t in out["times_s"].values())
-    assert set(out["errors"]) == {"bad", "conv"}
-    assert "not probed" in out["errors"]["conv"]
+    assert set(out["errors"]) == {"bad", "pool", "conv"}
+    assert "not probed" in out["errors"]["pool"]
+    assert "non-tensor arguments" in out["errors"]["conv"]  # a convolution needs its args
+
+
+def conv_spec(conv: nn.Conv2d, x: torch.Tensor) -> dict:
+    """The spec of ``conv`` on ``x`` as the sweep builds it: from the counting pass."""
+    with torch.inference_mode():
+        (op,) = count_step(lambda: conv(x), weights=conv.parameters(), state=[x])
+    assert op.name == "convolution"
+    return {"key": probe_key(op.name, op.input_shapes, op.call_args), "name": op.name,
+            "shapes": op.input_shapes, "args": op.call_args}
+
+
+def test_convolution_probes_call_the_models_own_convolution():
+    strided = nn.Conv2d(8, 16, 3, stride=2, padding=1)  # groups 1, with a bias
+    depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+    x = torch.randn(4, 8, 32, 32)
+    specs = [conv_spec(strided, x), conv_spec(depthwise, x)]
+    assert specs[0]["key"] == ("convolution[[4,8,32,32],[16,8,3,3],[16]]"
+                               "[[2,2],[1,1],[1,1],false,[0,0],1]")
+    assert specs[1]["key"] == ("convolution[[4,8,32,32],[8,1,3,3]]"
+                               "[[1,1],[1,1],[1,1],false,[0,0],8]")
+    # The probe's call is the module's: the same output for the same tensors.
+    made = _Arguments(torch.float32, torch.device("cpu"))
+    for spec, conv in zip(specs, (strided, depthwise), strict=True):
+        tensors = made.for_spec(spec["name"], spec["shapes"], 0)
+        with torch.inference_mode():
+            got = _caller(spec)(tensors)
+            want = F.conv2d(tensors[0], tensors[1], tensors[2] if len(tensors) > 2 else None,
+                            conv.stride, conv.padding, conv.dilation, conv.groups)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+    # The input is made for its probe alone; the weights are kept for the round.
+    assert [8, 1, 3, 3] in [list(k[0]) for k in made.made]
+    assert [4, 8, 32, 32] not in [list(k[0]) for k in made.made]
+    out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
+    assert out["errors"] == {}
+    assert set(out["times_s"]) == {s["key"] for s in specs}
+    assert all(t > 0 for t in out["times_s"].values())
+
+
+def test_a_matmul_key_has_no_args_and_a_convolution_key_tells_strides_apart():
+    assert probe_key("addmm", [[64], [8, 32], [32, 64]]) == "addmm[[64],[8,32],[32,64]]"
+    shapes = [[1, 3, 8, 8], [4, 3, 3, 3]]
+    one, two = ([[s, s], [1, 1], [1, 1], False, [0, 0], 1] for s in (1, 2))
+    assert probe_key("convolution", shapes, one) != probe_key("convolution", shapes, two)
 
 
 def test_a_round_makes_each_weight_once_and_its_copies_at_other_addresses():
-    from batchscope.profiler.probe import _Arguments
-
     made = _Arguments(torch.float32, torch.device("cpu"))
     at_8 = made.for_spec("addmm", [[64], [8, 32], [32, 64]], 0)
     at_16 = made.for_spec("addmm", [[64], [16, 32], [32, 64]], 0)
