@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from batchscope import __version__
 from batchscope.classifiers.allocator import retime_sizes
 from batchscope.classifiers.analyze import analyze, early_stop_reason, final_probe_specs
+from batchscope.classifiers.sequence_grid import sequence_grid_section
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
@@ -91,6 +92,9 @@ class Options:
     # Decode models: context lengths for make_inputs(batch_size, context), replacing the
     # file's CONTEXTS; the sweep runs at the first, the context grid at all of them.
     contexts: list[int] | None = None
+    # Sequence models: row lengths for make_inputs(batch_size, seq_len), replacing the
+    # file's SEQ_LENS; the sweep runs at the first, the batch × length grid at all of them.
+    seq_lens: list[int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def distributed(self) -> DistributedConfig | None:
@@ -146,6 +150,14 @@ class Options:
                 not self.contexts or len(set(self.contexts)) != len(self.contexts)
                 or any(c < 0 for c in self.contexts)):
             raise UsageError("--contexts must list distinct token counts, e.g. 128,512,1024.")
+        if self.seq_lens is not None and (
+                not self.seq_lens or len(set(self.seq_lens)) != len(self.seq_lens)
+                or any(c < 1 for c in self.seq_lens)):
+            raise UsageError("--seq-lens must list distinct lengths of at least 1 token, "
+                             "e.g. 128,256,512.")
+        if self.seq_lens is not None and self.contexts is not None:
+            raise UsageError("--contexts and --seq-lens both give a second axis; a sweep "
+                             "takes one.")
         if self.global_batch is not None and self.global_batch < 1:
             raise UsageError(f"--global-batch must be at least 1, not {self.global_batch}.")
         if self.out_dir is not None:
@@ -179,6 +191,7 @@ def _worker_config(path: str, options: Options) -> WorkerConfig:
         trace_dir=trace_dir,
         recalibrate=options.recalibrate,
         contexts=options.contexts,
+        seq_lens=options.seq_lens,
     )
 
 
@@ -234,6 +247,9 @@ class _ReportWriter(Callbacks):
         if self.info.get("contexts") and report.model.get("mode") == "inference":
             # A decode model: its context grid, and (once the sweep is done) the what-if.
             report.serving = serving_section(report.to_dict(), grid or [], final=not partial)
+            report.explain()
+        if self.info.get("seq_lens"):
+            report.sequence_grid = sequence_grid_section(report.to_dict(), grid or [])
             report.explain()
         return report
 

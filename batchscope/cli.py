@@ -66,14 +66,14 @@ def parse_size(text: str, option: str = "--memory-budget") -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
-def parse_contexts(text: str) -> list[int]:
+def parse_contexts(text: str, option: str = "--contexts") -> list[int]:
     """``"128,512,1024"`` -> token counts in the order given (the first is the sweep's)."""
     values = []
     for part in text.split(","):
         try:
             values.append(int(part.strip()))
         except ValueError:
-            raise UsageError(f"--contexts {text!r}: {part.strip()!r} is not a whole number of "
+            raise UsageError(f"{option} {text!r}: {part.strip()!r} is not a whole number of "
                              "tokens; write e.g. 128,512,1024.") from None
     return values
 
@@ -125,6 +125,7 @@ def diagnose(
     seq_len: Annotated[int, typer.Option("--seq-len", help="With hf:MODEL: tokens per row for prefill, classification and training tasks.")] = DEFAULT_SEQ_LEN,
     context: Annotated[Optional[int], typer.Option("--context", help="With hf:MODEL --task causal-lm-decode: tokens of KV cache per row (default 1024).")] = None,
     contexts: Annotated[Optional[str], typer.Option("--contexts", help="Decode models: tokens of context, e.g. 128,512,1024 (make_inputs(batch_size, context)); the sweep runs at the first, a small grid of step times at all, for `diagnose serve`.")] = None,
+    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="Sequence models: row lengths, e.g. 128,256,512 (make_inputs(batch_size, seq_len), replacing the file's SEQ_LENS; with hf:MODEL for its sequence tasks): the sweep runs at the first, a grid of batch size × length at all of them.")] = None,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
@@ -153,6 +154,7 @@ def diagnose(
             batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes is not None else None,
             max_batch=max_batch,
             contexts=parse_contexts(contexts) if contexts is not None else None,
+            seq_lens=parse_contexts(seq_lens, "--seq-lens") if seq_lens is not None else None,
             measure_all=measure_all,
             latency_limit_s=latency_limit_ms / 1e3 if latency_limit_ms is not None else None,
             memory_budget_bytes=parse_size(memory_budget) if memory_budget is not None else None,
@@ -179,7 +181,9 @@ def diagnose(
         try:
             if task is None:
                 raise UsageError(f"{model} needs --task ({', '.join(HF_TASKS)}).")
-            model = write_model_file(str(model), task, out, context=context, seq_len=seq_len)
+            model = write_model_file(str(model), task, out, context=context, seq_len=seq_len,
+                                     seq_lens=options.seq_lens)
+            options.seq_lens = None  # written into the file as its SEQ_LENS
         except UsageError as exc:
             raise fail(exc) from None
         err_console.print(f"model file for {task} written to {model}", markup=False)

@@ -2,9 +2,12 @@
 
 A model file defines ``build_model()`` and ``make_inputs(batch_size)``, optionally
 ``run(model, inputs)`` and the settings ``BATCH_SIZES``, ``UNIT``, ``UNITS_PER_ROW`` (units one
-row yields: a prefill row's tokens), ``MODE`` and ``CONTEXTS``
-(a decode model's context lengths: then ``make_inputs(batch_size, context)``; the sweep runs
-at the first, and a small grid of step times at all of them feeds the serving what-if). Anything
+row yields: a prefill row's tokens; ``"seq_len"``: as many as its sequence length), ``MODE``,
+and one second axis: ``CONTEXTS`` (a decode model's context lengths: then
+``make_inputs(batch_size, context)``; the sweep runs at the first, and a small grid of step
+times at all of them feeds the serving what-if) or ``SEQ_LENS`` (the sequence lengths of a
+row: then ``make_inputs(batch_size, seq_len)``; the sweep runs at the first, and the grid of
+batch size × sequence length is reported as tokens per step against units/s and memory). Anything
 that breaks the contract raises :class:`~batchscope.errors.ModelFileError` with one
 sentence naming what is wrong, and the user's own traceback frames where there are any.
 
@@ -41,9 +44,12 @@ MAX_UNIT_CHARS = 32
 # A file that lacks build_model() is told what it does define; past this many names, "…".
 MAX_NAMES_LISTED = 12
 OPTIONAL_FUNCTIONS = ("run", "make_optimizer", "loss")
-SETTINGS = ("BATCH_SIZES", "UNIT", "MODE", "CONTEXTS", "UNITS_PER_ROW")
-# A grid of step times at more contexts than this is a second sweep, not a grid.
+SETTINGS = ("BATCH_SIZES", "UNIT", "MODE", "CONTEXTS", "SEQ_LENS", "UNITS_PER_ROW")
+# A grid of step times at more contexts (or sequence lengths) than this is a second sweep,
+# not a grid.
 MAX_CONTEXTS = 16
+# UNITS_PER_ROW = PER_TOKEN: a row yields as many units as its sequence length (SEQ_LENS).
+PER_TOKEN = "seq_len"
 # Tokens of context beyond any model's window: a typo, refused before any memory is taken.
 MAX_CONTEXT = 10_000_000
 # More batch sizes than this is not a sweep anyone waits for (each takes seconds), and
@@ -74,17 +80,34 @@ class ModelSpec:
     make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer] | None = None
     loss: Callable[[Any, Any], torch.Tensor] | None = None
     contexts: list[int] | None = None  # CONTEXTS: make_inputs(batch_size, context)
+    seq_lens: list[int] | None = None  # SEQ_LENS: make_inputs(batch_size, seq_len)
     # UNITS_PER_ROW: units one row of a batch yields (a prefill row: its tokens), so that
-    # throughput reads in UNITs per second.
+    # throughput reads in UNITs per second; at the sweep's own sequence length when
+    # ``per_token`` (UNITS_PER_ROW = "seq_len").
     units_per_row: int = 1
+    per_token: bool = False
+
+    @property
+    def grid_axis(self) -> str | None:
+        """The second axis: "context" (CONTEXTS), "seq_len" (SEQ_LENS) or None."""
+        return "context" if self.contexts else "seq_len" if self.seq_lens else None
+
+    @property
+    def lengths(self) -> list[int] | None:
+        """The second axis's values (CONTEXTS or SEQ_LENS), the sweep's own first."""
+        return self.contexts or self.seq_lens
 
     @property
     def base_context(self) -> int | None:
-        """The context the sweep runs at (the first of CONTEXTS); None without CONTEXTS."""
-        return self.contexts[0] if self.contexts else None
+        """The length the sweep runs at (the first of CONTEXTS or SEQ_LENS); None without."""
+        return self.lengths[0] if self.lengths else None
+
+    def units_per_row_at(self, length: int | None) -> int:
+        """Units one row yields at ``length`` of the second axis (None: the sweep's own)."""
+        return length if self.per_token and length is not None else self.units_per_row
 
     def call_make_inputs(self, batch_size: int, context: int | None = None) -> Any:
-        if self.contexts is None:
+        if self.lengths is None:
             return self.make_inputs(batch_size)
         return self.make_inputs(batch_size, self.base_context if context is None else context)
 
@@ -153,24 +176,25 @@ def _check_batch_sizes(value: Any, where: str) -> list[int]:
     return sorted(sizes)
 
 
-def check_contexts(value: Any, where: str) -> list[int]:
-    """CONTEXTS as plain ints in the file's order (the first is the sweep's own), or
-    :class:`ModelFileError` naming what is wrong."""
+def check_contexts(value: Any, where: str, name: str = "CONTEXTS") -> list[int]:
+    """CONTEXTS (or SEQ_LENS, ``name``) as plain ints in the file's order (the first is the
+    sweep's own), or :class:`ModelFileError` naming what is wrong."""
+    what, low = ("contexts", 0) if name == "CONTEXTS" else ("lengths", 1)
     if not isinstance(value, (list, tuple)) or not value:
-        raise ModelFileError(f"{where}: CONTEXTS must be a non-empty list of token counts, "
+        raise ModelFileError(f"{where}: {name} must be a non-empty list of token counts, "
                              f"not {quote(value)}.")
     if len(value) > MAX_CONTEXTS:
-        raise ModelFileError(f"{where}: CONTEXTS lists {len(value)} contexts, more than the "
+        raise ModelFileError(f"{where}: {name} lists {len(value)} {what}, more than the "
                              f"{MAX_CONTEXTS} a grid measures.")
     contexts = []
     for c in value:
-        context = _whole(c, 0, MAX_CONTEXT)
+        context = _whole(c, low, MAX_CONTEXT)
         if context is None:
-            raise ModelFileError(f"{where}: CONTEXTS must hold token counts from 0 to "
+            raise ModelFileError(f"{where}: {name} must hold token counts from {low} to "
                                  f"{MAX_CONTEXT:,}, found {quote(c)}.")
         contexts.append(context)
     if len(set(contexts)) != len(contexts):
-        raise ModelFileError(f"{where}: CONTEXTS lists a context twice: {quote(contexts)}.")
+        raise ModelFileError(f"{where}: {name} lists a {what[:-1]} twice: {quote(contexts)}.")
     return contexts
 
 
@@ -201,8 +225,9 @@ def _check_function(name: str, fn: Any, where: str,
     try:
         signature.bind(*parameters)
     except TypeError:
-        why = " (with CONTEXTS or --contexts it is given the context too)" \
-            if parameters != PARAMETERS[name] else ""
+        why = (f" (with {'CONTEXTS or --contexts' if parameters[-1] == 'context' else 'SEQ_LENS or --seq-lens'}"
+               f" it is given the {parameters[-1].replace('_', ' ')} too)"
+               if parameters != PARAMETERS[name] else "")
         raise ModelFileError(f"{where}: {name} cannot be called as {name}("
                              f"{', '.join(parameters)}){why}; check its parameters.") from None
 
@@ -249,8 +274,8 @@ def _sentence(text: str) -> str:
     return text if text.endswith(".") else text + "."
 
 
-def load_model_file(path: str | os.PathLike[str], contexts: list[int] | None = None
-                    ) -> ModelSpec:
+def load_model_file(path: str | os.PathLike[str], contexts: list[int] | None = None,
+                    seq_lens: list[int] | None = None) -> ModelSpec:
     """Load a model file and check it against the contract.
 
     Example:
@@ -276,25 +301,55 @@ def load_model_file(path: str | os.PathLike[str], contexts: list[int] | None = N
         settings={name: namespace.get(name) for name in SETTINGS},
         module=module,
         contexts=contexts,
+        seq_lens=seq_lens,
     )
 
 
-def _check_units_per_row(value: Any, where: str) -> int:
+def _check_units_per_row(value: Any, where: str, seq_lens: list[int] | None) -> int:
+    if _per_token(value):
+        if seq_lens is None:
+            raise ModelFileError(f"{where}: UNITS_PER_ROW = {PER_TOKEN!r} needs SEQ_LENS (or "
+                                 "--seq-lens): it counts each row's sequence length.")
+        return seq_lens[0]
     units = _whole(value, 1, MAX_CONTEXT)
     if units is None:
         raise ModelFileError(f"{where}: UNITS_PER_ROW must be a whole number of units one "
                              f"row yields, 1 to {MAX_CONTEXT:,} (e.g. a prefill row's tokens), "
-                             f"not {quote(repr(value), 40)}.")
+                             f"or {PER_TOKEN!r} with SEQ_LENS, not {quote(repr(value), 40)}.")
     return units
+
+
+def _per_token(value: Any) -> bool:
+    return isinstance(value, str) and value == PER_TOKEN
+
+
+def _second_axis(settings: dict[str, Any], where: str, contexts: list[int] | None,
+                 seq_lens: list[int] | None) -> tuple[list[int] | None, list[int] | None]:
+    """(CONTEXTS, SEQ_LENS): an option (``--contexts``, ``--seq-lens``) replaces whichever
+    the file set; a file that sets both is refused."""
+    if contexts is not None:
+        return check_contexts(contexts, "--contexts"), None
+    if seq_lens is not None:
+        return None, check_contexts(seq_lens, "--seq-lens", "SEQ_LENS")
+    if settings.get("CONTEXTS") is not None and settings.get("SEQ_LENS") is not None:
+        raise ModelFileError(f"{where}: CONTEXTS and SEQ_LENS are both set; a model sweeps "
+                             "one second axis: a decode model's context, or a row's length.")
+    if settings.get("CONTEXTS") is not None:
+        return check_contexts(settings["CONTEXTS"], where), None
+    if settings.get("SEQ_LENS") is not None:
+        return None, check_contexts(settings["SEQ_LENS"], where, "SEQ_LENS")
+    return None, None
 
 
 def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[str, Any],
                settings: dict[str, Any], module: Any = None,
-               contexts: list[int] | None = None) -> ModelSpec:
+               contexts: list[int] | None = None,
+               seq_lens: list[int] | None = None) -> ModelSpec:
     """Check the functions and settings of a model file (or of API arguments).
 
     A setting that is None is not set and takes its default; any other value must be of
-    the right type and range. ``contexts`` (``--contexts``) replaces the file's CONTEXTS.
+    the right type and range. ``contexts`` (``--contexts``) and ``seq_lens``
+    (``--seq-lens``) replace the file's second axis, whichever it set.
 
     Raises:
         ModelFileError: one sentence naming ``path`` and the first thing that is wrong.
@@ -302,13 +357,10 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
     where = str(path)
     try:
         _check_function("build_model", build_model, where)
-        file_contexts = settings.get("CONTEXTS")
-        if contexts is not None:
-            contexts = check_contexts(contexts, "--contexts")
-        elif file_contexts is not None:
-            contexts = check_contexts(file_contexts, where)
+        contexts, seq_lens = _second_axis(settings, where, contexts, seq_lens)
         _check_function("make_inputs", make_inputs, where,
-                        ("batch_size", "context") if contexts is not None else None)
+                        ("batch_size", "context") if contexts is not None else
+                        ("batch_size", "seq_len") if seq_lens is not None else None)
         for name, fn in optional.items():
             if fn is not None:
                 _check_function(name, fn, where)
@@ -320,8 +372,9 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
         mode = settings.get("MODE")
         mode = DEFAULT_MODE if mode is None else _check_mode(mode, where)
         units_per_row = settings.get("UNITS_PER_ROW")
+        per_token = _per_token(units_per_row)
         units_per_row = 1 if units_per_row is None else _check_units_per_row(units_per_row,
-                                                                              where)
+                                                                              where, seq_lens)
     except ModelFileError:
         raise
     except Exception as exc:  # noqa: BLE001 - the values are user objects running user code
@@ -341,7 +394,9 @@ def check_spec(path: Path, build_model: Any, make_inputs: Any, optional: dict[st
         make_optimizer=optional.get("make_optimizer"),
         loss=optional.get("loss"),
         contexts=contexts,
+        seq_lens=seq_lens,
         units_per_row=units_per_row,
+        per_token=per_token,
     )
 
 
@@ -371,7 +426,8 @@ def spec_from_callables(build_model: Any, make_inputs: Any, run: Any = None,
                         make_optimizer: Any = None, loss: Any = None,
                         batch_sizes: list[int] | None = None, unit: str | None = None,
                         mode: str | None = None, name: str | None = None,
-                        contexts: list[int] | None = None) -> ModelSpec:
+                        contexts: list[int] | None = None,
+                        seq_lens: list[int] | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from functions passed to the Python API, checked the same way."""
     label = name or getattr(build_model, "__module__", "model") + "." + getattr(
         build_model, "__qualname__", "build_model")
@@ -382,4 +438,5 @@ def spec_from_callables(build_model: Any, make_inputs: Any, run: Any = None,
         optional={"run": run, "make_optimizer": make_optimizer, "loss": loss},
         settings={"BATCH_SIZES": batch_sizes, "UNIT": unit, "MODE": mode},
         contexts=contexts,
+        seq_lens=seq_lens,
     )

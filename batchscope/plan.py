@@ -235,19 +235,27 @@ GRID_MAX_STEP_S = 1.0
 
 
 def grid_batch_sizes(results: list[BatchResult], base_context: int, context: int,
-                     budget_bytes: int | None = None) -> list[int]:
+                     budget_bytes: int | None = None, axis: str = "context",
+                     parameter_bytes: int | None = None) -> list[int]:
     """Which measured batch sizes to time at ``context``: spread evenly (in log scale) over
-    those predicted to fit in memory and to step within :data:`GRID_MAX_STEP_S`. The KV
-    cache is taken as the state bytes the ops read at the sweep's context, scaled with the
-    context (without an op breakdown: not at all, and a point that runs out of memory ends
-    its context's row)."""
+    those predicted to fit in memory and to step within :data:`GRID_MAX_STEP_S`.
+
+    On a context grid the KV cache is taken as the state bytes the ops read at the sweep's
+    context, scaled with the context (without an op breakdown: not at all). On a
+    sequence-length grid everything but the weights is scaled with the length (attention
+    that grows with its square outgrows this: its point runs out of memory, which ends its
+    length's row)."""
     ok = [r for r in results if r.status == Status.OK and r.latency_s is not None]
-    scale = (context + 1) / (base_context + 1)
+    scale = ((context + 1) / (base_context + 1) if axis == "context"
+             else context / max(base_context, 1))
     fits = []
     for r in ok:
         peak = r.peak_memory_bytes or 0
-        state = (r.bytes.state if r.bytes is not None else 0) or 0
-        predicted = peak + state * max(scale - 1, 0.0)
+        if axis == "context":
+            grows = (r.bytes.state if r.bytes is not None else 0) or 0
+        else:
+            grows = max(peak - (parameter_bytes or 0), 0)
+        predicted = peak + grows * max(scale - 1, 0.0)
         free = r.available_memory_bytes
         if budget_bytes is not None and predicted > budget_bytes:
             continue

@@ -306,15 +306,20 @@ def op_stat_from_dict(d: dict[str, Any]) -> OpStat:
 
 @dataclass
 class GridPoint:
-    """One step time of the context grid (``report.json`` ``serving.context_grid``): a
-    decode model timed at a context other than the sweep's, for the serving what-if."""
+    """One step of the second axis's grid: a decode model timed at a context other than the
+    sweep's (``report.json`` ``serving.context_grid``, for the serving what-if), or a model
+    timed at another sequence length (``sequence_grid.points``)."""
 
     batch_size: int
-    context: int
+    context: int | None  # CONTEXTS; None on a sequence-length grid
     status: Status
     latency_s: LatencyStats | None = None
     input_bytes: int | None = None  # every tensor make_inputs returned: the KV cache's size
     error: str = ""
+    seq_len: int | None = None  # SEQ_LENS
+    units_per_row: int | None = None  # at this length (UNITS_PER_ROW = "seq_len": seq_len)
+    throughput_per_s: float | None = None  # units a second
+    peak_memory_bytes: int | None = None
 
 
 def grid_point_from_dict(d: dict[str, Any]) -> GridPoint:
@@ -446,6 +451,9 @@ class Report:
     # CPU sweeps whose page faults were flagged: both allocators side by side
     # (classifiers.allocator.allocator_summary); None otherwise.
     allocator: dict[str, Any] | None = None
+    # Models that set SEQ_LENS: batch size × sequence length
+    # (classifiers.sequence_grid.sequence_grid_section); None otherwise.
+    sequence_grid: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.explain()
@@ -482,6 +490,7 @@ class Report:
             "distributed": to_jsonable(self.distributed),
             "serving": to_jsonable(self.serving),
             "allocator": to_jsonable(self.allocator),
+            "sequence_grid": to_jsonable(self.sequence_grid),
         }
 
     def _repr_html_(self) -> str:

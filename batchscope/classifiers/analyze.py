@@ -398,7 +398,8 @@ def analyze(
     model = {k: info.get(k) for k in ("target", "parameters", "parameter_bytes", "dtype",
                                       "mode", "unit", "units_per_row", "device", "threads",
                                       "available_memory_bytes")}
-    for key in ("training_step", "compiled", "distributed", "contexts", "amp"):
+    for key in ("training_step", "compiled", "distributed", "contexts", "seq_lens",
+                "units_per_row_per_token", "amp"):
         if info.get(key):
             model[key] = info[key]
     return Report(

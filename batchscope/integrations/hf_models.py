@@ -89,8 +89,10 @@ def resolve(target: str) -> HfSource:
     return HfSource(source, Path(cached), weights)
 
 
-def model_file_source(target: str, task: str, *, context: int | None, seq_len: int) -> str:
-    """The text of the model file that sweeps ``target`` for ``task``.
+def model_file_source(target: str, task: str, *, context: int | None, seq_len: int,
+                      seq_lens: list[int] | None = None) -> str:
+    """The text of the model file that sweeps ``target`` for ``task`` (with ``seq_lens``:
+    over batch size × sequence length, SEQ_LENS).
 
     Raises:
         UsageError: an unknown task, or a config the task cannot use.
@@ -99,6 +101,10 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
         raise UsageError(f"unknown --task {task!r}; use one of {', '.join(TASKS)}.")
     if seq_len < 1:
         raise UsageError(f"--seq-len must be at least 1, not {seq_len}.")
+    if seq_lens and task in ("causal-lm-decode", "image-cls"):
+        raise UsageError(f"--seq-lens goes with tasks whose rows are sequences, not {task}"
+                         + (" (its second axis is --contexts)." if task == "causal-lm-decode"
+                            else "."))
     found = resolve(target)
     try:
         model_type = json.loads(found.config_path.read_text()).get("model_type", "?")
@@ -122,8 +128,12 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
         f"UNIT = {unit!r}",
         f"MODE = {mode!r}",
     ]
+    if seq_lens:
+        lines.append(f"SEQ_LENS = {list(seq_lens)!r}  # make_inputs(batch_size, seq_len)")
     if unit == "token" and task != "causal-lm-decode":
-        lines.append(f"UNITS_PER_ROW = {seq_len}  # a row is {seq_len} tokens: tokens/s")
+        lines.append('UNITS_PER_ROW = "seq_len"  # a row is its sequence length in tokens: '
+                     'tokens/s' if seq_lens else
+                     f"UNITS_PER_ROW = {seq_len}  # a row is {seq_len} tokens: tokens/s")
     if mode == "train":
         lines.append("loss = _task.loss")
     if task == "causal-lm-decode":
@@ -132,13 +142,13 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
 
 
 def write_model_file(target: str, task: str, out_dir: str | Path, *, context: int | None,
-                     seq_len: int) -> Path:
+                     seq_len: int, seq_lens: list[int] | None = None) -> Path:
     """Write the model file for ``target`` and ``task`` into ``out_dir``; its path.
 
     Raises:
         UsageError: as :func:`model_file_source`, or the folder cannot be written.
     """
-    text = model_file_source(target, task, context=context, seq_len=seq_len)
+    text = model_file_source(target, task, context=context, seq_len=seq_len, seq_lens=seq_lens)
     path = Path(out_dir) / GENERATED_NAME
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +186,9 @@ class HfTask:
         return torch.randint(0, int(self.config.vocab_size), (batch_size, length),
                              generator=generator)
 
-    def make_inputs(self, batch_size: int, context: int | None = None) -> Any:
+    def make_inputs(self, batch_size: int, length: int | None = None) -> Any:
+        """The task's inputs; ``length`` is the decode context (CONTEXTS) or the row's
+        sequence length (SEQ_LENS), None: the task's own."""
         import torch
 
         if self.task == "image-cls":
@@ -184,12 +196,13 @@ class HfTask:
             channels = int(getattr(self.config, "num_channels", 3))
             return {"pixel_values": torch.randn(batch_size, channels, size, size)}
         if self.task == "causal-lm-decode":
-            return self._decode_inputs(batch_size, context or self.context)
-        inputs = {"input_ids": self._ids(batch_size, self.seq_len, batch_size)}
+            return self._decode_inputs(batch_size, length or self.context)
+        seq_len = length or self.seq_len
+        inputs = {"input_ids": self._ids(batch_size, seq_len, batch_size)}
         if self.task == "causal-lm-train":
             inputs["labels"] = inputs["input_ids"]
         elif self.task == "seq2seq-train":
-            inputs["labels"] = self._ids(batch_size, max(1, self.seq_len // 4), batch_size + 1)
+            inputs["labels"] = self._ids(batch_size, max(1, seq_len // 4), batch_size + 1)
         return inputs
 
     def _decode_inputs(self, batch_size: int, context: int) -> dict[str, Any]:

@@ -353,18 +353,24 @@ class Sweep:
                             grid=self.grid, kept_buffers=self.kept_buffers)
 
     def _context_grid(self) -> None:
-        """Time the measured batch sizes at every context of CONTEXTS (timing only), for
-        the serving what-if. At each context the sizes go up, and a failure ends that
-        context's row: a larger batch at the same context would fail too."""
+        """Time the measured batch sizes at every length of the second axis (timing and
+        peak memory only): CONTEXTS for the serving what-if (inference), SEQ_LENS for the
+        batch × sequence grid (inference or training). At each length the sizes go up, and
+        a failure ends that length's row: a larger batch at the same length would fail too."""
         contexts = self.info.get("contexts") or []
-        if len(contexts) < 2 or self.info.get("mode") != "inference" \
-                or self.config.distributed is not None:
+        axis = "context" if contexts else "seq_len"
+        lengths = contexts or self.info.get("seq_lens") or []
+        if len(lengths) < 2 or self.config.distributed is not None or (
+                axis == "context" and self.info.get("mode") != "inference"):
             return
-        for context in contexts:
-            for b in grid_batch_sizes(self.results, contexts[0], context,
-                                      self.config.limits.memory_budget_bytes):
-                self.callbacks.on_phase(b, f"context {context}")
-                point = self._grid_point(b, context)
+        for length in lengths:
+            if axis == "seq_len" and length == lengths[0]:
+                continue  # the sweep's own length: its measurements are the grid's row
+            for b in grid_batch_sizes(self.results, lengths[0], length,
+                                      self.config.limits.memory_budget_bytes, axis,
+                                      self.info.get("parameter_bytes")):
+                self.callbacks.on_phase(b, f"{axis.replace('_', ' ')} {length}")
+                point = self._grid_point(b, length, axis)
                 self.grid.append(point)
                 if point.status != Status.OK:
                     break
@@ -406,11 +412,12 @@ class Sweep:
             self._drop_worker(graceful=True)
         return result
 
-    def _grid_point(self, batch_size: int, context: int) -> GridPoint:
+    def _grid_point(self, batch_size: int, length: int, axis: str) -> GridPoint:
         payload, status, why = self._request(
-            ("grid", {"batch_size": batch_size, "context": context}), "grid_point")
+            ("grid", {"batch_size": batch_size, "length": length}), "grid_point")
         if payload is None:
-            return GridPoint(batch_size, context, status, error=why)
+            return (GridPoint(batch_size, length, status, error=why) if axis == "context"
+                    else GridPoint(batch_size, None, status, error=why, seq_len=length))
         point = grid_point_from_dict(payload)
         if point.status != Status.OK:  # the worker exits after a failure
             self._drop_worker(graceful=True)

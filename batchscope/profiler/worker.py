@@ -98,8 +98,10 @@ class Worker:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.spec: ModelSpec = (
-            load_model_file(config.model_path, config.contexts) if config.callables is None
-            else spec_from_callables(**config.callables, contexts=config.contexts))
+            load_model_file(config.model_path, config.contexts, config.seq_lens)
+            if config.callables is None
+            else spec_from_callables(**config.callables, contexts=config.contexts,
+                                     seq_lens=config.seq_lens))
         self.mode = config.mode or self.spec.mode
         model = self._call_user(self.spec.build_model, "build_model()")
         if not isinstance(model, torch.nn.Module):
@@ -156,6 +158,8 @@ class Worker:
             "units_per_row": self.spec.units_per_row,
             "batch_sizes": self.spec.batch_sizes,
             "contexts": self.spec.contexts,
+            "seq_lens": self.spec.seq_lens,
+            "units_per_row_per_token": self.spec.per_token,
             "threads": torch.get_num_threads(),
             "device": str(self.device),
             "available_memory_bytes": available_bytes(self.device),
@@ -165,9 +169,9 @@ class Worker:
         }
 
     def make_inputs(self, batch_size: int, context: int | None = None) -> Any:
-        if self.spec.contexts is not None and context is None:
+        if self.spec.lengths is not None and context is None:
             context = self.spec.base_context
-        label = (f"make_inputs({batch_size})" if self.spec.contexts is None
+        label = (f"make_inputs({batch_size})" if self.spec.lengths is None
                  else f"make_inputs({batch_size}, {context})")
         inputs = self._call_user(self.spec.call_make_inputs, label, batch_size, context)
         check_inputs(inputs, batch_size, str(self.spec.path))
@@ -251,16 +255,26 @@ class Worker:
         result.wall_s = time.perf_counter() - started
         return result
 
-    def time_grid_point(self, batch_size: int, context: int) -> GridPoint:
-        """Step time at one (batch size, context) of the context grid: the timing pass only
-        (the per-op split comes from the sweep's own context)."""
-        point = GridPoint(batch_size, context, Status.OK)
+    def time_grid_point(self, batch_size: int, length: int) -> GridPoint:
+        """Step time and peak memory at one (batch size, length) of the second axis's grid
+        (CONTEXTS or SEQ_LENS): the timing pass only (the per-op split comes from the
+        sweep's own length)."""
+        axis = self.spec.grid_axis
+        point = GridPoint(batch_size, length if axis == "context" else None, Status.OK,
+                          seq_len=length if axis == "seq_len" else None,
+                          units_per_row=self.spec.units_per_row_at(length))
         try:
-            inputs = self.make_inputs(batch_size, context)
+            inputs = self.make_inputs(batch_size, length)
             point.input_bytes = sum(t.numel() * t.element_size() for t in iter_tensors(inputs))
             step = self._step(self.model, inputs)
-            with torch.inference_mode():
+            grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
+            with grad:
+                memory = PeakMemory(self.device)
+                memory.start()
                 point.latency_s, _, _ = time_steps(step, self.sync, self.timing)
+                point.peak_memory_bytes = memory.stop().peak_bytes
+            point.throughput_per_s = (batch_size * point.units_per_row
+                                      / point.latency_s.median)
         except ModelFileError as exc:
             point.status, point.error = Status.MODEL_ERROR, str(exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
@@ -387,7 +401,7 @@ def worker_main(conn, config: WorkerConfig) -> None:
             send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
                                        worker.sync, payload.get("cache_bytes"))))
         elif kind == "grid":
-            point = worker.time_grid_point(int(payload["batch_size"]), int(payload["context"]))
+            point = worker.time_grid_point(int(payload["batch_size"]), int(payload["length"]))
             send(("grid_point", to_jsonable(point)))
             if point.status != Status.OK:
                 return  # as after a failed batch size: a fresh worker takes the next point

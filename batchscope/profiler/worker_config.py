@@ -40,6 +40,7 @@ class WorkerConfig:
     trace_dir: str | None = None
     recalibrate: bool = False  # distributed ranks: measure the all-reduce bandwidth again
     contexts: list[int] | None = None  # --contexts: replaces the file's CONTEXTS
+    seq_lens: list[int] | None = None  # --seq-lens: replaces the file's SEQ_LENS
     env: dict[str, str] | None = None  # set in the worker's environment before it starts
     amp: str | None = None  # --amp: forward and loss under torch.autocast in this dtype
     compile_mode: str | None = None  # --compile: torch.compile(model, mode=...) in the worker

@@ -38,6 +38,7 @@ CHARTS = (
     ("time_share", "Time share by bound", sweep_charts.time_share),
     ("bytes", "Bytes per step", sweep_charts.bytes_per_step),
     ("batch_response", "Batch response of the ops that matter most", sweep_charts.batch_response),
+    ("sequence_grid", "Batch size × sequence length", sweep_charts.sequence_grid),
 )
 # Longest error text shown per failed batch size in the page.
 MAX_ERROR_CHARS = 1200
@@ -315,7 +316,8 @@ def context(doc: Doc) -> dict[str, Any]:
         "unplaced": unplaced, "unplaced_share": fmt.pct(unplaced_share),
         "unplaced_batch": unplaced_batch,
         "op_rows": _op_rows(doc), "batch_sizes": [b["batch_size"] for b in v.analysed(doc)],
-        "timing_rows": _timing_rows(doc), "prediction_rows": _prediction_rows(doc),
+        "timing_rows": _timing_rows(doc),
+        "sequence_sizes": v.sequence_table(doc)[0], "sequence_rows": v.sequence_table(doc)[1], "prediction_rows": _prediction_rows(doc),
         "prediction_summary": v.prediction_summary(doc), "counts_note": v.counts_note(doc),
         "prediction_assumptions": v.prediction(doc).get("assumptions") or [], "ceiling_rows": _ceiling_rows(doc),
         "flags": v.flags(doc), "accounting_errors": len(v.accounting_errors(doc)),

@@ -207,6 +207,20 @@ def _prediction(doc: Doc) -> str:
     return "#### Predicted against measured\n\n" + table + "\n\n" + " ".join(notes)
 
 
+def _sequence_grid(doc: Doc) -> str:
+    """Batch size × sequence length: units/s at each point, and the batch predicted to
+    fill the memory at each length."""
+    sizes, rows = v.sequence_table(doc)
+    if not rows:
+        return ""
+    unit = v.unit(doc)
+    table = md_table(
+        ["tokens a row", *[f"batch {b}" for b in sizes], "fits to batch (predicted)"],
+        [[str(r["seq_len"]), *[md_cell(r["cells"].get(b, "–")) for b in sizes], r["limit"]]
+         for r in rows], "r" * (len(sizes) + 2))
+    return (f"#### Batch size × sequence length ({md_cell(unit)}s/s)\n\n" + table)
+
+
 def _ranks(doc: Doc) -> str:
     """Per rank of one step (several traces of different ranks), the slowest marked."""
     blocks = []
@@ -251,6 +265,7 @@ def render_summary(doc: Doc, max_chars: int = MAX_CHARS) -> str:
     required = [_headline(doc), _facts(doc), _batch_rows(doc) if v.batches(doc) else "",
                 _ranks(doc), _estimates(doc)]
     optional = [("chart", _chart(doc)), ("prediction", _prediction(doc)),
+                ("sequence", _sequence_grid(doc)),
                 ("explanation", _explanation(doc)),
                 ("ops", _top_ops(doc)), ("flags", _flags(doc))]
     footer = _footer(doc)

@@ -665,10 +665,91 @@ def data_parallel(doc: Doc) -> Section | None:
     return sec
 
 
+# Two ways of filling the same tokens per step whose tokens/s differ by at most this
+# share are "the same": the tokens per step set the throughput, not their split into rows.
+SAME_TOKENS_SHARE = 0.10
+
+
+def _tokens_per_s(point: Doc) -> float:
+    return point["tokens_per_step"] / point["latency_s"]
+
+
+def _same_tokens_sentence(points: list[Doc]) -> str | None:
+    """Two ways of filling one number of tokens per step, compared: the shortest rows
+    against the longest, at the tokens per step that the most lengths share."""
+    by_tokens: dict[int, list[Doc]] = {}
+    for p in points:
+        by_tokens.setdefault(p["tokens_per_step"], []).append(p)
+    shared = [(len({p["seq_len"] for p in ps}), tokens, ps) for tokens, ps in by_tokens.items()
+              if len({p["seq_len"] for p in ps}) >= 2]
+    if not shared:
+        return None
+    _, tokens, ps = max(shared, key=lambda item: (item[0], item[1]))
+    short, long_ = min(ps, key=lambda p: p["seq_len"]), max(ps, key=lambda p: p["seq_len"])
+    ratio = _tokens_per_s(long_) / _tokens_per_s(short)
+    both = (f"at {tokens:,} tokens a step, batch {long_['batch_size']} × {long_['seq_len']} "
+            f"ran at {fmt.rate(_tokens_per_s(long_), 'token')} and batch "
+            f"{short['batch_size']} × {short['seq_len']} at "
+            f"{fmt.rate(_tokens_per_s(short), 'token')}")
+    if abs(ratio - 1) <= SAME_TOKENS_SHARE:
+        return (f"The tokens per step set the throughput, not how they are split into rows: "
+                f"{both}.")
+    if ratio < 1:
+        return (f"Longer rows cost more per token: {both} ({fmt.ratio(ratio)}). Attention's "
+                "work grows with the square of the length, the rest with the length; where "
+                "the task allows, more rows buy more than longer ones.")
+    return (f"Longer rows cost less per token here: {both} ({fmt.ratio(ratio)}). At these "
+            "lengths the attention a longer row adds is a small part of its step, and its "
+            "products run as fewer, larger matrices.")
+
+
+def sequence(doc: Doc) -> Section | None:
+    """Batch size × sequence length (SEQ_LENS): the best point, what the tokens per step
+    explain, and how large a batch fits at each length."""
+    grid = v.sequence_grid(doc)
+    points = [p for p in grid.get("points") or [] if isinstance(p, dict)
+              and p.get("throughput_per_s") and p.get("latency_s")]
+    best = grid.get("best") if isinstance(grid.get("best"), dict) else None
+    if not points or best is None:
+        return None
+    unit = v.unit(doc)
+    base = grid.get("base_seq_len")
+    others = [str(n) for n in grid.get("seq_lens") or [] if n != base]
+    timed = sum(1 for p in grid.get("points") or [] if p.get("source") == "grid")
+    sec = Section("sequence", "Batch size × sequence length")
+    text = f"The sweep ran at {base} tokens a row"
+    if others:
+        text += (f"; {timed} more batch size{'s were' if timed != 1 else ' was'} timed at "
+                 f"{', '.join(others)} tokens a row (timing and peak memory only)")
+    sec.paragraphs.append(
+        text + f". The most work a second: batch {best['batch_size']} × {best['seq_len']} "
+        f"({best['tokens_per_step']:,} tokens a step), {fmt.rate(best['throughput_per_s'], unit)}.")
+    same = _same_tokens_sentence(points)
+    if same:
+        sec.paragraphs.append(same)
+    fits = []
+    for row in grid.get("lengths") or []:
+        limit = row.get("memory_limit") or {}
+        if isinstance(limit.get("batch_size"), int):
+            fits.append(f"at {row['seq_len']} tokens a row about batch {limit['batch_size']:,} "
+                        f"({fmt.nbytes(limit.get('bytes_per_row'))} a row)")
+        if row.get("out_of_memory_at"):
+            fits.append(f"at {row['seq_len']} tokens batch {row['out_of_memory_at']} ran out "
+                        "of memory")
+    if fits:
+        capacity = next((r["memory_limit"]["capacity_bytes"] for r in grid.get("lengths") or []
+                         if r.get("memory_limit")), None)
+        sec.paragraphs.append(
+            "Predicted from the peak memory measured at each length (a line per length, "
+            f"within {fmt.nbytes(capacity) if capacity else 'what was free'}): "
+            + "; ".join(fits) + ".")
+    return sec
+
+
 def sections(doc: Doc) -> list[Section]:
     """The explanation, in reading order; empty when nothing was measured."""
     out = [where_it_sits(doc), critical_batch(doc), state(doc), data_parallel(doc),
-           serving(doc)]
+           serving(doc), sequence(doc)]
     return [s for s in out if s is not None and s.paragraphs]
 
 

@@ -340,3 +340,47 @@ def batch_response(doc: Doc) -> st.Figure | None:
                     legend={"orientation": "v", "x": 1.01, "y": 1, "font": {"size": 11}},
                     margin={"l": 64, "r": 24, "t": 16, "b": 52})
     return st.figure(data, lay)
+
+
+def sequence_grid(doc: Doc) -> st.Figure | None:
+    """Tokens a second against tokens per step, one line per sequence length (SEQ_LENS):
+    lines that lie on one another say the tokens per step set the throughput, however they
+    are split into rows; a dotted line marks the batch predicted to fill the memory at each
+    length."""
+    grid = doc.get("sequence_grid") if isinstance(doc.get("sequence_grid"), dict) else {}
+    points = [p for p in grid.get("points") or [] if p.get("latency_s")
+              and p.get("status") == "ok"]
+    if not points:
+        return None
+    data: list[dict[str, Any]] = []
+    shapes: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    lengths = sorted({p["seq_len"] for p in points})
+    xs_all = [p["tokens_per_step"] for p in points]
+    for i, length in enumerate(lengths):
+        here = sorted((p for p in points if p["seq_len"] == length),
+                      key=lambda p: p["batch_size"])
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"{length} tokens a row",
+            "x": [p["tokens_per_step"] for p in here],
+            "y": [p["tokens_per_step"] / p["latency_s"] for p in here],
+            "text": [f"batch {p['batch_size']} × {length}" for p in here],
+            "line": {"dash": DASHES[i % len(DASHES)], "width": 2},
+            "marker": {"size": 8, "symbol": st.SYMBOLS[i % len(st.SYMBOLS)]},
+            "hovertemplate": "%{text}: %{x:,} tokens a step, %{y:,.4g} tokens/s<extra></extra>"})
+    limits = [(row["seq_len"], limit) for row in grid.get("lengths") or []
+              if (limit := (row.get("memory_limit") or {}).get("batch_size"))]
+    xs_all += [length * limit for length, limit in limits]
+    log = st.wants_log([min(xs_all), max(xs_all)])
+    for length, limit in limits:
+        x = length * limit
+        shapes.append(st.vline(x, st.LIMIT))
+        notes.append(st.note(math.log10(x) if log else x, "paper:1.0",
+                             f"{length}: fits to batch {limit}", color=st.LIMIT,
+                             textangle=-90, xanchor="right", yanchor="top"))
+    lay = st.layout(ROW_HEIGHT_PX,
+                    xaxis=st.axis("tokens per step (batch × sequence length)", log=log),
+                    yaxis=st.axis("tokens/s", rangemode="tozero"),
+                    shapes=shapes, annotations=notes,
+                    margin={"l": 64, "r": 24, "t": 28, "b": 52})
+    return st.figure(data, lay)

@@ -394,3 +394,30 @@ def counts_note(doc: Doc) -> str:
     return (f"FLOPs and bytes at batch{'es' if len(carried) > 1 else ''} {sizes} were "
             f"carried op by op from the counts at {froms} (linear in the batch: checked "
             f"exact on a third counted size), not counted again.")
+
+
+def sequence_grid(doc: Doc) -> dict[str, Any]:
+    """report.json ``sequence_grid`` (batch size × sequence length), {} when absent."""
+    grid = doc.get("sequence_grid")
+    return grid if isinstance(grid, dict) else {}
+
+
+def sequence_table(doc: Doc) -> tuple[list[int], list[dict[str, Any]]]:
+    """The grid as a table: the batch sizes (columns) and one row per sequence length,
+    ``cells`` by batch size (units/s, or the status of a point that failed) and the batch
+    predicted to fill the memory there."""
+    grid = sequence_grid(doc)
+    points = [p for p in grid.get("points") or [] if isinstance(p, dict)]
+    sizes = sorted({p["batch_size"] for p in points})
+    rows = []
+    for length in grid.get("seq_lens") or []:
+        cells: dict[int, str] = {}
+        for p in points:
+            if p["seq_len"] == length:
+                cells[p["batch_size"]] = (fmt.si(p["throughput_per_s"], digits=3)
+                                          if p.get("throughput_per_s") else p["status"])
+        row = next((r for r in grid.get("lengths") or [] if r.get("seq_len") == length), {})
+        limit = (row.get("memory_limit") or {}).get("batch_size")
+        rows.append({"seq_len": length, "cells": cells,
+                     "limit": f"{limit:,}" if isinstance(limit, int) else fmt.MISSING})
+    return sizes, rows

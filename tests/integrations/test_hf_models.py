@@ -73,12 +73,28 @@ def test_decode_counts_the_kv_cache_as_state(configs, tmp_path):
     assert doc["serving"]["what_if"] is not None  # a decode report feeds the what-if
 
 
+def test_seq_lens_grid_a_causal_lm_over_batch_and_length(configs, tmp_path):
+    # The 2-D sweep: batches 1 and 2 at 16 tokens, then both again at 32 and 8.
+    doc = _sweep(tmp_path, f"hf:{configs / 'gpt2'}", "--task", "causal-lm-train",
+                 "--seq-lens", "16,32,8", batch_sizes="1,2")
+    assert doc["model"]["seq_lens"] == [16, 32, 8] and doc["model"]["units_per_row"] == 16
+    generated = (tmp_path / "out" / "hf_model.py").read_text()
+    assert "SEQ_LENS = [16, 32, 8]" in generated and 'UNITS_PER_ROW = "seq_len"' in generated
+    points = {(p["batch_size"], p["seq_len"]): p for p in doc["sequence_grid"]["points"]}
+    assert set(points) == {(b, n) for b in (1, 2) for n in (8, 16, 32)}
+    for (b, n), p in points.items():
+        assert p["status"] == "ok" and p["units_per_row"] == n
+        assert p["throughput_per_s"] == pytest.approx(b * n / p["latency_s"])
+    assert "Batch size × sequence length" in doc["recommendation"]["explanation"]
+
+
 @pytest.mark.parametrize("args, words", [
     (["hf:{root}/gpt2"], "needs --task"),
     (["hf:{root}/gpt2", "--task", "summarize"], "unknown --task"),
     (["hf:{root}", "--task", "seq-cls"], "has no config.json"),
     (["hf:no-such-org/no-such-model", "--task", "seq-cls"], "nothing is downloaded"),
     (["{root}/gpt2/config.json", "--task", "seq-cls"], "go with an hf:"),
+    (["hf:{root}/gpt2", "--task", "causal-lm-decode", "--seq-lens", "8,16"], "--contexts"),
 ])
 def test_bad_hf_targets_get_one_sentence(configs, tmp_path, capsys, args, words):
     argv = [a.format(root=configs) for a in args] + ["--out", str(tmp_path / "o")]
