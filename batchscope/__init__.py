@@ -16,16 +16,19 @@ from batchscope.api import Options, diagnose, diagnose_file, exit_code  # noqa: 
 from batchscope.records import Report  # noqa: E402
 
 if TYPE_CHECKING:
-    from batchscope.watch import watch
+    from batchscope.watching import watch
 
 
 def __getattr__(name: str) -> Any:
     # watch profiles in this process and needs torch; the sweep's parent process never
-    # imports torch (only its worker does), so it is loaded on first use.
+    # imports torch (only its worker does), so it is loaded on first use. Its module is
+    # batchscope.watching: a submodule named watch would be bound to this name by whatever
+    # imported it first (the Lightning callback did), and batchscope.watch(...) would then
+    # call a module.
     if name == "watch":
-        from batchscope.watch import watch
+        from batchscope.watching import watch
 
-        globals()["watch"] = watch  # importing batchscope.watch bound the module to the name
+        globals()["watch"] = watch
         return watch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

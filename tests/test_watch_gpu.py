@@ -27,10 +27,7 @@ from batchscope.profiler.measurement import NVML_WINDOW_MIN_S
 from batchscope.profiler.memory import MemoryReading
 from batchscope.profiler.timing import STOPPED_BY_WINDOW
 
-watch_module = importlib.import_module("batchscope.watch")
-# Importing the submodule binds it to the package's ``watch`` name, which is the class
-# (batchscope/__init__.py): rebind it, or later tests calling batchscope.watch(...) get a module.
-batchscope.watch = watch_module.watch
+watch_module = importlib.import_module("batchscope.watching")
 
 CUDA = torch.device("cuda")  # only its type is read: nothing here touches CUDA
 KERNEL_S = 400e-6  # the device's time for one step

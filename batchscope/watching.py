@@ -1,5 +1,7 @@
 """``batchscope.watch``: diagnose the batch size a real training loop already uses, in-process.
 
+(This module is ``batchscope.watching``; the package exports its class as ``watch``.)
+
 Example:
     >>> with batchscope.watch(model, optimizer=opt, out_dir="report") as w:  # doctest: +SKIP
     ...     for x, y in loader:
@@ -30,6 +32,7 @@ import torch
 from batchscope import __version__
 from batchscope.classifiers.analyze import analyze
 from batchscope.classifiers.estimate import estimate_batch
+from batchscope.errors import UsageError
 from batchscope.plan import Limits
 from batchscope.profiler.capture import (
     ProfilerSession,
@@ -66,6 +69,27 @@ ESTIMATE_FACTORS = (2, 4, 8)  # larger batch sizes to estimate, as multiples of 
 WARMUP, TIMED, PROFILED, COUNTED = "warmup", "timed", "profiled", "counted"
 
 
+def check_watch_args(*, batch_size: int | None, unit: str, warmup_steps: int,
+                     timed_steps: int, profiled_steps: int) -> None:
+    """One sentence for an argument ``watch`` cannot use.
+
+    Raises:
+        UsageError: a step count that is not a whole number (at least 1 for timed_steps),
+            a batch size below 1, or an empty unit.
+    """
+    counts = {"warmup_steps": (warmup_steps, 0), "timed_steps": (timed_steps, 1),
+              "profiled_steps": (profiled_steps, 0)}
+    for name, (value, least) in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"{name} must be a whole number of at least {least}, "
+                             f"not {value!r}.")
+    if batch_size is not None and (isinstance(batch_size, bool)
+                                   or not isinstance(batch_size, int) or batch_size < 1):
+        raise UsageError(f"batch_size must be a whole number of at least 1, not {batch_size!r}.")
+    if not isinstance(unit, str) or not unit.strip():
+        raise UsageError(f"unit must name what one row yields (e.g. 'sample'), not {unit!r}.")
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device the model's parameters are on (the CPU for a model without any)."""
     return next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -85,12 +109,17 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             of steps lasting about one, and on a GPU, while NVML samples, the timed steps
             last at least a second so that it sees them; ``latency_s.stopped_by`` then says
             "nvml_window").
+
+    Raises:
+        UsageError: a step count, batch size or unit it cannot use (:func:`check_watch_args`).
     """
 
     def __init__(self, model: torch.nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
                  batch_size: int | None = None, unit: str = "sample",
                  out_dir: str | None = "batchscope-report", warmup_steps: int = WARMUP_STEPS,
                  timed_steps: int = TIMED_STEPS, profiled_steps: int = PROFILED_STEPS) -> None:
+        check_watch_args(batch_size=batch_size, unit=unit, warmup_steps=warmup_steps,
+                         timed_steps=timed_steps, profiled_steps=profiled_steps)
         self.model, self.optimizer = model, optimizer
         self.batch_size, self.unit, self.out_dir = batch_size, unit, out_dir
         phases = [(WARMUP, warmup_steps), (TIMED, timed_steps),

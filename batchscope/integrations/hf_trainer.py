@@ -1,0 +1,154 @@
+"""``BatchscopeTrainerCallback``: :class:`batchscope.watch` for ``transformers.Trainer``.
+
+Example:
+    >>> from batchscope.integrations.hf_trainer import BatchscopeTrainerCallback  # doctest: +SKIP
+    >>> cb = BatchscopeTrainerCallback(out_dir="report", unit="sequence")  # doctest: +SKIP
+    >>> Trainer(model, args, train_dataset=data, callbacks=[cb]).train()  # doctest: +SKIP
+    >>> cb.report.batches[0].throughput_per_s  # doctest: +SKIP
+
+It works through the Trainer's own callback events only. The watch opens at the first
+``on_step_begin``, after the Trainer fetched that step's micro-batches, so the first
+watched step is exactly one optimizer step; each ``on_step_end`` ends one. A watched step
+is then the loop as it runs from the end of one optimizer step to the end of the next: the
+Trainer's logging, evaluation and saving after a step, fetching the next micro-batches,
+their forward and backward passes, gradient clipping, the optimizer and the scheduler.
+Once the watch has its steps it removes its hooks, and the report is written
+(``callback.report``; report.json, report.html and summary.md in ``out_dir``) while
+training goes on untouched. ``on_train_end`` closes a watch that is still open (a run
+shorter than the watched steps gets a partial report). Only the main process
+(``state.is_world_process_zero``) watches and writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from batchscope.records import Report
+from batchscope.watching import (
+    PROFILED_STEPS,
+    TIMED_STEPS,
+    WARMUP_STEPS,
+    check_watch_args,
+    watch,
+)
+
+try:
+    import transformers
+    from transformers import TrainerCallback
+except ImportError:
+    raise ImportError("batchscope's Trainer callback needs transformers: "
+                      "pip install 'batchscope[hf]'.") from None
+
+INTEGRATION = "transformers_trainer"
+
+
+class BatchscopeTrainerCallback(TrainerCallback):
+    """Profile a few optimizer steps of ``Trainer.train`` and report on their batch size.
+
+    A watched step is one optimizer step, and ``on_step_end`` fires once per optimizer
+    step: with ``gradient_accumulation_steps=N`` it holds N micro-batches, so the report's
+    batch size is the rows of all N, ``per_device_train_batch_size`` (the Trainer's actual
+    per-process micro-batch, which ``auto_find_batch_size`` may have lowered) times N, and
+    its throughput counts all of them. Its ops run at a micro-batch's shapes (an op's
+    calls add up over the N micro-batches), so each op sits on the roofline where a
+    micro-batch puts it, and the report says so in a flag. The last optimizer step of an epoch may hold fewer
+    micro-batches; where it falls within the watched steps its rows are fewer than the
+    batch size said.
+
+    The Trainer has no event for an exception: if ``train()`` may raise and the program
+    goes on, call :meth:`close` (e.g. in a ``finally``) so the watch's hooks come off and
+    the partial report is written. The first report on a machine measures its ceilings
+    first (seconds, then cached). The callback watches the first ``train()`` it is used in;
+    ``report`` then stays.
+
+    Args:
+        out_dir: where to write report.json, report.html and summary.md; None writes
+            nothing (``report`` is still set).
+        unit: what one row yields ("sample", "sequence"; a row's tokens are not counted).
+        batch_size: rows per optimizer step; None takes the micro-batch times
+            ``gradient_accumulation_steps``.
+        warmup_steps, timed_steps, profiled_steps: how many optimizer steps each phase of
+            :class:`batchscope.watch` takes (fast steps are timed in blocks: see there).
+
+    Raises:
+        UsageError: a step count, batch size or unit ``watch`` cannot use.
+    """
+
+    def __init__(self, *, out_dir: str | Path | None = "batchscope-report",
+                 unit: str = "sample", batch_size: int | None = None,
+                 warmup_steps: int = WARMUP_STEPS, timed_steps: int = TIMED_STEPS,
+                 profiled_steps: int = PROFILED_STEPS) -> None:
+        check_watch_args(batch_size=batch_size, unit=unit, warmup_steps=warmup_steps,
+                         timed_steps=timed_steps, profiled_steps=profiled_steps)
+        self.out_dir = None if out_dir is None else str(out_dir)
+        self.unit, self.batch_size = unit, batch_size
+        self.steps = {"warmup_steps": warmup_steps, "timed_steps": timed_steps,
+                      "profiled_steps": profiled_steps}
+        self.report: Report | None = None
+        self._watch: watch | None = None
+        self._about: dict[str, Any] = {}
+
+    @property
+    def active(self) -> bool:
+        """True while a watch is open (from the first optimizer step until it is done)."""
+        return self._watch is not None
+
+    # -- the Trainer's events ------------------------------------------------------------
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._watch is None and self.report is None and state.is_world_process_zero:
+            self._open(args, state, kwargs["model"], kwargs.get("optimizer"))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._watch is None:
+            return
+        self._watch.step()
+        if not self._watch.active:
+            self._done()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End a watch that is still open: hooks off, the partial report written."""
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+            self._done()
+
+    # -- the watch -----------------------------------------------------------------------
+    def _open(self, args: Any, state: Any, model: Any, optimizer: Any) -> None:
+        micro_rows = int(getattr(state, "train_batch_size", None) or args.train_batch_size)
+        accumulate = max(1, int(args.gradient_accumulation_steps))
+        rows = self.batch_size or micro_rows * accumulate
+        self._about = {"name": INTEGRATION, "version": transformers.__version__,
+                       "step": "one optimizer step", "gradient_accumulation_steps": accumulate,
+                       "micro_batch_rows": micro_rows,
+                       "global_step_at_start": int(state.global_step)}
+        w = watch(model, optimizer=optimizer, batch_size=rows, unit=self.unit, out_dir=None,
+                  **self.steps)
+        self._watch = w.__enter__()
+
+    def _done(self) -> None:
+        """Take the finished watch's report, say how the Trainer stepped, write the files."""
+        w, self._watch = self._watch, None
+        if w is None or w.report is None:
+            return
+        report = w.report
+        report.run[INTEGRATION] = self._about
+        accumulate = self._about["gradient_accumulation_steps"]
+        if accumulate > 1:
+            micro = self._about["micro_batch_rows"]
+            report.flags.append(
+                f"The Trainer accumulates gradients over {accumulate} micro-batches of "
+                f"{micro} rows: each watched step is one optimizer step of "
+                f"{accumulate * micro} rows, and its ops run at a micro-batch's shapes "
+                f"(an op's calls add up over the {accumulate} micro-batches).")
+        self.report = report
+        if self.out_dir is not None:
+            from batchscope.reports import write_all
+
+            Path(self.out_dir).mkdir(parents=True, exist_ok=True)
+            write_all(report, self.out_dir)
+
+
+__all__ = ["BatchscopeTrainerCallback"]

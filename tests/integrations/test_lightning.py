@@ -1,0 +1,216 @@
+"""``BatchscopeCallback``: batchscope.watch inside a real ``lightning.Trainer.fit``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from batchscope.errors import UsageError
+from batchscope.hardware import microbench
+
+L = pytest.importorskip("lightning")
+from batchscope.integrations.lightning import BatchscopeCallback
+
+# Lightning's own use of torch's pytree API, not this test's.
+pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`")
+
+BATCH = 16
+# Few phase steps, so that a fit of 40 batches finishes the watch even where the steps
+# are fast enough to be timed in blocks of several.
+FEW = {"warmup_steps": 1, "timed_steps": 3, "profiled_steps": 1}
+
+
+@pytest.fixture(scope="module")
+def quick_ceilings():
+    """This CPU's ceilings, measured once and quickly (about a second): the callback is
+    under test here, not the calibration, which takes half a minute on a slow 2-core
+    machine (and is measured again whenever other processes keep the CPU busy)."""
+    return microbench.measure("cpu", quick=True)
+
+
+@pytest.fixture(autouse=True)
+def _use_quick_ceilings(quick_ceilings, monkeypatch):
+    monkeypatch.setattr("batchscope.hardware.load_or_measure",
+                        lambda device, **kwargs: quick_ceilings)
+
+
+class TinyMLP(L.LightningModule):
+    """A 32 -> 64 -> 8 MLP classifier; records its training losses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+        self.losses: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def loader(rows: int = 20 * BATCH) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 32, generator=g)
+    y = x[:, :8].argmax(dim=1)  # learnable: the largest of the first 8 features
+    return DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True, generator=g)
+
+
+def fit(cb: BatchscopeCallback, max_steps: int, **trainer_args) -> TinyMLP:
+    torch.manual_seed(0)
+    model = TinyMLP()
+    trainer = L.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[cb], **trainer_args)
+    trainer.fit(model, loader())
+    assert trainer.state.finished  # fit ended normally
+    return model
+
+
+def test_callback_reports_the_batch_size_lightning_trains(tmp_path):
+    cb = BatchscopeCallback(out_dir=tmp_path / "report", **FEW)
+    model = fit(cb, max_steps=40)
+    assert len(model.losses) == 40  # the fit went on after the watch was done
+    first, last = sum(model.losses[:5]) / 5, sum(model.losses[-5:]) / 5
+    assert last < first  # training still trains
+    assert not cb.active and cb.report is not None and not cb.report.partial
+    doc = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert (tmp_path / "report" / "report.html").exists()
+    assert (tmp_path / "report" / "summary.md").exists()
+    assert doc["model"]["mode"] == "train" and doc["model"]["unit"] == "sample"
+    (batch,) = doc["batches"]
+    assert batch["batch_size"] == BATCH and batch["status"] == "ok"
+    assert batch["latency_s"]["median"] > 0
+    matmuls = [op for op in batch["ops"] if op["name"] in ("addmm", "mm")]
+    assert matmuls and all(op["flops"] > 0 for op in matmuls)
+    # forward and weight grad of both linears, the input grad of the second only (x needs
+    # no gradient): 2 FLOPs per multiply-add
+    assert sum(op["flops"] for op in matmuls) == 2 * BATCH * (2 * 32 * 64 + 3 * 64 * 8)
+    assert batch["bytes"]["state"] > 0  # the batch, seen through self(x)
+    run = doc["run"]["lightning"]
+    assert run["step"] == "one training batch" and run["accumulate_grad_batches"] == 1
+
+
+def test_a_fit_shorter_than_the_watch_writes_a_partial_report(tmp_path):
+    cb = BatchscopeCallback(out_dir=tmp_path)  # the default phases: more than 4 steps
+    fit(cb, max_steps=4)
+    assert not cb.active and cb.report.partial
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["partial"] and "ended before" in doc["stop_reason"]
+    assert doc["run"]["watch"]["steps"] == 4
+
+
+def test_accumulation_keeps_one_batch_per_watched_step_and_says_so(tmp_path):
+    cb = BatchscopeCallback(out_dir=None, batch_size=None, **FEW)
+    fit(cb, max_steps=20, accumulate_grad_batches=2)  # 40 batches
+    assert not cb.report.partial
+    (batch,) = cb.report.batches
+    assert batch.batch_size == BATCH
+    assert cb.report.run["lightning"]["accumulate_grad_batches"] == 2
+    assert any("accumulates gradients over 2 batches" in f for f in cb.report.flags)
+
+
+class FailsAtBatch5(TinyMLP):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 5:
+            raise RuntimeError("the user's own error")
+        return super().training_step(batch, batch_idx)
+
+
+def test_an_exception_in_the_fit_closes_the_watch_and_writes_a_partial_report(tmp_path):
+    cb = BatchscopeCallback(out_dir=tmp_path)
+    model = FailsAtBatch5()
+    trainer = L.Trainer(max_steps=40, accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[cb])
+    with pytest.raises(RuntimeError, match="the user's own error"):
+        trainer.fit(model, loader())
+    assert not cb.active and cb.report.partial
+    assert json.loads((tmp_path / "report.json").read_text())["partial"]
+    assert not model._forward_pre_hooks  # watch's hooks came off
+    assert not torch._C._len_torch_dispatch_stack()  # no counting mode left behind
+
+
+def test_bad_arguments_get_one_sentence():
+    with pytest.raises(UsageError, match="timed_steps must be a whole number of at least 1"):
+        BatchscopeCallback(timed_steps=0)
+    with pytest.raises(UsageError, match="batch_size must be"):
+        BatchscopeCallback(batch_size=-2)
+
+
+def test_without_the_library_the_import_says_what_to_install(monkeypatch):
+    for missing in ("lightning", "lightning.pytorch", "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, missing, None)  # import raises ImportError
+    monkeypatch.delitem(sys.modules, "batchscope.integrations.lightning")
+    with pytest.raises(ImportError, match=r"pip install 'batchscope\[lightning\]'"):
+        importlib.import_module("batchscope.integrations.lightning")
+
+
+def test_lightning_task_sweeps_the_training_step_at_every_batch_size(tmp_path):
+    from batchscope.api import Options, diagnose_file
+    from batchscope.records import Status
+    from tests.conftest import MODELS
+
+    report = diagnose_file(MODELS / "lightning_task.py",
+                           Options(out_dir=str(tmp_path), min_time_s=0.02,
+                                   measure_ceilings=False))
+    assert [(b.batch_size, b.status) for b in report.batches] == [
+        (2, Status.OK), (8, Status.OK), (64, Status.OK)]
+    assert report.model["mode"] == "train"
+    step = report.model["training_step"]
+    assert step["optimizer"] == "make_optimizer from the model file"
+    assert step["loss"] == "loss from the model file"
+    for batch in report.batches:
+        b = batch.batch_size
+        # The first layer's forward product, 32 -> 64 features for every row drawn.
+        forward = [op for op in batch.ops if op.name == "addmm"
+                   and op.input_shapes == [[64], [b, 32], [32, 64]]]
+        assert forward and forward[0].flops == 2 * b * 32 * 64
+    # SGD with momentum: one buffer a parameter, read and written with the weights.
+    assert (tmp_path / "report.json").exists()
+
+
+def test_lightning_task_takes_the_first_optimizer_and_refuses_an_iterable_set():
+    from torch.utils.data import IterableDataset
+
+    from batchscope.integrations.lightning import LightningTask
+
+    model = TinyMLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    task = LightningTask(TinyMLP, dataloader=lambda: DataLoader(list(range(4))))
+    for config in (opt, [opt], ([opt], []), {"optimizer": opt, "lr_scheduler": None}):
+        model.configure_optimizers = lambda config=config: config
+        assert task.make_optimizer(model) is opt
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield torch.zeros(2)
+
+    streaming = LightningTask(TinyMLP, dataloader=lambda: DataLoader(Stream()))
+    with pytest.raises(TypeError, match="map-style dataset"):
+        streaming.make_inputs(4)
+    with pytest.raises(UsageError, match="a datamodule or a dataloader"):
+        LightningTask(TinyMLP)
+
+
+def test_importing_the_callback_first_leaves_batchscope_watch_the_class():
+    # A submodule named watch was bound to the package's name by the first import of it:
+    # batchscope.watch(...) then called a module. Fresh interpreter: nothing imported yet.
+    import subprocess
+
+    code = ("import batchscope.integrations.lightning, batchscope, inspect; "
+            "assert inspect.isclass(batchscope.watch), batchscope.watch")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
