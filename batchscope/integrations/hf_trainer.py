@@ -24,14 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from batchscope.records import Report
-from batchscope.watching import (
-    PROFILED_STEPS,
-    TIMED_STEPS,
-    WARMUP_STEPS,
-    check_watch_args,
-    watch,
-)
+from batchscope.integrations.watched_run import WatchedCallback, WatchedRun
+from batchscope.watching import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 try:
     import transformers
@@ -43,7 +37,7 @@ except ImportError:
 INTEGRATION = "transformers_trainer"
 
 
-class BatchscopeTrainerCallback(TrainerCallback):
+class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
     """Profile a few optimizer steps of ``Trainer.train`` and report on their batch size.
 
     A watched step is one optimizer step, and ``on_step_end`` fires once per optimizer
@@ -79,76 +73,33 @@ class BatchscopeTrainerCallback(TrainerCallback):
                  unit: str = "sample", batch_size: int | None = None,
                  warmup_steps: int = WARMUP_STEPS, timed_steps: int = TIMED_STEPS,
                  profiled_steps: int = PROFILED_STEPS) -> None:
-        check_watch_args(batch_size=batch_size, unit=unit, warmup_steps=warmup_steps,
-                         timed_steps=timed_steps, profiled_steps=profiled_steps)
-        self.out_dir = None if out_dir is None else str(out_dir)
-        self.unit, self.batch_size = unit, batch_size
-        self.steps = {"warmup_steps": warmup_steps, "timed_steps": timed_steps,
-                      "profiled_steps": profiled_steps}
-        self.report: Report | None = None
-        self._watch: watch | None = None
-        self._about: dict[str, Any] = {}
-
-    @property
-    def active(self) -> bool:
-        """True while a watch is open (from the first optimizer step until it is done)."""
-        return self._watch is not None
+        self._run = WatchedRun(out_dir=out_dir, unit=unit, batch_size=batch_size,
+                               warmup_steps=warmup_steps, timed_steps=timed_steps,
+                               profiled_steps=profiled_steps)
 
     # -- the Trainer's events ------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._watch is None and self.report is None and state.is_world_process_zero:
+        if self._run.can_open and state.is_world_process_zero:
             self._open(args, state, kwargs["model"], kwargs.get("optimizer"))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._watch is None:
-            return
-        self._watch.step()
-        if not self._watch.active:
-            self._done()
+        self._run.step()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close()
 
-    def close(self) -> None:
-        """End a watch that is still open: hooks off, the partial report written."""
-        if self._watch is not None:
-            self._watch.__exit__(None, None, None)
-            self._done()
-
-    # -- the watch -----------------------------------------------------------------------
     def _open(self, args: Any, state: Any, model: Any, optimizer: Any) -> None:
         micro_rows = int(getattr(state, "train_batch_size", None) or args.train_batch_size)
         accumulate = max(1, int(args.gradient_accumulation_steps))
-        rows = self.batch_size or micro_rows * accumulate
-        self._about = {"name": INTEGRATION, "version": transformers.__version__,
-                       "step": "one optimizer step", "gradient_accumulation_steps": accumulate,
-                       "micro_batch_rows": micro_rows,
-                       "global_step_at_start": int(state.global_step)}
-        w = watch(model, optimizer=optimizer, batch_size=rows, unit=self.unit, out_dir=None,
-                  **self.steps)
-        self._watch = w.__enter__()
-
-    def _done(self) -> None:
-        """Take the finished watch's report, say how the Trainer stepped, write the files."""
-        w, self._watch = self._watch, None
-        if w is None or w.report is None:
-            return
-        report = w.report
-        report.run[INTEGRATION] = self._about
-        accumulate = self._about["gradient_accumulation_steps"]
-        if accumulate > 1:
-            micro = self._about["micro_batch_rows"]
-            report.flags.append(
-                f"The Trainer accumulates gradients over {accumulate} micro-batches of "
-                f"{micro} rows: each watched step is one optimizer step of "
-                f"{accumulate * micro} rows, and its ops run at a micro-batch's shapes "
-                f"(an op's calls add up over the {accumulate} micro-batches).")
-        self.report = report
-        if self.out_dir is not None:
-            from batchscope.reports import write_all
-
-            Path(self.out_dir).mkdir(parents=True, exist_ok=True)
-            write_all(report, self.out_dir)
+        about = {"name": INTEGRATION, "version": transformers.__version__,
+                 "step": "one optimizer step", "gradient_accumulation_steps": accumulate,
+                 "micro_batch_rows": micro_rows, "global_step_at_start": int(state.global_step)}
+        flag = (f"The Trainer accumulates gradients over {accumulate} micro-batches of "
+                f"{micro_rows} rows: each watched step is one optimizer step of "
+                f"{accumulate * micro_rows} rows, and its ops run at a micro-batch's shapes "
+                f"(an op's calls add up over the {accumulate} micro-batches)."
+                if accumulate > 1 else "")
+        self._run.open(model, optimizer, micro_rows * accumulate, INTEGRATION, about, flag)
 
 
 __all__ = ["BatchscopeTrainerCallback"]

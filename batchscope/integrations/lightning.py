@@ -27,15 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from batchscope.errors import UsageError
-from batchscope.records import Report
+from batchscope.integrations.watched_run import WatchedCallback, WatchedRun
 from batchscope.tensors import iter_tensors
-from batchscope.watching import (
-    PROFILED_STEPS,
-    TIMED_STEPS,
-    WARMUP_STEPS,
-    check_watch_args,
-    watch,
-)
+from batchscope.watching import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 try:
     import lightning.pytorch as pl
@@ -55,7 +49,7 @@ def batch_rows(batch: Any) -> int | None:
     return next((int(t.shape[0]) for t in iter_tensors(batch) if t.dim() > 0), None)
 
 
-class BatchscopeCallback(pl.Callback):
+class BatchscopeCallback(WatchedCallback, pl.Callback):
     """Profile a few training batches of ``Trainer.fit`` and report on their batch size.
 
     A watched step is one training batch (one ``on_train_batch_end`` to the next), and the
@@ -90,34 +84,19 @@ class BatchscopeCallback(pl.Callback):
                  warmup_steps: int = WARMUP_STEPS, timed_steps: int = TIMED_STEPS,
                  profiled_steps: int = PROFILED_STEPS) -> None:
         super().__init__()
-        check_watch_args(batch_size=batch_size, unit=unit, warmup_steps=warmup_steps,
-                         timed_steps=timed_steps, profiled_steps=profiled_steps)
-        self.out_dir = None if out_dir is None else str(out_dir)
-        self.unit, self.batch_size = unit, batch_size
-        self.steps = {"warmup_steps": warmup_steps, "timed_steps": timed_steps,
-                      "profiled_steps": profiled_steps}
-        self.report: Report | None = None
-        self._watch: watch | None = None
-        self._about: dict[str, Any] = {}
-
-    @property
-    def active(self) -> bool:
-        """True while a watch is open (from the first training batch until it is done)."""
-        return self._watch is not None
+        self._run = WatchedRun(out_dir=out_dir, unit=unit, batch_size=batch_size,
+                               warmup_steps=warmup_steps, timed_steps=timed_steps,
+                               profiled_steps=profiled_steps)
 
     # -- Lightning's hooks ---------------------------------------------------------------
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                              batch_idx: int) -> None:
-        if self._watch is None and self.report is None and trainer.is_global_zero:
+        if self._run.can_open and trainer.is_global_zero:
             self._open(trainer, pl_module, batch)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if self._watch is None:
-            return
-        self._watch.step()
-        if not self._watch.active:
-            self._done()
+        self._run.step()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.close()
@@ -134,45 +113,19 @@ class BatchscopeCallback(pl.Callback):
             warnings.warn(f"batchscope could not write its partial report: {exc}",
                           RuntimeWarning, stacklevel=2)
 
-    def close(self) -> None:
-        """End a watch that is still open: hooks off, the partial report written."""
-        if self._watch is not None:
-            self._watch.__exit__(None, None, None)
-            self._done()
-
-    # -- the watch -----------------------------------------------------------------------
     def _open(self, trainer: Any, pl_module: Any, batch: Any) -> None:
         optimizers = list(getattr(trainer, "optimizers", None) or [])
-        rows = self.batch_size or batch_rows(batch)
+        rows = self._run.batch_size or batch_rows(batch)
         accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
-        self._about = {"name": INTEGRATION, "version": pl.__version__,
-                       "step": "one training batch", "accumulate_grad_batches": accumulate,
-                       "global_step_at_start": int(trainer.global_step)}
-        w = watch(pl_module, optimizer=optimizers[0] if optimizers else None,
-                  batch_size=rows, unit=self.unit, out_dir=None, **self.steps)
-        self._watch = w.__enter__()
-
-    def _done(self) -> None:
-        """Take the finished watch's report, say how Lightning stepped, write the files."""
-        w, self._watch = self._watch, None
-        if w is None or w.report is None:
-            return
-        report = w.report
-        report.run[INTEGRATION] = self._about
-        accumulate = self._about.get("accumulate_grad_batches", 1)
-        if accumulate > 1:
-            rows = w.batch_size or 1
-            report.flags.append(
-                f"Lightning accumulates gradients over {accumulate} batches: each watched "
-                f"step is one batch of {rows} rows, and the optimizer steps once every "
-                f"{accumulate} batches, so only some watched steps hold its update (the "
-                "counted step may not).")
-        self.report = report
-        if self.out_dir is not None:
-            from batchscope.reports import write_all
-
-            Path(self.out_dir).mkdir(parents=True, exist_ok=True)
-            write_all(report, self.out_dir)
+        about = {"name": INTEGRATION, "version": pl.__version__,
+                 "step": "one training batch", "accumulate_grad_batches": accumulate,
+                 "global_step_at_start": int(trainer.global_step)}
+        flag = (f"Lightning accumulates gradients over {accumulate} batches: each watched "
+                f"step is one batch{f' of {rows} rows' if rows else ''}, and the optimizer "
+                f"steps once every {accumulate} batches, so only some watched steps hold "
+                "its update (the counted step may not)." if accumulate > 1 else "")
+        self._run.open(pl_module, optimizers[0] if optimizers else None, rows, INTEGRATION,
+                       about, flag)
 
 
 class LightningTask:

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from batchscope.errors import UsageError
-from batchscope.hardware import microbench
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 from batchscope.integrations.hf_trainer import BatchscopeTrainerCallback
+
+pytestmark = pytest.mark.usefixtures("use_quick_ceilings")
 
 MICRO = 4  # per_device_train_batch_size
 SEQ = 16
@@ -23,20 +24,6 @@ VOCAB = 100
 # Few phase steps, so that a short run finishes the watch even where the steps are fast
 # enough to be timed in blocks of several.
 FEW = {"warmup_steps": 1, "timed_steps": 3, "profiled_steps": 1}
-
-
-@pytest.fixture(scope="module")
-def quick_ceilings():
-    """This CPU's ceilings, measured once and quickly (about a second): the callback is
-    under test here, not the calibration, which takes half a minute on a slow 2-core
-    machine (and is measured again whenever other processes keep the CPU busy)."""
-    return microbench.measure("cpu", quick=True)
-
-
-@pytest.fixture(autouse=True)
-def _use_quick_ceilings(quick_ceilings, monkeypatch):
-    monkeypatch.setattr("batchscope.hardware.load_or_measure",
-                        lambda device, **kwargs: quick_ceilings)
 
 
 class Sequences(torch.utils.data.Dataset):
