@@ -55,6 +55,9 @@ class ByteKind(str, Enum):
 # BatchResult.unmatched_ops_s's entry for the kernels inductor fused inside a torch.compile'd
 # graph: time the CPU profiler records only as the graph call's own (profiler/capture.py).
 FUSED_KERNELS = "fused kernels of torch.compile'd graphs"
+# ...and each fused kernel the profiler saw by name (inductor's kernel profiling on the CPU,
+# its names listing the aten ops it fused): "fused kernel: cpp_fused_gelu_native_layer_norm_0".
+FUSED_KERNEL_PREFIX = "fused kernel: "
 
 @dataclass
 class ByteSplit:

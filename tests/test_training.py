@@ -177,7 +177,7 @@ def test_a_compiled_model_stays_compiled_and_its_kernels_are_attributed(tmp_path
     # issue 13, finding 12: 0% coverage at batch 1, and (found here) every batch size after
     # the first counting pass ran eager, since the counting mode went through the compiled
     # module and dynamo recompiled it so
-    from batchscope.records import FUSED_KERNELS
+    from batchscope.records import FUSED_KERNEL_PREFIX
 
     report = diagnose_file(ROOT / "tests" / "models" / "compiled_mlp.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 4],
@@ -192,11 +192,16 @@ def test_a_compiled_model_stays_compiled_and_its_kernels_are_attributed(tmp_path
         # the extern addmms (out= variants) joined to the eager ones: they have the time
         # (coverage was 0 before; how high depends on this CPU: fused kernels against addmm)
         assert all(op.time_s > 0 for op in addmms) and r.coverage > 0
-        # still compiled at batch 4: gelu ran fused, not as an aten op of its own
+        # still compiled at batch 4: gelu ran fused, not as an aten op of its own; the
+        # kernel inductor fused it into has its own entry, named after it, and gelu says so
         assert gelu.time_s == 0
-        assert r.unmatched_ops_s[FUSED_KERNELS] > 0
+        kernels = [k for k in r.unmatched_ops_s if k.startswith(FUSED_KERNEL_PREFIX)]
+        assert kernels and all(r.unmatched_ops_s[k] > 0 for k in kernels)
+        assert any("gelu" in k for k in kernels)
+        assert any(f.startswith("fused by inductor into cpp_fused_") and "gelu" in f
+                   for f in gelu.flags)
     (flag,) = [f for f in report.flags if "torch.compile'd" in f]
-    assert FUSED_KERNELS in flag and "at batch 1:" in flag
+    assert FUSED_KERNEL_PREFIX in flag and "at batch 1:" in flag and "cpp_fused_" in flag
 
 
 class _KeywordModel(torch.nn.Module):

@@ -34,6 +34,7 @@ from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes
 from batchscope.records import (
+    FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
     BatchResult,
     Recommendation,
@@ -210,14 +211,21 @@ def compiled_flags(info: dict[str, Any], batches: list[BatchResult]) -> list[str
             + (f" (that step less one step: {took})" if took else "")
             + ". Its extern kernels (matmuls, "
             "convolutions) are profiled as aten ops and joined to the eager ops they stand "
-            "for; the kernels inductor fused run inside the compiled graph with no profiler "
-            f"event of their own on the CPU, so their time is one uncounted entry, "
-            f"\"{FUSED_KERNELS}\", and the eager ops they replace show no time")
+            "for; the kernels inductor fused are listed apart by name (unmatched_ops_s, "
+            f"\"{FUSED_KERNEL_PREFIX}…\": on the CPU, inductor's kernel profiling names the "
+            "aten ops each fused, and those eager ops say so and show no time of their own; "
+            f"the graph's time outside its named kernels is \"{FUSED_KERNELS}\")")
     first = next((r for r in batches if r.status == Status.OK and r.profiled_step_s), None)
-    fused_s = (first.unmatched_ops_s or {}).get(FUSED_KERNELS) if first else None
-    if first is not None and fused_s:
+    fused = {k: v for k, v in (first.unmatched_ops_s or {}).items()
+             if k == FUSED_KERNELS or k.startswith(FUSED_KERNEL_PREFIX)} if first else {}
+    if first is not None and fused:
+        fused_s = sum(fused.values())
+        kernels = sorted(((v, k[len(FUSED_KERNEL_PREFIX):]) for k, v in fused.items()
+                          if k.startswith(FUSED_KERNEL_PREFIX)), reverse=True)
+        named = ", ".join(f"{k} {v * 1e6:,.0f} µs" for v, k in kernels[:3])
         text += (f" (at batch {first.batch_size}: {fused_s * 1e6:,.0f} µs, "
-                 f"{fused_s / first.profiled_step_s:.0%} of the profiled step)")
+                 f"{fused_s / first.profiled_step_s:.0%} of the profiled step"
+                 + (f"; {named}" if named else "") + ")")
     return [text + ". FLOPs and bytes are counted on the eager module: a fused op's "
             "intermediates are counted as if they went through memory, so the compiled "
             "model's bytes are an upper bound"]

@@ -8,6 +8,7 @@ which the timing pass measures with no profiler attached.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,9 +56,13 @@ class StepCapture:
 
     step_s: float
     ops: list[TimedOp] = field(default_factory=list)
-    # Time inside torch.compile'd graphs outside every aten op: inductor's fused kernels,
-    # which the CPU profiler does not record one by one (an extern matmul is an aten op).
+    # Time inside torch.compile'd graphs outside every aten op: inductor's fused kernels
+    # (an extern matmul is an aten op).
     fused_s: float = 0.0
+    # The fused kernels the profiler recorded by name (inductor's cpp kernel profiling, on
+    # the CPU), seconds by kernel name ("cpp_fused_gelu_native_layer_norm_0"); part of
+    # ``fused_s``.
+    fused_kernels_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,19 +227,28 @@ def _children(event: Any) -> list[Any]:
 
 # The profiler's event around one call of a torch.compile'd graph (inductor's output code).
 COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
+# One of inductor's fused CPU kernels, as its kernel profiling names it: the graph, "cpp_fused_",
+# the aten ops it fused (sorted, each once, joined by "_"), its index.
+FUSED_KERNEL_RE = re.compile(r"^(?:graph_\d+_)?(cpp_fused_\w+_\d+)$")
 
 
-def _step_ops(step: Any) -> tuple[list[TimedOp], float]:
-    """The aten ops under one step event of torch's event tree, in start order, and the
-    time inside compiled graphs that no aten op covers (their fused kernels)."""
+def _step_ops(step: Any) -> tuple[list[TimedOp], float, dict[str, float]]:
+    """The aten ops under one step event of torch's event tree, in start order, the time
+    inside compiled graphs that no aten op covers (their fused kernels), and the fused
+    kernels recorded by name, seconds each."""
     begin = step.start_time_ns
     ops: list[TimedOp] = []
     graphs: list[tuple[int, int]] = []
+    kernels: dict[str, float] = {}
     pending = [(child, 0) for child in reversed(_children(step))]
     while pending:
         event, depth = pending.pop()
         if event.name.startswith(COMPILED_GRAPH_PREFIX) and depth == 0:
             graphs.append((event.start_time_ns - begin, event.end_time_ns - begin))
+        kernel = FUSED_KERNEL_RE.match(event.name)
+        if kernel and depth == 0:
+            kernels[kernel.group(1)] = (kernels.get(kernel.group(1), 0.0)
+                                        + (event.end_time_ns - event.start_time_ns) * NS)
         is_op = event.name.startswith("aten::")
         if is_op:
             ops.append(TimedOp(
@@ -251,7 +265,7 @@ def _step_ops(step: Any) -> tuple[list[TimedOp], float]:
         inside = sum(t.duration_s / NS for t in ops if t.depth == 0
                      and start * NS <= t.start_s + 1e-9 and t.end_s <= end * NS + 1e-9)
         fused_ns += max(end - start - inside, 0.0)
-    return ops, fused_ns * NS
+    return ops, fused_ns * NS, kernels
 
 
 def parse_event_tree(roots: Iterable[Any]) -> list[StepCapture]:
@@ -274,9 +288,9 @@ def parse_event_tree(roots: Iterable[Any]) -> list[StepCapture]:
     steps.sort(key=lambda e: e.start_time_ns)
     captured = []
     for s in steps:
-        ops, fused_s = _step_ops(s)
+        ops, fused_s, kernels = _step_ops(s)
         captured.append(StepCapture(step_s=(s.end_time_ns - s.start_time_ns) * NS, ops=ops,
-                                    fused_s=fused_s))
+                                    fused_s=fused_s, fused_kernels_s=kernels))
     return captured
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchscope.profiler.capture import StepCapture
 from batchscope.records import (
+    FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
     BatchResult,
     ByteSplit,
@@ -123,9 +124,39 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
     result = StepJoin(attributed_s=attributed, matched=matched, step_s=step.step_s)
     _share_wrapper_time(timed, match_index, result)
     if step.fused_s > 0:  # inductor's fused kernels: op time no counted op can claim
-        result.unmatched_s[FUSED_KERNELS] = step.fused_s
+        for kernel, seconds in step.fused_kernels_s.items():
+            result.unmatched_s[FUSED_KERNEL_PREFIX + kernel] = seconds
+        rest = step.fused_s - sum(step.fused_kernels_s.values())
+        if rest > 0:  # the graph's own time between its kernels, or kernels not named
+            result.unmatched_s[FUSED_KERNELS] = rest
         result.op_time_s += step.fused_s
     return result
+
+
+def fused_ops(kernel: str, names: Iterable[str]) -> list[str]:
+    """The aten ops inductor's kernel name says it fused, read against ``names`` (the
+    counted ops' names: "native_layer_norm" holds underscores too); [] where the name does
+    not split into them.
+
+    Example:
+        >>> fused_ops("cpp_fused_gelu_native_layer_norm_0", ["gelu", "native_layer_norm", "addmm"])
+        ['gelu', 'native_layer_norm']
+    """
+    match = re.match(r"^cpp_fused_(\w+)_\d+$", kernel)
+    if match is None:
+        return []
+    text, known = match.group(1), set(names)
+    # Split text into known names, each "_"-joined: the longest known name first.
+    best: dict[int, list[str]] = {0: []}
+    for start in range(len(text) + 1):
+        if start not in best:
+            continue
+        for end in range(len(text), start, -1):
+            word = text[start:end]
+            if word in known and (end == len(text) or text[end] == "_"):
+                nxt = end + 1 if end < len(text) else end
+                best.setdefault(nxt, best[start] + [word])
+    return best.get(len(text), [])
 
 
 def _share_wrapper_time(timed: list[TimedOp], match_index: list[int], result: StepJoin) -> None:
@@ -244,6 +275,24 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
     return stats
 
 
+def _flag_fused(result: BatchResult) -> None:
+    """Say on each counted op with no time of its own which fused kernels named it."""
+    names = {op.name for op in result.ops}
+    fused: dict[str, list[str]] = defaultdict(list)  # op name -> kernels that contain it
+    for entry in result.unmatched_ops_s:
+        if entry.startswith(FUSED_KERNEL_PREFIX):
+            kernel = entry[len(FUSED_KERNEL_PREFIX):]
+            for name in fused_ops(kernel, names):
+                fused[name].append(kernel)
+    for op in result.ops:
+        if op.time_s == 0 and fused.get(op.name):
+            kernels = fused[op.name]
+            op.flags.append(
+                f"fused by inductor into {', '.join(kernels[:3])}"
+                f"{f' and {len(kernels) - 3} more' if len(kernels) > 3 else ''}: its time is "
+                "the kernel's, listed apart (unmatched_ops_s), with the ops fused with it")
+
+
 def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
                    steps: Sequence[StepCapture]) -> None:
     """Join ``counted`` to the profiled ``steps`` and store the op breakdown in ``result``:
@@ -253,6 +302,7 @@ def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
     result.op_time_s = joined.op_time_s
     result.ops = group_ops(counted, joined)
     result.unmatched_ops_s = dict(joined.unmatched_s)
+    _flag_fused(result)
     result.flops = sum(op.flops for op in counted if op.flops is not None)
     total = ByteSplit()
     for op in counted:

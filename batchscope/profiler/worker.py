@@ -122,6 +122,13 @@ class Worker:
             # --compile: compiled lazily, at each new shape's first step (LatencyStats.
             # first_step_s); counted through the eager module (Worker.measure)
             self.model = torch.compile(self.model, mode=config.compile_mode)
+        if is_compiled(self.model):
+            # Inductor's CPU kernels then get a profiler event each, named after the aten
+            # ops they fused (join.fused_ops); the code is generated at the first step,
+            # after this, so a file that compiled its own model gets them too.
+            import torch._inductor.config as inductor_config
+
+            inductor_config.cpp.enable_kernel_profile = True
         self.optimizer: torch.optim.Optimizer | None = None
         if self.mode == "train":
             self.model.train()

@@ -100,6 +100,44 @@ def test_a_compiled_graphs_extern_kernel_joins_and_its_fused_time_is_kept() -> N
     assert result.ops[0].time_s == 1e-4
 
 
+def test_fused_kernels_named_by_inductor_are_listed_apart_and_their_ops_say_so() -> None:
+    # With inductor's kernel profiling (the worker turns it on for a compiled model) the
+    # fused kernel has an event of its own, named after the aten ops it fused.
+    from batchscope.profiler.capture import StepCapture
+    from batchscope.profiler.join import fused_ops
+    from batchscope.records import (
+        FUSED_KERNEL_PREFIX,
+        FUSED_KERNELS,
+        ByteSplit,
+        CountedOp,
+        TimedOp,
+    )
+
+    names = ["addmm", "gelu", "native_layer_norm", "_log_softmax", "add"]
+    assert fused_ops("cpp_fused_gelu_native_layer_norm_0", names) == ["gelu", "native_layer_norm"]
+    assert fused_ops("cpp_fused__log_softmax_add_12", names) == ["_log_softmax", "add"]
+    assert fused_ops("cpp_fused_mystery_3", names) == []  # not in the counted ops' names
+    assert fused_ops("triton_poi_fused_add_0", names) == []  # a GPU kernel: not read here
+
+    eager = [CountedOp("addmm", [[8], [2, 4], [4, 8]], "float32", 10, ByteSplit(activations=8)),
+             CountedOp("gelu", [[2, 8]], "float32", 10, ByteSplit(activations=8)),
+             CountedOp("native_layer_norm", [[2, 8]], "float32", 10, ByteSplit(activations=8))]
+    step = StepCapture(step_s=1e-3, fused_s=3e-4, fused_kernels_s={
+        "cpp_fused_gelu_native_layer_norm_0": 2.5e-4}, ops=[
+        TimedOp("addmm", [[8], [2, 4], [4, 8], [], [], [2, 8]], 0.0, 5e-4, 5e-4, 0)])
+    result = BatchResult(2, Status.OK)
+    fill_breakdown(result, eager, [step])
+    assert result.unmatched_ops_s[FUSED_KERNEL_PREFIX + "cpp_fused_gelu_native_layer_norm_0"] \
+        == 2.5e-4
+    assert abs(result.unmatched_ops_s[FUSED_KERNELS] - 5e-5) < 1e-12  # the graph's own rest
+    _, gelu, norm = result.ops
+    for op in (gelu, norm):
+        assert op.time_s == 0.0
+        assert any(f.startswith("fused by inductor into cpp_fused_gelu_native_layer_norm_0")
+                   for f in op.flags)
+    assert not any("fused by inductor" in f for f in result.ops[0].flags)
+
+
 class _TwoStrides(nn.Module):
     """Two convolutions of the same shapes but strides 1 and 2, each called twice."""
 
