@@ -17,7 +17,8 @@ removes its hooks, and the report is written (``callback.report``; report.json,
 report.html and summary.md in ``out_dir``) while training goes on untouched.
 ``on_train_end``, ``on_exception`` and ``teardown`` close a watch that is still open: a
 run that ended early still gets a partial report, as ``watch``'s ``__exit__`` gives one.
-Only global rank 0 watches and writes; the other ranks do nothing.
+Only global rank 0 watches and writes; the other ranks do nothing. Under a DDP strategy
+the report is rank 0's steps, each with its all-reduce, at the batch size per process.
 """
 
 from __future__ import annotations
@@ -117,13 +118,23 @@ class BatchscopeCallback(WatchedCallback, pl.Callback):
         optimizers = list(getattr(trainer, "optimizers", None) or [])
         rows = self._run.batch_size or batch_rows(batch)
         accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+        world = int(getattr(trainer, "world_size", 1) or 1)
         about = {"name": INTEGRATION, "version": pl.__version__,
                  "step": "one training batch", "accumulate_grad_batches": accumulate,
+                 "world_size": world, "strategy": type(trainer.strategy).__name__,
                  "global_step_at_start": int(trainer.global_step)}
-        flag = (f"Lightning accumulates gradients over {accumulate} batches: each watched "
-                f"step is one batch{f' of {rows} rows' if rows else ''}, and the optimizer "
-                f"steps once every {accumulate} batches, so only some watched steps hold "
-                "its update (the counted step may not)." if accumulate > 1 else "")
+        flags = []
+        if accumulate > 1:
+            flags.append(f"Lightning accumulates gradients over {accumulate} batches: each "
+                         f"watched step is one batch{f' of {rows} rows' if rows else ''}, and "
+                         f"the optimizer steps once every {accumulate} batches, so only some "
+                         "watched steps hold its update (the counted step may not).")
+        if world > 1:
+            flags.append(f"Lightning ran {world} processes ({about['strategy']}): this report "
+                         "is rank 0's, its batch size per process, and each of its steps "
+                         "holds the gradients' all-reduce (counted as allreduce_, not against "
+                         "the memory roof).")
+        flag = " ".join(flags)
         self._run.open(pl_module, optimizers[0] if optimizers else None, rows, INTEGRATION,
                        about, flag)
 

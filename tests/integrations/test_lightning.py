@@ -144,6 +144,33 @@ def test_without_the_library_the_import_says_what_to_install(monkeypatch):
         importlib.import_module("batchscope.integrations.lightning")
 
 
+def test_under_ddp_rank_0_reports_its_steps_with_the_all_reduce(tmp_path, quick_ceilings,
+                                                                 monkeypatch):
+    # Two CPU processes under Lightning's own DDP strategy (ddp_spawn: the test cannot be
+    # re-run as a script). The ranks read the ceilings from the cache the environment
+    # names, where the quick ones are put first: the spawned processes measure nothing.
+    from batchscope.hardware.cache import cache_path, machine_key, write_json_atomically
+
+    monkeypatch.setenv("BATCHSCOPE_CACHE_DIR", str(tmp_path / "ceilings"))
+    quick_ceilings.key = machine_key("cpu")
+    write_json_atomically(cache_path("cpu"), quick_ceilings.to_dict(), "ceilings")
+    out = tmp_path / "report"
+    cb = BatchscopeCallback(out_dir=out, **FEW)
+    trainer = L.Trainer(max_steps=12, accelerator="cpu", devices=2, strategy="ddp_spawn",
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[cb])
+    # A loader without loader()'s shuffling torch.Generator: with it, the spawned ranks
+    # failed to unpickle the loader ("unable to resize file" of a shared storage).
+    data = loader().dataset
+    trainer.fit(TinyMLP(), DataLoader(data, batch_size=BATCH))
+    doc = json.loads((out / "report.json").read_text())  # rank 0 wrote it, in its process
+    (batch,) = doc["batches"]
+    assert batch["batch_size"] == BATCH and batch["status"] == "ok"
+    assert doc["run"]["lightning"]["world_size"] == 2
+    assert "allreduce_" in {op["name"] for op in batch["ops"]}
+    assert any("Lightning ran 2 processes" in f for f in doc["flags"])
+
+
 def test_lightning_task_sweeps_the_training_step_at_every_batch_size(tmp_path):
     from batchscope.api import Options, diagnose_file
     from batchscope.records import Status
