@@ -74,14 +74,14 @@ def test_decode_counts_the_kv_cache_as_state(configs, tmp_path):
 
 
 def test_seq_lens_grid_a_causal_lm_over_batch_and_length(configs, tmp_path):
-    # The 2-D sweep: batches 1 and 2 at 16 tokens, then both again at 32 and 8.
+    # The 2-D sweep: batches 1 and 2 at 16 tokens, then both again at 8.
     doc = _sweep(tmp_path, f"hf:{configs / 'gpt2'}", "--task", "causal-lm-train",
-                 "--seq-lens", "16,32,8", batch_sizes="1,2")
-    assert doc["model"]["seq_lens"] == [16, 32, 8] and doc["model"]["units_per_row"] == 16
+                 "--seq-lens", "16,8", batch_sizes="1,2")
+    assert doc["model"]["seq_lens"] == [16, 8] and doc["model"]["units_per_row"] == 16
     generated = (tmp_path / "out" / "hf_model.py").read_text()
-    assert "SEQ_LENS = [16, 32, 8]" in generated and 'UNITS_PER_ROW = "seq_len"' in generated
+    assert "SEQ_LENS = [16, 8]" in generated and 'UNITS_PER_ROW = "seq_len"' in generated
     points = {(p["batch_size"], p["seq_len"]): p for p in doc["sequence_grid"]["points"]}
-    assert set(points) == {(b, n) for b in (1, 2) for n in (8, 16, 32)}
+    assert set(points) == {(b, n) for b in (1, 2) for n in (8, 16)}
     for (b, n), p in points.items():
         assert p["status"] == "ok" and p["units_per_row"] == n
         assert p["throughput_per_s"] == pytest.approx(b * n / p["latency_s"])

@@ -218,12 +218,13 @@ def test_lightning_task_takes_the_first_optimizer_and_refuses_an_iterable_set():
         LightningTask(TinyMLP)
 
 
-def test_importing_the_callback_first_leaves_batchscope_watch_the_class():
-    # A submodule named watch was bound to the package's name by the first import of it:
-    # batchscope.watch(...) then called a module. Fresh interpreter: nothing imported yet.
+def test_importing_the_watch_module_first_leaves_batchscope_watch_the_class():
+    # A submodule named watch was bound to the package's name by the first import of it
+    # (the callbacks' import did): batchscope.watch(...) then called a module. A fresh
+    # interpreter, the module imported before the package's name is looked up.
     import subprocess
 
-    code = ("import batchscope.integrations.lightning, batchscope, inspect; "
+    code = ("import batchscope.watching, batchscope, inspect; "
             "assert inspect.isclass(batchscope.watch), batchscope.watch")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
