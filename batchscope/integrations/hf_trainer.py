@@ -21,11 +21,9 @@ shorter than the watched steps gets a partial report). Only the main process
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from batchscope.integrations.watched_run import WatchedCallback, WatchedRun
-from batchscope.watching import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
+from batchscope.integrations.watched_run import WatchedCallback
 
 try:
     import transformers
@@ -68,14 +66,6 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
     Raises:
         UsageError: a step count, batch size or unit ``watch`` cannot use.
     """
-
-    def __init__(self, *, out_dir: str | Path | None = "batchscope-report",
-                 unit: str = "sample", batch_size: int | None = None,
-                 warmup_steps: int = WARMUP_STEPS, timed_steps: int = TIMED_STEPS,
-                 profiled_steps: int = PROFILED_STEPS) -> None:
-        self._run = WatchedRun(out_dir=out_dir, unit=unit, batch_size=batch_size,
-                               warmup_steps=warmup_steps, timed_steps=timed_steps,
-                               profiled_steps=profiled_steps)
 
     # -- the Trainer's events ------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -24,13 +24,11 @@ the report is rank 0's steps, each with its all-reduce, at the batch size per pr
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 from batchscope.errors import UsageError
-from batchscope.integrations.watched_run import WatchedCallback, WatchedRun
+from batchscope.integrations.watched_run import WatchedCallback
 from batchscope.tensors import iter_tensors
-from batchscope.watching import PROFILED_STEPS, TIMED_STEPS, WARMUP_STEPS
 
 try:
     import lightning.pytorch as pl
@@ -79,15 +77,6 @@ class BatchscopeCallback(WatchedCallback, pl.Callback):
     Raises:
         UsageError: a step count, batch size or unit ``watch`` cannot use.
     """
-
-    def __init__(self, *, out_dir: str | Path | None = "batchscope-report",
-                 unit: str = "sample", batch_size: int | None = None,
-                 warmup_steps: int = WARMUP_STEPS, timed_steps: int = TIMED_STEPS,
-                 profiled_steps: int = PROFILED_STEPS) -> None:
-        super().__init__()
-        self._run = WatchedRun(out_dir=out_dir, unit=unit, batch_size=batch_size,
-                               warmup_steps=warmup_steps, timed_steps=timed_steps,
-                               profiled_steps=profiled_steps)
 
     # -- Lightning's hooks ---------------------------------------------------------------
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,

@@ -101,9 +101,17 @@ class WatchedRun:
 
 
 class WatchedCallback:
-    """What a trainer's callback built on a :class:`WatchedRun` (``self._run``) exposes."""
+    """What a trainer's callback built on a :class:`WatchedRun` (``self._run``) takes and
+    exposes; listed first among its bases, its constructor runs the trainer's callback's."""
 
-    _run: WatchedRun
+    def __init__(self, *, out_dir: str | Path | None = "batchscope-report",
+                 unit: str = "sample", batch_size: int | None = None,
+                 warmup_steps: int = WARMUP_STEPS, timed_steps: int = TIMED_STEPS,
+                 profiled_steps: int = PROFILED_STEPS) -> None:
+        super().__init__()
+        self._run = WatchedRun(out_dir=out_dir, unit=unit, batch_size=batch_size,
+                               warmup_steps=warmup_steps, timed_steps=timed_steps,
+                               profiled_steps=profiled_steps)
 
     @property
     def report(self) -> Report | None:

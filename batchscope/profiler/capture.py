@@ -228,8 +228,9 @@ def _children(event: Any) -> list[Any]:
 # The profiler's event around one call of a torch.compile'd graph (inductor's output code).
 COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
 # One of inductor's fused CPU kernels, as its kernel profiling names it: the graph, "cpp_fused_",
-# the aten ops it fused (sorted, each once, joined by "_"), its index.
-FUSED_KERNEL_RE = re.compile(r"^(?:graph_\d+_)?(cpp_fused_\w+_\d+)$")
+# the aten ops it fused (sorted, each once, joined by "_": group 2), its index. Group 1 is
+# the kernel's name without the graph.
+FUSED_KERNEL_RE = re.compile(r"^(?:graph_\d+_)?(cpp_fused_(\w+)_\d+)$")
 
 
 def _step_ops(step: Any) -> tuple[list[TimedOp], float, dict[str, float]]:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchscope.profiler.capture import StepCapture
+from batchscope.profiler.capture import FUSED_KERNEL_RE, StepCapture
 from batchscope.records import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -142,10 +142,10 @@ def fused_ops(kernel: str, names: Iterable[str]) -> list[str]:
         >>> fused_ops("cpp_fused_gelu_native_layer_norm_0", ["gelu", "native_layer_norm", "addmm"])
         ['gelu', 'native_layer_norm']
     """
-    match = re.match(r"^cpp_fused_(\w+)_\d+$", kernel)
+    match = FUSED_KERNEL_RE.match(kernel)
     if match is None:
         return []
-    text, known = match.group(1), set(names)
+    text, known = match.group(2), set(names)
     # Split text into known names, each "_"-joined: the longest known name first.
     best: dict[int, list[str]] = {0: []}
     for start in range(len(text) + 1):

@@ -300,6 +300,7 @@ def context(doc: Doc) -> dict[str, Any]:
     unplaced, unplaced_share, unplaced_batch = roofline_chart.unplaced(doc)
     model = doc.get("model") or {}
     page_js = _static("report.js")
+    sequence_sizes, sequence_rows = v.sequence_table(doc)
     return {
         "doc": doc, "model": model, "run": doc.get("run") or {}, "hw": v.hardware(doc),
         "target": v.target(doc), "unit": v.unit(doc), "rec": rec, "rec_batch": v.recommended(doc),
@@ -317,7 +318,8 @@ def context(doc: Doc) -> dict[str, Any]:
         "unplaced_batch": unplaced_batch,
         "op_rows": _op_rows(doc), "batch_sizes": [b["batch_size"] for b in v.analysed(doc)],
         "timing_rows": _timing_rows(doc),
-        "sequence_sizes": v.sequence_table(doc)[0], "sequence_rows": v.sequence_table(doc)[1], "prediction_rows": _prediction_rows(doc),
+        "sequence_sizes": sequence_sizes, "sequence_rows": sequence_rows,
+        "prediction_rows": _prediction_rows(doc),
         "prediction_summary": v.prediction_summary(doc), "counts_note": v.counts_note(doc),
         "prediction_assumptions": v.prediction(doc).get("assumptions") or [], "ceiling_rows": _ceiling_rows(doc),
         "flags": v.flags(doc), "accounting_errors": len(v.accounting_errors(doc)),

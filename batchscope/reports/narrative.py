@@ -680,8 +680,8 @@ def _same_tokens_sentence(points: list[Doc]) -> str | None:
     by_tokens: dict[int, list[Doc]] = {}
     for p in points:
         by_tokens.setdefault(p["tokens_per_step"], []).append(p)
-    shared = [(len({p["seq_len"] for p in ps}), tokens, ps) for tokens, ps in by_tokens.items()
-              if len({p["seq_len"] for p in ps}) >= 2]
+    counted = [(len({p["seq_len"] for p in ps}), tokens, ps) for tokens, ps in by_tokens.items()]
+    shared = [item for item in counted if item[0] >= 2]
     if not shared:
         return None
     _, tokens, ps = max(shared, key=lambda item: (item[0], item[1]))
