@@ -238,12 +238,13 @@ class _ReportWriter(Callbacks):
 
     def build(self, results: list[BatchResult], partial: bool, stop_reason: str,
               stopped_at_cap: bool = False, grid: list[GridPoint] | None = None,
-              kept_buffers: list[BatchResult] | None = None) -> Report:
+              kept_buffers: list[BatchResult] | None = None,
+              kept_buffers_set_by: str = "") -> Report:
         report = analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
                          partial=partial, stop_reason=stop_reason,
                          stopped_at_cap=stopped_at_cap, objective=self.options.objective,
                          probes_s=self.probes_s, global_batch=self.options.global_batch,
-                         kept_buffers=kept_buffers)
+                         kept_buffers=kept_buffers, kept_buffers_set_by=kept_buffers_set_by)
         if self.info.get("contexts") and report.model.get("mode") == "inference":
             # A decode model: its context grid, and (once the sweep is done) the what-if.
             report.serving = serving_section(report.to_dict(), grid or [], final=not partial)
@@ -392,7 +393,8 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     run["stop_reason"] = outcome.stop_reason
     report = writer.build(outcome.results, partial=outcome.interrupted,
                           stop_reason=outcome.stop_reason, stopped_at_cap=outcome.stopped_at_cap,
-                          grid=outcome.grid, kept_buffers=outcome.kept_buffers)
+                          grid=outcome.grid, kept_buffers=outcome.kept_buffers,
+                          kept_buffers_set_by=outcome.kept_buffers_set_by)
     report.flags[:0] = outcome.flags
     if options.out_dir is not None:
         write_all(report, options.out_dir)

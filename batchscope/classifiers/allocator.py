@@ -5,7 +5,8 @@ raises it) with fresh mappings and hands them back on free, so a model whose act
 large faults them in again every step. A user's long-running process with the same allocator
 pays the same faults, so the sweep's figures are what that process sees. When the faults
 take a notable share of a step, the sweep times the same batch sizes once more in a worker
-whose allocator keeps its buffers (``KEPT_BUFFERS_ENV``), and the report puts both side by
+whose allocator keeps its buffers (glibc told through ``mallopt`` in the sweep's own worker,
+else a fresh worker started with ``KEPT_BUFFERS_ENV``), and the report puts both side by
 side: what the user's job sees as it is, and what it would see with the remedy, with the
 batch size each would be recommended.
 """
@@ -105,10 +106,11 @@ def pick_without_page_faults(results: list[BatchResult], limits: Limits, unit: s
 
 
 def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limits: Limits,
-                      unit: str, objective: str) -> dict[str, Any] | None:
+                      unit: str, objective: str, set_by: str = "") -> dict[str, Any] | None:
     """report.json ``allocator``: both allocators side by side at every re-timed batch size,
     the pick with the buffers kept and the cost of a fault measured on this machine; None
-    when nothing was re-timed."""
+    when nothing was re-timed. ``set_by``: how the re-timing's allocator was told to keep
+    its buffers (mallopt in the sweep's worker, or a fresh worker's environment)."""
     if not kept:
         return None
     default = {r.batch_size: r for r in results}
@@ -123,6 +125,7 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
         faults_d, faults_k = d.page_faults_per_step or 0.0, k.page_faults_per_step or 0.0
         row.update(
             latency_s=d.latency_s.median, kept_latency_s=k.latency_s.median,
+            kept_timed_steps=k.latency_s.n,
             throughput_per_s=d.throughput_per_s, kept_throughput_per_s=k.throughput_per_s,
             page_faults_per_step=faults_d, kept_page_faults_per_step=faults_k,
             speedup=d.latency_s.median / k.latency_s.median if k.latency_s.median > 0 else None,
@@ -137,7 +140,9 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
     choice = recommend(merged, limits, unit, objective)
     chosen = next((r for r in merged if choice and r.batch_size == choice.batch_size), None)
     return {
+        # What a user sets to keep them (the re-timing's own setting is ``set_by``).
         "env": dict(KEPT_BUFFERS_ENV),
+        "set_by": set_by or None,
         "batches": rows,
         "batch_size": choice.batch_size if choice else None,
         "throughput_per_s": chosen.throughput_per_s if chosen else None,

@@ -341,11 +341,13 @@ def analyze(
     probes_s: dict[str, float] | None = None,
     global_batch: int | None = None,
     kept_buffers: list[BatchResult] | None = None,
+    kept_buffers_set_by: str = "",
 ) -> Report:
     """Classify every op, predict and measure B*, recommend a batch size (numbers only).
 
     ``kept_buffers`` are the batch sizes timed again with the allocator keeping its buffers
-    (classifiers/allocator.py), side by side with ``results``."""
+    (classifiers/allocator.py), side by side with ``results``; ``kept_buffers_set_by`` says
+    how the allocator was told to."""
     unit = info.get("unit", "sample")
     # the dtype the matmuls ran in: autocast's (--amp) where it ran, else the model's
     dtype = info.get("amp") or info.get("dtype", "float32")
@@ -423,5 +425,6 @@ def analyze(
         prediction=prediction,
         distributed=data_parallel_summary(info, batches,
                                           choice.batch_size if choice else None, global_batch),
-        allocator=allocator_summary(batches, kept_buffers or [], limits, unit, objective),
+        allocator=allocator_summary(batches, kept_buffers or [], limits, unit, objective,
+                                    kept_buffers_set_by),
     )

@@ -57,6 +57,10 @@ POLL_S = 0.05
 
 # Times kernel probes in the worker: specs -> {key: seconds} (the ones that ran).
 Prober = Callable[[list[dict[str, Any]]], dict[str, float]]
+# How the allocator check's worker was told to keep its buffers (report.json
+# ``allocator.set_by``).
+KEPT_BY_MALLOPT = "mallopt in the sweep's worker"
+KEPT_BY_ENV = "the environment of a fresh worker"
 # Seconds allowed for one round of kernel probes.
 PROBE_TIMEOUT_S = 120.0
 
@@ -99,8 +103,10 @@ class SweepOutcome:
     flags: list[str] = field(default_factory=list)
     stopped_at_cap: bool = False  # the plan's largest batch size was reached (--max-batch)
     grid: list[GridPoint] = field(default_factory=list)  # the context grid (CONTEXTS)
-    # The same batch sizes timed with the allocator keeping its buffers (KEPT_BUFFERS_ENV).
+    # The same batch sizes timed with the allocator keeping its buffers, and how it was
+    # told to (KEPT_BY_MALLOPT or KEPT_BY_ENV; "" when nothing was re-timed).
     kept_buffers: list[BatchResult] = field(default_factory=list)
+    kept_buffers_set_by: str = ""
 
 
 class Callbacks:
@@ -255,10 +261,12 @@ class Sweep:
         self.results: list[BatchResult] = []
         self.grid: list[GridPoint] = []
         self.kept_buffers: list[BatchResult] = []
+        self.kept_buffers_set_by = ""
         self.worker_config = config.worker  # what the next worker started is told
         self.plan: Plan | None = None
         self.ceilings_error = ""
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
+        self.bounded_probe_s = 0.0  # seconds the cost-bounded probes took, measured
 
     def _new_handle(self) -> _Handle | LaunchedRanks:
         if self.config.distributed is not None:
@@ -350,7 +358,8 @@ class Sweep:
         flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
         return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
                             flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap),
-                            grid=self.grid, kept_buffers=self.kept_buffers)
+                            grid=self.grid, kept_buffers=self.kept_buffers,
+                            kept_buffers_set_by=self.kept_buffers_set_by)
 
     def _context_grid(self) -> None:
         """Time the measured batch sizes at every length of the second axis (timing and
@@ -377,34 +386,43 @@ class Sweep:
 
     def _kept_buffers(self) -> None:
         """Time the batch sizes whose page faults took a share of the step again, timing
-        only, in a fresh worker whose allocator keeps its buffers (KEPT_BUFFERS_ENV): the
-        same model side by side with the allocator a long-running process would run with."""
+        only, with the allocator keeping its buffers: the same model side by side with the
+        allocator a long-running process would run with. The sweep's own worker takes the
+        setting through ``mallopt`` (profiler/glibc_malloc.py); where it cannot, a fresh
+        worker starts with KEPT_BUFFERS_ENV."""
         if self.config.retime_sizes is None or self.config.distributed is not None \
                 or not str(self.info.get("device", "")).startswith("cpu"):
             return
         sizes = self.config.retime_sizes(self.results)
         if not sizes:
             return
-        self._drop_worker(graceful=True)
-        self.worker_config = dataclasses.replace(
-            self.config.worker, op_breakdown=False,
-            env={**(self.config.worker.env or {}), **KEPT_BUFFERS_ENV})
+        payload, _, _ = self._request(("keep_buffers", None), "kept_buffers")
+        in_place = bool(payload)
+        if not in_place:
+            self._drop_worker(graceful=True)
+            self.worker_config = dataclasses.replace(
+                self.config.worker, op_breakdown=False,
+                env={**(self.config.worker.env or {}), **KEPT_BUFFERS_ENV})
+        self.kept_buffers_set_by = KEPT_BY_MALLOPT if in_place else KEPT_BY_ENV
         try:
             for b in sizes:
                 self.callbacks.on_phase(b, "allocator keeping its buffers")
+                # A failure drops the worker, and the setting with it: the check ends there.
                 result = self._timed_only(b)
                 self.kept_buffers.append(result)
                 if result.status != Status.OK:
                     break
         finally:
-            self._drop_worker(graceful=True)
-            self.worker_config = self.config.worker
+            if not in_place:
+                self._drop_worker(graceful=True)
+                self.worker_config = self.config.worker
 
     def _timed_only(self, batch_size: int) -> BatchResult:
-        """One batch size measured by the current worker config, reported to nobody: a
-        failure is this result's status, never the run's."""
+        """One batch size timed by the current worker (no op breakdown), reported to
+        nobody: a failure is this result's status, never the run's."""
         payload, status, why = self._request(
-            ("batch", {"batch_size": batch_size, "first_step": False}), "result")
+            ("batch", {"batch_size": batch_size, "first_step": False, "op_breakdown": False}),
+            "result")
         if payload is None:
             return BatchResult(batch_size, status, error=why)
         result = batch_result_from_dict(payload)
@@ -465,10 +483,15 @@ class Sweep:
         if wanted:
             try:
                 handle = self._worker()
-                handle.send(("probe", {"specs": wanted, "cache_bytes": self._cold_cache()}))
+                handle.send(("probe", {"specs": wanted, "cache_bytes": self._cold_cache(),
+                                       "bounded_spent_s": self.bounded_probe_s}))
                 kind, payload = handle.recv(time.monotonic() + PROBE_TIMEOUT_S)
                 if kind == "probes":
                     known.update(payload.get("times_s") or {})
+                    # Past the cost-bounded probes' budget: a later round, with a larger
+                    # budget (the sweep went on), may time them.
+                    self.tried.difference_update(payload.get("skipped") or [])
+                    self.bounded_probe_s += float(payload.get("bounded_s") or 0.0)
             except (*_DIED, *_TIMED_OUT, NothingMeasuredError):
                 if self.handle is not None:
                     self.handle.stop(graceful=False)

@@ -4,10 +4,12 @@ The parent (:mod:`batchscope.profiler.supervisor`) starts it with the ``spawn`` 
 talks to it over a pipe. Messages are ``(kind, payload)`` tuples of plain Python values:
 
 parent -> worker: ``("ceilings", recalibrate)``, ``("batch", {batch_size, first_step})``,
-``("probe", {specs, cache_bytes})``, ``("stop", None)``
+``("probe", {specs, cache_bytes, bounded_spent_s})``, ``("keep_buffers", None)``, ``("stop", None)``
 worker -> parent: ``("ready", ModelInfo dict)``, ``("contract_error", {message, detail})``,
 ``("ceilings", dict)``, ``("phase", {batch_size, phase})``, ``("result", BatchResult dict)``,
-``("probes", {times_s, errors})``
+``("probes", {times_s, errors, skipped, bounded_s})``, ``("kept_buffers", bool)``
+
+A ``batch`` payload may hold ``op_breakdown: false``: that batch size is timed only.
 
 Only this process imports the user's code and touches the device, so a crash, an OOM kill
 or a poisoned CUDA context costs the parent nothing it has already received.
@@ -190,11 +192,13 @@ class Worker:
 
         return map_tensors(inputs, cast)
 
-    def measure(self, batch_size: int, first_step: bool) -> BatchResult:
+    def measure(self, batch_size: int, first_step: bool,
+                op_breakdown: bool | None = None) -> BatchResult:
         """Timing pass, then (when enabled) capture and counting passes, then the join.
 
         Args:
             batch_size: the batch size to measure.
+            op_breakdown: False to time it only (None: as the config says).
             first_step: True for the run's first batch size (the parent knows; a replacement
                 worker does not): only there does a failure the contract explains (make_inputs
                 raising or returning the wrong thing, a device or dtype mismatch) raise
@@ -223,7 +227,7 @@ class Worker:
                               self.spec.units_per_row)
                 # The timing result goes out first: it survives a crash in the later passes.
                 self.send(("timed", to_jsonable(result)))
-                if self.config.op_breakdown:
+                if self.config.op_breakdown if op_breakdown is None else op_breakdown:
                     phase = "profiling"
                     self.send(("phase", {"batch_size": batch_size, "phase": phase}))
                     # A torch.compile'd model is counted through its eager module: the
@@ -406,7 +410,12 @@ def worker_main(conn, config: WorkerConfig) -> None:
             from batchscope.profiler.probe import run_probes
 
             send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
-                                       worker.sync, payload.get("cache_bytes"))))
+                                       worker.sync, payload.get("cache_bytes"),
+                                       payload.get("bounded_spent_s", 0.0))))
+        elif kind == "keep_buffers":
+            from batchscope.profiler.glibc_malloc import keep_freed_buffers
+
+            send(("kept_buffers", keep_freed_buffers()))
         elif kind == "grid":
             point = worker.time_grid_point(int(payload["batch_size"]), int(payload["length"]))
             send(("grid_point", to_jsonable(point)))
@@ -415,7 +424,8 @@ def worker_main(conn, config: WorkerConfig) -> None:
         elif kind == "batch":
             try:
                 result = worker.measure(int(payload["batch_size"]),
-                                        first_step=bool(payload["first_step"]))
+                                        first_step=bool(payload["first_step"]),
+                                        op_breakdown=payload.get("op_breakdown"))
             except ModelFileError as exc:
                 send(("contract_error", {"message": str(exc),
                                          "detail": getattr(exc, "detail", "")}))

@@ -133,9 +133,9 @@ GRID_FIELDS: Fields = {
 }
 ALLOCATOR_FIELDS = _optional(batches=LIST, batch_size=POSITIVE_INT,
                              throughput_per_s=NON_NEGATIVE, cost_per_fault_s=NON_NEGATIVE,
-                             taken=FLAG, env=OBJECT)
+                             taken=FLAG, env=OBJECT, set_by=TEXT)
 KEPT_FIELDS: Fields = {
-    **_optional(latency_s=NON_NEGATIVE, kept_latency_s=NON_NEGATIVE,
+    **_optional(latency_s=NON_NEGATIVE, kept_latency_s=NON_NEGATIVE, kept_timed_steps=COUNT,
                 throughput_per_s=NON_NEGATIVE, kept_throughput_per_s=NON_NEGATIVE,
                 page_faults_per_step=NON_NEGATIVE, kept_page_faults_per_step=NON_NEGATIVE,
                 speedup=NON_NEGATIVE, taken=FLAG, error=TEXT),

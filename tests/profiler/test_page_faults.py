@@ -10,6 +10,7 @@ import pytest
 from batchscope.api import Options, diagnose_file
 from batchscope.classifiers.allocator import PAGE_FAULT_FLAG_SHARE, page_fault_flags
 from batchscope.profiler.memory import PageFaults
+from batchscope.profiler.supervisor import KEPT_BY_ENV, KEPT_BY_MALLOPT, Sweep
 from batchscope.records import BatchResult, LatencyStats, Status
 from tests.conftest import ROOT
 
@@ -113,6 +114,8 @@ def test_flagged_faults_are_timed_again_with_the_buffers_kept(tmp_path) -> None:
     doc = report.to_dict()
     section = doc["allocator"]
     assert section["env"]["MALLOC_MMAP_THRESHOLD_"] == str(2**40)
+    if _glibc_version() >= (2, 35):  # mallopt takes a threshold over 32 MiB
+        assert section["set_by"] == KEPT_BY_MALLOPT  # the sweep's own worker re-timed
     (row,) = [r for r in section["batches"] if r["batch_size"] == 8]
     # glibc takes the setting: the faults go (a count, not a speed: any machine)
     assert row["status"] == "ok" and row["taken"] and section["taken"]
@@ -128,6 +131,73 @@ def test_flagged_faults_are_timed_again_with_the_buffers_kept(tmp_path) -> None:
     assert "buffers kept" in render_html(doc)
     top = (tmp_path / "summary.md").read_text().split("| batch |")[0]
     assert "measured side by side" in top
+
+
+def _glibc_version() -> tuple[int, ...]:
+    import os
+
+    try:  # "glibc 2.36"
+        return tuple(int(p) for p in os.confstr("CS_GNU_LIBC_VERSION").split()[1].split("."))
+    except (ValueError, OSError, IndexError, AttributeError):
+        return (0,)
+
+
+def test_mallopt_keeps_freed_buffers_in_a_running_process() -> None:
+    # In a fresh interpreter (the setting would stay in pytest's): a 64 MiB buffer freed
+    # and made again faults its pages in again by default, and not once mallopt took.
+    import subprocess
+    import sys
+
+    script = """
+import ctypes, resource, sys
+from batchscope.profiler.glibc_malloc import keep_freed_buffers
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = libc.malloc(2**26)  # 64 MiB, written and freed, as a step's activation
+    ctypes.memset(block, 1, 2**26)
+    libc.free(block)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults()
+default = faults()
+taken = keep_freed_buffers() if sys.argv[1] == "keep" else False
+faults()
+print(taken, default, faults())
+"""
+    pages = 2**26 // 4096
+    for how in ("default", "keep"):
+        out = subprocess.run([sys.executable, "-c", script, how], capture_output=True,
+                             text=True, check=True, cwd=ROOT).stdout.split()
+        taken, default, after = out[0] == "True", int(out[1]), int(out[2])
+        assert default > 0.9 * pages  # mapped afresh each time
+        if how == "default" or not taken:
+            assert after > 0.9 * pages
+        else:
+            assert after < 0.1 * pages
+        if how == "keep" and _glibc_version() >= (2, 35):
+            assert taken
+
+
+def test_a_libc_that_refuses_mallopt_gets_a_fresh_worker(tmp_path, monkeypatch) -> None:
+    # The sweep's worker refusing the setting (glibc before 2.35, musl): the batch sizes
+    # are timed again in a fresh worker started with KEPT_BUFFERS_ENV.
+    request = Sweep._request
+
+    def refuse(self, message, reply):
+        if message[0] == "keep_buffers":
+            return False, Status.OK, ""
+        return request(self, message, reply)
+
+    monkeypatch.setattr(Sweep, "_request", refuse)
+    report = diagnose_file(MODELS / "wide_conv.py",
+                           Options(out_dir=str(tmp_path), batch_sizes=[8], **FAST))
+    section = report.to_dict()["allocator"]
+    assert section["set_by"] == KEPT_BY_ENV
+    (row,) = section["batches"]
+    assert row["status"] == "ok" and row["taken"]  # glibc takes it from the environment
+    assert row["kept_page_faults_per_step"] < 0.5 * row["page_faults_per_step"]
 
 
 def test_the_allocator_check_can_be_turned_off(tmp_path) -> None:
