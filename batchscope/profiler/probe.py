@@ -175,14 +175,30 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
 
 
 def run_probes(specs: list[dict[str, Any]], dtype: torch.dtype, device: torch.device,
-               sync: Callable[[], None], cache_bytes: int | None = None) -> dict[str, Any]:
-    """``{"times_s": {key: seconds}, "errors": {key: why}}`` for each spec."""
+               sync: Callable[[], None], cache_bytes: int | None = None,
+               bounded_spent_s: float = 0.0) -> dict[str, Any]:
+    """``{"times_s": {key: seconds}, "errors": {key: why}, "skipped": [key],
+    "bounded_s": seconds}`` for the specs, in their order.
+
+    A spec with a ``budget_s`` (a cost-bounded probe) is skipped once such probes have
+    taken that long: ``bounded_spent_s`` in earlier rounds plus this round's, measured
+    (``bounded_s``: this round's), whatever their estimate said.
+    """
     times: dict[str, float] = {}
     errors: dict[str, str] = {}
+    skipped: list[str] = []
+    bounded_s = 0.0
     arguments = _Arguments(dtype, device)
     for spec in specs:
+        budget_s = spec.get("budget_s")
+        if budget_s is not None and bounded_spent_s + bounded_s >= budget_s:
+            skipped.append(spec["key"])
+            continue
+        started = time.perf_counter()
         try:
             times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes, arguments)
         except (RuntimeError, ValueError, MemoryError) as exc:
             errors[spec["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    return {"times_s": times, "errors": errors}
+        if budget_s is not None:
+            bounded_s += time.perf_counter() - started
+    return {"times_s": times, "errors": errors, "skipped": skipped, "bounded_s": bounded_s}

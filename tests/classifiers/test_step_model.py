@@ -301,7 +301,11 @@ def test_convolution_probes_carry_their_args_and_are_skipped_over_the_cost_bound
     assert sorted(convs) == [8, 64] and 64 * 10e-3 <= PROBE_MAX_CALL_S < 128 * 10e-3
     assert convs[64] == {
         "key": "convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]",
-        "name": "convolution", "shapes": [[64, 64, 56, 56], [64, 64, 3, 3]], "args": STRIDE_2}
+        "name": "convolution", "shapes": [[64, 64, 56, 56], [64, 64, 3, 3]], "args": STRIDE_2,
+        "budget_s": PROBE_BUDGET_MIN_S}  # the worker stops them there, measured
+    # the matmuls first; the convolutions after them, cheapest first
+    assert [s["name"] for s in specs] == ["addmm"] * 4 + ["convolution"] * 2
+    assert [s["shapes"][0][0] for s in specs[4:]] == [8, 64]
     assert "addmm[[1000],[1024,1000],[1000,1000]]" in {s["key"] for s in specs}
     assert all("args" not in s for s in specs if s["name"] == "addmm")
     # A convolution recorded without its args (an older report) is not probed.
@@ -393,8 +397,8 @@ def test_a_measured_convolution_is_probed_end_to_end():
         result.latency_s = LatencyStats(step, step, step, len(capture.steps))
         results.append(batch_result_from_dict(to_jsonable(result)))
     specs = probe_specs(results, [16, 8])
-    assert [(s["name"], s["shapes"], s["args"]) for s in specs] == [
-        ("convolution", [[b, 32, 64, 64], [64, 32, 3, 3], [64]], STRIDE_2) for b in (16, 8)]
+    assert [(s["name"], s["shapes"], s["args"]) for s in specs] == [  # cheapest first
+        ("convolution", [[b, 32, 64, 64], [64, 32, 3, 3], [64]], STRIDE_2) for b in (8, 16)]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
     assert out["errors"] == {} and all(t > 0 for t in out["times_s"].values())
     fitted = fit_step_model(results, CEIL, probes_s=out["times_s"])

@@ -79,3 +79,23 @@ def test_a_round_makes_each_weight_once_and_its_copies_at_other_addresses():
     assert at_8[2].stride() == (1, 32)  # nn.Linear's [out, in] weight, seen transposed
     copy = made.for_spec("addmm", [[64], [8, 32], [32, 64]], 1)
     assert copy[2].data_ptr() != at_8[2].data_ptr() and torch.equal(copy[2], at_8[2])
+
+
+def test_the_bounded_probes_stop_at_their_measured_budget():
+    # Convolutions carry the round's budget; the worker counts what they took, measured,
+    # from earlier rounds on: set numbers here (0 s, already spent, unbounded), no speed.
+    x = torch.randn(2, 4, 16, 16)
+    convs = [conv_spec(nn.Conv2d(4, c, 3), x) for c in (4, 8, 16)]
+    matmul = {"key": "mm", "name": "mm", "shapes": [[4, 16], [16, 8]]}
+    cpu = torch.device("cpu")
+    spent = run_probes([matmul] + [{**s, "budget_s": 0.0} for s in convs],
+                       torch.float32, cpu, lambda: None)
+    assert set(spent["times_s"]) == {"mm"}  # a matmul has no budget
+    assert spent["skipped"] == [s["key"] for s in convs] and spent["bounded_s"] == 0.0
+    earlier = run_probes([{**s, "budget_s": 5.0} for s in convs], torch.float32, cpu,
+                         lambda: None, bounded_spent_s=5.0)
+    assert earlier["times_s"] == {} and len(earlier["skipped"]) == 3
+    ample = run_probes([{**s, "budget_s": 1e9} for s in convs], torch.float32, cpu,
+                       lambda: None)
+    assert set(ample["times_s"]) == {s["key"] for s in convs} and ample["skipped"] == []
+    assert ample["bounded_s"] >= sum(ample["times_s"].values())  # warm-ups and inputs too
