@@ -21,12 +21,16 @@ the ones predicted:
   once an op's compute roof overtakes its memory roof, its memory factor falls back to the
   fastest its kind reached (at least 1: the roof).
 - **Kernel probes** (:mod:`batchscope.profiler.probe`): each matmul and convolution of the
-  model, at its own shapes (and a convolution's stride, padding, ...) scaled to the sizes
+  model, and each per-row op of :data:`~batchscope.profiler.probe.REPLAYED_OPS` that takes
+  :data:`MIN_REPLAYED_SHARE` of the step (batch norm, pooling, the backward convolution,
+  ...), at its own shapes (and a convolution's stride, padding, ...) scaled to the sizes
   predicted, is timed alone in the worker; where the largest fitted size and b both have
-  one, the op's measured time there times the probes' ratio is its time at b. This sees
+  one, the op's measured time there times the probes' ratio is its time at b (or, where
+  alone it ran over twice as fast as in the step there, the larger of its fit and its
+  probe at b: :data:`ALONE_SHARE`). This sees
   the kernel a larger b runs, and for a CPU convolution the page faults of its fresh
-  output, which grow per image with the batch. A convolution's probe is skipped where one
-  call is estimated over :data:`PROBE_MAX_CALL_S`, or once the convolution probes have
+  output, which grow per image with the batch. A convolution's (or replayed op's) probe is
+  skipped where one call is estimated over :data:`PROBE_MAX_CALL_S`, or once such probes have
   taken :func:`probe_budget_s` (a share of the sweep's own time, measured by the worker as
   they run, cheapest first); past its largest probe its time grows in proportion to the
   rows, said in ``assumptions``.
@@ -66,6 +70,7 @@ from batchscope.profiler.probe import (
     MIN_REPEATS,
     PROBE_TIME_S,
     PROBED_OPS,
+    REPLAYED_OPS,
     probe_key,
 )
 from batchscope.records import (
@@ -104,7 +109,12 @@ PROBE_MIN_S = 50e-6
 # (154 MB of weights, ~8-10 ms a call at batch 1-8) would be estimated at 1-10 s a call at
 # 1024 from the sizes the early stop first sees; it takes 1.2 s, and its probe there takes
 # decode's prediction at 1024 from -18% to -10% (docs/benchmarks.md, table 9).
-COST_BOUNDED_PROBES = frozenset({"convolution"})
+COST_BOUNDED_PROBES = frozenset({"convolution"}) | REPLAYED_OPS
+# A replayed op (batch norm, pooling, a backward convolution, ...; probe.REPLAYED_OPS) is
+# probed only where it took at least this share of the profiled step at the larger of the
+# two sizes its shapes scale from: the probes share one budget, cheapest first, and a
+# CNN's many small additions would spend it before its pooling and batch norms.
+MIN_REPLAYED_SHARE = 0.02
 # A probe of a bounded op is skipped where one call is estimated over this long. A
 # ResNet-18 convolution takes ~1-2 s a call at batch 1024 on a quiet 2-core CPU, several
 # times that on a shared one (here the stem took 3.4 s at batch 256): unbounded, its 11
@@ -133,6 +143,15 @@ PROBE_BUDGET_MIN_S = 3.0
 # noisy (a profiled step may even run faster than the timed median), so no trend is read
 # into it. The latency is never below this share of the profiled step.
 MIN_LATENCY_SHARE = 0.2
+# A probe scales the op's measured time by the probes' ratio only where, at the reference
+# size, the op alone took at least this share of its time in the step. Below it the two
+# ran in other regimes, and the ratio multiplies the difference: a training CNN's ReLU
+# backward at batch 8 took 0.28 ms alone (its 8 MB of inputs just written, in cache; its
+# output's pages reused call after call) against 2.1 ms in the step (inputs evicted by the
+# ops between, the output faulted in afresh), and the ratio to 128 (38 ms alone) predicted
+# 287 ms against 32 ms measured (2-core EPYC). There the probe is a floor under the op's
+# time, and the fit, in proportion to its work, gives the rest.
+ALONE_SHARE = 0.5
 # Times that grew less than this across the fitted sizes are noise, not a trend.
 NOISE_GROWTH = 1.5
 
@@ -323,10 +342,19 @@ class OpCurve:
     def time_s(self, b: float) -> float:
         if self.probed(b):
             at_b, at_ref = self.probe_s(b), self.probe_s(self.ref_batch)
-            return self.ref_time_s * at_b / at_ref  # type: ignore[operator]
+            assert at_b is not None and at_ref is not None
+            if at_ref * self.calls >= ALONE_SHARE * self.ref_time_s:
+                return self.ref_time_s * at_b / at_ref
+            # Alone it ran far faster than in the step at the reference size: a floor under
+            # its time, not a ratio to scale the step's by.
+            return max(self._fitted_time_s(b), at_b * self.calls)
         below = self.scaled_from(b)
         if below is not None:
             return self.time_s(below) * b / below
+        return self._fitted_time_s(b)
+
+    def _fitted_time_s(self, b: float) -> float:
+        """Its time at ``b`` from the fit alone, no probe."""
         if self.time_line is not None:
             return self.time_line(b)
         memory, compute = self.memory_s(b), self.compute_s(b)
@@ -430,7 +458,8 @@ def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
 
 def _probe_shapes(results: list[BatchResult]) -> dict[str, ProbeScaling]:
     """Per probed op id: how its arguments scale, from the two largest usable sizes (a
-    convolution only with its call args recorded, the same at both)."""
+    convolution or a replayed op only with its call args recorded, the same at both; a
+    replayed op only from :data:`MIN_REPLAYED_SHARE` of the step)."""
     usable = _usable(results)
     if len(usable) < 2:
         return {}
@@ -441,8 +470,11 @@ def _probe_shapes(results: list[BatchResult]) -> dict[str, ProbeScaling]:
         prior = before.get(op.op_id)
         if prior is None or prior.call_args != op.call_args:
             continue
-        if op.name == "convolution" and op.call_args is None:
+        if op.name in COST_BOUNDED_PROBES and op.call_args is None:
             continue  # recorded before call args were: it cannot be called again
+        if op.name in REPLAYED_OPS and op.time_s < MIN_REPLAYED_SHARE * (
+                large.profiled_step_s or float("inf")):
+            continue
         out[op.op_id] = ProbeScaling(op.name, prior.input_shapes, small.batch_size,
                                      op.input_shapes, large.batch_size, op.call_args,
                                      op.time_s / max(op.calls, 1))
@@ -469,16 +501,21 @@ def probe_specs(results: list[BatchResult], sizes: list[int],
     estimated for the CNN sample on a 2-core EPYC), so the convolutions' specs come last,
     cheapest first, each carrying ``budget_s``: the worker stops timing them once they
     have taken that long, measured (:func:`batchscope.profiler.probe.run_probes`).
+
+    The matmuls come first, each op's sizes in ascending order with its op id as
+    ``family`` and the batch size as ``batch``: the worker skips the warm-up call of a
+    probe its family's smaller one says is long (:data:`~batchscope.profiler.probe.LONG_CALL_S`).
     """
     budget_s = probe_budget_s(results) if budget_s is None else budget_s
     specs: dict[str, dict[str, Any]] = {}
     bounded: dict[str, float] = {}  # key -> estimated seconds of one call
-    for scaling in _probe_shapes(results).values():
-        for b in sizes:
+    for op_id, scaling in _probe_shapes(results).items():
+        for b in sorted(set(sizes)):
             key = scaling.key(b)
             if key is None or key in specs or scaling.too_costly(b):
                 continue
-            specs[key] = {"key": key, "name": scaling.name, "shapes": scaling.shapes(b)}
+            specs[key] = {"key": key, "name": scaling.name, "shapes": scaling.shapes(b),
+                          "family": op_id, "batch": b}
             if scaling.args is not None:
                 specs[key]["args"] = scaling.args
             if scaling.name in COST_BOUNDED_PROBES:
@@ -688,13 +725,15 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
 
 
 def _unprobed(model: StepModel, sizes: list[int]) -> list[str]:
-    """Where ``model``'s convolutions had no probe of their own (skipped for cost), in words."""
+    """Where ``model``'s convolutions or replayed ops had no probe of their own (skipped
+    for cost), in words."""
     skipped = [b for b in sizes if any(c.scaled_from(b) is not None for c in model.ops)]
     if not skipped:
         return []
     where = (f"batch {skipped[0]}" if len(skipped) == 1
              else f"batches {', '.join(map(str, skipped))}")
-    return [(f"conv: not probed at {where} (skipped for cost: a call estimated over "
+    return [(f"convolutions and other per-row ops: not probed at {where} (skipped for "
+             f"cost: a call estimated over "
              f"{PROBE_MAX_CALL_S:g} s, or past the probes' budget, half the sweep's time "
              f"within {PROBE_BUDGET_MIN_S:g}-{PROBE_ROUND_S:g} s); its time grows in "
              f"proportion to the rows from the largest size it was probed at")]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from batchscope.profiler.formulas import (
     hidden_writes,
     reads_destination,
 )
+from batchscope.profiler.probe import REPLAYED_OPS
 from batchscope.records import ByteSplit, CountedOp
 
 __all__ = ["count_call", "count_step"]
@@ -80,19 +82,22 @@ _PASS_THROUGH = {
 # Ops whose non-tensor arguments are recorded (CountedOp.call_args): the kernel-probed ops
 # (profiler/probe.py) that need more than their tensors' shapes to be called again.
 # nn.Conv1d/2d/3d and the transposed ones all reach the counting mode as ``convolution``.
-_CALL_ARGS_RECORDED = frozenset({"convolution"})
+_CALL_ARGS_RECORDED = frozenset({"convolution"}) | REPLAYED_OPS
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON-safe ints, bools and lists of them (a SymInt as its int).
+    """``value`` as JSON-safe ints, bools, finite floats, strings and lists of them (a
+    SymInt as its int).
 
     Raises:
-        TypeError: anything else (a float, a string, a symbolic size with no value).
+        TypeError: anything else (a dtype, a device, a symbolic size with no value).
     """
-    if value is None or isinstance(value, bool):
+    if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (int, torch.SymInt)):
         return int(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return value
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     raise TypeError(f"{type(value).__name__} is not recorded")

@@ -15,7 +15,10 @@ milliseconds to a second each, where measuring the whole model at that size take
 A spec is ``{"key", "name", "shapes"}`` and, for a convolution, ``"args"``: ``name`` one of
 :data:`PROBED_OPS`, ``shapes`` the tensor arguments' shapes in aten order, ``args`` the
 op's other arguments (``CountedOp.call_args``: stride, padding, dilation, transposed,
-output_padding, groups; a bias when ``shapes`` has a third shape). The second matrix of a
+output_padding, groups; a bias when ``shapes`` has a third shape). The per-row ops of
+:data:`REPLAYED_OPS` (batch norm, pooling, the backward convolution, ...) have ``args``
+too, their non-tensor arguments in schema order, and are called again through the
+overload those fit, on fresh tensors of their shapes. The second matrix of a
 2-D ``addmm``/``mm`` is built as an ``nn.Linear`` weight seen transposed (``w.t()``), the
 layout ``F.linear`` passes. A convolution is called as the model calls it,
 ``aten.convolution``, which allocates its output afresh at every call as it does in the
@@ -36,7 +39,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
     import torch
 
-PROBED_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm", "convolution"})
+MATMUL_PROBES = frozenset({"addmm", "mm", "bmm", "baddbmm"})
+# Ops called again from their recorded non-tensor arguments (``CountedOp.call_args``, in
+# schema order) and tensors of their recorded shapes, whichever of the op's overloads the
+# two fit (:class:`_Replay`): the per-row ops of a CNN's forward and backward steps and of
+# a transformer's, whose time a larger batch changes by more than its work (another
+# kernel path, buffers mapped afresh and faulted in). One name here adds an op, as long as
+# its tensor arguments are floating point, or named ``indices`` (filled with zeros, a
+# valid index for any max-pool window).
+REPLAYED_OPS = frozenset({
+    "convolution_backward",
+    "native_batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm_backward",
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+    "threshold_backward", "add", "mul", "native_layer_norm", "_softmax", "gelu",
+})
+PROBED_OPS = MATMUL_PROBES | {"convolution"} | REPLAYED_OPS
 # A convolution's non-tensor arguments (its spec's "args"): stride, padding, dilation,
 # transposed, output_padding, groups.
 CONV_ARGS = 6
@@ -93,7 +110,8 @@ class _Arguments:
                 self.made[key] = torch.randn(shape, dtype=self.dtype, device=self.device)
         return self.made[key]
 
-    def for_spec(self, name: str, shapes: list[list[int]], copy: int) -> list[torch.Tensor]:
+    def for_spec(self, name: str, shapes: list[list[int]], copy: int,
+                 args: list[Any] | None = None) -> list[torch.Tensor]:
         if name in ("addmm", "mm"):
             *bias, a, b = shapes
             if len(a) != 2 or len(b) != 2:
@@ -109,7 +127,73 @@ class _Arguments:
             x, *params = shapes
             return [torch.randn(x, dtype=self.dtype, device=self.device),
                     *(self.tensor(s, copy) for s in params)]
+        if name in REPLAYED_OPS:
+            # Made for its probe alone, as a convolution's input: most of them grow with
+            # the rows.
+            return _Replay.of(name, shapes, args).tensors(shapes, self.dtype, self.device)
         return [self.tensor(s, copy) for s in shapes]
+
+
+class _Replay:
+    """How to call one of :data:`REPLAYED_OPS` again: the overload whose schema takes as
+    many tensors as were recorded (every optional one present) and as many other
+    arguments as ``call_args`` holds, with the tensors and the other arguments put back in
+    schema order (keyword-only ones as keywords)."""
+
+    def __init__(self, overload: Any, tensor_names: list[str],
+                 slots: list[tuple[str, bool, bool]]) -> None:
+        self.overload = overload
+        self.tensor_names = tensor_names
+        self.slots = slots  # (name, a tensor, keyword-only) per schema argument
+
+    @staticmethod
+    def of(name: str, shapes: list[list[int]], args: list[Any] | None) -> _Replay:
+        """The replay of ``name`` for these shapes and args (None: any count of args).
+
+        Raises:
+            ValueError: no overload of the op takes them.
+        """
+        import torch
+
+        packet = getattr(torch.ops.aten, name)
+        for overload_name in packet.overloads():
+            overload = getattr(packet, overload_name)
+            schema = overload._schema
+            if any(a.alias_info is not None and a.alias_info.is_write
+                   for a in schema.arguments):
+                continue  # an out= or in-place overload
+            slots = [(a.name, "Tensor" in str(a.type), a.kwarg_only) for a in schema.arguments]
+            if any(str(a.type).endswith("[]") and "Tensor" in str(a.type)
+                   for a in schema.arguments):
+                continue  # a list of tensors: its length is not recorded
+            tensors = [n for n, is_tensor, _ in slots if is_tensor]
+            others = len(slots) - len(tensors)
+            if len(tensors) == len(shapes) and (args is None or others == len(args)):
+                return _Replay(overload, tensors, slots)
+        raise ValueError(f"no overload of {name} takes {len(shapes)} tensors and "
+                         f"{'its' if args is None else len(args)} other arguments")
+
+    def tensors(self, shapes: list[list[int]], dtype: torch.dtype,
+                device: torch.device) -> list[torch.Tensor]:
+        """Fresh tensors of ``shapes``: indices zero, the rest uniform in [0.5, 1.5) (a
+        variance or its inverse square root must be positive; any value runs as fast)."""
+        import torch
+
+        return [torch.zeros(shape, dtype=torch.long, device=device) if name == "indices"
+                else torch.empty(shape, dtype=dtype, device=device).uniform_(0.5, 1.5)
+                for name, shape in zip(self.tensor_names, shapes, strict=True)]
+
+    def call(self, tensors: list[torch.Tensor], args: list[Any]) -> Any:
+        given_tensors, given_args = iter(tensors), iter(args)
+        positional: list[Any] = []
+        keywords: dict[str, Any] = {}
+        for name, is_tensor, kwarg_only in self.slots:
+            value = next(given_tensors) if is_tensor else next(given_args)
+            if kwarg_only:
+                keywords[name] = value
+            else:
+                positional.append(value)
+        return self.overload(*positional, **keywords)
 
 
 def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
@@ -123,6 +207,12 @@ def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
     name = spec["name"]
     if name not in PROBED_OPS:
         raise ValueError(f"{name} is not probed")
+    if name in REPLAYED_OPS:
+        args = spec.get("args")
+        if not isinstance(args, list):
+            raise ValueError(f"{name} needs its recorded non-tensor arguments, not {args!r}")
+        replay = _Replay.of(name, spec["shapes"], args)
+        return lambda tensors: replay.call(tensors, args)
     op = getattr(torch.ops.aten, name)
     if name != "convolution":
         return lambda tensors: op(*tensors)
@@ -137,9 +227,10 @@ def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
 
 def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
                sync: Callable[[], None], cache_bytes: int | None = None,
-               arguments: _Arguments | None = None) -> float:
+               arguments: _Arguments | None = None, warm_up: bool = True) -> float:
     """Median seconds of one call of ``spec``'s op (``arguments`` shares tensors between
-    the probes of a round).
+    the probes of a round). Without ``warm_up`` (a call known to be long: the library's
+    setup is a sliver of it) one call is timed, cold.
 
     Raises:
         ValueError: an op outside :data:`PROBED_OPS` or shapes or args it cannot take.
@@ -150,17 +241,21 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
     name = spec["name"]
     op = _caller(spec)
     arguments = arguments or _Arguments(dtype, device)
-    first = arguments.for_spec(name, spec["shapes"], 0)
+    first = arguments.for_spec(name, spec["shapes"], 0, spec.get("args"))
     size = sum(t.numel() * t.element_size() for t in first)
-    copies = min(MAX_COPIES, max(1, -(-2 * cache_bytes // max(size, 1)))) if cache_bytes else 1
-    sets = [first] + [arguments.for_spec(name, spec["shapes"], i) for i in range(1, copies)]
+    copies = (min(MAX_COPIES, max(1, -(-2 * cache_bytes // max(size, 1))))
+              if cache_bytes and name not in REPLAYED_OPS else 1)  # no weights to keep cold
+    sets = [first] + [arguments.for_spec(name, spec["shapes"], i, spec.get("args"))
+                      for i in range(1, copies)]
     with torch.inference_mode():
-        started = time.perf_counter()
-        op(sets[-1])  # warm-up: the library's first call sets up its kernel
-        sync()
-        # After a warm-up this long the library's setup is a small part of a call: one
-        # timed call does.
-        repeats = 1 if time.perf_counter() - started >= LONG_CALL_S else MIN_REPEATS
+        repeats = 1
+        if warm_up:
+            started = time.perf_counter()
+            op(sets[-1])  # warm-up: the library's first call sets up its kernel
+            sync()
+            # After a warm-up this long the library's setup is a small part of a call: one
+            # timed call does.
+            repeats = 1 if time.perf_counter() - started >= LONG_CALL_S else MIN_REPEATS
         times: list[float] = []
         spent = 0.0
         while len(times) < repeats or (spent < PROBE_TIME_S and len(times) < MAX_REPEATS):
@@ -183,20 +278,32 @@ def run_probes(specs: list[dict[str, Any]], dtype: torch.dtype, device: torch.de
     A spec with a ``budget_s`` (a cost-bounded probe) is skipped once such probes have
     taken that long: ``bounded_spent_s`` in earlier rounds plus this round's, measured
     (``bounded_s``: this round's), whatever their estimate said.
+
+    Specs of one op (``family``, at ``batch``), smallest first: where the last one timed,
+    scaled by the rows, says a call takes :data:`LONG_CALL_S` or more, its warm-up call is
+    skipped (decode's LM head: 1.4 s a call at batch 1024, its warm-up as long).
     """
     times: dict[str, float] = {}
     errors: dict[str, str] = {}
     skipped: list[str] = []
     bounded_s = 0.0
     arguments = _Arguments(dtype, device)
+    last: dict[str, tuple[int, float]] = {}  # family -> (batch, seconds a call)
     for spec in specs:
         budget_s = spec.get("budget_s")
         if budget_s is not None and bounded_spent_s + bounded_s >= budget_s:
             skipped.append(spec["key"])
             continue
+        family, batch = spec.get("family"), spec.get("batch")
+        before = last.get(family) if family is not None else None
+        long_call = (before is not None and isinstance(batch, int) and batch > before[0]
+                     and before[1] * batch / before[0] >= LONG_CALL_S)
         started = time.perf_counter()
         try:
-            times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes, arguments)
+            times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes, arguments,
+                                            warm_up=not long_call)
+            if family is not None and isinstance(batch, int):
+                last[family] = (batch, times[spec["key"]])
         except (RuntimeError, ValueError, MemoryError) as exc:
             errors[spec["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         if budget_s is not None:

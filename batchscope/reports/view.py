@@ -337,6 +337,18 @@ def prediction_rows(doc: Doc) -> list[dict[str, Any]]:
 
 # How many measured sizes each forecast is fitted on (classifiers/step_model.FIT_WINDOW).
 FORECAST_WINDOW_WORD = "three"
+MATMUL_NAMES = frozenset({"addmm", "mm", "bmm", "baddbmm"})
+
+
+def _probed_kinds(probes: dict[str, float]) -> str:
+    """What the kernel probes timed, in words, from their keys ("mm[[8,16],[16,4]]")."""
+    names = {key.split("[", 1)[0] for key in probes}
+    kinds = [kind for kind, hit in (
+        ("matmuls", bool(names & MATMUL_NAMES)),
+        ("convolutions", "convolution" in names),
+        ("per-row ops (batch norm, pooling, ...)", bool(names - MATMUL_NAMES - {"convolution"}))
+    ) if hit]
+    return " and ".join(kinds) if len(kinds) < 3 else f"{kinds[0]}, {kinds[1]} and {kinds[2]}"
 
 
 def prediction_summary(doc: Doc) -> str:
@@ -363,10 +375,8 @@ def prediction_summary(doc: Doc) -> str:
         text += f"; its curve bends at {knee:,.3g} rows"
     probes = pred.get("probes_s") or {}
     if probes:
-        kinds = ("matmuls and convolutions" if any(k.startswith("convolution") for k in probes)
-                 else "matmuls")
-        text += (f"; its {kinds} were timed alone at their own shapes ({len(probes)} kernel "
-                 f"probes) where the kernel changes with the rows")
+        text += (f"; its {_probed_kinds(probes)} were timed alone at their own shapes "
+                 f"({len(probes)} kernel probes) where the kernel changes with the rows")
     unmeasured = [r for r in rows if not r["measured"]]
     if unmeasured:
         fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])

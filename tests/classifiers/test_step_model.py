@@ -6,6 +6,7 @@ import pytest
 
 from batchscope.classifiers.analyze import unmeasured_sizes
 from batchscope.classifiers.step_model import (
+    ALONE_SHARE,
     FIT_WINDOW,
     PROBE_MAX_CALL_S,
     PROBE_BUDGET_MIN_S,
@@ -302,6 +303,7 @@ def test_convolution_probes_carry_their_args_and_are_skipped_over_the_cost_bound
     assert convs[64] == {
         "key": "convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]",
         "name": "convolution", "shapes": [[64, 64, 56, 56], [64, 64, 3, 3]], "args": STRIDE_2,
+        "family": "layer:convolution#0", "batch": 64,
         "budget_s": PROBE_BUDGET_MIN_S}  # the worker stops them there, measured
     # the matmuls first; the convolutions after them, cheapest first
     assert [s["name"] for s in specs] == ["addmm"] * 4 + ["convolution"] * 2
@@ -366,6 +368,30 @@ def test_a_convolution_past_its_largest_probe_grows_with_the_rows():
     pred = predict(results, CEIL, [16, 32, 64], probes)
     assert any("not probed at batch 64" in a for a in pred.assumptions)
     assert {p.batch_size: p.probed_ops for p in pred.points} == {16: 1, 32: 1, 64: 0}
+
+
+def test_a_probe_far_faster_alone_than_in_the_step_is_a_floor_not_a_ratio():
+    # In the step a call at 8 takes 8 ms (two calls: 16 ms); alone it took 1 ms (hot
+    # inputs), then 40 ms at 64 once out of cache. The ratio would give 16 ms x 40 = 640
+    # ms at 64; the floor rule gives the larger of the fit (~8x the step's 16 ms) and the
+    # probe (2 calls x 40 ms).
+    from batchscope.profiler.probe import probe_key
+
+    results = [stepped(b, [conv_op(b, 1e-3 * b)]) for b in (2, 4, 8)]
+
+    def probes(at_8: float) -> dict[str, float]:
+        return {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2): t
+                for b, t in ((8, at_8), (16, 5e-3), (64, 40e-3))}
+
+    (curve,) = fit_step_model(results, CEIL, probes_s=probes(1e-3)).ops
+    assert 1e-3 * curve.calls < ALONE_SHARE * curve.ref_time_s
+    fitted = curve._fitted_time_s(64)
+    assert fitted == pytest.approx(8 * curve.ref_time_s, rel=0.05)
+    assert curve.time_s(64) == pytest.approx(max(fitted, 2 * 40e-3))
+    assert curve.time_s(16) == pytest.approx(curve._fitted_time_s(16))  # 2 x 5 ms: below
+    # alone as in the step (8 ms a call): the ratio, as before
+    (alike,) = fit_step_model(results, CEIL, probes_s=probes(8e-3)).ops
+    assert alike.time_s(64) == pytest.approx(alike.ref_time_s * 40 / 8)
 
 
 def test_a_measured_convolution_is_probed_end_to_end():

@@ -99,3 +99,56 @@ def test_the_bounded_probes_stop_at_their_measured_budget():
                        lambda: None)
     assert set(ample["times_s"]) == {s["key"] for s in convs} and ample["skipped"] == []
     assert ample["bounded_s"] >= sum(ample["times_s"].values())  # warm-ups and inputs too
+
+
+def test_a_cnn_training_steps_per_row_ops_are_replayed_from_their_recorded_arguments():
+    # Batch norm, pooling, ReLU's backward and the backward convolution are counted with
+    # their non-tensor arguments and called again through the overload those fit.
+    from batchscope.profiler.probe import REPLAYED_OPS, _Replay
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 8 * 8, 4))
+    x = torch.randn(4, 3, 16, 16)
+
+    def step() -> None:
+        model(x).sum().backward()
+
+    ops = count_step(step, weights=list(model.parameters()), state=[x], root=model)
+    replayed = {op.name: op for op in ops if op.name in REPLAYED_OPS}
+    assert {"native_batch_norm", "native_batch_norm_backward", "max_pool2d_with_indices",
+            "max_pool2d_with_indices_backward", "threshold_backward",
+            "convolution_backward"} <= set(replayed)
+    assert all(op.call_args is not None for op in replayed.values())
+    bn = replayed["native_batch_norm"]
+    assert bn.call_args == [True, 0.1, 1e-05]  # training, momentum, eps
+    specs = [{"key": probe_key(op.name, op.input_shapes, op.call_args), "name": op.name,
+              "shapes": op.input_shapes, "args": op.call_args} for op in replayed.values()]
+    out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
+    assert out["errors"] == {} and set(out["times_s"]) == {s["key"] for s in specs}
+    # The replay is the op itself: batch norm's output for the same tensors.
+    replay = _Replay.of(bn.name, bn.input_shapes, bn.call_args)
+    tensors = replay.tensors(bn.input_shapes, torch.float32, torch.device("cpu"))
+    got = replay.call([t.clone() for t in tensors], bn.call_args)[0]
+    want = torch.native_batch_norm(*[t.clone() for t in tensors], True, 0.1, 1e-5)[0]
+    assert torch.allclose(got, want)
+    # An op whose recorded arguments fit no overload says so, and is not timed.
+    bad = {**specs[0], "key": "bad", "args": [*specs[0]["args"], 7]}
+    assert "no overload" in run_probes([bad], torch.float32, torch.device("cpu"),
+                                       lambda: None)["errors"]["bad"]
+
+
+def test_a_probe_its_smaller_sibling_says_is_long_skips_its_warm_up(monkeypatch):
+    # One op (family "head") at two batch sizes: the second is estimated from the first's
+    # time scaled by the rows; at 10**9 rows any first time makes it long. Set numbers.
+    import batchscope.profiler.probe as probe
+
+    calls = []
+    monkeypatch.setattr(probe, "time_probe", lambda spec, *a, warm_up=True, **k: (
+        calls.append((spec["batch"], warm_up)) or 1e-5))
+    specs = [{"key": f"mm{b}", "name": "mm", "shapes": [[b, 4], [4, 4]], "family": "head",
+              "batch": b} for b in (1, 10**9)]
+    other = {"key": "x", "name": "mm", "shapes": [[8, 4], [4, 4]], "family": "other",
+             "batch": 8}
+    run_probes([*specs, other], torch.float32, torch.device("cpu"), lambda: None)
+    assert calls == [(1, True), (10**9, False), (8, True)]
