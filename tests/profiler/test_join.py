@@ -152,13 +152,17 @@ class _TwoStrides(nn.Module):
 
 
 def test_convolutions_with_other_strides_are_other_ops_and_keep_their_args() -> None:
+    from batchscope.profiler.probe import REPLAYED_OPS
     from batchscope.records import batch_result_from_dict, to_jsonable
 
     result = _measure_on(_TwoStrides().eval(), torch.randn(2, 3, 16, 16))
     convs = [op for op in result.ops if op.name == "convolution"]
     assert sorted((op.call_args[0], op.calls) for op in convs) == [([1, 1], 2), ([2, 2], 2)]
     assert {op.module for op in convs} == {"same", "halving"}
-    assert all(op.call_args is None for op in result.ops if op.name != "convolution")
+    # the ops no probe replays have none; an addition's is its alpha (probe.REPLAYED_OPS)
+    assert all(op.call_args is None for op in result.ops
+               if op.name not in {"convolution", *REPLAYED_OPS})
+    assert {str(op.call_args) for op in result.ops if op.name == "add"} == {"[1]"}
     # The worker's pipe and report.json: the args come back as they went.
     back = batch_result_from_dict(to_jsonable(result))
     assert [op.call_args for op in back.ops] == [op.call_args for op in result.ops]
