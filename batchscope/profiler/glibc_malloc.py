@@ -3,8 +3,8 @@
 The allocator check (:mod:`batchscope.classifiers.allocator`) times the batch sizes again
 with the allocator keeping its buffers mapped. glibc reads ``MALLOC_MMAP_THRESHOLD_`` and
 ``MALLOC_TRIM_THRESHOLD_`` (``KEPT_BUFFERS_ENV``) only when a process starts, which took a
-second worker: its torch import, the model built again (3.6 s of the CNN sample's 7.6 s
-check on a 2-core EPYC VM). ``mallopt`` sets the same two thresholds in the running
+second worker: its torch import, the model built again (~2.5 s of the CNN sample's 7.6 s
+check of four sizes on a 2-core EPYC VM). ``mallopt`` sets the same two thresholds in the running
 process, so the sweep's own worker times the sizes again once its measurements are done:
 blocks freed from then on stay in the heap and the next step reuses them.
 
