@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from batchscope.profiler.probe import MATMUL_PROBES
 from batchscope.reports import fmt
 
 Doc = dict[str, Any]
@@ -337,16 +338,15 @@ def prediction_rows(doc: Doc) -> list[dict[str, Any]]:
 
 # How many measured sizes each forecast is fitted on (classifiers/step_model.FIT_WINDOW).
 FORECAST_WINDOW_WORD = "three"
-MATMUL_NAMES = frozenset({"addmm", "mm", "bmm", "baddbmm"})
 
 
 def _probed_kinds(probes: dict[str, float]) -> str:
     """What the kernel probes timed, in words, from their keys ("mm[[8,16],[16,4]]")."""
     names = {key.split("[", 1)[0] for key in probes}
     kinds = [kind for kind, hit in (
-        ("matmuls", bool(names & MATMUL_NAMES)),
+        ("matmuls", bool(names & MATMUL_PROBES)),
         ("convolutions", "convolution" in names),
-        ("per-row ops (batch norm, pooling, ...)", bool(names - MATMUL_NAMES - {"convolution"}))
+        ("per-row ops (batch norm, pooling, ...)", bool(names - MATMUL_PROBES - {"convolution"}))
     ) if hit]
     return " and ".join(kinds) if len(kinds) < 3 else f"{kinds[0]}, {kinds[1]} and {kinds[2]}"
 

@@ -40,3 +40,16 @@ def test_unmeasured_sizes_are_predicted_and_labelled(sample_docs: dict[str, dict
     console = Console(file=io.StringIO(), width=200)
     print_summary(console, report)
     assert "Step-time model, each size forecast" in console.file.getvalue()
+
+
+def test_the_sentence_names_what_the_probes_timed():
+    from batchscope.reports.view import _probed_kinds
+
+    assert _probed_kinds({"mm[[8,16],[16,4]]": 1e-4}) == "matmuls"
+    both = {"addmm[[4],[8,16],[16,4]]": 1e-4, "convolution[[8,3,8,8],[4,3,3,3]][]": 1e-4}
+    assert _probed_kinds(both) == "matmuls and convolutions"
+    # a backward convolution is a per-row op here, not a convolution
+    assert _probed_kinds({"convolution_backward[[8,4,6,6]]": 1e-4}) == (
+        "per-row ops (batch norm, pooling, ...)")
+    assert _probed_kinds({**both, "native_batch_norm[[8,4,6,6]]": 1e-4}) == (
+        "matmuls, convolutions and per-row ops (batch norm, pooling, ...)")
