@@ -232,7 +232,9 @@ def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
 class ProbeScaling:
     """How a probed op's arguments follow the batch: its shapes at two measured sizes
     (:func:`~batchscope.batch_shapes.scaled_shapes`), its other arguments (a convolution's
-    stride, ...: ``OpStat.call_args``) and one call's measured seconds at the larger size."""
+    stride, ...: ``OpStat.call_args``) and one call's measured seconds at the larger size;
+    for a replayed op the dtype it ran in (under ``--amp`` a batch norm may run in bfloat16
+    where the model is float32)."""
 
     name: str
     small: list[list[int]]
@@ -241,6 +243,7 @@ class ProbeScaling:
     b_large: int
     args: list[Any] | None = None
     call_s: float = 0.0
+    dtype: str = ""
 
     def shapes(self, b: int) -> list[list[int]] | None:
         return scaled_shapes(self.small, self.b_small, self.large, self.b_large, b)
@@ -477,7 +480,8 @@ def _probe_shapes(results: list[BatchResult]) -> dict[str, ProbeScaling]:
             continue
         out[op.op_id] = ProbeScaling(op.name, prior.input_shapes, small.batch_size,
                                      op.input_shapes, large.batch_size, op.call_args,
-                                     op.time_s / max(op.calls, 1))
+                                     op.time_s / max(op.calls, 1),
+                                     op.dtype if op.name in REPLAYED_OPS else "")
     return out
 
 
@@ -518,6 +522,8 @@ def probe_specs(results: list[BatchResult], sizes: list[int],
                           "family": op_id, "batch": b}
             if scaling.args is not None:
                 specs[key]["args"] = scaling.args
+            if scaling.dtype:
+                specs[key]["dtype"] = scaling.dtype
             if scaling.name in COST_BOUNDED_PROBES:
                 bounded[key] = scaling.estimated_call_s(b)
     spent = 0.0

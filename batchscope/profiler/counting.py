@@ -114,6 +114,20 @@ def _non_tensor_arguments(func: torch._ops.OpOverload) -> tuple[tuple[int, str, 
                  if "Tensor" not in str(arg.type))
 
 
+@functools.cache
+def _tensor_slots(func: torch._ops.OpOverload) -> int | None:
+    """How many tensor arguments the overload's schema takes; None with a list of them."""
+    types = [str(arg.type) for arg in func._schema.arguments if "Tensor" in str(arg.type)]
+    return None if any(t.endswith("[]") for t in types) else len(types)
+
+
+def _replayable(func: torch._ops.OpOverload, inputs: list[torch.Tensor]) -> bool:
+    """Whether a probe can call ``func`` again from its tensors' shapes: one tensor in every
+    tensor slot (not a Python number in one, as ``x * 0.5`` passes, nor an optional one
+    left None, as a batch norm without affine weights does)."""
+    return _tensor_slots(func) == len(inputs)
+
+
 def _call_args(func: torch._ops.OpOverload, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> list[Any] | None:
     """The non-tensor arguments of a call in schema order, defaults filled in; None where
@@ -438,8 +452,8 @@ class _CountingMode(TorchDispatchMode):
             flops=flops,
             bytes=split,
             module=self._modules.current() if self._modules is not None else "",
-            call_args=(_call_args(func, args, kwargs) if name in _CALL_ARGS_RECORDED
-                       else None),
+            call_args=(_call_args(func, args, kwargs) if name in _CALL_ARGS_RECORDED and (
+                name not in REPLAYED_OPS or _replayable(func, inputs)) else None),
         )
 
     def _bytes(

@@ -18,7 +18,8 @@ op's other arguments (``CountedOp.call_args``: stride, padding, dilation, transp
 output_padding, groups; a bias when ``shapes`` has a third shape). The per-row ops of
 :data:`REPLAYED_OPS` (batch norm, pooling, the backward convolution, ...) have ``args``
 too, their non-tensor arguments in schema order, and are called again through the
-overload those fit, on fresh tensors of their shapes. The second matrix of a
+overload those fit, on fresh tensors of their shapes (in the spec's ``"dtype"`` where it
+has one: the dtype the op ran in). The second matrix of a
 2-D ``addmm``/``mm`` is built as an ``nn.Linear`` weight seen transposed (``w.t()``), the
 layout ``F.linear`` passes. A convolution is called as the model calls it,
 ``aten.convolution``, which allocates its output afresh at every call as it does in the
@@ -111,7 +112,8 @@ class _Arguments:
         return self.made[key]
 
     def for_spec(self, name: str, shapes: list[list[int]], copy: int,
-                 args: list[Any] | None = None) -> list[torch.Tensor]:
+                 args: list[Any] | None = None,
+                 dtype: torch.dtype | None = None) -> list[torch.Tensor]:
         if name in ("addmm", "mm"):
             *bias, a, b = shapes
             if len(a) != 2 or len(b) != 2:
@@ -129,8 +131,9 @@ class _Arguments:
                     *(self.tensor(s, copy) for s in params)]
         if name in REPLAYED_OPS:
             # Made for its probe alone, as a convolution's input: most of them grow with
-            # the rows.
-            return _Replay.of(name, shapes, args).tensors(shapes, self.dtype, self.device)
+            # the rows; in the dtype the op ran in, where the spec says.
+            return _Replay.of(name, shapes, args).tensors(shapes, dtype or self.dtype,
+                                                          self.device)
         return [self.tensor(s, copy) for s in shapes]
 
 
@@ -225,6 +228,14 @@ def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
                         dilation, transposed, output_padding, groups)
 
 
+def _float_dtype(name: Any) -> torch.dtype | None:
+    """The floating-point torch dtype named ``name`` ("bfloat16"), else None."""
+    import torch
+
+    dtype = getattr(torch, name, None) if isinstance(name, str) and name else None
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
+
+
 def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
                sync: Callable[[], None], cache_bytes: int | None = None,
                arguments: _Arguments | None = None, warm_up: bool = True) -> float:
@@ -241,11 +252,12 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
     name = spec["name"]
     op = _caller(spec)
     arguments = arguments or _Arguments(dtype, device)
-    first = arguments.for_spec(name, spec["shapes"], 0, spec.get("args"))
+    op_dtype = _float_dtype(spec.get("dtype"))
+    first = arguments.for_spec(name, spec["shapes"], 0, spec.get("args"), op_dtype)
     size = sum(t.numel() * t.element_size() for t in first)
     copies = (min(MAX_COPIES, max(1, -(-2 * cache_bytes // max(size, 1))))
               if cache_bytes and name not in REPLAYED_OPS else 1)  # no weights to keep cold
-    sets = [first] + [arguments.for_spec(name, spec["shapes"], i, spec.get("args"))
+    sets = [first] + [arguments.for_spec(name, spec["shapes"], i, spec.get("args"), op_dtype)
                       for i in range(1, copies)]
     with torch.inference_mode():
         repeats = 1

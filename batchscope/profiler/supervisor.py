@@ -398,6 +398,7 @@ class Sweep:
             return
         payload, _, _ = self._request(("keep_buffers", None), "kept_buffers")
         in_place = bool(payload)
+        kept_by = self.handle  # the worker that took the setting
         if not in_place:
             self._drop_worker(graceful=True)
             self.worker_config = dataclasses.replace(
@@ -406,6 +407,9 @@ class Sweep:
         self.kept_buffers_set_by = KEPT_BY_MALLOPT if in_place else KEPT_BY_ENV
         try:
             for b in sizes:
+                if in_place and (kept_by is None or self.handle is not kept_by
+                                 or not kept_by.alive()):
+                    break  # a replacement worker would time the default allocator
                 self.callbacks.on_phase(b, "allocator keeping its buffers")
                 # A failure drops the worker, and the setting with it: the check ends there.
                 result = self._timed_only(b)

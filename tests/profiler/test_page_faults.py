@@ -166,23 +166,24 @@ taken = keep_freed_buffers() if sys.argv[1] == "keep" else False
 faults()
 print(taken, default, faults())
 """
-    pages = 2**26 // 4096
+    # Relative counts: with transparent huge pages always on, a fault maps 2 MiB, not 4 KiB.
     for how in ("default", "keep"):
         out = subprocess.run([sys.executable, "-c", script, how], capture_output=True,
                              text=True, check=True, cwd=ROOT).stdout.split()
         taken, default, after = out[0] == "True", int(out[1]), int(out[2])
-        assert default > 0.9 * pages  # mapped afresh each time
+        assert default > 0  # mapped afresh each time
         if how == "default" or not taken:
-            assert after > 0.9 * pages
+            assert after > 0.5 * default
         else:
-            assert after < 0.1 * pages
+            assert after < 0.1 * default
         if how == "keep" and _glibc_version() >= (2, 35):
             assert taken
 
 
 def test_a_libc_that_refuses_mallopt_gets_a_fresh_worker(tmp_path, monkeypatch) -> None:
     # The sweep's worker refusing the setting (glibc before 2.35, musl): the batch sizes
-    # are timed again in a fresh worker started with KEPT_BUFFERS_ENV.
+    # are timed again in a fresh worker started with KEPT_BUFFERS_ENV (which glibc 2.36
+    # takes; an older one caps the threshold from the environment too).
     request = Sweep._request
 
     def refuse(self, message, reply):
@@ -196,8 +197,10 @@ def test_a_libc_that_refuses_mallopt_gets_a_fresh_worker(tmp_path, monkeypatch) 
     section = report.to_dict()["allocator"]
     assert section["set_by"] == KEPT_BY_ENV
     (row,) = section["batches"]
-    assert row["status"] == "ok" and row["taken"]  # glibc takes it from the environment
-    assert row["kept_page_faults_per_step"] < 0.5 * row["page_faults_per_step"]
+    assert row["status"] == "ok"
+    if _glibc_version() >= (2, 35):  # glibc takes 1 TiB from the environment
+        assert row["taken"]
+        assert row["kept_page_faults_per_step"] < 0.5 * row["page_faults_per_step"]
 
 
 def test_the_allocator_check_can_be_turned_off(tmp_path) -> None:

@@ -141,7 +141,7 @@ def test_a_cnn_training_steps_per_row_ops_are_replayed_from_their_recorded_argum
 def test_a_probe_its_smaller_sibling_says_is_long_skips_its_warm_up(monkeypatch):
     # One op (family "head") at two batch sizes: the second is estimated from the first's
     # time scaled by the rows; at 10**9 rows any first time makes it long. Set numbers.
-    import batchscope.profiler.probe as probe
+    from batchscope.profiler import probe
 
     calls = []
     monkeypatch.setattr(probe, "time_probe", lambda spec, *a, warm_up=True, **k: (
@@ -152,3 +152,26 @@ def test_a_probe_its_smaller_sibling_says_is_long_skips_its_warm_up(monkeypatch)
              "batch": 8}
     run_probes([*specs, other], torch.float32, torch.device("cpu"), lambda: None)
     assert calls == [(1, True), (10**9, False), (8, True)]
+
+
+def test_calls_a_probe_could_not_repeat_record_no_args_and_a_spec_dtype_is_used():
+    from batchscope.profiler.probe import _float_dtype
+
+    x = torch.randn(2, 4, 8, 8)
+    plain = nn.BatchNorm2d(4, affine=False).eval()  # weight and bias left None
+    with torch.inference_mode():
+        ops = count_step(lambda: (x * 0.5, plain(x), x + x), weights=[], state=[x])
+    args = {(op.name, len(op.input_shapes)): op.call_args for op in ops}
+    assert args[("mul", 1)] is None  # a Python number sat in a tensor slot
+    assert args[("native_batch_norm", 3)] is None
+    assert args[("add", 2)] == [1]
+    # A replayed op runs in the dtype its spec names (the one it ran in, under --amp).
+    bn = {"key": "bn", "name": "native_batch_norm", "args": [False, 0.1, 1e-5],
+          "shapes": [[2, 4, 8, 8], [4], [4], [4], [4]]}
+    made = _Arguments(torch.float32, torch.device("cpu"))
+    assert {t.dtype for t in made.for_spec(bn["name"], bn["shapes"], 0, bn["args"],
+                                           _float_dtype("bfloat16"))} == {torch.bfloat16}
+    assert _float_dtype("int64") is None and _float_dtype("") is None
+    out = run_probes([{**bn, "dtype": "bfloat16"}], torch.float32, torch.device("cpu"),
+                     lambda: None)
+    assert out["errors"] == {} and out["times_s"]["bn"] > 0
