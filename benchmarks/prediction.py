@@ -3,8 +3,10 @@
 For each sample, a full sweep (``--measure-all`` over powers of two; or the report.json of
 one, ``--from DIR`` holding ``<sample>/report.json``) is refitted on the batch sizes <=
 ``--fit-max`` (8: issue 14's "from measurements at batch sizes <= 8") and the model
-predicts every other measured size, with its matmuls' kernel probes timed here, in this
-process, at every size, and without them, side by side. Prints predicted/measured - 1 per
+predicts every other measured size, with its kernel probes (matmuls, convolutions and the
+replayed per-row ops, no budget) timed here, in this process, at every size, and without
+them, side by side. A report recorded before an op's call args were (or a sweep run with
+an older batchscope) leaves that op unprobed. Prints predicted/measured - 1 per
 size, the predicted knee against the measured one, and the largest error beyond the fit.
 
     python benchmarks/prediction.py                      # sweeps each sample (slow: minutes)
