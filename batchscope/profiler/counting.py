@@ -40,7 +40,7 @@ from batchscope.profiler.formulas import (
     hidden_writes,
     reads_destination,
 )
-from batchscope.profiler.probe import REPLAYED_OPS
+from batchscope.profiler.probe import REPLAYED_OPS, tensor_slots
 from batchscope.records import ByteSplit, CountedOp
 
 __all__ = ["count_call", "count_step"]
@@ -116,9 +116,7 @@ def _non_tensor_arguments(func: torch._ops.OpOverload) -> tuple[tuple[int, str, 
 
 @functools.cache
 def _tensor_slots(func: torch._ops.OpOverload) -> int | None:
-    """How many tensor arguments the overload's schema takes; None with a list of them."""
-    types = [str(arg.type) for arg in func._schema.arguments if "Tensor" in str(arg.type)]
-    return None if any(t.endswith("[]") for t in types) else len(types)
+    return tensor_slots(func._schema)
 
 
 def _replayable(func: torch._ops.OpOverload, inputs: list[torch.Tensor]) -> bool:

@@ -31,6 +31,7 @@ its steps; a model that fits in cache is probed with its arguments hot, as it ru
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -137,6 +138,13 @@ class _Arguments:
         return [self.tensor(s, copy) for s in shapes]
 
 
+def tensor_slots(schema: Any) -> int | None:
+    """How many tensor arguments an aten schema takes (optional ones too); None where one
+    is a list of tensors, whose length no recorded call keeps."""
+    types = [str(arg.type) for arg in schema.arguments if "Tensor" in str(arg.type)]
+    return None if any(t.endswith("[]") for t in types) else len(types)
+
+
 class _Replay:
     """How to call one of :data:`REPLAYED_OPS` again: the overload whose schema takes as
     many tensors as were recorded (every optional one present) and as many other
@@ -156,25 +164,7 @@ class _Replay:
         Raises:
             ValueError: no overload of the op takes them.
         """
-        import torch
-
-        packet = getattr(torch.ops.aten, name)
-        for overload_name in packet.overloads():
-            overload = getattr(packet, overload_name)
-            schema = overload._schema
-            if any(a.alias_info is not None and a.alias_info.is_write
-                   for a in schema.arguments):
-                continue  # an out= or in-place overload
-            slots = [(a.name, "Tensor" in str(a.type), a.kwarg_only) for a in schema.arguments]
-            if any(str(a.type).endswith("[]") and "Tensor" in str(a.type)
-                   for a in schema.arguments):
-                continue  # a list of tensors: its length is not recorded
-            tensors = [n for n, is_tensor, _ in slots if is_tensor]
-            others = len(slots) - len(tensors)
-            if len(tensors) == len(shapes) and (args is None or others == len(args)):
-                return _Replay(overload, tensors, slots)
-        raise ValueError(f"no overload of {name} takes {len(shapes)} tensors and "
-                         f"{'its' if args is None else len(args)} other arguments")
+        return _replay(name, len(shapes), None if args is None else len(args))
 
     def tensors(self, shapes: list[list[int]], dtype: torch.dtype,
                 device: torch.device) -> list[torch.Tensor]:
@@ -197,6 +187,27 @@ class _Replay:
             else:
                 positional.append(value)
         return self.overload(*positional, **keywords)
+
+
+@functools.cache
+def _replay(name: str, tensor_count: int, other_count: int | None) -> _Replay:
+    """:meth:`_Replay.of`, by counts: read once per op and counts, not per probe."""
+    import torch
+
+    packet = getattr(torch.ops.aten, name)
+    for overload_name in packet.overloads():
+        overload = getattr(packet, overload_name)
+        schema = overload._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            continue  # an out= or in-place overload
+        if tensor_slots(schema) != tensor_count:
+            continue  # another count, or a list of tensors (its length is not recorded)
+        slots = [(a.name, "Tensor" in str(a.type), a.kwarg_only) for a in schema.arguments]
+        tensors = [n for n, is_tensor, _ in slots if is_tensor]
+        if other_count is None or len(slots) - len(tensors) == other_count:
+            return _Replay(overload, tensors, slots)
+    raise ValueError(f"no overload of {name} takes {tensor_count} tensors and "
+                     f"{'its' if other_count is None else other_count} other arguments")
 
 
 def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from batchscope.errors import UsageError
+from tests.integrations.conftest import watched_batch
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -66,13 +67,7 @@ def test_callback_reports_the_batch_size_the_trainer_steps(tmp_path):
     model, output = train(tmp_path, cb, max_steps=30)
     assert not cb.active and cb.report is not None and not cb.report.partial
     assert not model._forward_pre_hooks  # the watch removed its hooks
-    doc = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert (tmp_path / "report" / "report.html").exists()
-    assert (tmp_path / "report" / "summary.md").exists()
-    assert doc["model"]["mode"] == "train" and doc["model"]["unit"] == "sequence"
-    (batch,) = doc["batches"]
-    assert batch["batch_size"] == MICRO and batch["status"] == "ok"
-    assert batch["latency_s"]["median"] > 0
+    doc, batch = watched_batch(tmp_path / "report", "sequence", MICRO)
     matmuls = [op for op in batch["ops"] if op["name"] in ("addmm", "mm", "bmm", "matmul")]
     assert matmuls and any(op["flops"] > 0 for op in matmuls)
     assert batch["flops"] > 0 and batch["bytes"]["state"] > 0  # input_ids and labels

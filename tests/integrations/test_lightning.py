@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchscope.errors import UsageError
+from tests.integrations.conftest import watched_batch
 
 L = pytest.importorskip("lightning")
 from batchscope.integrations.lightning import BatchscopeCallback
@@ -72,13 +73,7 @@ def test_callback_reports_the_batch_size_lightning_trains(tmp_path):
     first, last = sum(model.losses[:5]) / 5, sum(model.losses[-5:]) / 5
     assert last < first  # training still trains
     assert not cb.active and cb.report is not None and not cb.report.partial
-    doc = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert (tmp_path / "report" / "report.html").exists()
-    assert (tmp_path / "report" / "summary.md").exists()
-    assert doc["model"]["mode"] == "train" and doc["model"]["unit"] == "sample"
-    (batch,) = doc["batches"]
-    assert batch["batch_size"] == BATCH and batch["status"] == "ok"
-    assert batch["latency_s"]["median"] > 0
+    doc, batch = watched_batch(tmp_path / "report", "sample", BATCH)
     matmuls = [op for op in batch["ops"] if op["name"] in ("addmm", "mm")]
     assert matmuls and all(op["flops"] > 0 for op in matmuls)
     # forward and weight grad of both linears, the input grad of the second only (x needs
