@@ -152,7 +152,8 @@ MIN_LATENCY_SHARE = 0.2
 # 287 ms against 32 ms measured (2-core EPYC). There the probe is a floor under the op's
 # time, and the fit, in proportion to its work, gives the rest.
 ALONE_SHARE = 0.5
-# Times that grew less than this across the fitted sizes are noise, not a trend.
+# Times that grew less than this across the fitted sizes are noise, not a trend
+# (fit_power).
 NOISE_GROWTH = 1.5
 
 
@@ -213,19 +214,29 @@ class PowerFit:
 
 
 def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
-    """Least squares on log y over log b; flat when the points grew less than noise does."""
+    """Least squares on log y over log b; flat (their median) unless the points grew more
+    than noise does (:data:`NOISE_GROWTH`) and rose at every size.
+
+    A time that is not an op's counted work (time between ops, a call's cost) that went up
+    and down across the fitted sizes is noise or a change of regime, not a trend in b: the
+    MLP sample's time between ops was 78, 75, 168 and 142 µs at batches 1-8 (its threads
+    woken from batch 4 on) and 123 µs at 1024; read as a power of b it was 977 µs there.
+    """
     positive = [(x, y) for x, y in zip(xs, ys) if y > 0]
     if not positive:
         return PowerFit(0.0, 0.0)
-    if len(positive) == 1 or max(y for _, y in positive) < NOISE_GROWTH * min(
-            y for _, y in positive):
-        return PowerFit(positive[-1][1], 0.0)
+    values = [y for _, y in positive]
+    if (len(values) == 1 or max(values) < NOISE_GROWTH * min(values)
+            or any(later <= earlier for earlier, later in zip(values, values[1:]))):
+        return PowerFit(statistics.median(values), 0.0)
     lx = [math.log(x) for x, _ in positive]
     ly = [math.log(y) for _, y in positive]
     line = fit_line(lx, ly)
     exponent = min(max(line.slope, 0.0), 1.0)
-    # Through the largest point: the one nearest to the sizes predicted.
-    return PowerFit(math.exp(ly[-1] - exponent * lx[-1]), exponent)
+    # The scale by least squares at that exponent, not through one point: a point is one
+    # size's profiled steps, and on a ~100 µs step its noise is tens of percent.
+    return PowerFit(math.exp(statistics.fmean(y - exponent * x for x, y in zip(lx, ly))),
+                    exponent)
 
 
 @dataclass
@@ -582,7 +593,9 @@ def _fit_op(op_id: str, points: list[tuple[float, OpStat]], ceilings: Ceilings) 
         # with that work: per-call cost, and no factor can be read off it. Filled from its
         # kind (_fill_unmeasured_factors). One whose time grew with its work is a slow
         # kernel, not overhead (a CPU max-pool at 10% of its roof): fitted below.
-        curve.fixed_s = times[-1]
+        # Its time at the largest fitted size read off all of them (fit_power), not that
+        # size's alone: the MLP's addmm took 41, 61, 40 and 71 µs at batches 1-8.
+        curve.fixed_s = fit_power(bs, times)(bs[-1])
         return curve
     curve.measured_sides = tuple(sorted({"memory" if s else "compute" for s in memory_sided}))
     memory = [(r, t) for r, t, s in zip(roof_s, times, memory_sided) if s]

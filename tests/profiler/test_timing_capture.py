@@ -12,13 +12,16 @@ from torch.autograd.profiler import profile, record_function
 
 from batchscope.profiler import timing
 from batchscope.profiler.capture import (
+    CAPTURE_STEPS,
     LONG_STEP_CAPTURE_STEPS,
     LONG_STEP_S,
+    SHORT_STEP_CAPTURE_STEPS,
     STEP_TAG,
     VERY_LONG_STEP_S,
     capture_steps,
     parse_event_tree,
     parse_events,
+    short_step_captures,
 )
 from batchscope.profiler.timing import (
     MEASURE_MIN_STEPS,
@@ -148,7 +151,7 @@ def test_own_event_parser_matches_torch_function_events() -> None:
         assert {"addmm", "relu", "native_layer_norm"} <= {o.name for o in a.ops}
 
 
-def test_long_cpu_steps_are_captured_twice_or_once_without_warm_up() -> None:
+def test_steps_captured_by_length_short_ones_for_longer_long_ones_without_warm_up() -> None:
     model, x = _model_and_step()
     calls = []
 
@@ -157,8 +160,18 @@ def test_long_cpu_steps_are_captured_twice_or_once_without_warm_up() -> None:
         model(x)
 
     with torch.inference_mode():
-        short = capture_steps(step, lambda: None, torch.device("cpu"), step_s=0.001)
-        assert len(short.steps) == 3 and len(calls) == 4  # one warm-up step dropped
+        short = capture_steps(step, lambda: None, torch.device("cpu"), step_s=0.05)
+        assert len(short.steps) == CAPTURE_STEPS == 3 and len(calls) == 4  # warm-up dropped
+        calls.clear()
+        # A 1 ms step is profiled for about SHORT_CAPTURE_S: its op times are means over
+        # enough steps to read a trend in them, not the noise of three.
+        shorter = capture_steps(step, lambda: None, torch.device("cpu"), step_s=0.001)
+        assert len(shorter.steps) == short_step_captures(0.001) == 30 == len(calls) - 1
+        assert short_step_captures(1e-6) == SHORT_STEP_CAPTURE_STEPS
+        calls.clear()
+        explicit = capture_steps(step, lambda: None, torch.device("cpu"), n_steps=2,
+                                 step_s=0.001)
+        assert len(explicit.steps) == 2
         calls.clear()
         long = capture_steps(step, lambda: None, torch.device("cpu"), step_s=LONG_STEP_S)
         assert len(long.steps) == LONG_STEP_CAPTURE_STEPS == len(calls)
