@@ -51,7 +51,7 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     assert pred["knee_batch"] is not None
     # Its two matmuls were timed alone at each size by the worker (kernel probes).
     assert {k for k in pred["probes_s"] if k.startswith("addmm")} >= {
-        f"addmm[[32],[{b},16],[16,32]]" for b in (1, 2, 4)}
+        f"addmm[[32],[{b},16],[16,32]]@float32" for b in (1, 2, 4)}
     assert all(t > 0 for t in pred["probes_s"].values())
 
 
@@ -71,7 +71,7 @@ def test_sizes_are_forecast_from_the_ones_before_with_kernel_probes(tmp_path):
             points[b]["predicted_latency_s"] / measured[b] - 1)
     assert points[32]["measured_latency_s"] is None
     # The worker timed both matmuls of the model alone at every size (kernel probes).
-    assert {f"addmm[[32],[{b},16],[16,32]]" for b in (1, 2, 4, 8, 16, 32, 64)} <= set(
+    assert {f"addmm[[32],[{b},16],[16,32]]@float32" for b in (1, 2, 4, 8, 16, 32, 64)} <= set(
         pred["probes_s"])
     summary = (tmp_path / "summary.md").read_text()
     assert "#### Predicted against measured" in summary and "| 32 | not measured |" in summary

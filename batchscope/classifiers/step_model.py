@@ -243,9 +243,9 @@ def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
 class ProbeScaling:
     """How a probed op's arguments follow the batch: its shapes at two measured sizes
     (:func:`~batchscope.batch_shapes.scaled_shapes`), its other arguments (a convolution's
-    stride, ...: ``OpStat.call_args``) and one call's measured seconds at the larger size;
-    for a replayed op the dtype it ran in (under ``--amp`` a batch norm may run in bfloat16
-    where the model is float32)."""
+    stride, ...: ``OpStat.call_args``), one call's measured seconds at the larger size and
+    the dtype it ran in (under ``--amp`` an fp32 model's matmuls run in bfloat16), which
+    its probe runs in and its key names."""
 
     name: str
     small: list[list[int]]
@@ -262,7 +262,8 @@ class ProbeScaling:
     def key(self, b: int) -> str | None:
         """The spec key of its probe at batch ``b``; None where its shapes do not scale."""
         shapes = self.shapes(b)
-        return probe_key(self.name, shapes, self.args) if shapes is not None else None
+        return (probe_key(self.name, shapes, self.args, self.dtype) if shapes is not None
+                else None)
 
     def estimated_call_s(self, b: int) -> float:
         """One call's seconds at ``b``, in proportion to the rows from the larger size."""
@@ -491,8 +492,7 @@ def _probe_shapes(results: list[BatchResult]) -> dict[str, ProbeScaling]:
             continue
         out[op.op_id] = ProbeScaling(op.name, prior.input_shapes, small.batch_size,
                                      op.input_shapes, large.batch_size, op.call_args,
-                                     op.time_s / max(op.calls, 1),
-                                     op.dtype if op.name in REPLAYED_OPS else "")
+                                     op.time_s / max(op.calls, 1), op.dtype)
     return out
 
 

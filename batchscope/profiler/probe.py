@@ -18,8 +18,9 @@ op's other arguments (``CountedOp.call_args``: stride, padding, dilation, transp
 output_padding, groups; a bias when ``shapes`` has a third shape). The per-row ops of
 :data:`REPLAYED_OPS` (batch norm, pooling, the backward convolution, ...) have ``args``
 too, their non-tensor arguments in schema order, and are called again through the
-overload those fit, on fresh tensors of their shapes (in the spec's ``"dtype"`` where it
-has one: the dtype the op ran in). The second matrix of a
+overload those fit, on fresh tensors of their shapes. Every probe runs in its spec's
+``"dtype"`` where it has one (the dtype the op ran in: under ``--amp`` the matmuls of an
+fp32 model run in bfloat16), else the model's. The second matrix of a
 2-D ``addmm``/``mm`` is built as an ``nn.Linear`` weight seen transposed (``w.t()``), the
 layout ``F.linear`` passes. A convolution is called as the model calls it,
 ``aten.convolution``, which allocates its output afresh at every call as it does in the
@@ -70,19 +71,25 @@ LONG_CALL_S = 0.2
 MAX_COPIES = 16
 
 
-def probe_key(name: str, shapes: list[list[int]], args: list[Any] | None = None) -> str:
-    """The one name of a probe: its op, its arguments' shapes and, for a convolution, its
-    other arguments (a matmul's key is its name and shapes alone).
+def probe_key(name: str, shapes: list[list[int]], args: list[Any] | None = None,
+              dtype: str = "") -> str:
+    """The one name of a probe: its op, its arguments' shapes, for a convolution or a
+    replayed op its other arguments, and the dtype it ran in where given (under ``--amp``
+    one shape may run in two).
 
     Example:
         >>> probe_key("mm", [[8, 16], [16, 4]])
         'mm[[8,16],[16,4]]'
+        >>> probe_key("mm", [[8, 16], [16, 4]], dtype="bfloat16")
+        'mm[[8,16],[16,4]]@bfloat16'
         >>> probe_key("convolution", [[8, 3, 32, 32], [16, 3, 3, 3]],
         ...           [[2, 2], [1, 1], [1, 1], False, [0, 0], 1])
         'convolution[[8,3,32,32],[16,3,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]'
     """
     key = name + json.dumps(shapes, separators=(",", ":"))
-    return key if args is None else key + json.dumps(args, separators=(",", ":"))
+    if args is not None:
+        key += json.dumps(args, separators=(",", ":"))
+    return f"{key}@{dtype}" if dtype else key
 
 
 class _Arguments:
@@ -96,31 +103,36 @@ class _Arguments:
 
     def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
         self.dtype, self.device = dtype, device
-        self.made: dict[tuple[tuple[int, ...], bool, int], torch.Tensor] = {}
+        self.made: dict[tuple[tuple[int, ...], bool, int, torch.dtype], torch.Tensor] = {}
 
-    def tensor(self, shape: list[int], copy: int, linear_weight: bool = False) -> torch.Tensor:
+    def tensor(self, shape: list[int], copy: int, linear_weight: bool = False,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
         import torch
 
-        key = (tuple(shape), linear_weight, copy)
+        dtype = dtype or self.dtype
+        key = (tuple(shape), linear_weight, copy, dtype)
         if key not in self.made:
             if copy:
-                self.made[key] = self.tensor(shape, 0, linear_weight).clone()
+                self.made[key] = self.tensor(shape, 0, linear_weight, dtype).clone()
             elif linear_weight:  # nn.Linear's [out, in] weight, as F.linear passes it: w.t()
-                self.made[key] = torch.randn([shape[1], shape[0]], dtype=self.dtype,
+                self.made[key] = torch.randn([shape[1], shape[0]], dtype=dtype,
                                              device=self.device).t()
             else:
-                self.made[key] = torch.randn(shape, dtype=self.dtype, device=self.device)
+                self.made[key] = torch.randn(shape, dtype=dtype, device=self.device)
         return self.made[key]
 
     def for_spec(self, name: str, shapes: list[list[int]], copy: int,
                  args: list[Any] | None = None,
                  dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+        """The tensors of one call, in ``dtype`` (the one the op ran in: under ``--amp`` a
+        matmul of an fp32 model runs in bfloat16), else the model's."""
         if name in ("addmm", "mm"):
             *bias, a, b = shapes
             if len(a) != 2 or len(b) != 2:
                 raise ValueError(f"{name} with shapes {shapes} is not a 2-D product")
-            return [*(self.tensor(s, copy) for s in bias), self.tensor(a, copy),
-                    self.tensor(b, copy, linear_weight=True)]
+            return [*(self.tensor(s, copy, dtype=dtype) for s in bias),
+                    self.tensor(a, copy, dtype=dtype),
+                    self.tensor(b, copy, linear_weight=True, dtype=dtype)]
         if name == "convolution":
             import torch
 
@@ -128,14 +140,14 @@ class _Arguments:
                 raise ValueError(f"convolution with shapes {shapes} is not input, weight "
                                  f"and an optional bias")
             x, *params = shapes
-            return [torch.randn(x, dtype=self.dtype, device=self.device),
-                    *(self.tensor(s, copy) for s in params)]
+            return [torch.randn(x, dtype=dtype or self.dtype, device=self.device),
+                    *(self.tensor(s, copy, dtype=dtype) for s in params)]
         if name in REPLAYED_OPS:
             # Made for its probe alone, as a convolution's input: most of them grow with
-            # the rows; in the dtype the op ran in, where the spec says.
+            # the rows.
             return _Replay.of(name, shapes, args).tensors(shapes, dtype or self.dtype,
                                                           self.device)
-        return [self.tensor(s, copy) for s in shapes]
+        return [self.tensor(s, copy, dtype=dtype) for s in shapes]
 
 
 def tensor_slots(schema: Any) -> int | None:

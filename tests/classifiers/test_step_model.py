@@ -228,8 +228,19 @@ def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
     for r in results:
         r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
     specs = probe_specs(results, [8, 64])
-    assert [s["key"] for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]",
-                                         "addmm[[1000],[64,1000],[1000,1000]]"]
+    assert [s["key"] for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]@float32",
+                                         "addmm[[1000],[64,1000],[1000,1000]]@float32"]
+
+
+def test_a_matmul_that_ran_in_bfloat16_is_probed_in_bfloat16():
+    # --amp: the model is fp32, its matmul ran in bf16; the probe says so in its spec and
+    # key, so the worker times the bf16 kernel.
+    results = [measured(b) for b in (4, 8)]
+    for r in results:
+        r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
+        r.ops[0].dtype = "bfloat16"
+    (spec,) = [s for s in probe_specs(results, [64]) if s["batch"] == 64]
+    assert spec["dtype"] == "bfloat16" and spec["key"].endswith("@bfloat16")
 
 
 def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
@@ -238,9 +249,9 @@ def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
     results = [measured(b) for b in (2, 4, 8)]
     for r in results:
         r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
-    probes = {"addmm[[1000],[8,1000],[1000,1000]]": 1e-3,
-              "addmm[[1000],[64,1000],[1000,1000]]": 10e-3,
-              "addmm[[1000],[16,1000],[1000,1000]]": 20e-6}  # too short to trust
+    probes = {"addmm[[1000],[8,1000],[1000,1000]]@float32": 1e-3,
+              "addmm[[1000],[64,1000],[1000,1000]]@float32": 10e-3,
+              "addmm[[1000],[16,1000],[1000,1000]]@float32": 20e-6}  # too short to trust
     model = fit_step_model(results, CEIL, probes_s=probes)
     curve = next(c for c in model.ops if c.name == "addmm")
     assert curve.probed(64) and not curve.probed(16) and not curve.probed(32)
@@ -309,14 +320,15 @@ def test_convolution_probes_carry_their_args_and_are_skipped_over_the_cost_bound
     convs = {s["shapes"][0][0]: s for s in specs if s["name"] == "convolution"}
     assert sorted(convs) == [8, 64] and 64 * 10e-3 <= PROBE_MAX_CALL_S < 128 * 10e-3
     assert convs[64] == {
-        "key": "convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]",
+        "key": "convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]"
+               "@float32",
         "name": "convolution", "shapes": [[64, 64, 56, 56], [64, 64, 3, 3]], "args": STRIDE_2,
-        "family": "layer:convolution#0", "batch": 64,
+        "family": "layer:convolution#0", "batch": 64, "dtype": "float32",
         "budget_s": PROBE_BUDGET_MIN_S}  # the worker stops them there, measured
     # the matmuls first; the convolutions after them, cheapest first
     assert [s["name"] for s in specs] == ["addmm"] * 4 + ["convolution"] * 2
     assert [s["shapes"][0][0] for s in specs[4:]] == [8, 64]
-    assert "addmm[[1000],[1024,1000],[1000,1000]]" in {s["key"] for s in specs}
+    assert "addmm[[1000],[1024,1000],[1000,1000]]@float32" in {s["key"] for s in specs}
     assert all("args" not in s for s in specs if s["name"] == "addmm")
     # A convolution recorded without its args (an older report) is not probed.
     old = [at(4), at(8)]
@@ -365,7 +377,7 @@ def test_a_convolution_past_its_largest_probe_grows_with_the_rows():
     from batchscope.profiler.probe import probe_key
 
     results = [stepped(b, [conv_op(b, 1e-3 * b)]) for b in (2, 4, 8)]
-    probes = {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2): t
+    probes = {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2, "float32"): t
               for b, t in ((8, 8e-3), (16, 20e-3), (32, 50e-3))}
     model = fit_step_model(results, CEIL, probes_s=probes)
     (curve,) = model.ops
@@ -388,7 +400,7 @@ def test_a_probe_far_faster_alone_than_in_the_step_is_a_floor_not_a_ratio():
     results = [stepped(b, [conv_op(b, 1e-3 * b)]) for b in (2, 4, 8)]
 
     def probes(at_8: float) -> dict[str, float]:
-        return {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2): t
+        return {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2, "float32"): t
                 for b, t in ((8, at_8), (16, 5e-3), (64, 40e-3))}
 
     (curve,) = fit_step_model(results, CEIL, probes_s=probes(1e-3)).ops

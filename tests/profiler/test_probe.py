@@ -175,3 +175,23 @@ def test_calls_a_probe_could_not_repeat_record_no_args_and_a_spec_dtype_is_used(
     out = run_probes([{**bn, "dtype": "bfloat16"}], torch.float32, torch.device("cpu"),
                      lambda: None)
     assert out["errors"] == {} and out["times_s"]["bn"] > 0
+
+
+def test_matmuls_and_convolutions_run_in_their_specs_dtype_and_their_keys_say_it():
+    # Under --amp an fp32 model's matmuls ran in bfloat16: their probes run there too, with
+    # their own weights (a bf16 copy of a shape is not the fp32 one's), and keyed apart.
+    made = _Arguments(torch.float32, torch.device("cpu"))
+    shapes = [[64], [8, 32], [32, 64]]
+    fp32 = made.for_spec("addmm", shapes, 0)
+    bf16 = made.for_spec("addmm", shapes, 0, dtype=torch.bfloat16)
+    assert {t.dtype for t in fp32} == {torch.float32}
+    assert {t.dtype for t in bf16} == {torch.bfloat16} and bf16[2].stride() == (1, 32)
+    conv = made.for_spec("convolution", [[1, 3, 8, 8], [4, 3, 3, 3]], 0,
+                         dtype=torch.bfloat16)
+    assert {t.dtype for t in conv} == {torch.bfloat16}
+    keys = [probe_key("addmm", shapes, dtype=d) for d in ("float32", "bfloat16")]
+    assert keys[0] != keys[1] and keys[1].endswith("@bfloat16")
+    specs = [{"key": key, "name": "addmm", "shapes": shapes, "dtype": d}
+             for key, d in zip(keys, ("float32", "bfloat16"), strict=True)]
+    out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
+    assert out["errors"] == {} and set(out["times_s"]) == set(keys)
