@@ -53,6 +53,7 @@ depends on the machine's BLAS paths).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -227,7 +228,7 @@ def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
         return PowerFit(0.0, 0.0)
     values = [y for _, y in positive]
     if (len(values) == 1 or max(values) < NOISE_GROWTH * min(values)
-            or any(later <= earlier for earlier, later in zip(values, values[1:]))):
+            or any(later <= earlier for earlier, later in itertools.pairwise(values))):
         return PowerFit(statistics.median(values), 0.0)
     lx = [math.log(x) for x, _ in positive]
     ly = [math.log(y) for _, y in positive]

@@ -27,7 +27,7 @@ STEP_TAG = "batchscope::step"
 # after the profiler starts runs several times slower (its callbacks warm up).
 CAPTURE_STEPS = 3
 PROFILER_WARMUP_STEPS = 1
-# A step so short that CAPTURE_STEPS of it last under this long is profiled for more steps,
+# A CPU step so short that CAPTURE_STEPS of it last under this long is profiled for more steps,
 # up to SHORT_STEP_CAPTURE_STEPS, lasting about this long. The op times are means over the
 # profiled steps, and the step-time model is fitted on them: three ~250 µs profiled steps
 # of the MLP sample put one addmm at 41, 61, 40 and 71 µs at batches 1-8 (thread
@@ -393,16 +393,17 @@ def capture_steps(
 
     ``step_s``, the step latency the timing pass measured, shortens the capture of long CPU
     steps to :func:`long_step_captures` steps without a warm-up step, and sets how many
-    steps are profiled when ``n_steps`` is not given (:func:`short_step_captures`;
-    :data:`CAPTURE_STEPS` without ``step_s``).
+    CPU steps are profiled when ``n_steps`` is not given (:func:`short_step_captures`;
+    :data:`CAPTURE_STEPS` without ``step_s`` or on a GPU).
 
     Raises:
         ProfilerUnavailable: another profiler is active on this thread, or it failed to start.
     """
     session = ProfilerSession(device)
     warmup_steps = PROFILER_WARMUP_STEPS
-    if n_steps is None:
-        n_steps = short_step_captures(step_s) if step_s is not None else CAPTURE_STEPS
+    if n_steps is None:  # a GPU's kernel times hold still; its events cost more to parse
+        n_steps = (short_step_captures(step_s) if step_s is not None and not session.on_gpu
+                   else CAPTURE_STEPS)
     if not session.on_gpu and step_s is not None and step_s >= LONG_STEP_S:
         warmup_steps, n_steps = 0, min(n_steps, long_step_captures(step_s))
     session.start()
