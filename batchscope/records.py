@@ -408,6 +408,24 @@ class CurvePoint:
 
 
 @dataclass
+class PredictedPick:
+    """report.json ``prediction.pick``: what the recommendation's rule would pick over the
+    measured batch sizes and the unmeasured ones as the step-time model predicts them
+    (classifiers/recommend.predicted_pick), where that is not the measured pick. Each
+    unmeasured size counts at the low end of its band (its predicted step ``margin``
+    longer): a prediction, labelled as one, never the recommendation itself."""
+
+    batch_size: int  # the pick if the predictions hold
+    throughput_per_s: float  # its throughput: predicted (central) unless ``measured``
+    measured: bool  # whether ``batch_size`` was measured (a predicted best moved the pick)
+    best_batch_size: int  # the unmeasured size that moved the pick: the fastest predicted
+    best_throughput_per_s: float  # its predicted throughput (central)
+    margin: float  # the band: the forecasts' largest miss, at least step_model.MIN_MARGIN
+    instead_of: int  # the measured pick
+    instead_of_throughput_per_s: float
+
+
+@dataclass
 class StepPrediction:
     """report.json ``prediction``: the step-time model (classifiers/step_model.py), each
     measured batch size forecast from the ones before it, and the unmeasured ones predicted."""
@@ -422,8 +440,10 @@ class StepPrediction:
     # the prediction. None where the ceilings record no spread.
     ceiling_sensitivity: float | None = None
     # The kernel probes the model used: seconds of one call by op and shapes (e.g.
-    # 'addmm[[2304],[64,768],[768,2304]]'), timed alone in the worker.
+    # 'addmm[[2304],[64,768],[768,2304]]@float32'), timed alone in the worker.
     probes_s: dict[str, float] = field(default_factory=dict)
+    # Where unmeasured sizes, as predicted, would move the pick: the pick they give.
+    pick: PredictedPick | None = None
 
 
 @dataclass

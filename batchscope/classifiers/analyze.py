@@ -22,7 +22,12 @@ from batchscope.classifiers.data_parallel import (
     accumulation_steps,
     data_parallel_summary,
 )
-from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, recommend
+from batchscope.classifiers.recommend import (
+    NEAR_BEST_SHARE,
+    Choice,
+    predicted_pick,
+    recommend,
+)
 from batchscope.classifiers.roofline import (
     ACHIEVED,
     achieved_ceilings,
@@ -365,6 +370,8 @@ def analyze(
     prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits), probes_s,
                           int(info.get("units_per_row") or 1))
                   if ceilings and not varies else None)
+    if prediction is not None and objective == "throughput":
+        prediction.pick = predicted_pick(batches, prediction, limits, choice)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.
     flags += run_flags(info)

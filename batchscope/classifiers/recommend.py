@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchscope.classifiers.step_model import MIN_MARGIN
 from batchscope.plan import Limits, over_limits
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, PredictedPick, Status, StepPrediction
 
 # Within this share of the best throughput a smaller batch wins: it gives lower latency and
 # memory for a throughput loss inside the noise of a busy machine.
@@ -92,4 +93,55 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str,
         speedup_from_batching=speedup,
         speedup_baseline_batch=smallest.batch_size,
         excluded=excluded,
+    )
+
+
+def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None,
+                   limits: Limits, choice: Choice | None) -> PredictedPick | None:
+    """What the rule would pick were the unmeasured batch sizes as the step-time model
+    predicts them, where that is not ``choice``; None where it is, or where nothing says.
+
+    An unmeasured size (``prediction.points`` with no measurement: past a sweep stopped by
+    the plateau rule or interrupted, or a gap in an explicit list) counts at the low end
+    of its band: its predicted step longer by the forecasts' largest miss (at least
+    :data:`~batchscope.classifiers.step_model.MIN_MARGIN`), and, under a latency limit,
+    within it there. Sizes from the smallest that failed (out of memory, a timeout) up
+    are left out, and a model that forecast no measured size has no band and says
+    nothing. The sweep's predicted stop (step_model.predicted_stop) only stops where
+    no such size could move the pick, so it never leaves one behind.
+    """
+    if choice is None or prediction is None or prediction.max_abs_error is None:
+        return None
+    margin = max(prediction.max_abs_error, MIN_MARGIN)
+    # A size that ran and failed (out of memory, timed out, ...) says more than the model:
+    # nothing from it up is a pick.
+    failed = min((r.batch_size for r in results
+                  if r.status not in (Status.OK, Status.INTERRUPTED)), default=None)
+    allowed = {r.batch_size: r.throughput_per_s or 0.0 for r in results
+               if r.status == Status.OK and r.throughput_per_s
+               and r.batch_size not in choice.excluded}
+    predicted = {p.batch_size: p for p in prediction.points if p.measured_latency_s is None
+                 and p.batch_size not in allowed and (failed is None or p.batch_size < failed)
+                 and (
+                     limits.latency_limit_s is None
+                     or p.predicted_latency_s * (1 + margin) <= limits.latency_limit_s)}
+    if not allowed or not predicted:
+        return None
+    low = {b: p.predicted_throughput_per_s / (1 + margin) for b, p in predicted.items()}
+    combined = {**allowed, **low}
+    best_t = max(combined.values())
+    chosen = min(b for b, t in combined.items() if t >= NEAR_BEST_SHARE * best_t)
+    if chosen == choice.batch_size:
+        return None
+    best = max(predicted, key=low.__getitem__)
+    return PredictedPick(
+        batch_size=chosen,
+        throughput_per_s=(allowed[chosen] if chosen in allowed
+                          else predicted[chosen].predicted_throughput_per_s),
+        measured=chosen in allowed,
+        best_batch_size=best,
+        best_throughput_per_s=predicted[best].predicted_throughput_per_s,
+        margin=margin,
+        instead_of=choice.batch_size,
+        instead_of_throughput_per_s=allowed.get(choice.batch_size, 0.0),
     )

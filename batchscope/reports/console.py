@@ -114,6 +114,9 @@ def print_summary(console: Console, report: Report) -> None:
     allocator = narrative.allocator_headline(doc)
     if allocator:
         console.print(f"[bold yellow]{escape(allocator)}[/]")
+    predicted_pick = narrative.predicted_pick_headline(doc)
+    if predicted_pick:
+        console.print(f"[bold yellow]{escape(predicted_pick)}[/]")
     if rec and rec.batch_size is not None:
         console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
         console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))

@@ -307,6 +307,7 @@ def context(doc: Doc) -> dict[str, Any]:
         "cards": _cards(doc), "start_bar": _start_bar(doc),
         "trace_headline": narrative.trace_headline(doc), "size_known": v.batch_size_known(doc),
         "rank_tables": _rank_tables(doc), "allocator": narrative.allocator_headline(doc),
+        "predicted_pick": narrative.predicted_pick_headline(doc),
         "kept_column": bool(_kept_cells(doc)),
         "data_parallel": _data_parallel(doc), "dp_headline": (narrative.data_parallel_headline(doc)
                         or narrative.accumulation_headline(doc)),

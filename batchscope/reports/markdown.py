@@ -61,6 +61,9 @@ def _headline(doc: Doc) -> str:
     allocator = narrative.allocator_headline(doc)
     if allocator:
         lines += ["", f"> **{md_text(allocator, 600)}**"]
+    predicted_pick = narrative.predicted_pick_headline(doc)
+    if predicted_pick:
+        lines += ["", f"> **{md_text(predicted_pick, 600)}**"]
     if doc.get("partial"):
         lines += ["", "> Partial report: the sweep did not finish; what was measured is shown."]
     return "\n".join(lines)

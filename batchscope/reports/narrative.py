@@ -511,6 +511,36 @@ def allocator_headline(doc: Doc) -> str | None:
     return text + "."
 
 
+def predicted_pick_headline(doc: Doc) -> str | None:
+    """A sentence for the top of every report where batch sizes the sweep did not measure,
+    as the step-time model predicts them (each at the low end of its band), would move the
+    pick (``prediction.pick``): labelled a prediction, with how to measure it."""
+    pick = v.prediction(doc).get("pick")
+    if not isinstance(pick, dict):
+        return None
+    sizes = [pick.get(k) for k in ("batch_size", "best_batch_size", "instead_of")]
+    rates = [pick.get(k) for k in ("throughput_per_s", "best_throughput_per_s",
+                                   "instead_of_throughput_per_s", "margin")]
+    if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes) or \
+            not all(isinstance(r, (int, float)) and not isinstance(r, bool) and r >= 0
+                    for r in rates):
+        return None
+    (chosen, best, instead), (chosen_t, best_t, instead_t, margin) = sizes, rates
+    unit = v.unit(doc)
+    band = f"± {fmt.pct(margin)}"
+    if pick.get("measured"):
+        text = (f"Not measured, predicted: batch {best} at {fmt.rate(best_t, unit)} {band}. "
+                f"If that holds, the pick would be batch {chosen} "
+                f"({fmt.rate(chosen_t, unit)} measured) instead of {instead} "
+                f"({fmt.rate(instead_t, unit)})")
+    else:
+        text = (f"Not measured, predicted: batch {chosen} at {fmt.rate(chosen_t, unit)} "
+                f"{band}. If that holds, it would be recommended instead of batch {instead} "
+                f"({fmt.rate(instead_t, unit)} measured)")
+    return (text + f"; the band is the step-time model's largest miss on the sizes it "
+            f"forecast. Measure it to be sure: --batch-sizes {best}.")
+
+
 # Kept buffers that ran less than this much faster at every batch size gained nothing the
 # timing's noise could not explain.
 NO_GAIN_SPEEDUP = 1.03

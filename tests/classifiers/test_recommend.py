@@ -2,9 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from batchscope.classifiers.recommend import recommend
+from batchscope.classifiers.recommend import predicted_pick, recommend
 from batchscope.plan import Limits
-from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.records import (
+    BatchResult,
+    CurvePoint,
+    LatencyStats,
+    Status,
+    StepPrediction,
+)
 
 
 def ok(b: int, throughput: float) -> BatchResult:
@@ -53,3 +59,51 @@ def test_energy_objective_picks_by_joules_per_unit():
 def test_energy_objective_without_readings_falls_back_and_says_so():
     choice = recommend(DECODE, Limits(), "token", objective="energy")
     assert choice.batch_size == 64 and "energy objective unavailable" in choice.rule
+
+
+def _prediction(max_abs_error: float | None, predicted: dict[int, float]) -> StepPrediction:
+    """A step-time model's points: the measured DECODE sizes forecast, ``predicted`` (batch
+    size -> throughput) not measured."""
+    points = [CurvePoint(r.batch_size, r.latency_s.median, r.throughput_per_s, [],
+                         r.latency_s.median, 0.0) for r in DECODE[3:]]
+    points += [CurvePoint(b, b / t, t, [32, 64, 128]) for b, t in predicted.items()]
+    return StepPrediction([32, 64, 128], points, None, max_abs_error)
+
+
+def test_unmeasured_sizes_that_would_move_the_pick_give_a_labelled_pick():
+    # The sweep stopped at 128 (a timeout at 256, say): 256 and 512 predicted.
+    choice = recommend(DECODE, Limits(), "token")
+    assert choice.batch_size == 64  # 362 >= 90% of 371
+    # 512 predicted at 600 tokens/s, ± 20% (the forecasts' largest miss): at the low end
+    # 500 beats everything measured, and 256 (460, 383 at the low end) is not within 90%.
+    pick = predicted_pick(DECODE, _prediction(0.2, {256: 460.0, 512: 600.0}), Limits(), choice)
+    assert pick is not None and pick.batch_size == 512 and not pick.measured
+    assert pick.throughput_per_s == 600.0 and pick.margin == 0.2
+    assert (pick.instead_of, pick.instead_of_throughput_per_s) == (64, 362)
+    # The same gain inside the band moves nothing: 400 / 1.2 = 333 < 371.
+    assert predicted_pick(DECODE, _prediction(0.2, {256: 400.0}), Limits(), choice) is None
+    # A model that forecast no measured size has no band: it says nothing.
+    assert predicted_pick(DECODE, _prediction(None, {512: 600.0}), Limits(), choice) is None
+    # A predicted best can move the pick to a measured size: 256 at 448 (407 at the low end,
+    # the band at least 10%) puts 90% of the best at 367, over 64's 362 and under 128's 371.
+    moved = predicted_pick(DECODE, _prediction(0.02, {256: 448.0}), Limits(), choice)
+    assert moved is not None and moved.batch_size == 128 and moved.measured
+    assert moved.best_batch_size == 256 and moved.throughput_per_s == 371
+
+
+def test_a_predicted_size_past_the_latency_limit_is_not_a_pick():
+    choice = recommend(DECODE, Limits(latency_limit_s=0.150), "token")
+    assert choice.batch_size == 32
+    # 256 at 600 tokens/s takes 427 ms a step: over the limit even before its band.
+    assert predicted_pick(DECODE, _prediction(0.2, {256: 600.0}),
+                          Limits(latency_limit_s=0.150), choice) is None
+
+
+def test_no_pick_from_a_size_that_failed_or_past_it():
+    choice = recommend([*DECODE, BatchResult(256, Status.TIMEOUT)], Limits(), "token")
+    prediction = _prediction(0.2, {256: 600.0, 512: 700.0})
+    assert predicted_pick([*DECODE, BatchResult(256, Status.TIMEOUT)], prediction, Limits(),
+                          choice) is None
+    # An interrupted sweep (Ctrl-C) failed nothing: its unmeasured sizes count.
+    interrupted = [*DECODE, BatchResult(256, Status.INTERRUPTED)]
+    assert predicted_pick(interrupted, prediction, Limits(), choice).batch_size == 512
