@@ -78,6 +78,9 @@ class Options:
     op_breakdown: bool = True
     measure_ceilings: bool = True
     measure_all: bool = False  # every batch size up to max_batch: no plateau or predicted stop
+    # Predict (never measure) every power of two up to this too: a model too slow or too
+    # large to sweep that far (step_model; the report labels them and any pick they make).
+    predict_to: int | None = None
     # CPU: time the batch sizes whose page faults were flagged again, with the allocator
     # keeping its buffers, side by side (classifiers/allocator.py).
     allocator_check: bool = True
@@ -107,7 +110,7 @@ class Options:
         """The sweep's limits; an explicit list caps the batch size at its largest (nothing
         above it is measured, probed or predicted)."""
         cap = min(self.max_batch, max(self.batch_sizes)) if self.batch_sizes else self.max_batch
-        return Limits(cap, self.latency_limit_s, self.memory_budget_bytes)
+        return Limits(cap, self.latency_limit_s, self.memory_budget_bytes, self.predict_to)
 
     def validate(self) -> None:
         """Raise :class:`UsageError` (exit 4) for any bad option."""
@@ -127,6 +130,8 @@ class Options:
                              f"{', '.join(COMPILE_MODES)}.")
         if self.max_batch < 1:
             raise UsageError(f"--max-batch must be at least 1, not {self.max_batch}.")
+        if self.predict_to is not None and self.predict_to < 1:
+            raise UsageError(f"--predict-to must be at least 1, not {self.predict_to}.")
         for name, value in (("--latency-limit-ms", self.latency_limit_s),
                             ("--memory-budget", self.memory_budget_bytes),
                             ("--min-time", self.min_time_s),

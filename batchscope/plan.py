@@ -44,6 +44,9 @@ class Limits:
     max_batch: int = DEFAULT_MAX_BATCH
     latency_limit_s: float | None = None
     memory_budget_bytes: int | None = None
+    # --predict-to: the step-time model predicts (never measures) the powers of two up to
+    # this one too; None: only up to max_batch.
+    predict_to: int | None = None
 
 
 def parse_batch_sizes(text: str) -> list[int]:

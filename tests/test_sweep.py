@@ -12,7 +12,7 @@ import time
 import pytest
 
 from batchscope.api import Options, diagnose_file, exit_code
-from batchscope.errors import ExitCode, ModelFileError
+from batchscope.errors import ExitCode, ModelFileError, UsageError
 from batchscope.records import Status
 from tests.conftest import MODELS, ROOT
 
@@ -139,3 +139,34 @@ def test_ctrl_c_writes_a_partial_report_and_exits_2(tmp_path):
     assert data["partial"] is True and "interrupted" in data["stop_reason"]
     assert data["batches"][0]["status"] == "ok"
     assert len(data["batches"]) < 12
+
+
+def test_predict_to_predicts_past_the_measured_sizes_and_says_the_pick_they_would_make(
+        tmp_path):
+    # A model too slow to sweep far: measure 1-8, predict to 64. The tiny model is all
+    # per-call cost at these sizes on any CPU, so its predicted throughput at 64 is several
+    # times batch 8's even at the low end of the band: the pick it would make is said,
+    # labelled, and the recommendation stays a measured size.
+    report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), min_time_s=0.05,
+                                                       batch_sizes=[1, 2, 4, 8],
+                                                       predict_to=64))
+    data = json.loads((tmp_path / "report.json").read_text())
+    pred = data["prediction"]
+    unmeasured = [p["batch_size"] for p in pred["points"] if p["measured_latency_s"] is None]
+    assert unmeasured == [16, 32, 64] and pred["fitted_on"] == [2, 4, 8]
+    assert {f"addmm[[32],[{b},16],[16,32]]@float32" for b in (16, 32, 64)} <= set(
+        pred["probes_s"])  # the worker timed its matmuls at the predicted sizes too
+    assert [b["batch_size"] for b in data["batches"]] == [1, 2, 4, 8]
+    assert data["recommendation"]["batch_size"] <= 8
+    pick = pred["pick"]
+    assert pick["batch_size"] == 64 and not pick["measured"]
+    assert pick["instead_of"] == data["recommendation"]["batch_size"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Not measured, predicted: batch 64 at" in summary
+    assert "--batch-sizes 64" in summary
+    assert report.prediction is not None and report.prediction.pick is not None
+
+
+def test_predict_to_below_one_is_refused_before_anything_runs():
+    with pytest.raises(UsageError, match="--predict-to must be at least 1"):
+        Options(predict_to=0).validate()

@@ -37,7 +37,7 @@ from batchscope.classifiers.roofline import (
 from batchscope.classifiers.step_model import predict, predicted_stop, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import Limits, default_batch_sizes
+from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
 from batchscope.records import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -295,12 +295,23 @@ _DOES_NOT_FIT = (Status.OOM, Status.KILLED, Status.SKIPPED)
 
 
 def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
-    """The batch sizes of the default sweep up to ``limits.max_batch`` that were not
-    measured, below the smallest one that did not fit in memory."""
+    """The batch sizes of the default sweep up to ``limits.max_batch`` (or
+    ``limits.predict_to``, the larger) that were not measured, below the smallest one that
+    did not fit in memory or that the measured peaks, extrapolated, say would not
+    (plan.predicted_not_to_fit)."""
     measured = {r.batch_size for r in results if r.status == Status.OK}
     too_big = min((r.batch_size for r in results if r.status in _DOES_NOT_FIT), default=None)
-    return [b for b in default_batch_sizes(limits.max_batch)
-            if b not in measured and (too_big is None or b < too_big)]
+    sizes = []
+    for b in default_batch_sizes(max(limits.max_batch, limits.predict_to or 0)):
+        if too_big is not None and b >= too_big:
+            break
+        if b in measured:
+            continue
+        if b > max(measured, default=0) and predicted_not_to_fit(results, b,
+                                                                 limits.memory_budget_bytes):
+            break
+        sizes.append(b)
+    return sizes
 
 
 def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[dict[str, Any]]:

@@ -161,6 +161,15 @@ def test_ceiling_spread_moves_the_prediction_where_the_roof_is_assumed():
 def test_unmeasured_sizes_stop_below_the_first_that_did_not_fit():
     results = [measured(b) for b in (1, 2, 4)] + [BatchResult(16, Status.OOM)]
     assert unmeasured_sizes(results, Limits(max_batch=64)) == [8]
+    # --predict-to: past the measured sizes, up to its own cap...
+    fits = [measured(b) for b in (1, 2, 4, 8)]
+    assert unmeasured_sizes(fits, Limits(max_batch=8, predict_to=64)) == [16, 32, 64]
+    # ...and below the first size the measured peaks, extrapolated, put past the memory
+    # budget (1 GiB a row from 1 GiB at batch 1: batch 32 would need 32 GiB).
+    for r in fits:
+        r.peak_memory_bytes = r.batch_size * 2**30
+    assert unmeasured_sizes(fits, Limits(max_batch=8, memory_budget_bytes=20 * 2**30,
+                                         predict_to=64)) == [16]
 
 
 def levelled(b: int) -> BatchResult:
