@@ -537,8 +537,9 @@ def predicted_pick_headline(doc: Doc) -> str | None:
         text = (f"Not measured, predicted: batch {chosen} at {fmt.rate(chosen_t, unit)} "
                 f"{band}. If that holds, it would be recommended instead of batch {instead} "
                 f"({fmt.rate(instead_t, unit)} measured)")
+    measure = sorted({best} | ({chosen} if not pick.get("measured") else set()))
     return (text + f"; the band is the step-time model's largest miss on the sizes it "
-            f"forecast. Measure it to be sure: --batch-sizes {best}.")
+            f"forecast. Measure to be sure: --batch-sizes {','.join(map(str, measure))}.")
 
 
 # Kept buffers that ran less than this much faster at every batch size gained nothing the
