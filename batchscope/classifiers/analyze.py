@@ -34,7 +34,7 @@ from batchscope.classifiers.roofline import (
     batch_response,
     classify_batch,
 )
-from batchscope.classifiers.step_model import predict, predicted_stop, probe_specs
+from batchscope.classifiers.step_model import PROBE_ROUND_S, predict, predicted_stop, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
@@ -317,11 +317,15 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
 def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[dict[str, Any]]:
     """The kernel probes the report's prediction uses: every matmul and convolution of the
     model (a convolution within its cost bound: step_model.probe_specs) at every measured
-    batch size and every unmeasured one :func:`unmeasured_sizes` names."""
+    batch size and every unmeasured one :func:`unmeasured_sizes` names. Under
+    ``--predict-to`` the predicted curve is what the user asked for, not a by-product of a
+    sweep, and the bounded probes may take a round's whole :data:`PROBE_ROUND_S`, not
+    half the sweep's time."""
     if work_varies_with_inputs(results):
         return []
     sizes = [r.batch_size for r in results if r.status == Status.OK]
-    return probe_specs(results, sizes + unmeasured_sizes(results, limits))
+    return probe_specs(results, sizes + unmeasured_sizes(results, limits),
+                       budget_s=PROBE_ROUND_S if limits.predict_to else None)
 
 
 def early_stop_reason(results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
