@@ -132,6 +132,8 @@ class Options:
             raise UsageError(f"--max-batch must be at least 1, not {self.max_batch}.")
         if self.predict_to is not None and self.predict_to < 1:
             raise UsageError(f"--predict-to must be at least 1, not {self.predict_to}.")
+        if self.predict_to is not None and not self.op_breakdown:
+            raise UsageError("--predict-to predicts from the per-op breakdown; drop --no-ops.")
         for name, value in (("--latency-limit-ms", self.latency_limit_s),
                             ("--memory-budget", self.memory_budget_bytes),
                             ("--min-time", self.min_time_s),
@@ -231,7 +233,8 @@ class _ReportWriter(Callbacks):
 
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         if self.options.out_dir is not None:
-            report = self.build(results, partial=True, stop_reason="sweep in progress")
+            report = self.build(results, partial=True, stop_reason="sweep in progress",
+                                in_progress=True)
             now = time.monotonic()
             if now - self.rendered_at >= PARTIAL_RENDER_INTERVAL_S:
                 write_all(report, self.options.out_dir)
@@ -244,12 +247,13 @@ class _ReportWriter(Callbacks):
     def build(self, results: list[BatchResult], partial: bool, stop_reason: str,
               stopped_at_cap: bool = False, grid: list[GridPoint] | None = None,
               kept_buffers: list[BatchResult] | None = None,
-              kept_buffers_set_by: str = "") -> Report:
+              kept_buffers_set_by: str = "", in_progress: bool = False) -> Report:
         report = analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
                          partial=partial, stop_reason=stop_reason,
                          stopped_at_cap=stopped_at_cap, objective=self.options.objective,
                          probes_s=self.probes_s, global_batch=self.options.global_batch,
-                         kept_buffers=kept_buffers, kept_buffers_set_by=kept_buffers_set_by)
+                         kept_buffers=kept_buffers, kept_buffers_set_by=kept_buffers_set_by,
+                         in_progress=in_progress)
         if self.info.get("contexts") and report.model.get("mode") == "inference":
             # A decode model: its context grid, and (once the sweep is done) the what-if.
             report.serving = serving_section(report.to_dict(), grid or [], final=not partial)

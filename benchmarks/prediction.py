@@ -41,7 +41,8 @@ def report_of(sample: str, source: Path | None, max_batch: int) -> dict:
 
 
 def _probes(small: list, sizes: list[int], ceilings: Ceilings, doc: dict) -> dict[str, float]:
-    """The kernel probes the worker would time, timed here (the CPU, the model's dtype)."""
+    """The kernel probes the worker would time, timed here (the CPU; each in its op's dtype,
+    else the model's)."""
     import torch
 
     from batchscope.profiler.probe import run_probes

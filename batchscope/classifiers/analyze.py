@@ -302,7 +302,9 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
     measured = {r.batch_size for r in results if r.status == Status.OK}
     too_big = min((r.batch_size for r in results if r.status in _DOES_NOT_FIT), default=None)
     sizes = []
-    for b in default_batch_sizes(max(limits.max_batch, limits.predict_to or 0)):
+    grid = sorted({*default_batch_sizes(limits.max_batch),
+                   *(default_batch_sizes(limits.predict_to) if limits.predict_to else [])})
+    for b in grid:
         if too_big is not None and b >= too_big:
             break
         if b in measured:
@@ -320,12 +322,13 @@ def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[dict[s
     batch size and every unmeasured one :func:`unmeasured_sizes` names. Under
     ``--predict-to`` the predicted curve is what the user asked for, not a by-product of a
     sweep, and the bounded probes may take a round's whole :data:`PROBE_ROUND_S`, not
-    half the sweep's time."""
+    half the sweep's time; past ``--max-batch`` a matmul's probe is bounded too."""
     if work_varies_with_inputs(results):
         return []
     sizes = [r.batch_size for r in results if r.status == Status.OK]
     return probe_specs(results, sizes + unmeasured_sizes(results, limits),
-                       budget_s=PROBE_ROUND_S if limits.predict_to else None)
+                       budget_s=PROBE_ROUND_S if limits.predict_to else None,
+                       bound_above=limits.max_batch if limits.predict_to else None)
 
 
 def early_stop_reason(results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
@@ -362,12 +365,15 @@ def analyze(
     global_batch: int | None = None,
     kept_buffers: list[BatchResult] | None = None,
     kept_buffers_set_by: str = "",
+    in_progress: bool = False,
 ) -> Report:
     """Classify every op, predict and measure B*, recommend a batch size (numbers only).
 
     ``kept_buffers`` are the batch sizes timed again with the allocator keeping its buffers
     (classifiers/allocator.py), side by side with ``results``; ``kept_buffers_set_by`` says
-    how the allocator was told to."""
+    how the allocator was told to. ``in_progress``: a report written between batch sizes
+    of a running sweep, whose unmeasured sizes it is about to measure: no pick is made
+    from their predictions (``prediction.pick``)."""
     unit = info.get("unit", "sample")
     # the dtype the matmuls ran in: autocast's (--amp) where it ran, else the model's
     dtype = info.get("amp") or info.get("dtype", "float32")
@@ -385,7 +391,7 @@ def analyze(
     prediction = (predict(batches, ceilings, unmeasured_sizes(batches, limits), probes_s,
                           int(info.get("units_per_row") or 1))
                   if ceilings and not varies else None)
-    if prediction is not None and objective == "throughput":
+    if prediction is not None and objective == "throughput" and not in_progress:
         prediction.pick = predicted_pick(batches, prediction, limits, choice)
     flags = [f"batch {r.batch_size}: {flag}" for r in batches for flag in r.flags]
     # Op flags stay on their ops (renderers list them with the op's id), not repeated here.

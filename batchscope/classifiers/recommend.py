@@ -13,6 +13,18 @@ from batchscope.records import BatchResult, PredictedPick, Status, StepPredictio
 NEAR_BEST_SHARE = 0.90
 
 
+def smallest_near_best(throughputs: dict[int, float]) -> int:
+    """The rule: the smallest batch size whose throughput is at least
+    :data:`NEAR_BEST_SHARE` of the best.
+
+    Example:
+        >>> smallest_near_best({8: 100.0, 16: 180.0, 32: 195.0, 64: 199.0})
+        16
+    """
+    best_t = max(throughputs.values())
+    return min(b for b, t in throughputs.items() if t >= NEAR_BEST_SHARE * best_t)
+
+
 @dataclass
 class Choice:
     """The recommended batch and why."""
@@ -58,10 +70,9 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str,
         return None
     best = max(allowed, key=lambda r: r.throughput_per_s or 0.0)
     best_t = best.throughput_per_s or 0.0
-    chosen = min(
-        (r for r in allowed if (r.throughput_per_s or 0.0) >= NEAR_BEST_SHARE * best_t),
-        key=lambda r: r.batch_size,
-    )
+    by_size = {r.batch_size: r for r in allowed}
+    chosen = by_size[smallest_near_best({b: r.throughput_per_s or 0.0
+                                         for b, r in by_size.items()})]
     rule = (
         f"smallest batch size whose throughput is at least {NEAR_BEST_SHARE:.0%} of the best "
         f"measured ({best_t:,.1f} {unit}s/s at batch {best.batch_size})"
@@ -105,10 +116,12 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     the plateau rule or interrupted, or a gap in an explicit list) counts at the low end
     of its band: its predicted step longer by the forecasts' largest miss (at least
     :data:`~batchscope.classifiers.step_model.MIN_MARGIN`), and, under a latency limit,
-    within it there. Sizes from the smallest that failed (out of memory, a timeout) up
-    are left out, and a model that forecast no measured size has no band and says
-    nothing. The sweep's predicted stop (step_model.predicted_stop) only stops where
-    no such size could move the pick, so it never leaves one behind.
+    within it there. Sizes from the smallest that failed (out of memory, a timeout, ...)
+    up are left out: a timed-out size is still a predicted point in the report, but what
+    ran says more than the model. A model that forecast no measured size (three measured
+    or fewer) has no band and says nothing. The sweep's predicted stop
+    (step_model.predicted_stop) judges the remaining sizes the same way from the last
+    measured one, so after it a pick here is rare.
     """
     if choice is None or prediction is None or prediction.max_abs_error is None:
         return None
@@ -128,9 +141,7 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     if not allowed or not predicted:
         return None
     low = {b: p.predicted_throughput_per_s / (1 + margin) for b, p in predicted.items()}
-    combined = {**allowed, **low}
-    best_t = max(combined.values())
-    chosen = min(b for b, t in combined.items() if t >= NEAR_BEST_SHARE * best_t)
+    chosen = smallest_near_best({**allowed, **low})
     if chosen == choice.batch_size:
         return None
     best = max(predicted, key=low.__getitem__)

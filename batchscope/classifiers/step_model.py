@@ -154,8 +154,12 @@ MIN_LATENCY_SHARE = 0.2
 # time, and the fit, in proportion to its work, gives the rest.
 ALONE_SHARE = 0.5
 # Times that grew less than this across the fitted sizes are noise, not a trend
-# (fit_power).
+# (fit_power)...
 NOISE_GROWTH = 1.5
+# ...and so are times that fell below this share of the size before at any fitted size: a
+# trend in b does not turn back. A smaller dip is noise on a rise (an op with no FLOP
+# formula growing 1.0, 2.1, 2.05 ms at 4, 8, 16 still grows).
+DIP = 0.9
 
 
 def _kind(name: str) -> str:
@@ -216,7 +220,8 @@ class PowerFit:
 
 def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
     """Least squares on log y over log b; flat (their median) unless the points grew more
-    than noise does (:data:`NOISE_GROWTH`) and rose at every size.
+    than noise does (:data:`NOISE_GROWTH`) and never fell by more than :data:`DIP` from one
+    fitted size to the next.
 
     A time that is not an op's counted work (time between ops, a call's cost) that went up
     and down across the fitted sizes is noise or a change of regime, not a trend in b: the
@@ -228,7 +233,7 @@ def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
         return PowerFit(0.0, 0.0)
     values = [y for _, y in positive]
     if (len(values) == 1 or max(values) < NOISE_GROWTH * min(values)
-            or any(later <= earlier for earlier, later in itertools.pairwise(values))):
+            or any(later < DIP * earlier for earlier, later in itertools.pairwise(values))):
         return PowerFit(statistics.median(values), 0.0)
     lx = [math.log(x) for x, _ in positive]
     ly = [math.log(y) for _, y in positive]
@@ -270,9 +275,10 @@ class ProbeScaling:
         """One call's seconds at ``b``, in proportion to the rows from the larger size."""
         return self.call_s * b / self.b_large
 
-    def too_costly(self, b: int) -> bool:
-        """Whether its probe at ``b`` is skipped for cost (:data:`PROBE_MAX_CALL_S`)."""
-        return (self.name in COST_BOUNDED_PROBES
+    def too_costly(self, b: int, bound_all: bool = False) -> bool:
+        """Whether its probe at ``b`` is skipped for cost (:data:`PROBE_MAX_CALL_S`): a
+        cost-bounded op's, or with ``bound_all`` a matmul's too."""
+        return ((bound_all or self.name in COST_BOUNDED_PROBES)
                 and self.estimated_call_s(b) > PROBE_MAX_CALL_S)
 
 
@@ -505,7 +511,8 @@ def probe_budget_s(results: list[BatchResult]) -> float:
 
 
 def probe_specs(results: list[BatchResult], sizes: list[int],
-                budget_s: float | None = None) -> list[dict[str, Any]]:
+                budget_s: float | None = None,
+                bound_above: int | None = None) -> list[dict[str, Any]]:
     """The kernel probes that give each matmul and convolution of the model its time at
     ``sizes`` (and at the measured ones, the reference), one per distinct shape.
 
@@ -518,6 +525,10 @@ def probe_specs(results: list[BatchResult], sizes: list[int],
     cheapest first, each carrying ``budget_s``: the worker stops timing them once they
     have taken that long, measured (:func:`batchscope.profiler.probe.run_probes`).
 
+    Past ``bound_above`` (``--predict-to``'s sizes past ``--max-batch``: a round that
+    runs past the worker's 120 s loses every probe in it) a matmul's probe is skipped
+    over :data:`PROBE_MAX_CALL_S` a call too, and its fit stands there.
+
     The matmuls come first, each op's sizes in ascending order with its op id as
     ``family`` and the batch size as ``batch``: the worker skips the warm-up call of a
     probe its family's smaller one says is long (:data:`~batchscope.profiler.probe.LONG_CALL_S`).
@@ -528,7 +539,8 @@ def probe_specs(results: list[BatchResult], sizes: list[int],
     for op_id, scaling in _probe_shapes(results).items():
         for b in sorted(set(sizes)):
             key = scaling.key(b)
-            if key is None or key in specs or scaling.too_costly(b):
+            if key is None or key in specs or scaling.too_costly(
+                    b, bound_all=bound_above is not None and b > bound_above):
                 continue
             specs[key] = {"key": key, "name": scaling.name, "shapes": scaling.shapes(b),
                           "family": op_id, "batch": b}
@@ -755,7 +767,8 @@ def _unprobed(model: StepModel, sizes: list[int]) -> list[str]:
     return [(f"convolutions and other per-row ops: not probed at {where} (skipped for "
              f"cost: a call estimated over "
              f"{PROBE_MAX_CALL_S:g} s, or past the probes' budget, half the sweep's time "
-             f"within {PROBE_BUDGET_MIN_S:g}-{PROBE_ROUND_S:g} s); its time grows in "
+             f"within {PROBE_BUDGET_MIN_S:g}-{PROBE_ROUND_S:g} s, {PROBE_ROUND_S:g} s under "
+             f"--predict-to); its time grows in "
              f"proportion to the rows from the largest size it was probed at")]
 
 

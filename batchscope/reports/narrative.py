@@ -527,19 +527,19 @@ def predicted_pick_headline(doc: Doc) -> str | None:
         return None
     (chosen, best, instead), (chosen_t, best_t, instead_t, margin) = sizes, rates
     unit = v.unit(doc)
-    band = f"± {fmt.pct(margin)}"
-    if pick.get("measured"):
-        text = (f"Not measured, predicted: batch {best} at {fmt.rate(best_t, unit)} {band}. "
-                f"If that holds, the pick would be batch {chosen} "
-                f"({fmt.rate(chosen_t, unit)} measured) instead of {instead} "
-                f"({fmt.rate(instead_t, unit)})")
+    measured = pick.get("measured") is True
+    shown, shown_t = (best, best_t) if measured else (chosen, chosen_t)
+    text = (f"Not measured, predicted: batch {shown} at {fmt.rate(shown_t, unit)}, at least "
+            f"{fmt.rate(shown_t / (1 + margin), unit)} with its step {fmt.pct(margin)} longer "
+            f"(the step-time model's largest miss on the sizes it forecast). ")
+    if measured:
+        text += (f"If that holds, the pick would be batch {chosen} ({fmt.rate(chosen_t, unit)} "
+                 f"measured) instead of {instead} ({fmt.rate(instead_t, unit)})")
     else:
-        text = (f"Not measured, predicted: batch {chosen} at {fmt.rate(chosen_t, unit)} "
-                f"{band}. If that holds, it would be recommended instead of batch {instead} "
-                f"({fmt.rate(instead_t, unit)} measured)")
-    measure = sorted({best} | ({chosen} if not pick.get("measured") else set()))
-    return (text + f"; the band is the step-time model's largest miss on the sizes it "
-            f"forecast. Measure to be sure: --batch-sizes {','.join(map(str, measure))}.")
+        text += (f"If that holds, it would be recommended instead of batch {instead} "
+                 f"({fmt.rate(instead_t, unit)} measured)")
+    measure = sorted({best} | (set() if measured else {chosen}))
+    return text + f". Measure to be sure: --batch-sizes {','.join(map(str, measure))}."
 
 
 # Kept buffers that ran less than this much faster at every batch size gained nothing the

@@ -101,6 +101,8 @@ def test_whole_step_prediction_matches_truth_beyond_the_fitted_window():
 def test_noise_does_not_become_a_trend_and_growth_is_at_most_linear():
     flat = fit_power([1, 2, 4, 8], [1.0e-4, 1.2e-4, 0.9e-4, 1.1e-4])
     assert flat.exponent == 0 and flat(1024) == pytest.approx(1.05e-4)  # their median
+    # A dip under a tenth on a rise is noise on it (an op with no FLOP formula): it grows.
+    assert fit_power([4, 8, 16], [1.0e-4, 2.1e-4, 2.05e-4]).exponent > 0.5
     # Up and down by more than NOISE_GROWTH (a regime change at batch 4, noise): no trend.
     noisy = fit_power([1, 2, 4, 8], [0.8e-4, 0.75e-4, 1.7e-4, 1.4e-4])
     assert noisy.exponent == 0 and noisy(1024) == pytest.approx(1.1e-4)
@@ -239,6 +241,13 @@ def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
     specs = probe_specs(results, [8, 64])
     assert [s["key"] for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]@float32",
                                          "addmm[[1000],[64,1000],[1000,1000]]@float32"]
+    # --predict-to past --max-batch: a matmul's probe estimated over PROBE_MAX_CALL_S a
+    # call (in proportion to the rows from batch 8) is skipped there, and only there.
+    far = 2 ** 20
+    assert results[-1].ops[0].time_s * far / 8 > PROBE_MAX_CALL_S
+    keys = {s["batch"] for s in probe_specs(results, [64, far])}
+    assert keys == {64, far}
+    assert {s["batch"] for s in probe_specs(results, [64, far], bound_above=64)} == {64}
 
 
 def test_a_matmul_that_ran_in_bfloat16_is_probed_in_bfloat16():

@@ -96,12 +96,16 @@ def test_a_pick_whose_fields_are_not_numbers_is_not_said():
             "instead_of": 8, "instead_of_throughput_per_s": 116.0}
     doc = {"model": {"unit": "token"}, "batches": [], "prediction": {"pick": good}}
     assert predicted_pick_headline(doc).startswith(
-        "Not measured, predicted: batch 64 at 650 tokens/s ± 20%. If that holds, it would be "
-        "recommended instead of batch 8 (116 tokens/s measured)")
+        "Not measured, predicted: batch 64 at 650 tokens/s, at least 542 tokens/s with its "
+        "step 20% longer (the step-time model's largest miss on the sizes it forecast). If "
+        "that holds, it would be recommended instead of batch 8 (116 tokens/s measured)")
     assert predicted_pick_headline(doc).endswith("Measure to be sure: --batch-sizes 64.")
     # The pick may be a smaller size than the fastest predicted: both are worth measuring.
     doc["prediction"]["pick"] = {**good, "batch_size": 32, "throughput_per_s": 600.0}
     assert predicted_pick_headline(doc).endswith("--batch-sizes 32,64.")
+    # "measured" must be true itself, not a string that reads as true.
+    doc["prediction"]["pick"] = {**good, "measured": "no"}
+    assert "it would be recommended instead of batch 8" in predicted_pick_headline(doc)
     for field, bad in (("batch_size", "<b>64</b>"), ("instead_of", True), ("margin", -1),
                        ("best_throughput_per_s", None)):
         doc["prediction"]["pick"] = {**good, field: bad}
