@@ -34,7 +34,12 @@ from batchscope.classifiers.roofline import (
     batch_response,
     classify_batch,
 )
-from batchscope.classifiers.step_model import PROBE_ROUND_S, predict, predicted_stop, probe_specs
+from batchscope.classifiers.step_model import (
+    PROBE_ROUND_S,
+    predict,
+    predicted_stop,
+    probe_specs,
+)
 from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
