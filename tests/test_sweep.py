@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import pytest
 
 from batchscope.api import Options, diagnose_file, exit_code
 from batchscope.errors import ExitCode, ModelFileError, UsageError
+from batchscope.classifiers.recommend import recommend
 from batchscope.records import Status
 from tests.conftest import MODELS, ROOT
 
@@ -141,12 +143,16 @@ def test_ctrl_c_writes_a_partial_report_and_exits_2(tmp_path):
     assert len(data["batches"]) < 12
 
 
-def test_predict_to_predicts_past_the_measured_sizes_and_says_the_pick_they_would_make(
+def test_predict_to_predicts_past_the_measured_sizes_and_says_any_pick_they_would_make(
         tmp_path):
-    # A model too slow to sweep far: measure 1-8, predict to 64. The tiny model is all
-    # per-call cost at these sizes on any CPU, so its predicted throughput at 64 is several
-    # times batch 8's even at the low end of the band: the pick it would make is said,
-    # labelled, and the recommendation stays a measured size.
+    # A model too slow to sweep far: measure 1-8, predict to 64, never measure it. Whether
+    # the predictions move the pick rests on this run's timing noise (the tiny model's
+    # step is tens of microseconds), so the run's own report is checked against the rule
+    # (recommend.predicted_pick); the pick on recorded real data is
+    # tests/reports/test_prediction_render.py's.
+    from batchscope.classifiers.recommend import predicted_pick
+    from batchscope.plan import Limits
+
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), min_time_s=0.05,
                                                        batch_sizes=[1, 2, 4, 8],
                                                        predict_to=64))
@@ -157,13 +163,17 @@ def test_predict_to_predicts_past_the_measured_sizes_and_says_the_pick_they_woul
     assert {f"addmm[[32],[{b},16],[16,32]]@float32" for b in (16, 32, 64)} <= set(
         pred["probes_s"])  # the worker timed its matmuls at the predicted sizes too
     assert [b["batch_size"] for b in data["batches"]] == [1, 2, 4, 8]
-    pick = pred["pick"]
-    assert pick["batch_size"] == 64 and not pick["measured"]
-    assert pick["instead_of"] == data["recommendation"]["batch_size"]
+    assert report.prediction is not None and report.recommendation is not None
+    assert pred["max_abs_error"] is not None  # batch 8 was forecast from 1, 2, 4: a band
+    choice = recommend(report.batches, Limits(max_batch=8), "sample")
+    again = predicted_pick(report.batches, report.prediction, Limits(max_batch=8), choice)
+    assert (again and dataclasses.asdict(again)) == pred["pick"]
     summary = (tmp_path / "summary.md").read_text()
-    assert "Not measured, predicted: batch 64 at" in summary
-    assert "--batch-sizes 64" in summary
-    assert report.prediction is not None and report.prediction.pick is not None
+    if pred["pick"] is not None:
+        assert pred["pick"]["batch_size"] in (16, 32, 64) and not pred["pick"]["measured"]
+        assert f"Not measured, predicted: batch {pred['pick']['batch_size']} at" in summary
+    else:
+        assert "Not measured, predicted" not in summary
 
 
 def test_predict_to_below_one_or_without_ops_is_refused_before_anything_runs():
