@@ -13,8 +13,8 @@ import time
 import pytest
 
 from batchscope.api import Options, diagnose_file, exit_code
-from batchscope.errors import ExitCode, ModelFileError, UsageError
 from batchscope.classifiers.recommend import recommend
+from batchscope.errors import ExitCode, ModelFileError, UsageError
 from batchscope.records import Status
 from tests.conftest import MODELS, ROOT
 
