@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from batchscope.reports import fmt
@@ -522,8 +523,8 @@ def predicted_pick_headline(doc: Doc) -> str | None:
     rates = [pick.get(k) for k in ("throughput_per_s", "best_throughput_per_s",
                                    "instead_of_throughput_per_s", "margin")]
     if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes) or \
-            not all(isinstance(r, (int, float)) and not isinstance(r, bool) and r >= 0
-                    for r in rates):
+            not all(isinstance(r, (int, float)) and not isinstance(r, bool)
+                    and math.isfinite(r) and r >= 0 for r in rates):
         return None
     (chosen, best, instead), (chosen_t, best_t, instead_t, margin) = sizes, rates
     unit = v.unit(doc)

@@ -107,6 +107,7 @@ def test_a_pick_whose_fields_are_not_numbers_is_not_said():
     doc["prediction"]["pick"] = {**good, "measured": "no"}
     assert "it would be recommended instead of batch 8" in predicted_pick_headline(doc)
     for field, bad in (("batch_size", "<b>64</b>"), ("instead_of", True), ("margin", -1),
+                       ("throughput_per_s", float("inf")), ("margin", float("nan")),
                        ("best_throughput_per_s", None)):
         doc["prediction"]["pick"] = {**good, field: bad}
         assert predicted_pick_headline(doc) is None
