@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from batchscope.reports import fmt
 from batchscope.reports import view as v
+from batchscope.reports.report_shape import is_number
 from batchscope.reports.view import Doc
 
 # State under this share of a step's bytes at the largest batch is the inputs themselves
@@ -523,8 +524,7 @@ def predicted_pick_headline(doc: Doc) -> str | None:
     rates = [pick.get(k) for k in ("throughput_per_s", "best_throughput_per_s",
                                    "instead_of_throughput_per_s", "margin")]
     if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes) or \
-            not all(isinstance(r, (int, float)) and not isinstance(r, bool)
-                    and math.isfinite(r) and r >= 0 for r in rates):
+            not all(is_number(r) and math.isfinite(r) and r >= 0 for r in rates):
         return None
     (chosen, best, instead), (chosen_t, best_t, instead_t, margin) = sizes, rates
     unit = v.unit(doc)
