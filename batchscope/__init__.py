@@ -8,12 +8,11 @@ Example:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from typing import TYPE_CHECKING, Any
 
-from typing import TYPE_CHECKING, Any  # noqa: E402
-
-from batchscope.api import Options, diagnose, diagnose_file, exit_code  # noqa: E402
-from batchscope.records import Report  # noqa: E402
+from batchscope.api import Options, diagnose, diagnose_file, exit_code
+from batchscope.records import Report
+from batchscope.version import __version__
 
 if TYPE_CHECKING:
     from batchscope.watching import watch

@@ -16,25 +16,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchscope import __version__
+from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.allocator import retime_sizes
-from batchscope.classifiers.analyze import analyze, early_stop_reason, final_probe_specs
-from batchscope.classifiers.sequence_grid import sequence_grid_section
+from batchscope.classifiers.analyze import final_probe_specs
+from batchscope.classifiers.early_stop import EarlyStop
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import DEFAULT_MAX_BATCH, Limits
+from batchscope.plan import Limits
 from batchscope.profiler.launcher import DistributedConfig, LaunchedRanks
-from batchscope.profiler.supervisor import (
-    DEFAULT_BATCH_TIMEOUT_S,
-    Callbacks,
-    Sweep,
-    SweepConfig,
-)
+from batchscope.profiler.supervisor import Callbacks, Sweep, SweepConfig
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import (
     AMP_NAMES,
@@ -42,14 +36,24 @@ from batchscope.profiler.worker_config import (
     DTYPE_NAMES,
     WorkerConfig,
 )
-from batchscope.records import BatchResult, GridPoint, Report, Status
+from batchscope.records import (
+    BatchResult,
+    ModelInfo,
+    Options,
+    Report,
+    RunInfo,
+    Source,
+    Status,
+    Stop,
+    StopKind,
+)
+from batchscope.records.run import DEFAULT_OUT_DIR
 from batchscope.reports import write_all, write_json
-from batchscope.serving.report_section import serving_section
+from batchscope.version import __version__
 
 if TYPE_CHECKING:  # the parent process of a sweep never imports torch; its worker does
     import torch
 
-DEFAULT_OUT_DIR = "batchscope-report"
 # While the sweep runs, report.json (the record) is rewritten after every batch size, but
 # report.html and summary.md (0.1-0.2 s to render, longer than measuring a small model's
 # batch size) at most this often; all three at the end.
@@ -57,118 +61,78 @@ PARTIAL_RENDER_INTERVAL_S = 10.0
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
-@dataclass
-class Options:
-    """Everything ``diagnose`` can be told; checked by :meth:`validate` before any import."""
+def distributed_config(options: Options) -> DistributedConfig | None:
+    """torchrun's arguments for a data-parallel sweep; None: one process."""
+    if options.nproc_per_node is None:
+        return None
+    return DistributedConfig(options.nproc_per_node, options.nnodes, options.node_rank,
+                             options.rdzv_endpoint)
 
-    device: str = "auto"
-    dtype: str = "fp32"
-    amp: str | None = None  # "bf16" or "fp16": torch.autocast over forward and loss
-    compile_mode: str | None = None  # torch.compile's mode ("default", ...): compile the model
-    batch_sizes: list[int] | None = None
-    max_batch: int = DEFAULT_MAX_BATCH
-    latency_limit_s: float | None = None
-    memory_budget_bytes: int | None = None
-    out_dir: str | None = DEFAULT_OUT_DIR
-    min_time_s: float | None = None  # None: adaptive (TimingConfig); else fixed seconds
-    batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
-    threads: int | None = None
-    trace: bool = False
-    recalibrate: bool = False
-    op_breakdown: bool = True
-    measure_ceilings: bool = True
-    measure_all: bool = False  # every batch size up to max_batch: no plateau or predicted stop
-    # Predict (never measure) every power of two up to this too: a model too slow or too
-    # large to sweep that far (step_model; the report labels them and any pick they make).
-    predict_to: int | None = None
-    # CPU: time the batch sizes whose page faults were flagged again, with the allocator
-    # keeping its buffers, side by side (classifiers/allocator.py).
-    allocator_check: bool = True
-    mode: str | None = None
-    objective: str = "throughput"  # or "energy": J per unit from NVML, where measured
-    # Data parallel (profiler/launcher.py): torchrun's arguments; None: one process.
-    nproc_per_node: int | None = None
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str = ""
-    global_batch: int | None = None  # the global batch to reach with gradient accumulation
-    # Decode models: context lengths for make_inputs(batch_size, context), replacing the
-    # file's CONTEXTS; the sweep runs at the first, the context grid at all of them.
-    contexts: list[int] | None = None
-    # Sequence models: row lengths for make_inputs(batch_size, seq_len), replacing the
-    # file's SEQ_LENS; the sweep runs at the first, the batch × length grid at all of them.
-    seq_lens: list[int] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
-    def distributed(self) -> DistributedConfig | None:
-        if self.nproc_per_node is None:
-            return None
-        return DistributedConfig(self.nproc_per_node, self.nnodes, self.node_rank,
-                                 self.rdzv_endpoint)
+def limits_of(options: Options) -> Limits:
+    """The sweep's limits; an explicit list caps the batch size at its largest (nothing
+    above it is measured, probed or predicted)."""
+    cap = (min(options.max_batch, max(options.batch_sizes)) if options.batch_sizes
+           else options.max_batch)
+    return Limits(cap, options.latency_limit_s, options.memory_budget_bytes, options.predict_to)
 
-    def limits(self) -> Limits:
-        """The sweep's limits; an explicit list caps the batch size at its largest (nothing
-        above it is measured, probed or predicted)."""
-        cap = min(self.max_batch, max(self.batch_sizes)) if self.batch_sizes else self.max_batch
-        return Limits(cap, self.latency_limit_s, self.memory_budget_bytes, self.predict_to)
 
-    def validate(self) -> None:
-        """Raise :class:`UsageError` (exit 4) for any bad option."""
-        if not _DEVICE.match(self.device):
-            raise UsageError(f"unknown device {self.device!r}; use auto, cpu, cuda or cuda:N.")
-        if self.dtype not in DTYPE_NAMES:
-            raise UsageError(
-                f"unknown dtype {self.dtype!r}; use one of fp32, bf16, fp16."
-            )
-        if self.amp is not None and self.amp not in AMP_NAMES:
-            raise UsageError(f"unknown --amp {self.amp!r}; use bf16 or fp16.")
-        if self.amp is not None and self.dtype not in ("fp32", "float32"):
-            raise UsageError(f"--amp {self.amp} runs an fp32 model under autocast; drop "
-                             f"--dtype {self.dtype} (or --amp to run the model in it).")
-        if self.compile_mode is not None and self.compile_mode not in COMPILE_MODES:
-            raise UsageError(f"unknown --compile-mode {self.compile_mode!r}; use one of "
-                             f"{', '.join(COMPILE_MODES)}.")
-        if self.max_batch < 1:
-            raise UsageError(f"--max-batch must be at least 1, not {self.max_batch}.")
-        if self.predict_to is not None and self.predict_to < 1:
-            raise UsageError(f"--predict-to must be at least 1, not {self.predict_to}.")
-        if self.predict_to is not None and not self.op_breakdown:
-            raise UsageError("--predict-to predicts from the per-op breakdown; drop --no-ops.")
-        for name, value in (("--latency-limit-ms", self.latency_limit_s),
-                            ("--memory-budget", self.memory_budget_bytes),
-                            ("--min-time", self.min_time_s),
-                            ("--timeout", self.batch_timeout_s)):
-            if value is not None and value <= 0:
-                raise UsageError(f"{name} must be positive.")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"--threads must be at least 1, not {self.threads}.")
-        if self.objective not in OBJECTIVES:
-            raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, "
-                             f"not {self.objective!r}.")
-        if self.mode not in (None, "inference", "train"):
-            raise UsageError(f"--mode must be inference or train, not {self.mode!r}.")
-        dist = self.distributed()
-        if dist is None and (self.nnodes != 1 or self.node_rank or self.rdzv_endpoint):
-            raise UsageError("--nnodes, --node-rank and --rdzv-endpoint need --nproc-per-node.")
-        problem = dist.validate() if dist is not None else ""
-        if problem:
-            raise UsageError(problem)
-        if self.contexts is not None and (
-                not self.contexts or len(set(self.contexts)) != len(self.contexts)
-                or any(c < 0 for c in self.contexts)):
-            raise UsageError("--contexts must list distinct token counts, e.g. 128,512,1024.")
-        if self.seq_lens is not None and (
-                not self.seq_lens or len(set(self.seq_lens)) != len(self.seq_lens)
-                or any(c < 1 for c in self.seq_lens)):
-            raise UsageError("--seq-lens must list distinct lengths of at least 1 token, "
-                             "e.g. 128,256,512.")
-        if self.seq_lens is not None and self.contexts is not None:
-            raise UsageError("--contexts and --seq-lens both give a second axis; a sweep "
-                             "takes one.")
-        if self.global_batch is not None and self.global_batch < 1:
-            raise UsageError(f"--global-batch must be at least 1, not {self.global_batch}.")
-        if self.out_dir is not None:
-            check_writable(Path(self.out_dir))
+def validate_options(options: Options) -> None:
+    """Raise :class:`UsageError` (exit 4) for any bad option, before any model is imported."""
+    o = options
+    if not _DEVICE.match(o.device):
+        raise UsageError(f"unknown device {o.device!r}; use auto, cpu, cuda or cuda:N.")
+    if o.dtype not in DTYPE_NAMES:
+        raise UsageError(f"unknown dtype {o.dtype!r}; use one of fp32, bf16, fp16.")
+    if o.amp is not None and o.amp not in AMP_NAMES:
+        raise UsageError(f"unknown --amp {o.amp!r}; use bf16 or fp16.")
+    if o.amp is not None and o.dtype not in ("fp32", "float32"):
+        raise UsageError(f"--amp {o.amp} runs an fp32 model under autocast; drop "
+                         f"--dtype {o.dtype} (or --amp to run the model in it).")
+    if o.compile_mode is not None and o.compile_mode not in COMPILE_MODES:
+        raise UsageError(f"unknown --compile-mode {o.compile_mode!r}; use one of "
+                         f"{', '.join(COMPILE_MODES)}.")
+    if o.max_batch < 1:
+        raise UsageError(f"--max-batch must be at least 1, not {o.max_batch}.")
+    if o.predict_to is not None and o.predict_to < 1:
+        raise UsageError(f"--predict-to must be at least 1, not {o.predict_to}.")
+    if o.predict_to is not None and not o.op_breakdown:
+        raise UsageError("--predict-to predicts from the per-op breakdown; drop --no-ops.")
+    for name, value in (("--latency-limit-ms", o.latency_limit_s),
+                        ("--memory-budget", o.memory_budget_bytes),
+                        ("--min-time", o.min_time_s),
+                        ("--timeout", o.batch_timeout_s)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{name} must be positive.")
+    if o.threads is not None and o.threads < 1:
+        raise UsageError(f"--threads must be at least 1, not {o.threads}.")
+    if o.objective not in OBJECTIVES:
+        raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, "
+                         f"not {o.objective!r}.")
+    if o.mode not in (None, "inference", "train"):
+        raise UsageError(f"--mode must be inference or train, not {o.mode!r}.")
+    dist = distributed_config(o)
+    if dist is None and (o.nnodes != 1 or o.node_rank or o.rdzv_endpoint):
+        raise UsageError("--nnodes, --node-rank and --rdzv-endpoint need --nproc-per-node.")
+    problem = dist.validate() if dist is not None else ""
+    if problem:
+        raise UsageError(problem)
+    if o.contexts is not None and (
+            not o.contexts or len(set(o.contexts)) != len(o.contexts)
+            or any(c < 0 for c in o.contexts)):
+        raise UsageError("--contexts must list distinct token counts, e.g. 128,512,1024.")
+    if o.seq_lens is not None and (
+            not o.seq_lens or len(set(o.seq_lens)) != len(o.seq_lens)
+            or any(c < 1 for c in o.seq_lens)):
+        raise UsageError("--seq-lens must list distinct lengths of at least 1 token, "
+                         "e.g. 128,256,512.")
+    if o.seq_lens is not None and o.contexts is not None:
+        raise UsageError("--contexts and --seq-lens both give a second axis; a sweep "
+                         "takes one.")
+    if o.global_batch is not None and o.global_batch < 1:
+        raise UsageError(f"--global-batch must be at least 1, not {o.global_batch}.")
+    if o.out_dir is not None:
+        check_writable(Path(o.out_dir))
 
 
 def check_writable(folder: Path) -> None:
@@ -183,7 +147,8 @@ def check_writable(folder: Path) -> None:
 
 def _worker_config(path: str, options: Options) -> WorkerConfig:
     device = options.device
-    timing = TimingConfig() if options.min_time_s is None else TimingConfig.fixed(options.min_time_s)
+    timing = (TimingConfig() if options.min_time_s is None
+              else TimingConfig.fixed(options.min_time_s))
     trace_dir = str(Path(options.out_dir) / "traces") if options.trace and options.out_dir else None
     return WorkerConfig(
         model_path=path,
@@ -205,18 +170,18 @@ def _worker_config(path: str, options: Options) -> WorkerConfig:
 class _ReportWriter(Callbacks):
     """Rewrites the report after every batch size, then forwards to the user's callbacks."""
 
-    def __init__(self, path: str, options: Options, run: dict[str, Any],
+    def __init__(self, target: str, options: Options, run: RunInfo,
                  inner: Callbacks | None) -> None:
-        self.path, self.options, self.run, self.inner = path, options, run, inner
-        self.info: dict[str, Any] = {"target": path}
+        self.options, self.run, self.inner = options, run, inner
+        self.model = ModelInfo(target=target)
         self.ceilings: Ceilings | None = None
         self.probes_s: dict[str, float] = {}  # kernel probes, filled by the sweep as they run
         self.rendered_at = time.monotonic()  # of the last HTML/Markdown (none yet: the start)
 
-    def on_ready(self, info: dict[str, Any]) -> None:
-        self.info = info
+    def on_ready(self, model: ModelInfo) -> None:
+        self.model = model
         if self.inner:
-            self.inner.on_ready(info)
+            self.inner.on_ready(model)
 
     def on_ceilings(self, ceilings: Ceilings) -> None:
         self.ceilings = ceilings
@@ -233,8 +198,8 @@ class _ReportWriter(Callbacks):
 
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         if self.options.out_dir is not None:
-            report = self.build(results, partial=True, stop_reason="sweep in progress",
-                                in_progress=True)
+            report = assemble(self.measured(results, stop=Stop(StopKind.IN_PROGRESS),
+                                            partial=True, in_progress=True))
             now = time.monotonic()
             if now - self.rendered_at >= PARTIAL_RENDER_INTERVAL_S:
                 write_all(report, self.options.out_dir)
@@ -244,24 +209,12 @@ class _ReportWriter(Callbacks):
         if self.inner:
             self.inner.on_result(result, results)
 
-    def build(self, results: list[BatchResult], partial: bool, stop_reason: str,
-              stopped_at_cap: bool = False, grid: list[GridPoint] | None = None,
-              kept_buffers: list[BatchResult] | None = None,
-              kept_buffers_set_by: str = "", in_progress: bool = False) -> Report:
-        report = analyze(self.info, self.ceilings, results, self.options.limits(), self.run,
-                         partial=partial, stop_reason=stop_reason,
-                         stopped_at_cap=stopped_at_cap, objective=self.options.objective,
-                         probes_s=self.probes_s, global_batch=self.options.global_batch,
-                         kept_buffers=kept_buffers, kept_buffers_set_by=kept_buffers_set_by,
-                         in_progress=in_progress)
-        if self.info.get("contexts") and report.model.get("mode") == "inference":
-            # A decode model: its context grid, and (once the sweep is done) the what-if.
-            report.serving = serving_section(report.to_dict(), grid or [], final=not partial)
-            report.explain()
-        if self.info.get("seq_lens"):
-            report.sequence_grid = sequence_grid_section(report.to_dict(), grid or [])
-            report.explain()
-        return report
+    def measured(self, results: list[BatchResult], **fields: Any) -> Measured:
+        """What the sweep measured so far, for the assembler."""
+        return Measured(model=self.model, run=self.run, ceilings=self.ceilings,
+                        results=list(results), limits=limits_of(self.options),
+                        objective=self.options.objective, probes_s=dict(self.probes_s),
+                        global_batch=self.options.global_batch, **fields)
 
 
 def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
@@ -279,7 +232,7 @@ def diagnose_file(path: str | os.PathLike[str], options: Options | None = None,
         NothingMeasuredError: not even the smallest batch size could be measured.
     """
     options = _with_overrides(options, overrides)
-    options.validate()
+    validate_options(options)
     return _run(str(path), None, options, callbacks)
 
 
@@ -302,7 +255,7 @@ def diagnose(build_model: Callable[[], torch.nn.Module], make_inputs: Callable[[
     """
     # Without options the API writes nothing unless asked (Report.save); with them, as told.
     options = _with_overrides(options, overrides if options else {"out_dir": None, **overrides})
-    options.validate()
+    validate_options(options)
     callables = {"build_model": build_model, "make_inputs": make_inputs, "run": run,
                  "make_optimizer": make_optimizer, "loss": loss, "unit": unit,
                  "mode": options.mode, "batch_sizes": options.batch_sizes}
@@ -338,7 +291,7 @@ def _with_overrides(options: Options | None, overrides: dict[str, Any]) -> Optio
 def _torch_version() -> str:
     """torch.__version__ without importing torch here (only the worker needs it)."""
     if "torch" in sys.modules:
-        return sys.modules["torch"].__version__
+        return str(sys.modules["torch"].__version__)
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -349,7 +302,7 @@ def follow_node_zero(path: str | os.PathLike[str], options: Options) -> tuple[in
     """On a node other than 0 of a distributed sweep: run this node's ranks under torch's
     launcher until node 0's sweep ends them; (the launcher's exit code, its output's path).
     Node 0 writes the report."""
-    dist = options.distributed()
+    dist = distributed_config(options)
     if dist is None or dist.node_rank == 0:
         raise UsageError("follow_node_zero runs on nodes other than 0 (--node-rank 1 or more).")
     ranks = LaunchedRanks(_worker_config(str(path), options), dist, options.batch_timeout_s)
@@ -363,7 +316,7 @@ def follow_node_zero(path: str | os.PathLike[str], options: Options) -> tuple[in
 
 def _run(target: str, callables: dict[str, Any] | None, options: Options,
          callbacks: Callbacks | None) -> Report:
-    dist = options.distributed()
+    dist = distributed_config(options)
     if dist is not None and callables is not None:
         raise UsageError("a distributed sweep runs a model file (its ranks import it): pass "
                          "the file to diagnose_file or to the diagnose command.")
@@ -371,40 +324,35 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         raise UsageError(f"node {dist.node_rank} of a distributed sweep only runs its ranks "
                          "(follow_node_zero, or the diagnose command); node 0 writes the report.")
     started = time.time()
-    run = {
-        "tool_version": __version__,
-        "torch_version": _torch_version(),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "options": {k: v for k, v in vars(options).items() if k != "extra"},
-    }
+    run = RunInfo(source=Source.SWEEP, tool_version=__version__,
+                  torch_version=_torch_version(),
+                  started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                  options=dataclasses.replace(options))
     writer = _ReportWriter(target, options, run, callbacks)
     worker = _worker_config(target, options)
     worker.callables = callables
+    limits = limits_of(options)
     config = SweepConfig(
         worker=worker,
         batch_sizes=options.batch_sizes,
-        limits=options.limits(),
+        limits=limits,
         batch_timeout_s=options.batch_timeout_s,
         recalibrate=options.recalibrate,
         measure_ceilings=options.measure_ceilings,
         measure_all=options.measure_all,
-        early_stop=lambda results, remaining, ceilings, prober: early_stop_reason(
-            results, remaining, ceilings, options.limits(),
-            writer.info.get("unit", "sample"), options.objective, prober),
-        final_probes=(lambda results, _ceilings: final_probe_specs(results, options.limits()))
-        if options.op_breakdown else None,
+        early_stop=EarlyStop(limits, options.objective),
+        final_probes=((lambda results, _ceilings: final_probe_specs(results, limits))
+                      if options.op_breakdown else None),
         probes_s=writer.probes_s,
-        distributed=options.distributed(),
+        distributed=dist,
         retime_sizes=retime_sizes if options.allocator_check else None,
     )
     outcome = Sweep(config, writer).run()
-    run["wall_s"] = time.time() - started
-    run["stop_reason"] = outcome.stop_reason
-    report = writer.build(outcome.results, partial=outcome.interrupted,
-                          stop_reason=outcome.stop_reason, stopped_at_cap=outcome.stopped_at_cap,
-                          grid=outcome.grid, kept_buffers=outcome.kept_buffers,
-                          kept_buffers_set_by=outcome.kept_buffers_set_by)
-    report.flags[:0] = outcome.flags
+    writer.run = dataclasses.replace(run, wall_s=time.time() - started)
+    report = assemble(writer.measured(
+        outcome.results, stop=outcome.stop, partial=outcome.interrupted,
+        stopped_at_cap=outcome.stopped_at_cap, flags=outcome.flags, grid=outcome.grid,
+        kept_buffers=outcome.kept_buffers, kept_buffers_set_by=outcome.kept_buffers_set_by))
     if options.out_dir is not None:
         write_all(report, options.out_dir)
     return report
@@ -430,19 +378,22 @@ def nothing_measured_message(report: Report) -> str:
     what = f"batch {first.batch_size} ended as {first.status.value}"
     if first.error:
         what += f": {first.error.splitlines()[0]}"
-    params = report.model.get("parameter_bytes")
+    params = report.model.parameter_bytes
     if first.status in (Status.OOM, Status.KILLED) and params:
-        free = first.available_memory_bytes or report.model.get("available_memory_bytes")
+        free = first.available_memory_bytes or report.model.available_memory_bytes
         what += f" (the model's parameters and buffers take {params / 2**20:,.0f} MiB"
         what += f"; {free / 2**20:,.0f} MiB was free)" if free else ")"
     return what + "."
 
 
 __all__ = [
+    "DEFAULT_OUT_DIR",
     "NothingMeasuredError",
     "Options",
     "diagnose",
     "diagnose_file",
     "exit_code",
     "follow_node_zero",
+    "limits_of",
+    "validate_options",
 ]

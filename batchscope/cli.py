@@ -14,7 +14,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,6 +27,7 @@ from batchscope.api import (
     exit_code,
     follow_node_zero,
     nothing_measured_message,
+    validate_options,
 )
 from batchscope.errors import BatchscopeError, ExitCode, ModelFileError, UsageError
 from batchscope.integrations.hf_models import (
@@ -35,11 +36,8 @@ from batchscope.integrations.hf_models import (
     write_model_file,
 )
 from batchscope.integrations.hf_models import TASKS as HF_TASKS
-from batchscope.plan import (
-    DEFAULT_MAX_BATCH,
-    parse_batch_sizes,
-    parse_ordered_batch_sizes,
-)
+from batchscope.plan import parse_batch_sizes, parse_ordered_batch_sizes
+from batchscope.records.run import DEFAULT_MAX_BATCH
 from batchscope.reports.console import (
     ProgressCallbacks,
     print_bus_bandwidths,
@@ -80,7 +78,7 @@ def parse_contexts(text: str, option: str = "--contexts") -> list[int]:
 
 def fail(exc: BatchscopeError) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
-    detail = getattr(exc, "detail", "")
+    detail = exc.detail if isinstance(exc, ModelFileError) else ""
     if detail:
         err_console.print(detail, markup=False, highlight=False)
     return typer.Exit(code=int(exc.exit_code))
@@ -95,38 +93,183 @@ diagnose_app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
 @diagnose_app.command()
 def diagnose(
-    model: Annotated[Path, typer.Argument(help="Model file (build_model, make_inputs; see README), or hf:MODEL_ID_OR_PATH with --task.")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")] = Path(DEFAULT_OUT_DIR),
-    batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", help="Explicit list, e.g. 1,2,4,8.")] = None,
-    max_batch: Annotated[int, typer.Option("--max-batch", help="Largest batch size to try.")] = DEFAULT_MAX_BATCH,
-    measure_all: Annotated[bool, typer.Option("--measure-all", help="Measure every batch size up to --max-batch: no stop when throughput plateaus or the step-time model predicts the rest cannot change the pick.")] = False,
-    predict_to: Annotated[Optional[int], typer.Option("--predict-to", help="Predict, never measure, every power of two up to this batch size with the step-time model fitted on the measured ones (a model too slow or too large to sweep that far, e.g. --batch-sizes 1,2,4,8 --predict-to 1024): the report labels them, and says which would be the pick if they hold.")] = None,
-    latency_limit_ms: Annotated[Optional[float], typer.Option("--latency-limit-ms", help="Stop above this median step latency.")] = None,
-    memory_budget: Annotated[Optional[str], typer.Option("--memory-budget", help="Stop above this peak memory, e.g. 8GiB.")] = None,
+    model: Annotated[
+        Path,
+        typer.Argument(
+            help="Model file (build_model, make_inputs; see README), or hf:MODEL_ID_OR_PATH with "
+            "--task.",
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")
+    ] = Path(DEFAULT_OUT_DIR),
+    batch_sizes: Annotated[
+        str | None, typer.Option("--batch-sizes", help="Explicit list, e.g. 1,2,4,8.")
+    ] = None,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", help="Largest batch size to try.")
+    ] = DEFAULT_MAX_BATCH,
+    measure_all: Annotated[
+        bool,
+        typer.Option(
+            "--measure-all",
+            help="Measure every batch size up to --max-batch: no stop when throughput plateaus or "
+            "the step-time model predicts the rest cannot change the pick.",
+        ),
+    ] = False,
+    predict_to: Annotated[
+        int | None,
+        typer.Option(
+            "--predict-to",
+            help="Predict, never measure, every power of two up to this batch size with the "
+            "step-time model fitted on the measured ones (a model too slow or too large to sweep "
+            "that far, e.g. --batch-sizes 1,2,4,8 --predict-to 1024): the report labels them, and "
+            "says which would be the pick if they hold.",
+        ),
+    ] = None,
+    latency_limit_ms: Annotated[
+        float | None,
+        typer.Option("--latency-limit-ms", help="Stop above this median step latency."),
+    ] = None,
+    memory_budget: Annotated[
+        str | None, typer.Option("--memory-budget", help="Stop above this peak memory, e.g. 8GiB.")
+    ] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")] = "fp32",
-    compile_model: Annotated[bool, typer.Option("--compile", help="Run the model under torch.compile (inductor); the report separates each shape's compile (first step) from the step time, and attributes the compiled kernels to ops where it can.")] = False,
-    compile_mode: Annotated[Optional[str], typer.Option("--compile-mode", help="torch.compile's mode with --compile: default, reduce-overhead, max-autotune.")] = None,
-    amp: Annotated[Optional[str], typer.Option("--amp", help="bf16 or fp16: run forward and loss under torch.autocast (mixed precision); each op is counted and classified in the dtype it ran in.")] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="inference or train (default: the file's MODE).")] = None,
-    objective: Annotated[str, typer.Option("--objective", help="throughput, or energy (J per unit; needs NVML).")] = "throughput",
-    min_time: Annotated[Optional[float], typer.Option("--min-time", help="Seconds of timed steps per batch size (default: adaptive, 0.05-1 s, until the median is known to ±3%).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds allowed per batch size.")] = 600.0,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="torch intra-op threads.")] = None,
-    trace: Annotated[bool, typer.Option("--trace", help="Export a Perfetto trace per batch size.")] = False,
-    no_ops: Annotated[bool, typer.Option("--no-ops", help="Timing only: skip the per-op breakdown.")] = False,
-    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Re-measure the machine's ceilings.")] = False,
-    allocator_check: Annotated[bool, typer.Option("--allocator-check/--no-allocator-check", help="CPU: when page faults take a share of a step, time those batch sizes again with glibc keeping its buffers and report both side by side (default: on).")] = True,
-    nproc_per_node: Annotated[Optional[int], typer.Option("--nproc-per-node", help="Data parallel: ranks on this node, started by torch.distributed.run (torchrun); the model is wrapped in DistributedDataParallel; batch sizes are per rank.")] = None,
-    nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes in the distributed sweep (as torchrun).")] = 1,
-    node_rank: Annotated[int, typer.Option("--node-rank", help="This node's rank (as torchrun); node 0 writes the report.")] = 0,
-    rdzv_endpoint: Annotated[str, typer.Option("--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (as torchrun).")] = "",
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch to reach: the gradient-accumulation steps it takes at the recommended per-rank batch.")] = None,
-    task: Annotated[Optional[str], typer.Option("--task", help="With hf:MODEL: causal-lm-decode, causal-lm-prefill, causal-lm-train, seq-cls, image-cls or seq2seq-train (built from the config; random weights unless they are local; nothing downloaded).")] = None,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="With hf:MODEL: tokens per row for prefill, classification and training tasks.")] = DEFAULT_SEQ_LEN,
-    context: Annotated[Optional[int], typer.Option("--context", help="With hf:MODEL --task causal-lm-decode: tokens of KV cache per row (default 1024).")] = None,
-    contexts: Annotated[Optional[str], typer.Option("--contexts", help="Decode models: tokens of context, e.g. 128,512,1024 (make_inputs(batch_size, context)); the sweep runs at the first, a small grid of step times at all, for `diagnose serve`.")] = None,
-    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="Sequence models: row lengths, e.g. 128,256,512 (make_inputs(batch_size, seq_len), replacing the file's SEQ_LENS; with hf:MODEL for its sequence tasks): the sweep runs at the first, a grid of batch size × length at all of them.")] = None,
+    compile_model: Annotated[
+        bool,
+        typer.Option(
+            "--compile",
+            help="Run the model under torch.compile (inductor); the report separates each shape's "
+            "compile (first step) from the step time, and attributes the compiled kernels to ops "
+            "where it can.",
+        ),
+    ] = False,
+    compile_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--compile-mode",
+            help="torch.compile's mode with --compile: default, reduce-overhead, max-autotune.",
+        ),
+    ] = None,
+    amp: Annotated[
+        str | None,
+        typer.Option(
+            "--amp",
+            help="bf16 or fp16: run forward and loss under torch.autocast (mixed precision); each "
+            "op is counted and classified in the dtype it ran in.",
+        ),
+    ] = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="inference or train (default: the file's MODE).")
+    ] = None,
+    objective: Annotated[
+        str, typer.Option("--objective", help="throughput, or energy (J per unit; needs NVML).")
+    ] = "throughput",
+    min_time: Annotated[
+        float | None,
+        typer.Option(
+            "--min-time",
+            help="Seconds of timed steps per batch size (default: adaptive, 0.05-1 s, until the "
+            "median is known to ±3%).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds allowed per batch size.")
+    ] = 600.0,
+    threads: Annotated[
+        int | None, typer.Option("--threads", help="torch intra-op threads.")
+    ] = None,
+    trace: Annotated[
+        bool, typer.Option("--trace", help="Export a Perfetto trace per batch size.")
+    ] = False,
+    no_ops: Annotated[
+        bool, typer.Option("--no-ops", help="Timing only: skip the per-op breakdown.")
+    ] = False,
+    recalibrate: Annotated[
+        bool, typer.Option("--recalibrate", help="Re-measure the machine's ceilings.")
+    ] = False,
+    allocator_check: Annotated[
+        bool,
+        typer.Option(
+            "--allocator-check/--no-allocator-check",
+            help="CPU: when page faults take a share of a step, time those batch sizes again with "
+            "glibc keeping its buffers and report both side by side (default: on).",
+        ),
+    ] = True,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc-per-node",
+            help="Data parallel: ranks on this node, started by torch.distributed.run (torchrun); "
+            "the model is wrapped in DistributedDataParallel; batch sizes are per rank.",
+        ),
+    ] = None,
+    nnodes: Annotated[
+        int, typer.Option("--nnodes", help="Nodes in the distributed sweep (as torchrun).")
+    ] = 1,
+    node_rank: Annotated[
+        int,
+        typer.Option(
+            "--node-rank", help="This node's rank (as torchrun); node 0 writes the report."
+        ),
+    ] = 0,
+    rdzv_endpoint: Annotated[
+        str,
+        typer.Option(
+            "--rdzv-endpoint", help="HOST:PORT of node 0, the same on every node (as torchrun)."
+        ),
+    ] = "",
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--global-batch",
+            help="Global batch to reach: the gradient-accumulation steps it takes at the "
+            "recommended per-rank batch.",
+        ),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task",
+            help="With hf:MODEL: causal-lm-decode, causal-lm-prefill, causal-lm-train, seq-cls, "
+            "image-cls or seq2seq-train (built from the config; random weights unless they are "
+            "local; nothing downloaded).",
+        ),
+    ] = None,
+    seq_len: Annotated[
+        int,
+        typer.Option(
+            "--seq-len",
+            help="With hf:MODEL: tokens per row for prefill, classification and training tasks.",
+        ),
+    ] = DEFAULT_SEQ_LEN,
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context",
+            help="With hf:MODEL --task causal-lm-decode: tokens of KV cache per row (default "
+            "1024).",
+        ),
+    ] = None,
+    contexts: Annotated[
+        str | None,
+        typer.Option(
+            "--contexts",
+            help="Decode models: tokens of context, e.g. 128,512,1024 (make_inputs(batch_size, "
+            "context)); the sweep runs at the first, a small grid of step times at all, for "
+            "`diagnose serve`.",
+        ),
+    ] = None,
+    seq_lens: Annotated[
+        str | None,
+        typer.Option(
+            "--seq-lens",
+            help="Sequence models: row lengths, e.g. 128,256,512 (make_inputs(batch_size, "
+            "seq_len), replacing the file's SEQ_LENS; with hf:MODEL for its sequence tasks): the "
+            "sweep runs at the first, a grid of batch size × length at all of them.",
+        ),
+    ] = None,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
@@ -176,7 +319,7 @@ def diagnose(
             rdzv_endpoint=rdzv_endpoint,
             global_batch=global_batch,
         )
-        options.validate()
+        validate_options(options)
     except UsageError as exc:
         raise fail(exc) from None
     if is_hf_target(str(model)):
@@ -259,12 +402,41 @@ def hardware(
 
 @tools_app.command("compare")
 def compare(
-    base: Annotated[str, typer.Argument(help="report.json of the base (e.g. the main branch); several runs comma-separated.")],
-    head: Annotated[str, typer.Argument(help="report.json of the head (e.g. the pull request); several runs comma-separated.")],
-    threshold: Annotated[float, typer.Option("--threshold", help="Fail (exit 1) when throughput at the base's recommended batch size falls by more than this many percent, beyond the noise between runs.")] = 10.0,
-    run_drift: Annotated[float, typer.Option("--run-drift", help="Run-to-run noise, in percent, assumed for a side given as a single report (repeated runs measure it).")] = 5.0,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write the comparison as Markdown to this file.")] = None,
-    output_format: Annotated[str, typer.Option("--format", help="What to print: text (a table) or markdown.")] = "text",
+    base: Annotated[
+        str,
+        typer.Argument(
+            help="report.json of the base (e.g. the main branch); several runs comma-separated."
+        ),
+    ],
+    head: Annotated[
+        str,
+        typer.Argument(
+            help="report.json of the head (e.g. the pull request); several runs comma-separated."
+        ),
+    ],
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            help="Fail (exit 1) when throughput at the base's recommended batch size falls by "
+            "more than this many percent, beyond the noise between runs.",
+        ),
+    ] = 10.0,
+    run_drift: Annotated[
+        float,
+        typer.Option(
+            "--run-drift",
+            help="Run-to-run noise, in percent, assumed for a side given as a single report "
+            "(repeated runs measure it).",
+        ),
+    ] = 5.0,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Also write the comparison as Markdown to this file."),
+    ] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="What to print: text (a table) or markdown.")
+    ] = "text",
 ) -> None:
     """Compare two report.json files: throughput, latency, recommendation, op classes.
 
@@ -282,7 +454,9 @@ def compare(
         if output_format not in ("text", "markdown"):
             raise UsageError(f"--format must be text or markdown, not {output_format!r}.")
         if not 0 < threshold < 100:
-            raise UsageError(f"--threshold must be a percentage between 0 and 100, not {threshold:g}.")
+            raise UsageError(
+                f"--threshold must be a percentage between 0 and 100, not {threshold:g}."
+            )
         if not 0 <= run_drift < 100:
             raise UsageError(f"--run-drift must be a percentage from 0 to 100, not {run_drift:g}.")
         result = compare_files([p for p in base.split(",") if p],
@@ -295,7 +469,9 @@ def compare(
         try:
             atomic_write_text(markdown, text)
         except OSError as exc:
-            raise fail(UsageError(f"cannot write --markdown {markdown}: {exc.strerror or exc}.")) from None
+            raise fail(
+                UsageError(f"cannot write --markdown {markdown}: {exc.strerror or exc}.")
+            ) from None
     if output_format == "markdown":
         sys.stdout.write(text)
     else:
@@ -305,9 +481,20 @@ def compare(
 
 @tools_app.command("trace")
 def trace(
-    traces: Annotated[list[Path], typer.Argument(help="torch.profiler traces (.json or .json.gz), one per batch size, or one per rank of one step.")],
-    batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", help="The batch size of each trace, in order, e.g. 8,16,32.")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")] = Path(DEFAULT_OUT_DIR),
+    traces: Annotated[
+        list[Path],
+        typer.Argument(
+            help="torch.profiler traces (.json or .json.gz), one per batch size, or one per rank "
+            "of one step.",
+        ),
+    ],
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option("--batch-sizes", help="The batch size of each trace, in order, e.g. 8,16,32."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")
+    ] = Path(DEFAULT_OUT_DIR),
 ) -> None:
     """Analyse recorded torch.profiler traces (from your own GPU runs): the same report.
 
@@ -317,6 +504,8 @@ def trace(
     Example: diagnose trace rank0.pt.trace.json.gz rank1.pt.trace.json.gz --batch-sizes 64
     """
     from batchscope.api import check_writable
+    from batchscope.records import FlagKind
+    from batchscope.reports.flag_text import flag_text
     from batchscope.traces.diagnose import diagnose_traces
 
     try:
@@ -326,11 +515,12 @@ def trace(
     except BatchscopeError as exc:
         raise fail(exc) from None
     for flag in report.flags:
-        if flag.startswith("not read: "):
-            err_console.print(f"warning: {flag}", markup=False)
+        if flag.kind == FlagKind.TRACE_NOT_READ:
+            err_console.print(f"warning: {flag_text(flag)}", markup=False)
     for batch in report.batches:
         for flag in batch.flags:
-            err_console.print(f"note: {Path(batch.trace_path).name}: {flag}", markup=False)
+            err_console.print(f"note: {Path(batch.trace_path).name}: {flag_text(flag)}",
+                              markup=False)
     print_summary(out_console, report)
     err_console.print(f"report written to {out}/", markup=False)
     raise typer.Exit(code=0)
@@ -339,19 +529,80 @@ def trace(
 @tools_app.command("serve")
 def serve(
     report: Annotated[Path, typer.Argument(help="report.json of a decode model's sweep.")],
-    rate: Annotated[Optional[list[float]], typer.Option("--rate", help="Offered requests per second; repeat for several (default: six loads from light to past saturation).")] = None,
-    requests: Annotated[int, typer.Option("--requests", help="Requests in the seeded Poisson stream.")] = 500,
-    prompt_tokens: Annotated[Optional[str], typer.Option("--prompt-tokens", help="Prompt length, e.g. 128 or 64:512 (uniform); default: the sweep's context.")] = None,
-    output_tokens: Annotated[str, typer.Option("--output-tokens", help="Tokens generated per request, e.g. 128 or 16:256 (uniform).")] = "16:256",
-    trace_file: Annotated[Optional[Path], typer.Option("--trace", help="Requests to replay instead (CSV or JSON lines: arrival_s, prompt_tokens, output_tokens); --rate rescales its arrivals.")] = None,
+    rate: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--rate",
+            help="Offered requests per second; repeat for several (default: six loads from light "
+            "to past saturation).",
+        ),
+    ] = None,
+    requests: Annotated[
+        int, typer.Option("--requests", help="Requests in the seeded Poisson stream.")
+    ] = 500,
+    prompt_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt-tokens",
+            help="Prompt length, e.g. 128 or 64:512 (uniform); default: the sweep's context.",
+        ),
+    ] = None,
+    output_tokens: Annotated[
+        str,
+        typer.Option(
+            "--output-tokens", help="Tokens generated per request, e.g. 128 or 16:256 (uniform)."
+        ),
+    ] = "16:256",
+    trace_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            help="Requests to replay instead (CSV or JSON lines: arrival_s, prompt_tokens, "
+            "output_tokens); --rate rescales its arrivals.",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the request stream.")] = 0,
-    caps: Annotated[Optional[str], typer.Option("--caps", help="Batch caps to try, e.g. 8,32,64 (default: every measured batch size).")] = None,
-    kv_memory: Annotated[Optional[str], typer.Option("--kv-memory", help="Memory for the KV cache, e.g. 8GiB (default: 90% of what the sweep found free beside the weights).")] = None,
-    slo_ttft_ms: Annotated[Optional[float], typer.Option("--slo-ttft-ms", help="Target p99 time to first token, ms.")] = None,
-    slo_tpot_ms: Annotated[Optional[float], typer.Option("--slo-tpot-ms", help="Target p99 time per output token, ms.")] = None,
-    prefill_ms_per_token: Annotated[float, typer.Option("--prefill-ms-per-token", help="Prefill cost charged at admission (default 0: the prompt's KV is taken as ready).")] = 0.0,
-    context: Annotated[Optional[int], typer.Option("--context", help="Tokens of context the sweep's steps held, when the model file set no CONTEXTS.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for serving.json/html/md (default: the report's folder).")] = None,
+    caps: Annotated[
+        str | None,
+        typer.Option(
+            "--caps", help="Batch caps to try, e.g. 8,32,64 (default: every measured batch size)."
+        ),
+    ] = None,
+    kv_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-memory",
+            help="Memory for the KV cache, e.g. 8GiB (default: 90% of what the sweep found free "
+            "beside the weights).",
+        ),
+    ] = None,
+    slo_ttft_ms: Annotated[
+        float | None, typer.Option("--slo-ttft-ms", help="Target p99 time to first token, ms.")
+    ] = None,
+    slo_tpot_ms: Annotated[
+        float | None, typer.Option("--slo-tpot-ms", help="Target p99 time per output token, ms.")
+    ] = None,
+    prefill_ms_per_token: Annotated[
+        float,
+        typer.Option(
+            "--prefill-ms-per-token",
+            help="Prefill cost charged at admission (default 0: the prompt's KV is taken as "
+            "ready).",
+        ),
+    ] = 0.0,
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context",
+            help="Tokens of context the sweep's steps held, when the model file set no CONTEXTS.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder for serving.json/html/md (default: the report's folder)."
+        ),
+    ] = None,
 ) -> None:
     """Static against continuous batching, simulated from a report's step times.
 
@@ -361,6 +612,7 @@ def serve(
     """
     from batchscope.reports.json_report import atomic_write_text, load_report
     from batchscope.reports.serving_render import (
+        document,
         print_serving,
         render_html,
         render_markdown,
@@ -370,7 +622,7 @@ def serve(
     from batchscope.serving.whatif import WhatIfOptions, what_if
 
     try:
-        doc = load_report(report)
+        decoded = load_report(report)
         options = WhatIfOptions(
             rates_per_s=list(rate) if rate else None, requests=requests,
             prompt_tokens=parse_token_range(prompt_tokens, "--prompt-tokens", 0)
@@ -384,7 +636,7 @@ def serve(
             prefill_s_per_token=prefill_ms_per_token / 1e3, context=context)
         if context is not None and not 0 <= context <= 10_000_000:
             raise UsageError(f"--context must be a token count from 0 up, not {context}.")
-        result = what_if(doc, options)
+        result = what_if(decoded, options)
         folder = out if out is not None else report.parent
         from batchscope.api import check_writable
 
@@ -392,7 +644,7 @@ def serve(
     except BatchscopeError as exc:
         raise fail(exc) from None
     atomic_write_text(folder / "serving.json",
-                      json.dumps(result, indent=1, allow_nan=False) + "\n")
+                      json.dumps(document(result), indent=1, allow_nan=False) + "\n")
     atomic_write_text(folder / "serving.html", render_html(result))
     atomic_write_text(folder / "serving.md", render_markdown(result))
     print_serving(out_console, result)

@@ -71,7 +71,7 @@ class ModelSpec:
 
     path: Path
     build_model: Callable[[], torch.nn.Module]
-    make_inputs: Callable[[int], Any]
+    make_inputs: Callable[..., Any]  # (batch_size) or, with CONTEXTS/SEQ_LENS, (batch_size, length)
     run: Callable[[torch.nn.Module, Any], Any] | None
     batch_sizes: list[int] | None
     unit: str
@@ -225,9 +225,12 @@ def _check_function(name: str, fn: Any, where: str,
     try:
         signature.bind(*parameters)
     except TypeError:
-        why = (f" (with {'CONTEXTS or --contexts' if parameters[-1] == 'context' else 'SEQ_LENS or --seq-lens'}"
-               f" it is given the {parameters[-1].replace('_', ' ')} too)"
-               if parameters != PARAMETERS[name] else "")
+        why = ""
+        if parameters != PARAMETERS[name]:
+            given = ("CONTEXTS or --contexts" if parameters[-1] == "context"
+                     else "SEQ_LENS or --seq-lens")
+            why = (f" (with {given}"
+                   f" it is given the {parameters[-1].replace('_', ' ')} too)")
         raise ModelFileError(f"{where}: {name} cannot be called as {name}("
                              f"{', '.join(parameters)}){why}; check its parameters.") from None
 
@@ -263,9 +266,8 @@ def import_model_file(path: Path) -> Any:
         ) from None
     except Exception as exc:  # noqa: BLE001 - any user exception becomes one sentence
         sys.modules.pop(module_name, None)
-        err = ModelFileError(f"importing {path} raised {_sentence(describe_exception(exc))}")
-        err.detail = user_frames(exc)  # type: ignore[attr-defined]
-        raise err from None
+        raise ModelFileError(f"importing {path} raised {_sentence(describe_exception(exc))}",
+                             detail=user_frames(exc)) from None
     return module
 
 

@@ -34,9 +34,16 @@ class UsageError(BatchscopeError):
 
 
 class ModelFileError(BatchscopeError):
-    """The model file breaks the contract (DESIGN.md, "The model-file contract")."""
+    """The model file breaks the contract (DESIGN.md, "The model-file contract").
+
+    ``detail`` holds the user's own frames of the traceback behind it, when there is one:
+    the CLI prints them under the sentence."""
 
     exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class NothingMeasuredError(BatchscopeError):

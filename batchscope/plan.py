@@ -5,15 +5,13 @@ Pure logic over the results so far, so every stop rule is testable without a mod
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchscope.errors import UsageError
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, Status, Stop, StopKind
+from batchscope.records.report import LimitKind, OverLimit
+from batchscope.records.run import DEFAULT_MAX_BATCH
 
-# Powers of two up to this unless --max-batch says otherwise: far past the knee of the
-# models we target, and the plateau rule stops long before it on most of them.
-DEFAULT_MAX_BATCH = 1024
 # The sweep stops once the last PLATEAU_PATIENCE doublings together lifted the best
 # throughput by less than this: they doubled the latency twice for a gain inside the 10%
 # the recommendation rule forgives anyway. Judged over the doublings together, not each:
@@ -88,21 +86,16 @@ def default_batch_sizes(max_batch: int) -> list[int]:
     return sizes
 
 
-def over_limits(result: BatchResult, limits: Limits) -> str:
-    """Why ``result`` breaks a user limit, or "" when it does not."""
-    if result.latency_s is not None and limits.latency_limit_s is not None:
-        if result.latency_s.median > limits.latency_limit_s:
-            return (
-                f"latency {result.latency_s.median * 1e3:.1f} ms is over the limit of "
-                f"{limits.latency_limit_s * 1e3:.1f} ms"
-            )
-    if result.peak_memory_bytes is not None and limits.memory_budget_bytes is not None:
-        if result.peak_memory_bytes > limits.memory_budget_bytes:
-            return (
-                f"peak memory {result.peak_memory_bytes / 2**20:.0f} MiB is over the budget "
-                f"of {limits.memory_budget_bytes / 2**20:.0f} MiB"
-            )
-    return ""
+def over_limits(result: BatchResult, limits: Limits) -> OverLimit | None:
+    """The user limit ``result`` breaks (latency first), or None when it breaks none."""
+    latency, budget = limits.latency_limit_s, limits.memory_budget_bytes
+    if (result.latency_s is not None and latency is not None
+            and result.latency_s.median > latency):
+        return OverLimit(result.batch_size, LimitKind.LATENCY, result.latency_s.median, latency)
+    if (result.peak_memory_bytes is not None and budget is not None
+            and result.peak_memory_bytes > budget):
+        return OverLimit(result.batch_size, LimitKind.MEMORY, result.peak_memory_bytes, budget)
+    return None
 
 
 class Plan:
@@ -115,82 +108,83 @@ class Plan:
     """
 
     def __init__(self, explicit: list[int] | None, limits: Limits,
-                 early_stop: Callable[[list[BatchResult], list[int]], str] | None = None,
                  measure_all: bool = False) -> None:
         self.explicit = explicit is not None
         self.limits = limits
-        # Given the results so far and the batch sizes still to go, why they need not be
-        # measured ("" to go on): the fitted step-time model's prediction (set by the API,
-        # which owns the classifiers). Neither it nor the plateau rule applies with
-        # ``measure_all`` or an explicit list.
-        self.early_stop = early_stop
         self.measure_all = measure_all
         if explicit is not None:
             self.candidates = sorted(b for b in explicit if b <= limits.max_batch)
         else:
             self.candidates = default_batch_sizes(limits.max_batch)
-        self.stop_reason = ""
+        self.stop: Stop | None = None
         self.stopped_at_cap = False  # True when the default sweep ran out of batch sizes
 
+    @property
+    def may_stop_early(self) -> bool:
+        """Whether the predicted stop applies: not to an explicit list, nor --measure-all."""
+        return not (self.explicit or self.measure_all)
+
+    def remaining(self, results: list[BatchResult]) -> list[int]:
+        """The candidates above the largest batch size tried that are still to measure."""
+        done = {r.batch_size for r in results}
+        top = max(done, default=0)
+        return [b for b in self.candidates if b > top and b not in done]
+
+    def stop_early(self, stop: Stop) -> None:
+        """End the plan before :meth:`next_batch` runs out: the sweep's predicted stop."""
+        self.stop = stop
+
     def next_batch(self, results: list[BatchResult]) -> int | None:
-        """The next batch size to run, or None (then :attr:`stop_reason` says why)."""
+        """The next batch size to run, or None (then :attr:`stop` says why)."""
+        if self.stop is not None:
+            return None
         done = {r.batch_size for r in results}
         if results:
-            reason = self._stop_rule(results)
-            if reason:
-                self.stop_reason = reason
+            stop = self._stop_rule(results)
+            if stop is not None:
+                self.stop = stop
                 return None
         for b in self.candidates:
             if b not in done:
-                self.stop_reason = repeated_errors(results)
-                return None if self.stop_reason else b
+                self.stop = repeated_errors(results)
+                return None if self.stop else b
         self.stopped_at_cap = not self.explicit
-        self.stop_reason = (
-            "every requested batch size was measured" if self.explicit
-            else f"reached the largest batch size ({self.candidates[-1]})"
-        )
+        self.stop = (Stop(StopKind.LIST_DONE) if self.explicit
+                     else Stop(StopKind.CAP, values={"largest": self.candidates[-1]}))
         return None
 
-    def _stop_rule(self, results: list[BatchResult]) -> str:
+    def _stop_rule(self, results: list[BatchResult]) -> Stop | None:
         last = results[-1]
         if last.status == Status.SKIPPED:
-            return f"batch {last.batch_size} {last.error}"
+            return Stop(StopKind.SKIPPED, last.batch_size)
         if last.status in _STOP_GOING_UP:
-            return f"batch {last.batch_size} ended as {last.status.value}"
+            return Stop(StopKind.FAILED, last.batch_size, {"status": last.status.value})
         limit = over_limits(last, self.limits)
-        if limit:
-            return f"batch {last.batch_size}: {limit}"
-        if self.explicit or self.measure_all:
-            return ""
-        if _plateaued(results):
-            return (
-                f"throughput plateaued: the last {PLATEAU_PATIENCE} doublings together added "
-                f"less than {PLATEAU_GAIN:.0%} over the best before them"
-            )
-        if self.early_stop is not None and last.status == Status.OK:
-            done = {r.batch_size for r in results}
-            remaining = [b for b in self.candidates if b > last.batch_size and b not in done]
-            return self.early_stop(results, remaining) if remaining else ""
-        return ""
+        if limit is not None:
+            kind = (StopKind.OVER_LATENCY_LIMIT if limit.kind == LimitKind.LATENCY
+                    else StopKind.OVER_MEMORY_BUDGET)
+            return Stop(kind, last.batch_size, {"measured": limit.measured,
+                                                "limit": limit.limit})
+        if self.may_stop_early and _plateaued(results):
+            return Stop(StopKind.PLATEAU, values={"doublings": PLATEAU_PATIENCE,
+                                                  "gain": PLATEAU_GAIN})
+        return None
 
 
-def repeated_errors(results: list[BatchResult]) -> str:
-    """Why the sweep stops going up: the last REPEATED_ERROR_LIMIT batch sizes all failed
-    with an error a fresh worker did not cure; "" when they did not.
+def repeated_errors(results: list[BatchResult]) -> Stop | None:
+    """The stop when the last REPEATED_ERROR_LIMIT batch sizes all failed with an error a
+    fresh worker did not cure; None when they did not.
 
     Example:
-        >>> repeated_errors([BatchResult(b, Status.MODEL_ERROR) for b in (4, 8)])
-        'batches 4 and 8 in a row ended as model_error; larger batch sizes were not tried'
+        >>> repeated_errors([BatchResult(b, Status.MODEL_ERROR) for b in (4, 8)]).values
+        {'batch_sizes': [4, 8], 'statuses': ['model_error']}
     """
     last = results[-REPEATED_ERROR_LIMIT:]
     if len(last) < REPEATED_ERROR_LIMIT or any(r.status not in _RETRIED for r in last):
-        return ""
-    sizes = [str(r.batch_size) for r in last]
-    statuses = list(dict.fromkeys(r.status.value for r in last))
-    return (
-        f"batches {', '.join(sizes[:-1])} and {sizes[-1]} in a row ended as "
-        f"{' and '.join(statuses)}; larger batch sizes were not tried"
-    )
+        return None
+    return Stop(StopKind.REPEATED_ERRORS, values={
+        "batch_sizes": [r.batch_size for r in last],
+        "statuses": list(dict.fromkeys(r.status.value for r in last))})
 
 
 def _plateaued(results: list[BatchResult]) -> bool:
@@ -264,7 +258,7 @@ def grid_batch_sizes(results: list[BatchResult], base_context: int, context: int
             continue
         if free is not None and predicted - peak > MEMORY_HEADROOM * free:
             continue
-        if r.latency_s.median * max(scale, 1.0) > GRID_MAX_STEP_S:
+        if r.latency_s is None or r.latency_s.median * max(scale, 1.0) > GRID_MAX_STEP_S:
             continue
         fits.append(r.batch_size)
     if len(fits) <= GRID_MAX_SIZES:

@@ -66,7 +66,7 @@ def quote(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
 def _decimal_digits(value: int) -> int:
     """How many decimal digits ``value`` has, without printing it."""
     digits = int(abs(value).bit_length() * math.log10(2))
-    return digits + (abs(value) >= 10**digits)
+    return digits + int(abs(value) >= 10**digits)
 
 
 def _library_dirs() -> list[str]:

@@ -15,31 +15,31 @@ synchronised: the loop as it runs, data loading included; steps under a millisec
 blocks, with NVML on a GPU and page faults on the CPU, as the sweep's timing pass does),
 profiles a few with the sweep's own profiler session, counts one under the counting mode,
 then removes every hook and writes the same report as ``diagnose`` for that one batch
-size, plus labelled estimates of larger batch sizes. Nothing it does changes the loop's numerics: the profiler only observes, and
-the counting mode runs every op exactly as it would run anyway.
+size (built by the one assembler, :func:`batchscope.assemble.assemble`), plus labelled
+estimates of larger batch sizes. Nothing it does changes the loop's numerics: the profiler
+only observes, and the counting mode runs every op exactly as it would run anyway.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from batchscope import __version__
-from batchscope.classifiers.analyze import analyze
-from batchscope.classifiers.estimate import estimate_batch
+from batchscope.assemble import Measured, assemble
 from batchscope.errors import UsageError
-from batchscope.plan import Limits
+from batchscope.hardware.nvml_window import NvmlWindow
 from batchscope.profiler.capture import (
     ProfilerSession,
     ProfilerUnavailable,
     StepCapture,
 )
-from batchscope.profiler.counting import counting
+from batchscope.profiler.counting import CountingSession, counting
 from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import (
@@ -50,17 +50,26 @@ from batchscope.profiler.measurement import (
     record_timing,
     step_monitors,
 )
-from batchscope.profiler.memory import PeakMemory, available_bytes
-from batchscope.profiler.timing import (
-    BLOCK_MIN_S,
-    STOPPED_BY_SAMPLES,
-    STOPPED_BY_WINDOW,
-    block_steps_for,
-    latency_stats,
-)
+from batchscope.profiler.memory import MemoryReading, PeakMemory, available_bytes
+from batchscope.profiler.model_info import parameter_bytes, parameter_count
+from batchscope.profiler.timing import BLOCK_MIN_S, block_steps_for, latency_stats
 from batchscope.profiler.training import persistent_tensors
-from batchscope.records import BatchResult, Report, Status
+from batchscope.records import (
+    BatchResult,
+    Flag,
+    FlagKind,
+    ModelInfo,
+    Report,
+    RunInfo,
+    Source,
+    Status,
+    Stop,
+    StopKind,
+    StoppedBy,
+)
+from batchscope.records.report import IntegrationInfo, Mode, WatchInfo
 from batchscope.tensors import iter_tensors
+from batchscope.version import __version__
 
 WARMUP_STEPS = 2  # first steps allocate gradients and optimizer state, autotune kernels
 TIMED_STEPS = 8  # timed samples: single steps, or blocks of fast steps
@@ -109,6 +118,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             of steps lasting about one, and on a GPU, while NVML samples, the timed steps
             last at least a second so that it sees them; ``latency_s.stopped_by`` then says
             "nvml_window").
+        integration: for the trainer callbacks (integrations/): the trainer watched, in
+            the report's ``run.integration``.
+        flags: for the trainer callbacks: what the trainer's settings mean for the report,
+            among its flags.
 
     Raises:
         UsageError: a step count, batch size or unit it cannot use (:func:`check_watch_args`).
@@ -117,11 +130,14 @@ class watch:  # noqa: N801 - used as a context manager, named like one
     def __init__(self, model: torch.nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
                  batch_size: int | None = None, unit: str = "sample",
                  out_dir: str | None = "batchscope-report", warmup_steps: int = WARMUP_STEPS,
-                 timed_steps: int = TIMED_STEPS, profiled_steps: int = PROFILED_STEPS) -> None:
+                 timed_steps: int = TIMED_STEPS, profiled_steps: int = PROFILED_STEPS,
+                 integration: IntegrationInfo | None = None,
+                 flags: Sequence[Flag] = ()) -> None:
         check_watch_args(batch_size=batch_size, unit=unit, warmup_steps=warmup_steps,
                          timed_steps=timed_steps, profiled_steps=profiled_steps)
         self.model, self.optimizer = model, optimizer
         self.batch_size, self.unit, self.out_dir = batch_size, unit, out_dir
+        self._integration, self._flags = integration, list(flags)
         phases = [(WARMUP, warmup_steps), (TIMED, timed_steps),
                   (PROFILED, 1 + profiled_steps), (COUNTED, 1)]
         self._phases = [(name, n) for name, n in phases if n > 0]
@@ -142,20 +158,21 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._in_block = 0
         self._timed_begin = 0.0
         self._timed_s = 0.0  # how long the timed steps ran
-        self._stopped_by = ""  # what ended them (timing.STOPPED_BY)
+        self._stopped_by = StoppedBy.NONE  # what ended them
         self._memory = PeakMemory(self._device)
         self._sampler = device_sampler(self._device)
         self._monitors = step_monitors(self._device, self._sampler)
         self._window_min_s = (NVML_WINDOW_MIN_S if nvml_samples(self._device, self._sampler)
                               else 0.0)
-        self._observed: tuple[Any, ...] | None = None  # (memory, NVML window, page faults)
+        # What observed the timed steps: peak memory, the NVML window, page faults.
+        self._observed: tuple[MemoryReading, NvmlWindow, int | None] | None = None
         self._timing = False
         # Profiling and counting.
         self._profiling = ProfilerSession(self._device)
         self._profiling_on = False
         self._captured: list[StepCapture] = []
-        self._no_breakdown = ""
-        self._session: Any = None
+        self._no_breakdown: Flag | None = None  # why the profiler could not run
+        self._session: CountingSession | None = None
 
     # -- the context manager -------------------------------------------------------------
     def __enter__(self) -> watch:
@@ -198,11 +215,11 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._left -= 1
         if phase == TIMED:
             self._timed_s = now - self._timed_begin
-            if self._left <= 0 and not self._stopped_by:
-                self._stopped_by = STOPPED_BY_SAMPLES
+            if self._left <= 0 and self._stopped_by == StoppedBy.NONE:
+                self._stopped_by = StoppedBy.SAMPLES
             if self._left <= 0 and self._timed_s < self._window_min_s:
                 self._left = 1  # NVML needs a steady window of at least a second
-                self._stopped_by = STOPPED_BY_WINDOW
+                self._stopped_by = StoppedBy.NVML_WINDOW
         if self._left <= 0:
             self._end_phase(phase)
             self._phase += 1
@@ -239,7 +256,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                 self._profiling.start()
                 self._profiling_on = True
             except ProfilerUnavailable as exc:
-                self._no_breakdown = f"no op breakdown: {exc}"
+                self._no_breakdown = Flag(FlagKind.NO_BREAKDOWN, values={"reason": str(exc)})
 
     def _begin_step(self, phase: str) -> None:
         if phase == PROFILED and self._profiling_on:
@@ -274,13 +291,28 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                                   stopped_by=self._stopped_by)
             record_timing(result, stats, *self._observed)
         result.available_memory_bytes = available_bytes(self._device)
-        if self._no_breakdown:
+        if self._no_breakdown is not None:
             result.flags.append(self._no_breakdown)
         if self._captured and self._session is not None:
             fill_breakdown(result, self._session.ops, self._captured)
             if self._device.type == "cuda":  # kernel times: the sweep's device terms
                 apply_device_time(result, result.latency_s.median if result.latency_s else None)
         return result
+
+    def _model_info(self) -> ModelInfo:
+        """The watched model as the sweep's worker describes its own."""
+        model = self.model
+        return ModelInfo(
+            target=f"watch({type(model).__name__})",
+            mode=Mode.TRAIN if model.training else Mode.INFERENCE,
+            unit=self.unit,
+            dtype=str(next((p.dtype for p in model.parameters()),
+                           torch.float32)).replace("torch.", ""),
+            parameters=parameter_count(model),
+            parameter_bytes=parameter_bytes(model),
+            device=str(self._device),
+            threads=torch.get_num_threads(),
+        )
 
     def _finish(self, partial: bool) -> None:
         self._step_stack.close()
@@ -291,25 +323,16 @@ class watch:  # noqa: N801 - used as a context manager, named like one
 
         ceilings = load_or_measure(self._device)
         result = self._result()
-        info = {"target": f"watch({type(self.model).__name__})", "unit": self.unit,
-                "mode": "train" if self.model.training else "inference",
-                "parameters": sum(p.numel() for p in self.model.parameters()),
-                "parameter_bytes": sum(p.numel() * p.element_size()
-                                       for p in self.model.parameters()),
-                "dtype": str(next((p.dtype for p in self.model.parameters()),
-                                  torch.float32)).replace("torch.", ""),
-                "device": str(self._device), "threads": torch.get_num_threads()}
-        run = {"tool_version": __version__, "torch_version": torch.__version__,
-               "watch": {"steps": self.index, "timed_steps": len(self._samples) * self._block,
-                         "block_steps": self._block}}
-        report = analyze(info, ceilings, [result] if result.latency_s else [], Limits(), run,
-                         partial=partial, stop_reason="watched steps done" if not partial
-                         else "the loop ended before the watched steps were done")
-        classified = report.batches[0] if report.batches else None
-        if classified is not None:
-            estimates = [estimate_batch(classified, ceilings, classified.batch_size * k)
-                         for k in ESTIMATE_FACTORS]
-            report.estimates = [e for e in estimates if e is not None]
+        run = RunInfo(
+            source=Source.WATCH, tool_version=__version__, torch_version=torch.__version__,
+            watch=WatchInfo(steps=self.index, timed_steps=len(self._samples) * self._block,
+                            block_steps=self._block),
+            integration=self._integration)
+        report = assemble(Measured(
+            model=self._model_info(), run=run, ceilings=ceilings,
+            results=[result] if result.latency_s else [], partial=partial,
+            stop=Stop(StopKind.WATCH_CUT_SHORT if partial else StopKind.WATCH_DONE),
+            flags=list(self._flags), estimate_factors=ESTIMATE_FACTORS))
         self.report = report
         if self.out_dir is not None:
             from batchscope.reports import write_all

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import diagnose_cli  # noqa: E402
+from benchmarks._common import diagnose_cli
 
 # The batch sizes of the acceptance test in tests/test_samples_roofline.py, and the default
 # sweep of the decode sample, whose knee lies inside them on both CPUs seen so far.

@@ -5,8 +5,8 @@ the worker runs), ``torch.utils.flop_counter.FlopCounterMode`` over the same ste
 they import, fvcore (``FlopCountAnalysis``), ptflops (both backends), thop and DeepSpeed's
 flops profiler over the model's forward. fvcore, ptflops and thop report multiply-accumulates
 (MACs); they are doubled here to FLOPs (a multiply and an add are two FLOPs, as batchscope,
-flop_counter and DeepSpeed count), and ptflops' pytorch backend, which reports per sample, is multiplied
-back by the batch size. The module- and trace-based tools see the forward pass
+flop_counter and DeepSpeed count), and ptflops' pytorch backend, which reports per sample, is
+multiplied back by the batch size. The module- and trace-based tools see the forward pass
 only: for a training sample their totals leave out backward and the optimizer.
 
 Then one probe per kind of op the samples use (a module or call on its own) says which tool
@@ -294,18 +294,19 @@ def main() -> None:
         top = sorted(fl_missing.items(), key=lambda kv: -kv[1])[:6]
         notes.append(f"- {name}: flop_counter has no FLOPs for "
                      + ", ".join(f"`{op}` ({f / ref:.1%})" for op, f in top)
-                     + (f"; batchscope leaves uncounted: {', '.join(result['batchscope_uncounted'])}"
+                     + ("; batchscope leaves uncounted: "
+                        f"{', '.join(result['batchscope_uncounted'])}"
                         if result["batchscope_uncounted"] else "; batchscope counts every op"))
         if "fvcore_detail" in result:
             skipped = result["fvcore_detail"][1]
             notes.append(f"  fvcore skips: {', '.join(skipped) or 'nothing'}")
         print(f"{path}: done", file=sys.stderr, flush=True)
     print(f"FLOPs per step at batch {args.batch_size} (share of batchscope's count)\n")
-    print(table(["sample"] + TOOLS, rows))
+    print(table(["sample", *TOOLS], rows))
     print()
     print("\n".join(notes))
     print("\nWhich tool counts each kind of op the samples use (✓ counted, ✗ missed)\n")
-    print(table(["op", "in samples"] + TOOLS, probe_table()))
+    print(table(["op", "in samples", *TOOLS], probe_table()))
 
 
 if __name__ == "__main__":

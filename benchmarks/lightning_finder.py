@@ -1,11 +1,11 @@
 """PyTorch Lightning's BatchSizeFinder (power mode) on a batchscope model file.
 
 The model file becomes a LightningModule (``validation_step`` running the forward pass for
-inference files, the file's loss and optimizer for training files) with a DataLoader whose ``collate_fn`` builds the
-batch with the file's ``make_inputs`` (once per batch size, as batchscope and the plain
-sweep do). ``Tuner.scale_batch_size(mode="power")`` then doubles the batch size, running
-``steps_per_trial`` steps at each, until an out-of-memory error or ``max_val``; its pick is
-the largest batch size that did not fail.
+inference files, the file's loss and optimizer for training files) with a DataLoader whose
+``collate_fn`` builds the batch with the file's ``make_inputs`` (once per batch size, as
+batchscope and the plain sweep do). ``Tuner.scale_batch_size(mode="power")`` then doubles the
+batch size, running ``steps_per_trial`` steps at each, until an out-of-memory error or
+``max_val``; its pick is the largest batch size that did not fail.
 
 Lightning's defaults are kept (init_val 2, steps_per_trial 3, max_trials 25) except
 ``max_val``, set to batchscope's default ``--max-batch`` (1024): without it the finder keeps

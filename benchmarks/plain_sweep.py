@@ -49,13 +49,17 @@ def make_step(module: Any, model: torch.nn.Module, inputs: Any,
     ``model(x)``); in training mode plus the loss, backward and optimizer step."""
     run = getattr(module, "run", None)
     if run is not None:
-        forward = lambda: run(model, inputs)
+        def forward() -> Any:
+            return run(model, inputs)
     elif isinstance(inputs, Mapping):
-        forward = lambda: model(**inputs)
+        def forward() -> Any:
+            return model(**inputs)
     elif isinstance(inputs, (tuple, list)):
-        forward = lambda: model(*inputs)
+        def forward() -> Any:
+            return model(*inputs)
     else:
-        forward = lambda: model(inputs)
+        def forward() -> Any:
+            return model(inputs)
     if optimizer is None:
         return forward
     loss_fn = module.loss

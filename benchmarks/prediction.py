@@ -23,12 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from batchscope.classifiers.critical_batch import measured_knee  # noqa: E402
-from batchscope.classifiers.roofline import classify_batch  # noqa: E402
-from batchscope.classifiers.step_model import fit_step_model, probe_specs  # noqa: E402
-from batchscope.hardware.types import Ceilings  # noqa: E402
-from batchscope.records import batch_result_from_dict  # noqa: E402
-from benchmarks._common import SAMPLES, diagnose_cli  # noqa: E402
+from batchscope.classifiers.critical_batch import measured_knee
+from batchscope.classifiers.roofline import classify_batch
+from batchscope.classifiers.step_model import fit_step_model, probe_specs
+from batchscope.hardware.types import Ceilings
+from batchscope.records import BatchResult
+from batchscope.records.codec import decode
+from benchmarks._common import SAMPLES, diagnose_cli
 
 
 def report_of(sample: str, source: Path | None, max_batch: int) -> dict:
@@ -50,8 +51,8 @@ def _probes(small: list, sizes: list[int], ceilings: Ceilings, doc: dict) -> dic
     params = doc["model"].get("parameter_bytes") or 0
     cold = ceilings.cache_bytes if params > (ceilings.cache_bytes or 0) else None
     dtype = getattr(torch, doc["model"].get("dtype") or "float32")
-    return run_probes(probe_specs(small, sizes, budget_s=float("inf")), dtype, torch.device("cpu"), lambda: None,
-                      cold)["times_s"]
+    return run_probes(probe_specs(small, sizes, budget_s=float("inf")), dtype,
+                      torch.device("cpu"), lambda: None, cold)["times_s"]
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
             print(f"{sample}: no recorded sweep")
             continue
         ceilings = Ceilings.from_dict(doc["hardware"])
-        results = [classify_batch(batch_result_from_dict(b), ceilings) for b in doc["batches"]]
+        results = [classify_batch(decode(b, BatchResult), ceilings) for b in doc["batches"]]
         results = [r for r in results if r.latency_s is not None]
         fit = [r.batch_size for r in results if r.batch_size <= args.fit_max]
         small = [r for r in results if r.batch_size in fit]

@@ -7,13 +7,13 @@ Issue 13 tried batchscope as a new user would, on models it was not built with. 
 runs the same kinds of model through the CLI, in one run: Hugging Face BERT, ViT and GPT-2
 prefill (inference), T5 training, a MobileNetV2-shaped net, an input-dependent early exit,
 nested inputs, a torch.compile'd MLP, and `batchscope.watch` around a user's own T5
-training loop (HF style, `model(input_ids=..., labels=...)`). Per model it prints one row: the pick and the
-speedup from batching, the time shares at batch 1, the coverage, the worst op against its
-roof (ops the report says its cache served apart: they may beat the DRAM roof), and
-batchscope's median step latency at batch 1 (watch: the watched batch) over Timer's median. Timer runs in a
-process of its own on the same model and inputs, with the same threads, just before and just
-after the sweep; the two figures show how far the machine drifted between them. No test
-asserts these figures: they depend on the machine.
+training loop (HF style, `model(input_ids=..., labels=...)`). Per model it prints one row: the
+pick and the speedup from batching, the time shares at batch 1, the coverage, the worst op
+against its roof (ops the report says its cache served apart: they may beat the DRAM roof),
+and batchscope's median step latency at batch 1 (watch: the watched batch) over Timer's
+median. Timer runs in a process of its own on the same model and inputs, with the same
+threads, just before and just after the sweep; the two figures show how far the machine
+drifted between them. No test asserts these figures: they depend on the machine.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def build_model():
     return transformers.BertModel(cfg)
 
 def make_inputs(b):
-    return {"input_ids": torch.randint(0, 30522, (b, 128), generator=torch.Generator().manual_seed(b))}
+    return {"input_ids": torch.randint(0, 30522, (b, 128),
+                                       generator=torch.Generator().manual_seed(b))}
 
 def run(model, inputs):
     return model(**inputs).last_hidden_state
@@ -120,7 +121,8 @@ def build_model():
 def make_inputs(b):
     return torch.randn(b, 3, 160, 160)
 """,
-    "early exit (depth chosen by the inputs)": (ROOT / "tests" / "models" / "early_exit.py").read_text(),
+    "early exit (depth chosen by the inputs)": (
+        ROOT / "tests" / "models" / "early_exit.py").read_text(),
     "nested inputs (dict of lists)": """
 import torch
 from torch import nn

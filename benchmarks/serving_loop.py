@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from batchscope.records.codec import decode_report, to_builtins
 from batchscope.serving.metrics import ServingMetrics, summarize, summarize_simulation
 from batchscope.serving.requests import Request, TokenRange, poisson_stream
 from batchscope.serving.simulator import Policy, Served, simulate
@@ -208,7 +209,7 @@ def main() -> None:
         print(f"sweep with a context grid: {wall:.0f} s, report in {out}/", flush=True)
     else:
         doc = json.loads(args.report.read_text())
-    model = fit_step_time(doc)
+    model = fit_step_time(decode_report(doc, "the sweep's report.json"))
     print(f"step-time model: {model.source}, worst error on the grid "
           f"{model.worst_error() or 0:.0%}", flush=True)
 
@@ -224,10 +225,10 @@ def main() -> None:
             sim_m = summarize_simulation(sim)
             started = time.perf_counter()
             real_m: ServingMetrics = summarize(server.serve(stream, policy))
-            print(f"  {policy.value:10} at {rate:g}/s: real loop {time.perf_counter() - started:.0f} s",
-                  flush=True)
+            print(f"  {policy.value:10} at {rate:g}/s: "
+                  f"real loop {time.perf_counter() - started:.0f} s", flush=True)
             rows.append({"rate_per_s": rate, "policy": policy.value,
-                         "simulated": sim_m.to_dict(), "real": real_m.to_dict()})
+                         "simulated": to_builtins(sim_m), "real": to_builtins(real_m)})
 
     after = machine_drift(server, doc, args.cap)
     print("\nthis process's step at the sweep's context over the sweep's own, per batch size "
@@ -258,7 +259,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"report": str(args.report),
                                                                "json": str(args.json)},
-                                         "step_time": model.to_dict(), "runs": rows,
+                                         "step_time": to_builtins(model.record()),
+                                         "runs": rows,
                                          "drift_before": before, "drift_after": after},
                                         indent=1))
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import batchscope  # noqa: E402
-from batchscope.api import Options, diagnose_file  # noqa: E402
-from benchmarks._common import ROOT, table  # noqa: E402
+import batchscope
+from batchscope.api import Options, diagnose_file
+from benchmarks._common import ROOT, table
 
 WATCHED_BATCH = 8
 LOOP_STEPS = 20

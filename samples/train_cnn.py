@@ -12,6 +12,7 @@ loss it prints is the same as with ``--no-watch`` (same seed): watching changes 
 from __future__ import annotations
 
 import argparse
+from itertools import pairwise
 
 import torch
 from torch import nn
@@ -31,7 +32,7 @@ class SmallCNN(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         channels = [3, 32, 64, 128, 256]
-        for c_in, c_out in zip(channels, channels[1:]):
+        for c_in, c_out in pairwise(channels):
             layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
                        nn.ReLU(inplace=True), nn.MaxPool2d(2)]
         self.features = nn.Sequential(*layers)

@@ -6,8 +6,8 @@ Writes under OUT: for each sample and dtype a report folder (report.json, report
 summary.md, Perfetto traces), the raw NVML samples of a steady window (``nvml/*.jsonl``,
 replayable by ``batchscope.hardware.nvml_sampler.ReplaySampler``), the measured ceilings and
 ``summary.json`` with the numbers docs/validation.md needs, and two profiler traces of a
-training step (``traces/``) read back by ``diagnose trace`` (``trace_report/``). Run it where a GPU is lent;
-its output becomes recorded test data under tests/data/gpu/.
+training step (``traces/``) read back by ``diagnose trace`` (``trace_report/``). Run it where a
+GPU is lent; its output becomes recorded test data under tests/data/gpu/.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def record_and_analyse_traces(out: Path, device: str = "cuda") -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from batchscope.reports.flag_text import flag_text
     from batchscope.traces.diagnose import diagnose_traces
 
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
@@ -96,7 +97,7 @@ def record_and_analyse_traces(out: Path, device: str = "cuda") -> dict:
                          "tf32_ops": [op.name for op in b.ops if op.roof_dtype == "tfloat32"],
                          "backward_ops": sorted({op.name for op in b.ops if "backward" in op.name
                                                  or op.name == "mm"}),
-                         "flags": b.flags} for b in report.batches],
+                         "flags": [flag_text(f) for f in b.flags]} for b in report.batches],
             "hardware": report.hardware.name if report.hardware else None}
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from batchscope.api import Options, diagnose_file
+from batchscope.api import Options, diagnose_file, validate_options
 from batchscope.classifiers.analyze import dtype_hints
 from batchscope.errors import UsageError
 from batchscope.hardware.types import Ceilings
-from batchscope.records import BatchResult, Status, TimeShare
+from batchscope.records import BatchResult, FlagKind, ModelInfo, Status, TimeShare
+from batchscope.reports.flag_text import flag_text
 from tests.conftest import MODELS
 
-FAST = dict(min_time_s=0.05, measure_ceilings=False, device="cpu")
+FAST = {"min_time_s": 0.05, "measure_ceilings": False, "device": "cpu"}
 
 
 @pytest.mark.parametrize("mode", ["inference", "train"])
@@ -20,8 +21,8 @@ def test_amp_runs_the_matmuls_in_bf16_and_counts_them_so(tmp_path, mode):
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), batch_sizes=[4],
                                                       amp="bf16", mode=mode, **FAST))
     (batch,) = report.batches
-    assert batch.status == Status.OK and report.model["amp"] == "bfloat16"
-    assert report.model["dtype"] == "float32"  # the weights stay fp32
+    assert batch.status == Status.OK and report.model.amp == "bfloat16"
+    assert report.model.dtype == "float32"  # the weights stay fp32
     matmuls = [op for op in batch.ops if op.name in ("addmm", "mm")]
     assert matmuls and all(op.dtype == "bfloat16" for op in matmuls)
     assert any(op.name == "_to_copy" for op in batch.ops)  # autocast's casts are counted
@@ -32,9 +33,9 @@ def test_amp_runs_the_matmuls_in_bf16_and_counts_them_so(tmp_path, mode):
 
 def test_amp_options_are_checked_before_anything_runs():
     with pytest.raises(UsageError, match="use bf16 or fp16"):
-        Options(amp="int8").validate()
+        validate_options(Options(amp="int8"))
     with pytest.raises(UsageError, match="runs an fp32 model under autocast"):
-        Options(amp="bf16", dtype="bf16").validate()
+        validate_options(Options(amp="bf16", dtype="bf16"))
 
 
 def _ceilings(bf16: float, native: bool) -> Ceilings:
@@ -52,11 +53,16 @@ def _batch(compute: float) -> BatchResult:
 def test_a_much_faster_dtype_is_suggested_and_a_slower_one_is_said():
     # an AMX Xeon: bf16 ~10x fp32 (BERT ran 3.7x faster); an EPYC without native bf16: 1/7
     amx, epyc = _ceilings(1e12, True), _ceilings(14e9, False)
-    (hint,) = dtype_hints({"dtype": "float32"}, amx, [_batch(0.6)])
-    assert "`--amp bf16`" in hint and "10.0x" in hint and "60%" in hint
-    assert dtype_hints({"dtype": "float32"}, epyc, [_batch(0.6)]) == []
-    (slower,) = dtype_hints({"dtype": "float32", "amp": "bfloat16"}, epyc, [_batch(0.6)])
-    assert "7.1x slower" in slower and "no native bfloat16" in slower
-    assert dtype_hints({"dtype": "float32", "amp": "bfloat16"}, amx, [_batch(0.6)]) == []
+    fp32 = ModelInfo(target="m", dtype="float32")
+    amp = ModelInfo(target="m", dtype="float32", amp="bfloat16")
+    (hint,) = dtype_hints(fp32, amx, [_batch(0.6)])
+    assert hint.kind == FlagKind.AMP_FASTER
+    assert "`--amp bf16`" in flag_text(hint) and "10.0x" in flag_text(hint)
+    assert "60%" in flag_text(hint)
+    assert dtype_hints(fp32, epyc, [_batch(0.6)]) == []
+    (slower,) = dtype_hints(amp, epyc, [_batch(0.6)])
+    assert slower.kind == FlagKind.AMP_SLOWER
+    assert "7.1x slower" in flag_text(slower) and "no native bfloat16" in flag_text(slower)
+    assert dtype_hints(amp, amx, [_batch(0.6)]) == []
     # a step with little compute-bound time gains little either way: no sentence
-    assert dtype_hints({"dtype": "float32"}, amx, [_batch(0.1)]) == []
+    assert dtype_hints(fp32, amx, [_batch(0.1)]) == []

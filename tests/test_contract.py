@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchscope.errors import ModelFileError
 from batchscope.contract import check_inputs, load_model_file
+from batchscope.errors import ModelFileError
 from tests.conftest import MODELS, SAMPLES
 
 
@@ -58,7 +58,7 @@ def test_units_per_row_scales_throughput_and_is_checked(tmp_path):
                                          measure_ceilings=False, op_breakdown=False,
                                          min_time_s=0.05, device="cpu"))
     (b,) = report.batches
-    assert report.model["units_per_row"] == 128
+    assert report.model.units_per_row == 128
     assert b.throughput_per_s == pytest.approx(2 * 128 / b.latency_s.median)
     for bad in ("0", "1.5", "True", "'many'"):
         path.write_text(source + f"\nUNITS_PER_ROW = {bad}\n")

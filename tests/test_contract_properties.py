@@ -143,7 +143,7 @@ def assert_honours_contract(spec: ModelSpec) -> None:
     if spec.batch_sizes is not None:
         assert spec.batch_sizes and all(type(b) is int for b in spec.batch_sizes)
         assert spec.batch_sizes == sorted(set(spec.batch_sizes))
-        assert 1 <= spec.batch_sizes[0] and spec.batch_sizes[-1] <= MAX_BATCH_SIZE
+        assert spec.batch_sizes[0] >= 1 and spec.batch_sizes[-1] <= MAX_BATCH_SIZE
     assert isinstance(spec.unit, str) and spec.unit.strip() == spec.unit and spec.unit
     assert spec.unit.isprintable()
     assert spec.mode in MODES

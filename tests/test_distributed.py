@@ -20,7 +20,8 @@ from batchscope.classifiers.data_parallel import allreduce_time_s, data_parallel
 from batchscope.errors import ExitCode
 from batchscope.profiler.launcher import DistributedConfig, launcher_command, root_cause
 from batchscope.profiler.ranks import _ranks_missing, merge_ranks, timed_steps_for
-from batchscope.records import BatchResult, LatencyStats, RankResult, Status
+from batchscope.records import BatchResult, LatencyStats, ModelInfo, RankResult, Status
+from batchscope.records.report import BusBandwidth, DistributedInfo
 from tests.conftest import MODELS, ROOT
 
 TINY = str(MODELS / "ddp_tiny.py")
@@ -95,7 +96,10 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
     assert collectives and {op["bound"] for op in collectives} == {"communication"}
     assert all(sum(op["bytes"].values()) == 0 for op in collectives)  # not step bytes
     assert dp["bus_bandwidth_bytes_per_s"] > 0
-    assert dp["bus_bandwidth"]["source"] in ("measured", "cache")
+    bus = doc["model"]["distributed"]["bus_bandwidth"]
+    assert bus["source"] in ("measured", "cache")
+    assert bus["busbw_bytes_per_s"] == dp["bus_bandwidth_bytes_per_s"]
+    assert [r["rank"] for r in doc["model"]["distributed"]["ranks"]] == [0, 1]
     from batchscope.hardware.interconnect import cached_bus_bandwidths
 
     cached = [g for g in cached_bus_bandwidths() if g["group"]["world_size"] == 2]
@@ -236,17 +240,20 @@ Root Cause (first observed failure):
 
 
 def test_merging_ranks_names_the_one_that_failed_not_the_ones_that_waited_on_it():
-    ok = {"batch_size": 4, "status": "ok", "ranks": [
-        {"rank": 0, "status": "model_error", "error": "RuntimeError: [gloo] Timed out waiting"}]}
-    culprit = {"batch_size": 4, "status": "model_error", "ranks": [
-        {"rank": 1, "status": "model_error", "error": "ValueError: bad input"}]}
+    ok = BatchResult(4, Status.OK, ranks=[RankResult(
+        0, Status.MODEL_ERROR, error="RuntimeError: [gloo] Timed out waiting")])
+    culprit = BatchResult(4, Status.MODEL_ERROR, ranks=[
+        RankResult(1, Status.MODEL_ERROR, error="ValueError: bad input")])
     merged = merge_ranks([ok, culprit], 2, 10)
-    assert merged["status"] == "rank_failed"
-    assert merged["error"].startswith("rank 1 failed: ValueError: bad input")
-    assert "ranks 0 then failed waiting on it" in merged["error"]
-    hung = merge_ranks([{"batch_size": 4, "status": "ok", "ranks": [
-        {"rank": 0, "status": "ok", "error": ""}]}, None], 2, 10)
-    assert hung["status"] == "rank_failed" and "rank 1 failed: no result within 10 s" in hung["error"]
+    assert merged.status == Status.RANK_FAILED and merged.batch_size == 4
+    assert merged.error.startswith("rank 1 failed: ValueError: bad input")
+    assert "ranks 0 then failed waiting on it" in merged.error
+    assert [r.rank for r in merged.ranks] == [0, 1]
+    assert ok.status == Status.OK and ok.error == ""  # rank 0's own result is left alone
+    hung = merge_ranks([BatchResult(4, Status.OK, ranks=[RankResult(0, Status.OK)]), None],
+                       2, 10)
+    assert (hung.status == Status.RANK_FAILED
+            and "rank 1 failed: no result within 10 s" in hung.error)
     assert _ranks_missing("Ranks 1, 3 failed to pass monitoredBarrier in 5000 ms") == [1, 3]
     assert _ranks_missing("Rank 2 failed to pass monitoredBarrier in 5000 ms") == [2]
 
@@ -259,18 +266,19 @@ def test_the_summary_amortizes_communication_and_counts_accumulation_steps():
         r.communication_exposed_s = latency - no_sync
         return r
 
-    info = {"distributed": {"world_size": 2, "allreduce_bytes_per_step": 4_000_000,
-                            "bus_bandwidth": {"busbw_bytes_per_s": 1e9}, "backend": "gloo"}}
-    out = data_parallel_summary(info, [batch(1, 0.010, 0.006), batch(8, 0.050, 0.046)],
+    model = ModelInfo(target="m", distributed=DistributedInfo(
+        world_size=2, backend="gloo", wrapped_by="batchscope",
+        allreduce_bytes_per_step=4_000_000, bus_bandwidth=BusBandwidth(1e9)))
+    out = data_parallel_summary(model, [batch(1, 0.010, 0.006), batch(8, 0.050, 0.046)],
                                 recommended=8, global_batch=100)
-    first, last = out["batches"]
-    assert first["communication_share"] == pytest.approx(0.4)
-    assert last["communication_share"] == pytest.approx(0.08)
-    assert last["global_batch"] == 16 and last["slowest_rank"] == 1
-    assert last["straggler_lag_s"] == pytest.approx(0.005)
-    rec = out["recommendation"]
-    assert (rec["accumulation_steps"], rec["global_batch_reached"]) == (7, 112)
-    assert rec["communication_per_sample_with_accumulation_s"] == pytest.approx(0.004 / 112)
+    first, last = out.batches
+    assert first.communication_share == pytest.approx(0.4)
+    assert last.communication_share == pytest.approx(0.08)
+    assert last.global_batch == 16 and last.slowest_rank == 1
+    assert last.straggler_lag_s == pytest.approx(0.005)
+    rec = out.recommendation
+    assert (rec.accumulation_steps, rec.global_batch_reached) == (7, 112)
+    assert rec.communication_per_sample_with_accumulation_s == pytest.approx(0.004 / 112)
     assert allreduce_time_s(4_000_000, 2, 1e9) == pytest.approx(0.004)
     assert allreduce_time_s(4_000_000, 4, 1.5e9) == pytest.approx(0.004)  # algbw = 2 GB/s
     assert timed_steps_for(0.001) == 50 and timed_steps_for(10.0) == 5
@@ -293,14 +301,27 @@ def test_the_bus_bandwidth_cache_keeps_each_group_apart(tmp_path, monkeypatch):
 
 
 def test_a_hostile_distributed_section_renders_without_breaking_the_page():
+    from batchscope.errors import UsageError
+    from batchscope.records.codec import decode_report
     from batchscope.reports.html import render_html
     from batchscope.reports.markdown import render_summary
 
     doc = json.loads((ROOT / "tests" / "data" / "reports" / "mlp.json").read_text())
-    doc["distributed"] = {"world_size": "<b>2</b>", "batches": [{}, 3, {"batch_size": 1}],
-                          "recommendation": {"per_rank_batch": 1, "global_batch": "<i>"}}
-    doc["batches"][0]["ranks"] = [{"rank": 0, "host": "<script>x</script>"}, "junk"]
-    page = render_html(doc)
+    # A section of the wrong shape is refused with one sentence, before any renderer.
+    hostile = {**doc, "distributed": {"world_size": "<b>2</b>", "batches": [{}, 3]}}
+    with pytest.raises(UsageError, match="distributed"):
+        decode_report(hostile, "hostile.json")
+    # Text from the ranks (a host name) is the page's text, never its markup.
+    size = doc["batches"][0]["batch_size"]
+    doc["batches"][0]["ranks"] = [{"rank": 0, "status": "ok", "host": "<script>x</script>"}]
+    doc["distributed"] = {
+        "world_size": 2, "nodes": 1, "backend": "gloo", "wrapped_by": "batchscope",
+        "allreduce_bytes_per_step": 0, "bus_bandwidth_bytes_per_s": None, "batches": [{
+            "batch_size": size, "global_batch": 2 * size, "global_throughput_per_s": 1.0,
+            "communication_exposed_s": None, "communication_share": None,
+            "allreduce_at_bus_bandwidth_s": None, "hidden_share": None, "slowest_rank": None,
+            "straggler_lag_s": None}]}
+    report = decode_report(doc, "r")
+    page = render_html(report)
     assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
-    assert "<b>2</b>" not in page
-    render_summary(doc)
+    assert "<script>x</script>" not in render_summary(report)

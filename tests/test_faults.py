@@ -13,14 +13,15 @@ import pytest
 
 from batchscope.api import Options, diagnose_file, exit_code, nothing_measured_message
 from batchscope.errors import ExitCode, ModelFileError, NothingMeasuredError
-from batchscope.plan import predicted_not_to_fit
-from batchscope.plan import repeated_errors
+from batchscope.plan import predicted_not_to_fit, repeated_errors
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import WorkerConfig
-from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.records import BatchResult, FlagKind, LatencyStats, Status, Stop, StopKind
+from batchscope.reports.flag_text import flag_text, stop_text
+from batchscope.reports.narrative import explanation
 from tests.conftest import MODELS, ROOT
 
-FAST = dict(min_time_s=0.05, measure_ceilings=False, op_breakdown=False)
+FAST = {"min_time_s": 0.05, "measure_ceilings": False, "op_breakdown": False}
 
 
 def on_cue(monkeypatch, tmp_path, kind: str, at: str, **options):
@@ -32,6 +33,11 @@ def on_cue(monkeypatch, tmp_path, kind: str, at: str, **options):
 
 def statuses(report):
     return [(b.batch_size, b.status) for b in report.batches]
+
+
+def stop_reason(report) -> str:
+    """The stop in words, as report.json's ``stop_reason`` says it."""
+    return stop_text(report.stop, report.model.unit)
 
 
 @pytest.mark.parametrize("kind,label", [
@@ -76,9 +82,11 @@ def test_inputs_failing_in_a_replacement_worker_are_model_errors(tmp_path):
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.MODEL_ERROR),
                                 (8, Status.MODEL_ERROR)]
     assert "make_inputs(8) raised ValueError: no inputs for batch 8" in report.batches[3].error
-    assert report.stop_reason == f"batches 4 and 8 {REPEATED}"
+    assert report.stop == Stop(StopKind.REPEATED_ERRORS, values={
+        "batch_sizes": [4, 8], "statuses": ["model_error"]})
+    assert stop_reason(report) == f"batches 4 and 8 {REPEATED}"
     on_disk = final_report(tmp_path)
-    assert on_disk["stop_reason"] == report.stop_reason
+    assert on_disk["stop_reason"] == stop_reason(report)
     assert [b["status"] for b in on_disk["batches"]] == ["ok", "ok", "model_error", "model_error"]
 
 
@@ -96,10 +104,10 @@ def test_inputs_failing_after_a_failed_first_step_are_model_errors(tmp_path):
     report = diagnose_file(MODELS / "fails_then_inputs_fail.py",
                            Options(out_dir=str(tmp_path), **FAST))
     assert statuses(report) == [(1, Status.MODEL_ERROR), (2, Status.MODEL_ERROR)]
-    assert report.stop_reason == f"batches 1 and 2 {REPEATED}"
+    assert stop_reason(report) == f"batches 1 and 2 {REPEATED}"
     assert exit_code(report) == ExitCode.NOTHING_MEASURED
     on_disk = final_report(tmp_path)
-    assert on_disk["stop_reason"] == report.stop_reason
+    assert on_disk["stop_reason"] == stop_reason(report)
     assert [b["status"] for b in on_disk["batches"]] == ["model_error", "model_error"]
 
 
@@ -107,11 +115,11 @@ def test_errors_a_fresh_worker_did_not_cure_stop_the_sweep_when_they_repeat():
     def failed(b, status):
         return BatchResult(b, status, error="x")
     ok = BatchResult(1, Status.OK)
-    assert repeated_errors([ok, failed(2, Status.MODEL_ERROR)]) == ""
+    assert repeated_errors([ok, failed(2, Status.MODEL_ERROR)]) is None
     assert repeated_errors([failed(1, Status.MODEL_ERROR), ok,
-                            failed(4, Status.DEVICE_ERROR)]) == ""
-    assert repeated_errors([ok, failed(2, Status.DEVICE_ERROR),
-                            failed(4, Status.MODEL_ERROR)]) == (
+                            failed(4, Status.DEVICE_ERROR)]) is None
+    assert stop_text(repeated_errors([ok, failed(2, Status.DEVICE_ERROR),
+                                      failed(4, Status.MODEL_ERROR)])) == (
         "batches 2 and 4 in a row ended as device_error and model_error; "
         "larger batch sizes were not tried")
 
@@ -211,13 +219,14 @@ def test_profiler_already_running_keeps_the_timings(tmp_path):
     assert statuses(report) == [(1, Status.OK), (2, Status.OK)]
     batch = report.batches[0]
     assert batch.latency_s.n > 0 and not batch.ops
-    assert any("no op breakdown" in f and "already running" in f for f in report.flags)
+    assert any(f.kind == FlagKind.NO_BREAKDOWN and "already running" in flag_text(f)
+               for f in report.flags)
 
 
 def test_nondeterministic_op_sequence_is_flagged(tmp_path):
     report = diagnose_file(MODELS / "nondeterministic.py",
                            Options(out_dir=str(tmp_path), min_time_s=0.05, measure_ceilings=False))
-    assert any("non-deterministic" in f for f in report.flags)
+    assert any(f.kind == FlagKind.NON_DETERMINISTIC for f in report.flags)
 
 
 def test_very_long_exception_text_is_truncated(monkeypatch, tmp_path):
@@ -292,13 +301,15 @@ def test_work_that_varies_with_the_inputs_is_not_explained_as_batching(tmp_path)
     assert weights[1] > 3 * weights[0]  # 4 blocks against 1: the data decided
     rec = report.recommendation
     assert rec.work_varies_with_inputs and rec.predicted_critical_batch is None
-    assert any("changes with the inputs" in f for f in report.flags)
-    assert "each row adds" not in rec.explanation and "B* ≈" not in rec.explanation
-    assert "changed with the inputs" in rec.explanation
+    assert any(f.kind == FlagKind.WORK_VARIES and "changes with the inputs" in flag_text(f)
+               for f in report.flags)
+    words = explanation(report)
+    assert "each row adds" not in words and "B* ≈" not in words
+    assert "changed with the inputs" in words
 
 
 def test_the_same_work_at_every_batch_size_is_not_flagged(tmp_path):
     report = diagnose_file(MODELS / "tiny.py", Options(
         out_dir=None, batch_sizes=[1, 2, 4], min_time_s=0.05, device="cpu"))
     assert not report.recommendation.work_varies_with_inputs
-    assert not any("changes with the inputs" in f for f in report.flags)
+    assert not any(f.kind == FlagKind.WORK_VARIES for f in report.flags)

@@ -4,7 +4,8 @@ import pytest
 
 from batchscope.errors import UsageError
 from batchscope.plan import PLATEAU_GAIN, Limits, Plan, default_batch_sizes, parse_batch_sizes
-from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.records import BatchResult, LatencyStats, Status, Stop, StopKind
+from batchscope.reports.flag_text import stop_text
 
 
 def ok(b: int, throughput: float, latency_s: float | None = None, memory: int = 0) -> BatchResult:
@@ -60,16 +61,47 @@ def test_explicit_list_ignores_plateau_but_stops_on_oom():
     plan = Plan([1, 2, 4, 8], Limits())
     results = [ok(1, 10), BatchResult(2, Status.OOM)]
     assert plan.next_batch(results) is None
-    assert "oom" in plan.stop_reason
+    assert plan.stop == Stop(StopKind.FAILED, 2, {"status": "oom"})
+    assert stop_text(plan.stop) == "batch 2 ended as oom"
 
 
 def test_latency_limit_and_memory_budget_stop_the_sweep():
     plan = Plan(None, Limits(latency_limit_s=0.05))
     assert plan.next_batch([ok(1, 100, latency_s=0.01), ok(2, 30, latency_s=0.066)]) is None
-    assert "latency" in plan.stop_reason
+    assert plan.stop == Stop(StopKind.OVER_LATENCY_LIMIT, 2, {"measured": 0.066, "limit": 0.05})
+    assert stop_text(plan.stop) == "batch 2: latency 66.0 ms is over the limit of 50.0 ms"
     plan = Plan(None, Limits(memory_budget_bytes=1000))
     assert plan.next_batch([ok(1, 100, memory=2000)]) is None
-    assert "memory" in plan.stop_reason
+    assert plan.stop.kind == StopKind.OVER_MEMORY_BUDGET and plan.stop.batch_size == 1
+
+
+def test_plateau_and_cap_stops_say_their_numbers():
+    plan = Plan(None, Limits())
+    assert run_plan(plan, {1: 34.6, 2: 35.7, 4: 39.7, 8: 39.7, 16: 36.5}) == [1, 2, 4, 8, 16]
+    assert plan.stop == Stop(StopKind.PLATEAU, values={"doublings": 2, "gain": PLATEAU_GAIN})
+    assert stop_text(plan.stop) == ("throughput plateaued: the last 2 doublings together "
+                                    "added less than 10% over the best before them")
+    capped = Plan(None, Limits(max_batch=4))
+    run_plan(capped, {1: 1.0, 2: 2.0, 4: 4.0})
+    assert stop_text(capped.stop) == "reached the largest batch size (4)"
+
+
+def test_a_predicted_stop_ends_the_plan_where_it_may_stop_early():
+    plan = Plan(None, Limits(max_batch=64))
+    results = [ok(b, float(b)) for b in (1, 2, 4)]
+    assert plan.may_stop_early and plan.remaining(results) == [8, 16, 32, 64]
+    plan.stop_early(Stop(StopKind.PREDICTED, values={"remaining": [8, 16, 32, 64]}))
+    assert plan.next_batch(results) is None and plan.stop.kind == StopKind.PREDICTED
+    assert not Plan([1, 2, 4, 8], Limits()).may_stop_early
+    assert not Plan(None, Limits(), measure_all=True).may_stop_early
+
+
+def test_repeated_errors_stop_going_up():
+    plan = Plan(None, Limits())
+    failed = [BatchResult(b, Status.MODEL_ERROR) for b in (4, 8)]
+    assert plan.next_batch([ok(1, 1.0), ok(2, 2.0), *failed]) is None
+    assert stop_text(plan.stop) == ("batches 4 and 8 in a row ended as model_error; larger "
+                                    "batch sizes were not tried")
 
 
 def test_the_plan_says_when_its_cap_ended_the_sweep():

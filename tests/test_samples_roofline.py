@@ -71,7 +71,7 @@ def test_decode_has_a_predicted_and_a_measured_critical_batch(decode):
     assert rec.predicted_critical_batch is not None and rec.predicted_critical_batch > 1
     assert rec.measured_knee_batch is not None and rec.measured_knee_batch > 1
     terms = rec.prediction
-    assert terms["shared_s"] / terms["per_row_s"] == pytest.approx(rec.predicted_critical_batch)
+    assert terms.shared_s / terms.per_row_s == pytest.approx(rec.predicted_critical_batch)
 
 
 def test_cnn_convolutions_are_compute_bound_at_batch_one(cnn):
@@ -95,4 +95,4 @@ def test_mlp_batch_one_is_mostly_overhead(mlp):
 def test_coverage_on_every_sample(decode, cnn, mlp):
     for report in (decode, cnn, mlp):
         for b in report.batches:
-            assert b.coverage >= COVERAGE_MIN, (report.model["target"], b.batch_size, b.coverage)
+            assert b.coverage >= COVERAGE_MIN, (report.model.target, b.batch_size, b.coverage)

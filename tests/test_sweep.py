@@ -12,13 +12,18 @@ import time
 
 import pytest
 
-from batchscope.api import Options, diagnose_file, exit_code
+from batchscope import api
+from batchscope.api import Options, diagnose_file, exit_code, validate_options
 from batchscope.classifiers.recommend import recommend
 from batchscope.errors import ExitCode, ModelFileError, UsageError
-from batchscope.records import Status
+from batchscope.hardware.types import Ceilings
+from batchscope.records import BatchResult, PeakMemoryMethod, Status, Stop, StopKind
+from batchscope.records.codec import to_builtins
+from batchscope.reports import view
+from batchscope.reports.flag_text import stop_text
 from tests.conftest import MODELS, ROOT
 
-FAST = dict(min_time_s=0.05, measure_ceilings=False, op_breakdown=False)
+FAST = {"min_time_s": 0.05, "measure_ceilings": False, "op_breakdown": False}
 
 
 def statuses(report):
@@ -30,8 +35,9 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
                                                        min_time_s=0.1))
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.OK)]
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["schema"] == "batchscope.report/1" and data["partial"] is False
-    assert set(data["model"]) >= {"target", "parameters", "parameter_bytes", "dtype", "mode", "unit"}
+    assert data["schema"] == "batchscope.report/2" and data["partial"] is False
+    assert set(data["model"]) >= {"target", "parameters", "parameter_bytes", "dtype", "mode",
+                                  "unit"}
     assert data["model"]["parameters"] == 16 * 32 + 32 + 32 * 4 + 4  # two Linear layers
     assert set(data["hardware"]) >= {"device", "name", "peak_flops_per_s",
                                      "bandwidth_bytes_per_s", "overhead_s",
@@ -39,12 +45,18 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     batch = data["batches"][0]
     assert set(batch["latency_s"]) >= {"median", "p25", "p75", "n"}
     assert batch["latency_s"]["p25"] <= batch["latency_s"]["median"] <= batch["latency_s"]["p75"]
-    assert batch["peak_memory_bytes"] > 0 and "resident set" in batch["peak_memory_method"]
+    assert batch["peak_memory_bytes"] > 0
+    # the worker's resident set on the CPU: what the machine must hold
+    method = report.batches[0].peak_memory_method
+    assert method in (PeakMemoryMethod.WORKER_PEAK_RSS, PeakMemoryMethod.LIFETIME_PEAK_RSS,
+                      PeakMemoryMethod.LIFETIME_MAXRSS)
+    assert batch["peak_memory_method"] == method.value
+    assert "resident" in view.memory_method_label(method)
     assert {op["name"] for op in batch["ops"]} >= {"addmm", "relu"}
     assert set(batch["time_share"]) >= {"memory", "compute", "overhead", "uncounted"}
     rec = data["recommendation"]
     assert rec["batch_size"] in (1, 2, 4) and rec["speedup_from_batching"] > 0
-    assert rec["rule"] and rec["explanation"]
+    assert rec["rule"] and rec["rule_text"] and rec["explanation"]
     assert exit_code(report) == ExitCode.OK
     # The step-time model: three sizes fit it; none is left to forecast from the ones
     # before it, and nothing above --max-batch is predicted.
@@ -93,7 +105,8 @@ def test_killed_worker_costs_one_batch(tmp_path):
     report = diagnose_file(MODELS / "killed_at_4.py", Options(out_dir=str(tmp_path), **FAST))
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.KILLED)]
     assert "SIGKILL" in report.batches[2].error and "probable host OOM" in report.batches[2].error
-    assert "killed" in report.stop_reason
+    assert report.stop == Stop(StopKind.FAILED, 4, {"status": "killed"})
+    assert "killed" in stop_text(report.stop, report.model.unit)
     assert exit_code(report) == ExitCode.SOME_FAILED
 
 
@@ -165,9 +178,9 @@ def test_predict_to_predicts_past_the_measured_sizes_and_says_any_pick_they_woul
     assert [b["batch_size"] for b in data["batches"]] == [1, 2, 4, 8]
     assert report.prediction is not None and report.recommendation is not None
     assert pred["max_abs_error"] is not None  # batch 8 was forecast from 1, 2, 4: a band
-    choice = recommend(report.batches, Limits(max_batch=8), "sample")
+    choice = recommend(report.batches, Limits(max_batch=8), "throughput")
     again = predicted_pick(report.batches, report.prediction, Limits(max_batch=8), choice)
-    assert (again and dataclasses.asdict(again)) == pred["pick"]
+    assert (again and to_builtins(again)) == pred["pick"]
     summary = (tmp_path / "summary.md").read_text()
     if pred["pick"] is not None:
         assert pred["pick"]["batch_size"] in (16, 32, 64) and not pred["pick"]["measured"]
@@ -178,6 +191,46 @@ def test_predict_to_predicts_past_the_measured_sizes_and_says_any_pick_they_woul
 
 def test_predict_to_below_one_or_without_ops_is_refused_before_anything_runs():
     with pytest.raises(UsageError, match="--predict-to must be at least 1"):
-        Options(predict_to=0).validate()
+        validate_options(Options(predict_to=0))
     with pytest.raises(UsageError, match="drop --no-ops"):
-        Options(predict_to=64, op_breakdown=False, out_dir=None).validate()
+        validate_options(Options(predict_to=64, op_breakdown=False, out_dir=None))
+
+
+@dataclasses.dataclass
+class StopAfter:
+    """An early-stop policy (the sweep's EarlyStopPolicy) that stops once ``n`` batch sizes
+    are measured, and records what the sweep asked it."""
+
+    n: int
+    asked: list[tuple[str, list[int], list[int]]] = dataclasses.field(default_factory=list)
+
+    def probes(self, results: list[BatchResult], remaining: list[int],
+               ceilings: Ceilings) -> list[dict]:
+        assert ceilings is not None
+        self.asked.append(("probes", [r.batch_size for r in results], list(remaining)))
+        return []
+
+    def decide(self, results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
+               probes_s: dict[str, float]) -> Stop | None:
+        self.asked.append(("decide", [r.batch_size for r in results], list(remaining)))
+        if len(results) < self.n:
+            return None
+        return Stop(StopKind.PREDICTED, values={"remaining": list(remaining)})
+
+
+def test_the_early_stop_policy_is_asked_before_each_size_and_obeyed(monkeypatch):
+    # The sweep's predicted-stop phase: before each batch size (once one is measured and
+    # the ceilings are known) the policy's probes, then its decision; a stop ends the plan.
+    policy = StopAfter(2)
+    monkeypatch.setattr(api, "EarlyStop", lambda limits, objective: policy)
+    options = Options(out_dir=None, max_batch=8, min_time_s=0.05, op_breakdown=False)
+    report = diagnose_file(MODELS / "tiny.py", options)
+    assert [b.batch_size for b in report.batches] == [1, 2]  # nothing larger was measured
+    assert report.stop == Stop(StopKind.PREDICTED, values={"remaining": [4, 8]})
+    assert policy.asked == [("probes", [1], [2, 4, 8]), ("decide", [1], [2, 4, 8]),
+                            ("probes", [1, 2], [4, 8]), ("decide", [1, 2], [4, 8])]
+    # --measure-all: the policy is never asked, every size is measured
+    policy.asked.clear()
+    every = diagnose_file(MODELS / "tiny.py", dataclasses.replace(options, measure_all=True))
+    assert [b.batch_size for b in every.batches] == [1, 2, 4, 8]
+    assert policy.asked == [] and every.stop == Stop(StopKind.CAP, values={"largest": 8})

@@ -11,10 +11,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import batchscope
-from batchscope.api import Options, diagnose_file
+from batchscope.api import Options, diagnose_file, validate_options
 from batchscope.errors import UsageError
 from batchscope.profiler.training import default_loss, default_optimizer
-from batchscope.records import Status
+from batchscope.records import FlagKind, Status
+from batchscope.records.report import Mode
+from batchscope.reports.flag_text import flag_text
 from tests.conftest import ROOT, SAMPLES
 from tests.models import tiny
 
@@ -61,11 +63,11 @@ def test_training_flops_match_flop_counter_mode(cnn_runs):
 
 def test_training_peak_memory_holds_gradients_and_optimizer_state(cnn_runs):
     train, infer = cnn_runs["train"], cnn_runs["inference"]
-    params = train.model["parameter_bytes"]
+    params = train.model.parameter_bytes
     # gradients (1x) and AdamW's two moments (2x) on top of inference, at least
     extra = train.batches[0].peak_memory_bytes - infer.batches[0].peak_memory_bytes
     assert extra >= 3 * params, (extra, params)
-    assert train.model["mode"] == "train"
+    assert train.model.mode == Mode.TRAIN
 
 
 def test_train_cnn_sample_loss_is_unchanged_by_watch(tmp_path):
@@ -79,7 +81,11 @@ def test_train_cnn_sample_loss_is_unchanged_by_watch(tmp_path):
     assert batch["batch_size"] == 8 and batch["status"] == "ok" and batch["coverage"] > 0.95
     assert data["model"]["mode"] == "train"
     assert [e["batch_size"] for e in data["estimates"]] == [16, 32, 64]
-    assert all("estimate" in e["method"] for e in data["estimates"])
+    from batchscope.records.report import EstimateMethod
+    from batchscope.reports.flag_text import estimate_text
+
+    assert all(estimate_text(EstimateMethod(e["method"])).startswith("estimate")
+               for e in data["estimates"])
 
 
 def test_watch_estimates_larger_batches_from_the_measured_one():
@@ -87,6 +93,8 @@ def test_watch_estimates_larger_batches_from_the_measured_one():
     # their roofline time, which is at most the growth of the batch (weights do not grow),
     # so per-row throughput can only rise, and by at most the factor. How close an estimate
     # comes to a sweep of that batch size is a benchmark: benchmarks/watch_estimate.py.
+    from batchscope.reports.flag_text import estimate_text
+
     sample = load_sample("train_cnn")
     model = sample.build_model().train()
     optimizer = sample.make_optimizer(model)
@@ -105,7 +113,7 @@ def test_watch_estimates_larger_batches_from_the_measured_one():
         factor = e.batch_size / measured.batch_size
         # 1% slack: the op times and the step's top-level op time are summed apart.
         assert 0.99 * rows_per_s <= e.throughput_per_s <= 1.01 * factor * rows_per_s
-        assert "not a measurement" in e.method
+        assert "not a measurement" in estimate_text(e.method)
 
 
 def test_python_api_runs_functions_in_the_worker(tmp_path):
@@ -113,9 +121,10 @@ def test_python_api_runs_functions_in_the_worker(tmp_path):
                                  min_time_s=0.05, measure_ceilings=False, op_breakdown=False,
                                  unit="row")
     assert [b.status for b in report.batches] == [Status.OK, Status.OK]
-    assert report.model["unit"] == "row" and report.model["target"].endswith("build_model")
+    assert report.model.unit == "row" and report.model.target.endswith("build_model")
     paths = report.save(str(tmp_path))
-    assert json.loads(open(paths["json"]).read())["batches"][1]["batch_size"] == 2
+    with open(paths["json"]) as f:
+        assert json.load(f)["batches"][1]["batch_size"] == 2
     shown = report._repr_html_()  # a notebook shows the whole HTML report, escaped inline
     assert shown.startswith("<iframe srcdoc=") and "&lt;script" in shown and "<script" not in shown
 
@@ -143,23 +152,26 @@ def test_watch_times_fast_steps_in_blocks_as_the_sweep_does():
     batch = w.report.batches[0]
     assert batch.batch_size == 4 and batch.latency_s.block_steps > 1
     assert batch.latency_s.n == watch_timed_steps(w)
-    assert batch.nvml["unsupported"]["all"].startswith("no GPU")
+    assert batch.nvml is not None and batch.nvml.unsupported["all"].startswith("no GPU")
     assert batch.page_faults_per_step is not None
     assert batch.ops and batch.coverage is not None
 
 
 def watch_timed_steps(w) -> int:
-    return w.report.run["watch"]["timed_steps"]
+    assert w.report.run.watch is not None
+    return w.report.run.watch.timed_steps
 
 
 def test_the_stand_in_training_step_is_said(cnn_runs):
     # issue 13, finding 11: samples/cnn.py defines no make_optimizer or loss
     report = cnn_runs["train"]
-    step = report.model["training_step"]
-    assert step["defaults_used"] and "AdamW" in step["optimizer"]
-    assert any("the training step is batchscope's" in f and "make_optimizer" in f
-               for f in report.flags)
-    assert not any("training step" in f for f in cnn_runs["inference"].flags)
+    step = report.model.training_step
+    assert step.defaults_used and "AdamW" in step.optimizer
+    (flag,) = [f for f in report.flags if f.kind == FlagKind.STAND_IN_TRAINING_STEP]
+    assert "the training step is batchscope's" in flag_text(flag)
+    assert "make_optimizer" in flag_text(flag)
+    assert not any(f.kind == FlagKind.STAND_IN_TRAINING_STEP
+                   for f in cnn_runs["inference"].flags)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
@@ -182,7 +194,7 @@ def test_a_compiled_model_stays_compiled_and_its_kernels_are_attributed(tmp_path
     report = diagnose_file(ROOT / "tests" / "models" / "compiled_mlp.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 4],
                                    measure_ceilings=False, min_time_s=0.05, device="cpu"))
-    assert report.model["compiled"]
+    assert report.model.compiled
     for r in report.batches:
         assert r.status == Status.OK
         addmms = [op for op in r.ops if op.name == "addmm"]
@@ -198,9 +210,9 @@ def test_a_compiled_model_stays_compiled_and_its_kernels_are_attributed(tmp_path
         kernels = [k for k in r.unmatched_ops_s if k.startswith(FUSED_KERNEL_PREFIX)]
         assert kernels and all(r.unmatched_ops_s[k] > 0 for k in kernels)
         assert any("gelu" in k for k in kernels)
-        assert any(f.startswith("fused by inductor into cpp_fused_") and "gelu" in f
-                   for f in gelu.flags)
-    (flag,) = [f for f in report.flags if "torch.compile'd" in f]
+        assert any(flag_text(f).startswith("fused by inductor into cpp_fused_")
+                   and "gelu" in flag_text(f) for f in gelu.flags)
+    (flag,) = [flag_text(f) for f in report.flags if f.kind == FlagKind.COMPILED]
     assert FUSED_KERNEL_PREFIX in flag and "at batch 1:" in flag and "cpp_fused_" in flag
 
 
@@ -238,7 +250,10 @@ def test_watch_sees_keyword_inputs_and_says_estimates(tmp_path):
     assert w.batch_size == measured.batch_size == 12
     assert measured.bytes.state > 0  # the ids read by the embedding count as inputs
     rec = w.report.recommendation
-    assert rec.speedup_from_batching is None and "only batch size measured" in rec.rule
+    from batchscope.reports.flag_text import rule_text
+
+    assert rec.speedup_from_batching is None
+    assert "only batch size measured" in rule_text(rec.rule, w.report.model.unit)
     summary = (tmp_path / "summary.md").read_text()
     assert "estimated (not measured)" in summary and "| 24 |" in summary
 
@@ -261,13 +276,13 @@ def test_compile_option_compiles_and_separates_compile_time(tmp_path):
     assert doc["model"]["compiled"] and doc["run"]["options"]["compile_mode"] == "default"
     first = doc["batches"][0]["latency_s"]
     assert first["first_step_s"] > 10 * first["median"]  # the compile is in it, not in the step
-    (flag,) = [f for f in doc["flags"] if "torch.compile'd" in f]
+    (flag,) = [f["text"] for f in doc["flags"] if f["kind"] == "compiled"]
     assert "at batch 1" in flag and "first warm-up step" in flag
 
 
 def test_an_unknown_compile_mode_is_refused():
     with pytest.raises(UsageError, match="--compile-mode"):
-        Options(compile_mode="fastest").validate()
+        validate_options(Options(compile_mode="fastest"))
 
 
 def test_global_batch_in_one_process_gives_the_accumulation_steps(tmp_path):
@@ -281,17 +296,21 @@ def test_global_batch_in_one_process_gives_the_accumulation_steps(tmp_path):
     rec = report.recommendation
     acc = rec.accumulation
     steps = -(-100 // rec.batch_size)  # ceil
-    assert acc["micro_batch"] == rec.batch_size and acc["accumulation_steps"] == steps
-    assert acc["global_batch_reached"] == steps * rec.batch_size >= 100
-    assert acc["time_per_global_batch_s"] == pytest.approx(steps * acc["step_s"])
-    sentence = narrative.accumulation_headline(report.to_dict())
+    assert acc.micro_batch == rec.batch_size and acc.accumulation_steps == steps
+    assert acc.global_batch_reached == steps * rec.batch_size >= 100
+    assert acc.time_per_global_batch_s == pytest.approx(steps * acc.step_s)
+    sentence = narrative.accumulation_headline(report)
     assert f"reach the global batch of 100 ({steps * rec.batch_size})" in sentence
     assert sentence in (tmp_path / "summary.md").read_text()
     # the same figures from an inference run: no accumulation, a flag instead
-    from batchscope.classifiers.analyze import analyze
+    import dataclasses
+
+    from batchscope.assemble import Measured, assemble
     from batchscope.plan import Limits
 
-    inference = analyze({**report.model, "mode": "inference"}, None, report.batches, Limits(),
-                        {}, global_batch=100)
+    inference = assemble(Measured(
+        dataclasses.replace(report.model, mode=Mode.INFERENCE), report.run, None,
+        report.batches, Limits(), global_batch=100))
     assert inference.recommendation.accumulation is None
-    assert any("this run is inference" in f for f in inference.flags)
+    assert any(f.kind == FlagKind.GLOBAL_BATCH_IN_INFERENCE
+               and "this run is inference" in flag_text(f) for f in inference.flags)

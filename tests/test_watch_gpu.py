@@ -19,13 +19,12 @@ from typing import Any
 import pytest
 import torch
 
-import batchscope
 from batchscope.hardware.nvml_window import NvmlWindow
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.capture import STEP_TAG, ProfilerSession
 from batchscope.profiler.measurement import NVML_WINDOW_MIN_S
 from batchscope.profiler.memory import MemoryReading
-from batchscope.profiler.timing import STOPPED_BY_WINDOW
+from batchscope.records import PeakMemoryMethod, StoppedBy, TimeBasis
 
 watch_module = importlib.import_module("batchscope.watching")
 
@@ -137,7 +136,7 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
             pass
 
         def stop(self) -> MemoryReading:
-            return MemoryReading(8 << 20, 4 << 20, "torch.cuda.max_memory_allocated")
+            return MemoryReading(8 << 20, 4 << 20, PeakMemoryMethod.CUDA_MAX_ALLOCATED)
 
     def sampler_of(device: torch.device) -> Sampler:
         seen.sampler_devices.append(device)
@@ -176,7 +175,7 @@ def test_watch_times_device_completion_and_profiles_kernels(
     _run_loop(w, gpu, model, x)
     assert not w.active
     batch = w.report.batches[0]
-    assert w.report.model["device"] == "cuda"
+    assert w.report.model.device == "cuda"
 
     # Timing: every sync is the CUDA device's, and a step's time is the kernel's, not the
     # 5 µs the host took to launch it (a clock read without a sync would see that).
@@ -186,8 +185,8 @@ def test_watch_times_device_completion_and_profiles_kernels(
     assert batch.latency_s.block_steps == 3  # 400 µs steps in blocks of ~1 ms, as the sweep
     # NVML samples: the timed steps cover its window, though 8 samples took 10 ms
     assert batch.latency_s.measured_s >= NVML_WINDOW_MIN_S
-    assert batch.latency_s.stopped_by == STOPPED_BY_WINDOW
-    assert batch.nvml["duration_s"] >= NVML_WINDOW_MIN_S
+    assert batch.latency_s.stopped_by == StoppedBy.NVML_WINDOW
+    assert batch.nvml is not None and batch.nvml.duration_s >= NVML_WINDOW_MIN_S
 
     # Profiling: the sweep's session, built for the CUDA device, each step ending with the
     # device synchronised inside its range; an op's time is its kernel's time.
@@ -202,7 +201,7 @@ def test_watch_times_device_completion_and_profiles_kernels(
     (addmm,) = [op for op in batch.ops if op.name == "addmm"]
     assert addmm.time_s == pytest.approx(KERNEL_S)
     # in device terms, as the sweep: the step is the timed latency, its gaps GPU idle
-    assert batch.time_basis == "device" and batch.framework_s is None
+    assert batch.time_basis == TimeBasis.DEVICE and batch.framework_s is None
     assert batch.profiled_step_s == pytest.approx(batch.latency_s.median)
     assert batch.device_idle_s == pytest.approx(batch.profiled_step_s - KERNEL_S)
 
@@ -217,5 +216,6 @@ def test_work_queued_before_watch_is_not_a_watched_step(
     gpu.launch(kernel_s=0.02)
     w = watch_module.watch(model, out_dir=None, warmup_steps=1, profiled_steps=0)
     _run_loop(w, gpu, model, x)
-    assert w.report.run["watch"]["block_steps"] == 3  # from a 400 µs step, not a 20 ms one
+    assert w.report.run.watch is not None
+    assert w.report.run.watch.block_steps == 3  # from a 400 µs step, not a 20 ms one
     assert w.report.batches[0].latency_s.median == pytest.approx(KERNEL_S, rel=0.02)

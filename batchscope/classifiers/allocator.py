@@ -14,12 +14,12 @@ batch size each would be recommended.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from batchscope.classifiers.recommend import recommend
 from batchscope.plan import Limits
 from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, Flag, FlagKind, Status
+from batchscope.records.report import AllocatorCheck, AllocatorSetBy, KeptBatch
 
 # Cost of one minor page fault (trap, zeroing a 4 KiB page, mapping it): measured ~1.0 µs on
 # this project's 2-core Xeon VM as the step-time difference with and without glibc returning
@@ -43,22 +43,17 @@ def page_fault_share(r: BatchResult) -> float | None:
     return None
 
 
-def page_fault_flags(results: list[BatchResult]) -> list[str]:
+def page_fault_flags(results: list[BatchResult]) -> list[Flag]:
     """One flag for the batch sizes that map and fault in enough memory every step to cost a
     noticeable share of it: the allocator is handing buffers back to the OS between steps."""
-    hit = [(r.batch_size, r.page_faults_per_step, share) for r in results
+    hit = [(r.batch_size, r.page_faults_per_step or 0.0, share) for r in results
            if (share := page_fault_share(r)) is not None and share >= PAGE_FAULT_FLAG_SHARE]
     if not hit:
         return []
-    parts = ", ".join(f"batch {b}: {f:,.0f} ({f * PAGE_BYTES / 2**20:,.0f} MiB, ~{s:.0%})"
-                      for b, f, s in hit)
-    return [
-        f"page faults per step, with the memory mapped afresh every step and the share of the "
-        f"step they take at ~{PAGE_FAULT_COST_S * 1e6:g} µs a fault: {parts}. The allocator returns large buffers to the "
-        f"OS and faults them in again each step; jemalloc or tcmalloc (LD_PRELOAD), or glibc's "
-        f"MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set above the largest buffer, keep "
-        f"them mapped"
-    ]
+    return [Flag(FlagKind.PAGE_FAULTS, values={
+        "batch_sizes": [b for b, _, _ in hit], "faults": [f for _, f, _ in hit],
+        "shares": [s for _, _, s in hit], "page_bytes": PAGE_BYTES,
+        "cost_s": PAGE_FAULT_COST_S})]
 
 
 def retime_sizes(results: list[BatchResult]) -> list[int]:
@@ -92,8 +87,8 @@ def _with_kept(results: list[BatchResult], kept: list[BatchResult]) -> list[Batc
             if r.batch_size in by_size and r.status == Status.OK else r for r in results]
 
 
-def pick_without_page_faults(results: list[BatchResult], limits: Limits, unit: str,
-                             objective: str, kept: list[BatchResult] | None = None) -> int | None:
+def pick_without_page_faults(results: list[BatchResult], limits: Limits, objective: str,
+                             kept: list[BatchResult] | None = None) -> int | None:
     """The batch size the rule picks for a process whose allocator keeps its buffers: from
     the kept-buffers re-timing where it ran, else estimated at ``PAGE_FAULT_COST_S`` a fault;
     None when no batch size faults enough to be flagged."""
@@ -101,12 +96,13 @@ def pick_without_page_faults(results: list[BatchResult], limits: Limits, unit: s
         return None
     ok_kept = [k for k in kept or [] if k.status == Status.OK]
     alternative = _with_kept(results, ok_kept) if ok_kept else _with_estimated_savings(results)
-    choice = recommend(alternative, limits, unit, objective)
+    choice = recommend(alternative, limits, objective)
     return choice.batch_size if choice else None
 
 
 def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limits: Limits,
-                      unit: str, objective: str, set_by: str = "") -> dict[str, Any] | None:
+                      objective: str, set_by: AllocatorSetBy | None = None
+                      ) -> AllocatorCheck | None:
     """report.json ``allocator``: both allocators side by side at every re-timed batch size,
     the pick with the buffers kept and the cost of a fault measured on this machine; None
     when nothing was re-timed. ``set_by``: how the re-timing's allocator was told to keep
@@ -114,40 +110,39 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
     if not kept:
         return None
     default = {r.batch_size: r for r in results}
-    rows, saved_s, saved_faults = [], 0.0, 0.0
+    rows: list[KeptBatch] = []
+    saved_s, saved_faults = 0.0, 0.0
     for k in kept:
         d = default.get(k.batch_size)
-        row: dict[str, Any] = {"batch_size": k.batch_size, "status": k.status.value}
         if k.status != Status.OK or d is None or d.latency_s is None or k.latency_s is None:
-            row["error"] = k.error.splitlines()[0] if k.error else ""
-            rows.append(row)
+            rows.append(KeptBatch(k.batch_size, k.status,
+                                  error=k.error.splitlines()[0] if k.error else ""))
             continue
         faults_d, faults_k = d.page_faults_per_step or 0.0, k.page_faults_per_step or 0.0
-        row.update(
+        # A size that never faulted says nothing about whether the setting was taken.
+        taken = faults_k <= NOT_TAKEN_SHARE * faults_d if faults_d > 0 else None
+        rows.append(KeptBatch(
+            k.batch_size, k.status,
             latency_s=d.latency_s.median, kept_latency_s=k.latency_s.median,
             kept_timed_steps=k.latency_s.n,
             throughput_per_s=d.throughput_per_s, kept_throughput_per_s=k.throughput_per_s,
             page_faults_per_step=faults_d, kept_page_faults_per_step=faults_k,
             speedup=d.latency_s.median / k.latency_s.median if k.latency_s.median > 0 else None,
-        )
-        if faults_d > 0:  # a size that never faulted says nothing about the setting
-            row["taken"] = faults_k <= NOT_TAKEN_SHARE * faults_d
-        if row.get("taken") and faults_d - faults_k > 0:
+            taken=taken))
+        if taken and faults_d - faults_k > 0:
             saved_s += d.latency_s.median - k.latency_s.median
             saved_faults += faults_d - faults_k
-        rows.append(row)
     merged = _with_kept(results, [k for k in kept if k.status == Status.OK])
-    choice = recommend(merged, limits, unit, objective)
+    choice = recommend(merged, limits, objective)
     chosen = next((r for r in merged if choice and r.batch_size == choice.batch_size), None)
-    return {
-        # What a user sets to keep them (the re-timing's own setting is ``set_by``).
-        "env": dict(KEPT_BUFFERS_ENV),
-        "set_by": set_by or None,
-        "batches": rows,
-        "batch_size": choice.batch_size if choice else None,
-        "throughput_per_s": chosen.throughput_per_s if chosen else None,
+    return AllocatorCheck(
+        env=dict(KEPT_BUFFERS_ENV),  # what a user sets to keep them
+        set_by=set_by,
+        batches=rows,
+        batch_size=choice.batch_size if choice else None,
+        throughput_per_s=chosen.throughput_per_s if chosen else None,
         # Seconds one fault cost here: step time saved per fault avoided, over every
         # re-timed size that took the setting (None when none saved time).
-        "cost_per_fault_s": saved_s / saved_faults if saved_faults > 0 and saved_s > 0 else None,
-        "taken": any(r.get("taken") for r in rows),
-    }
+        cost_per_fault_s=saved_s / saved_faults if saved_faults > 0 and saved_s > 0 else None,
+        taken=any(r.taken for r in rows),
+    )

@@ -15,10 +15,11 @@ all-reduce's own duration at that bandwidth, most of which backward hides.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
 
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, DataParallel, ModelInfo, Status
+from batchscope.records.report import DataParallelBatch, DataParallelPick
 
 
 def allreduce_time_s(bytes_per_step: int, world_size: int, busbw_bytes_per_s: float) -> float:
@@ -40,70 +41,55 @@ def accumulation_steps(global_batch: int, per_step: int) -> int:
     return max(1, math.ceil(global_batch / per_step))
 
 
-def data_parallel_summary(info: dict[str, Any], batches: list[BatchResult],
+def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
                           recommended: int | None,
-                          global_batch: int | None) -> dict[str, Any] | None:
+                          global_batch: int | None) -> DataParallel | None:
     """report.json ``distributed``: per batch size the global batch and throughput, the
     communication exposed and its share, the slowest rank; and the recommendation's
     global batch (with ``global_batch``: the accumulation steps that reach it)."""
-    dist = info.get("distributed")
-    if not dist:
+    dist = model.distributed
+    if dist is None:
         return None
-    world = int(dist["world_size"])
-    busbw = (dist.get("bus_bandwidth") or {}).get("busbw_bytes_per_s") or 0.0
-    grads = int(dist.get("allreduce_bytes_per_step") or 0)
+    world = dist.world_size
+    busbw = dist.bus_bandwidth.busbw_bytes_per_s if dist.bus_bandwidth else 0.0
+    grads = dist.allreduce_bytes_per_step
     allreduce_s = allreduce_time_s(grads, world, busbw)
     rows = []
     for r in batches:
         if r.status != Status.OK or r.latency_s is None:
             continue
-        ranks = [x for x in r.ranks if x.latency_s is not None]
-        slowest = max(ranks, key=lambda x: x.latency_s) if ranks else None
-        fastest = min(ranks, key=lambda x: x.latency_s) if ranks else None
+        timed = [(x.rank, x.latency_s) for x in r.ranks if x.latency_s is not None]
+        slowest = max(timed, key=lambda x: x[1]) if timed else None
+        fastest = min(timed, key=lambda x: x[1]) if timed else None
         exposed = r.communication_exposed_s
-        rows.append({
-            "batch_size": r.batch_size,
-            "global_batch": r.batch_size * world,
-            "global_throughput_per_s": (r.batch_size * world * int(info.get("units_per_row") or 1)
-                                        / r.latency_s.median),
-            "communication_exposed_s": exposed,
-            "communication_share": (exposed / r.latency_s.median
-                                    if exposed is not None else None),
-            "allreduce_at_bus_bandwidth_s": allreduce_s or None,
-            "hidden_share": (max(1 - exposed / allreduce_s, 0.0)
-                             if exposed is not None and allreduce_s else None),
-            "slowest_rank": slowest.rank if slowest else None,
-            "straggler_lag_s": (slowest.latency_s - fastest.latency_s
-                                if slowest and fastest else None),
-        })
-    out: dict[str, Any] = {
-        "world_size": world,
-        "nodes": dist.get("nodes", 1),
-        "backend": dist.get("backend"),
-        "wrapped_by": dist.get("wrapped_by"),
-        "allreduce_bytes_per_step": grads,
-        "bus_bandwidth_bytes_per_s": busbw or None,
-        "bus_bandwidth": dist.get("bus_bandwidth"),
-        "batches": rows,
-        "recommendation": None,
-    }
-    row = next((x for x in rows if x["batch_size"] == recommended), None)
-    if row is not None:
-        per_step = row["global_batch"]
-        rec: dict[str, Any] = {
-            "per_rank_batch": recommended,
-            "global_batch": per_step,
-            "communication_per_sample_s": ((row["communication_exposed_s"] or 0.0) / per_step),
-        }
+        rows.append(DataParallelBatch(
+            batch_size=r.batch_size,
+            global_batch=r.batch_size * world,
+            global_throughput_per_s=(r.batch_size * world * model.units_per_row
+                                     / r.latency_s.median),
+            communication_exposed_s=exposed,
+            communication_share=exposed / r.latency_s.median if exposed is not None else None,
+            allreduce_at_bus_bandwidth_s=allreduce_s or None,
+            hidden_share=(max(1 - exposed / allreduce_s, 0.0)
+                          if exposed is not None and allreduce_s else None),
+            slowest_rank=slowest[0] if slowest else None,
+            straggler_lag_s=slowest[1] - fastest[1] if slowest and fastest else None,
+        ))
+    pick = None
+    row = next((x for x in rows if x.batch_size == recommended), None)
+    if row is not None and recommended is not None:
+        per_step = row.global_batch
+        exposed_s = row.communication_exposed_s or 0.0
+        pick = DataParallelPick(per_rank_batch=recommended, global_batch=per_step,
+                                communication_per_sample_s=exposed_s / per_step)
         if global_batch is not None:
             steps = accumulation_steps(global_batch, per_step)
-            rec.update({
-                "global_batch_target": global_batch,
-                "accumulation_steps": steps,
-                "global_batch_reached": steps * per_step,
+            pick = dataclasses.replace(
+                pick, global_batch_target=global_batch, accumulation_steps=steps,
+                global_batch_reached=steps * per_step,
                 # One all-reduce per accumulated step (no_sync() on the others).
-                "communication_per_sample_with_accumulation_s":
-                    (row["communication_exposed_s"] or 0.0) / (steps * per_step),
-            })
-        out["recommendation"] = rec
-    return out
+                communication_per_sample_with_accumulation_s=exposed_s / (steps * per_step))
+    return DataParallel(world_size=world, nodes=dist.nodes, backend=dist.backend,
+                        wrapped_by=dist.wrapped_by, allreduce_bytes_per_step=grads,
+                        bus_bandwidth_bytes_per_s=busbw or None, batches=rows,
+                        recommendation=pick)

@@ -9,25 +9,9 @@ This is an estimate, labelled as one everywhere it is shown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
-from batchscope.records import BatchResult, OpStat
-
-METHOD = ("estimate: every measured op scaled by the growth of its roofline time (FLOPs, "
-          "state and activations grow with the batch, weights do not), Python time between "
-          "ops kept; not a measurement")
-
-
-@dataclass
-class Estimate:
-    """An estimated batch size, never to be read as measured."""
-
-    batch_size: int
-    latency_s: float
-    throughput_per_s: float
-    method: str = METHOD
+from batchscope.records import BatchResult, Estimate, OpStat
 
 
 def _roof(op: OpStat, scale: float, ceilings: Ceilings) -> float:
@@ -51,4 +35,4 @@ def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int) -> 
     profiled = op_time + (result.framework_s or 0.0)
     # Profiled times carry the profiler's overhead; the ratio carries over to the latency.
     latency = result.latency_s.median * profiled / result.profiled_step_s
-    return Estimate(batch_size, latency, batch_size / latency)
+    return Estimate(batch_size, latency, batch_size / latency)  # method: ROOFLINE_SCALED

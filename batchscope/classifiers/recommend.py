@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from batchscope.classifiers.step_model import MIN_MARGIN
 from batchscope.plan import Limits, over_limits
 from batchscope.records import BatchResult, PredictedPick, Status, StepPrediction
+from batchscope.records.report import OverLimit, Rule, RuleKind
 
 # Within this share of the best throughput a smaller batch wins: it gives lower latency and
 # memory for a throughput loss inside the noise of a busy machine.
@@ -30,19 +31,24 @@ class Choice:
     """The recommended batch and why."""
 
     batch_size: int
-    rule: str
+    rule: Rule
     best_batch_size: int
     best_throughput_per_s: float
     speedup_from_batching: float | None
     speedup_baseline_batch: int | None
-    excluded: dict[int, str]
+
+    @property
+    def excluded(self) -> set[int]:
+        """The batch sizes over a user limit, never picked."""
+        return {e.batch_size for e in self.rule.excluded}
 
 
 OBJECTIVES = ("throughput", "energy")
 
 
-def _by_energy(allowed: list[BatchResult], unit: str) -> tuple[BatchResult, str] | None:
-    """The smallest batch within reach of the lowest energy per unit, or None without data."""
+def _by_energy(allowed: list[BatchResult]) -> tuple[BatchResult, BatchResult] | None:
+    """(the smallest batch within reach of the lowest energy per unit, the lowest), or None
+    without energy readings."""
     metered = [r for r in allowed if r.energy_per_unit_j]
     if not metered:
         return None
@@ -50,13 +56,10 @@ def _by_energy(allowed: list[BatchResult], unit: str) -> tuple[BatchResult, str]
     best_j = best.energy_per_unit_j or 0.0
     chosen = min((r for r in metered if (r.energy_per_unit_j or 0.0) * NEAR_BEST_SHARE <= best_j),
                  key=lambda r: r.batch_size)
-    return chosen, (
-        f"smallest batch size whose energy per {unit} is within {1 / NEAR_BEST_SHARE - 1:.0%} "
-        f"of the lowest measured ({best_j:.4g} J/{unit} at batch {best.batch_size})"
-    )
+    return chosen, best
 
 
-def recommend(results: list[BatchResult], limits: Limits, unit: str,
+def recommend(results: list[BatchResult], limits: Limits,
               objective: str = "throughput") -> Choice | None:
     """Pick the batch size to run; None when no batch size was measured.
 
@@ -64,8 +67,8 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str,
     and falls back to throughput, saying so, where it was not (a CPU, no NVML).
     """
     measured = [r for r in results if r.status == Status.OK and r.throughput_per_s]
-    excluded = {r.batch_size: why for r in measured if (why := over_limits(r, limits))}
-    allowed = [r for r in measured if r.batch_size not in excluded]
+    excluded: list[OverLimit] = [e for r in measured if (e := over_limits(r, limits))]
+    allowed = [r for r in measured if r.batch_size not in {e.batch_size for e in excluded}]
     if not allowed:
         return None
     best = max(allowed, key=lambda r: r.throughput_per_s or 0.0)
@@ -73,24 +76,18 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str,
     by_size = {r.batch_size: r for r in allowed}
     chosen = by_size[smallest_near_best({b: r.throughput_per_s or 0.0
                                          for b, r in by_size.items()})]
-    rule = (
-        f"smallest batch size whose throughput is at least {NEAR_BEST_SHARE:.0%} of the best "
-        f"measured ({best_t:,.1f} {unit}s/s at batch {best.batch_size})"
-    )
+    rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best.batch_size, best_t, excluded)
     if objective == "energy":
-        by_energy = _by_energy(allowed, unit)
+        by_energy = _by_energy(allowed)
         if by_energy is None:
-            rule = ("energy objective unavailable (no energy readings: NVML needs an NVIDIA "
-                    "GPU); by throughput: " + rule)
+            rule = Rule(RuleKind.ENERGY_UNAVAILABLE, NEAR_BEST_SHARE, best.batch_size, best_t,
+                        excluded)
         else:
-            chosen, rule = by_energy
+            chosen, lowest = by_energy
+            rule = Rule(RuleKind.ENERGY, NEAR_BEST_SHARE, lowest.batch_size,
+                        lowest.energy_per_unit_j or 0.0, excluded)
     if len(measured) == 1:  # nothing to compare with: no speedup, no choice made
-        rule = (f"the only batch size measured ({best_t:,.1f} {unit}s/s); with one point "
-                "there is no curve to choose from")
-    if excluded:
-        rule += "; batch sizes over a limit were not considered (" + "; ".join(
-            f"{b}: {why}" for b, why in sorted(excluded.items())
-        ) + ")"
+        rule = Rule(RuleKind.ONLY_ONE, NEAR_BEST_SHARE, best.batch_size, best_t, excluded)
     smallest = min(measured, key=lambda r: r.batch_size)
     speedup = None
     if smallest.throughput_per_s and len(measured) > 1:
@@ -103,7 +100,6 @@ def recommend(results: list[BatchResult], limits: Limits, unit: str,
         best_throughput_per_s=best_t,
         speedup_from_batching=speedup,
         speedup_baseline_batch=smallest.batch_size,
-        excluded=excluded,
     )
 
 

@@ -11,7 +11,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from batchscope.hardware.types import FP32, Ceilings
-from batchscope.records import BatchResult, Bound, OpStat, Status, TimeShare
+from batchscope.op_families import is_dense
+from batchscope.records import BatchResult, Bound, Flag, FlagKind, OpStat, Status, TimeShare
+from batchscope.records.flags import Value
+from batchscope.records.report import ResponsePoint
 
 # An op may measure a little faster than its roof from timer resolution and the ±10% noise
 # of the ceilings themselves; beyond this it is an accounting error, flagged.
@@ -71,12 +74,10 @@ COLLECTIVES = frozenset({
 })
 
 
-# Dense kernels whose FLOPs are exact (matmuls, convolutions): when one of them ran faster
-# than the cached peak of its dtype, the peak was measured low (a slow minute of a shared
-# VM, a slower BLAS path) and this run's own figure is the machine's. Only ops with at
-# least this much profiled time count: below it the timer's granularity dominates.
-DENSE_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "convolution",
-                       "convolution_backward", "_convolution", "mkldnn_convolution"})
+# When a dense kernel (a matmul or a convolution, op_families.is_dense: exact FLOPs) ran
+# faster than the cached peak of its dtype, the peak was measured low (a slow minute of a
+# shared VM, a slower BLAS path) and this run's own figure is the machine's. Only ops with
+# at least this much profiled time count: below it the timer's granularity dominates.
 ACHIEVED_MIN_TIME_S = 1e-3
 # Where the achieved peaks are recorded in ``Ceilings.details``.
 ACHIEVED = "achieved_by_ops"
@@ -91,7 +92,7 @@ def achieved_ceilings(ceilings: Ceilings, results: list[BatchResult]) -> Ceiling
     for r in results:
         for op in r.ops if r.status == Status.OK else []:
             key = op.roof_dtype or op.dtype
-            if (op.name not in DENSE_OPS or not op.flops or op.time_s < ACHIEVED_MIN_TIME_S
+            if (not is_dense(op.name) or not op.flops or op.time_s < ACHIEVED_MIN_TIME_S
                     or key not in ceilings.peak_flops_per_s):
                 continue
             rate = op.flops / op.time_s
@@ -153,25 +154,19 @@ def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
         if out.efficiency > ROOF_TOLERANCE and out.bound != Bound.OVERHEAD:
             cache_bytes = ceilings.cache_bytes or CACHE_BYTES_HINT
             footprint = footprint_bytes(op, total_bytes / calls)
+            values: dict[str, Value] = {"time_s": op.time_s, "roof_s": roof_s,
+                                        "footprint_bytes": footprint, "cache_bytes": cache_bytes}
             if footprint < cache_bytes and out.bound == Bound.MEMORY:
                 # Expected, not an error: the DRAM roof does not apply to a working set the
                 # last-level cache holds.
-                note = (f"served from cache: measured {op.time_s * 1e6:.1f} µs, faster than "
-                        f"its DRAM roof of {roof_s * 1e6:.1f} µs; its bytes fit in cache "
-                        f"({footprint / 2**20:,.1f} MiB a call, cache "
-                        f"{cache_bytes / 2**20:,.0f} MiB), which beats the DRAM bandwidth")
+                kind = FlagKind.SERVED_FROM_CACHE
             elif footprint < PARTLY_CACHED * cache_bytes and out.bound == Bound.MEMORY:
                 # A working set a few times the cache: what the op before it wrote may still
                 # be there (a gradient summed right after it was computed).
-                note = (f"partly served from cache: measured {op.time_s * 1e6:.1f} µs, "
-                        f"faster than its DRAM roof of {roof_s * 1e6:.1f} µs; of its "
-                        f"{footprint / 2**20:,.1f} MiB a call, up to the cache's "
-                        f"{cache_bytes / 2**20:,.0f} MiB may still be there from the ops "
-                        f"before it")
+                kind = FlagKind.PARTLY_FROM_CACHE
             else:
-                note = (f"accounting error: measured {op.time_s * 1e6:.1f} µs is faster than "
-                        f"its roof of {roof_s * 1e6:.1f} µs")
-            out.flags.append(note)
+                kind = FlagKind.ACCOUNTING_ERROR
+            out.flags.append(Flag(kind, op_id=op.op_id, values=values))
     return out
 
 
@@ -186,7 +181,7 @@ def time_share(result: BatchResult) -> TimeShare | None:
     step = result.profiled_step_s
     if not step or not result.ops:
         return None
-    by_bound = {b: 0.0 for b in Bound}
+    by_bound = dict.fromkeys(Bound, 0.0)
     for op in result.ops:
         by_bound[op.bound] += op.time_s
     unmatched = sum(result.unmatched_ops_s.values())
@@ -220,15 +215,14 @@ def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
     return out
 
 
-def batch_response(results: list[BatchResult]) -> dict[str, list[dict[str, float]]]:
+def batch_response(results: list[BatchResult]) -> dict[str, list[ResponsePoint]]:
     """Per op across batch sizes: time per batch row against b (the batch-response curve).
 
     Keyed by ``op_id``: the same op at every batch size (see ``profiler.join.op_ids``).
     """
-    curves: dict[str, list[dict[str, float]]] = {}
+    curves: dict[str, list[ResponsePoint]] = {}
     for r in results:
         for op in r.ops:
             curves.setdefault(op.op_id, []).append(
-                {"batch_size": r.batch_size, "time_per_row_s": op.time_s / r.batch_size}
-            )
+                ResponsePoint(r.batch_size, op.time_s / r.batch_size))
     return curves

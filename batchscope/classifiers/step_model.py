@@ -35,8 +35,8 @@ the ones predicted:
   they run, cheapest first); past its largest probe its time grows in proportion to the
   rows, said in ``assumptions``.
 - Ops without a FLOP formula, the framework time between ops (on a GPU, the device's idle
-  time), the ops the profiler saw but the counting did not are fitted as powers of b (exponent 0 to 1), flat unless they
-  clearly grew.
+  time), the ops the profiler saw but the counting did not are fitted as powers of b
+  (exponent 0 to 1), flat unless they clearly grew.
 
 The sum over ops is the predicted profiled step; the profiler's own cost (profiled step
 minus timed latency, the median over the fitted sizes) taken off it gives the predicted
@@ -57,7 +57,6 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +64,7 @@ from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
+from batchscope.op_families import family
 from batchscope.profiler.probe import (
     LONG_CALL_S,
     MAX_REPEATS,
@@ -81,12 +81,10 @@ from batchscope.records import (
     OpStat,
     Status,
     StepPrediction,
+    Stop,
+    StopKind,
 )
 
-# Op names that run through a GEMM (the F.linear path of the ceilings) or a convolution.
-MATMUL_OPS = frozenset({"addmm", "mm", "bmm", "baddbmm", "linear", "matmul", "_addmm_activation"})
-CONV_OPS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d",
-                      "mkldnn_convolution", "cudnn_convolution", "convolution_backward"})
 # The model is fitted on the largest this many measured batch sizes: the nearest to the
 # sizes it predicts, past the small-batch kernel steps (MKL's 2-8 row path).
 FIT_WINDOW = 3
@@ -163,11 +161,9 @@ DIP = 0.9
 
 
 def _kind(name: str) -> str:
-    if name in MATMUL_OPS:
-        return "matmul"
-    if name in CONV_OPS:
-        return "conv"
-    return name
+    """An op's kind for the factors it shares: its kernel family (op_families), else itself."""
+    found = family(name)
+    return found.value if found is not None else name
 
 
 def _nonneg_line(xs: list[float], ys: list[float]) -> LinearFit:
@@ -215,7 +211,7 @@ class PowerFit:
     exponent: float
 
     def __call__(self, b: float) -> float:
-        return self.scale * b ** self.exponent
+        return self.scale * float(b ** self.exponent)
 
 
 def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
@@ -698,7 +694,8 @@ def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
                      and s.get("n") == figures.get("peak_size")), None)
         best = peak and peak.get("best_flops_per_s")
         median = peak and peak.get("median_flops_per_s")
-        if isinstance(best, (int, float)) and isinstance(median, (int, float)) and 0 < median < best:
+        if (isinstance(best, (int, float)) and isinstance(median, (int, float))
+                and 0 < median < best):
             peaks[dtype] *= median / best
             changed = True
     return dataclasses.replace(ceilings, peak_flops_per_s=peaks) if changed else None
@@ -779,52 +776,58 @@ STOP_TOLERANCE = 0.25
 MIN_MARGIN = 0.10
 
 
+def stop_probe_specs(results: list[BatchResult], remaining: list[int]) -> list[dict[str, Any]]:
+    """The kernel probes :func:`predicted_stop` reads: every probed op at the remaining
+    sizes and the measured ones ([] while too few sizes are measured to judge)."""
+    usable = _usable(results)
+    if not remaining or len(usable) < FIT_WINDOW + 1:
+        return []
+    return probe_specs(results, [*remaining, *(r.batch_size for r in usable)])
+
+
 def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
-                   pick_throughput_per_s: float, near_best_share: float, unit: str,
-                   prober: Callable[[list[dict[str, Any]]], dict[str, float]] | None = None,
-                   ) -> str:
-    """Why the sweep may stop before ``remaining``, or "" when it must go on.
+                   pick_throughput_per_s: float, near_best_share: float,
+                   probes_s: dict[str, float] | None = None) -> Stop | None:
+    """Why the sweep may stop before ``remaining``, or None when it must go on.
 
     The pick (the smallest batch within ``near_best_share`` of the best) only moves if a
-    larger batch beats ``pick_throughput_per_s / near_best_share``. The model fitted on
-    the measured sizes before the last must have predicted the last within
-    :data:`STOP_TOLERANCE`; refitted with it, the gain it predicts for each remaining size
-    over the last, applied to the last's measured throughput and widened by that miss (at
-    least :data:`MIN_MARGIN`), must stay under the bar. The model's throughput never falls
-    with b, so this stops a sweep whose measured curve has levelled off or turned down.
+    larger batch beats ``pick_throughput_per_s / near_best_share`` (units a second, as
+    every throughput of a result). The model fitted on the measured sizes before the last
+    must have predicted the last within :data:`STOP_TOLERANCE`; refitted with it, the gain
+    it predicts for each remaining size over the last, applied to the last's measured
+    throughput and widened by that miss (at least :data:`MIN_MARGIN`), must stay under the
+    bar. The model's throughput never falls with b, so this stops a sweep whose measured
+    curve has levelled off or turned down. ``probes_s``: the times of
+    :func:`stop_probe_specs`' probes that ran.
     """
     usable = _usable(results)
     if not remaining or len(usable) < FIT_WINDOW + 1:
-        return ""
+        return None
     last = usable[-1]
-    probes = (prober(probe_specs(results, [*remaining, *(r.batch_size for r in usable)]))
-              if prober else None)
+    if last.latency_s is None or not last.throughput_per_s:
+        return None
     before = fit_step_model(results, ceilings,
-                            [r.batch_size for r in usable[-FIT_WINDOW - 1:-1]], probes)
+                            [r.batch_size for r in usable[-FIT_WINDOW - 1:-1]], probes_s)
     if before is None:
-        return ""
-    miss = abs(before.latency_s(last.batch_size) / last.latency_s.median - 1)  # type: ignore[union-attr]
+        return None
+    miss = abs(before.latency_s(last.batch_size) / last.latency_s.median - 1)
     if miss > STOP_TOLERANCE:
-        return ""
-    model = fit_step_model(results, ceilings, probes_s=probes)
+        return None
+    model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None:
-        return ""
+        return None
     margin = max(miss, MIN_MARGIN)
     bar = pick_throughput_per_s / near_best_share
-    # The model's gain over the last measured size, applied to what that size measured:
-    # its errors at neighbouring sizes largely cancel in the ratio.
-    measured_last = last.batch_size / last.latency_s.median  # type: ignore[union-attr]
+    # The model's gain over the last measured size, applied to what that size measured
+    # (units a second, as the bar is): its errors at neighbouring sizes largely cancel in
+    # the ratio.
     gain = {b: model.throughput_per_s(b) / model.throughput_per_s(last.batch_size)
             for b in remaining}
     highest = max(remaining, key=gain.__getitem__)
-    projected = measured_last * gain[highest]
+    projected = last.throughput_per_s * gain[highest]
     if projected * (1 + margin) >= bar:
-        return ""
-    sizes = (f"batch {remaining[0]}" if len(remaining) == 1
-             else f"batches {', '.join(map(str, remaining))}")
-    return (f"{sizes} not measured: the step-time model, fitted on batches "
-            f"{', '.join(map(str, model.fitted_on))}, predicts at most "
-            f"{projected:,.4g} ± {margin:.0%} {unit}s/s there (batch {highest}: "
-            f"{gain[highest]:.2f}× batch {last.batch_size}), under the {bar:,.4g} that would "
-            f"change the pick; it had predicted "
-            f"batch {last.batch_size} within {miss:.0%} before measuring it")
+        return None
+    return Stop(StopKind.PREDICTED, values={
+        "remaining": list(remaining), "fitted_on": list(model.fitted_on),
+        "projected_per_s": projected, "margin": margin, "highest": highest,
+        "gain": gain[highest], "last": last.batch_size, "bar_per_s": bar, "miss": miss})

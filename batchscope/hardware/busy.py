@@ -51,7 +51,7 @@ class OtherLoad:
         t = os.times()
         return t.user + t.system + t.children_user + t.children_system
 
-    def __enter__(self) -> OtherLoad:  # noqa: PYI034
+    def __enter__(self) -> OtherLoad:
         self._wall, self._busy, self._ours = time.perf_counter(), self._busy_s(), self._ours_s()
         return self
 

@@ -125,7 +125,8 @@ def _read(path: Path, key: str) -> Ceilings | None:
             log.info("ignoring ceilings cache %s: made for another machine key", path)
             return None
         ceilings = Ceilings.from_dict(data)
-        figures = [*ceilings.peak_flops_per_s.values(), ceilings.bandwidth_bytes_per_s, ceilings.overhead_s]
+        figures = [*ceilings.peak_flops_per_s.values(), ceilings.bandwidth_bytes_per_s,
+                   ceilings.overhead_s]
         if FP32 not in ceilings.peak_flops_per_s or not all(_positive(v) for v in figures):
             raise ValueError("missing or non-positive figures")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import platform
@@ -47,7 +48,11 @@ from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
 MIB = 2**20
 
 # (name, torch dtype, TF32 on?) measured per device type; TF32 is a CUDA-only mode of fp32.
-_CPU_DTYPES = ((FP32, torch.float32, False), (BF16, torch.bfloat16, False), (FP16, torch.float16, False))
+_CPU_DTYPES = (
+    (FP32, torch.float32, False),
+    (BF16, torch.bfloat16, False),
+    (FP16, torch.float16, False),
+)
 _CUDA_DTYPES = (
     (FP32, torch.float32, False),
     (TF32, torch.float32, True),
@@ -99,10 +104,14 @@ class BenchPlan:
 
 # CPU: 256 MiB buffers are 8x the 32 MB L3 seen in trials; the 512 MiB cap bounds the
 # first-touch cost (page faults in a busy VM ran at 0.3-2 GB/s); the run fits ~8 s on 2 cores.
-_CPU_FULL = BenchPlan((1024, 2048, 4096), 1.5, 256 * MIB, 512 * MIB, 0.4, 1e-3, 3, 25, 0.25, 25, 400)
+_CPU_FULL = BenchPlan(
+    (1024, 2048, 4096), 1.5, 256 * MIB, 512 * MIB, 0.4, 1e-3, 3, 25, 0.25, 25, 400
+)
 _CPU_QUICK = BenchPlan((256, 512, 1024), 0.35, 32 * MIB, 32 * MIB, 0.1, 1e-3, 3, 10, 0.05, 9, 200)
 # CUDA: a GPU needs n >= 4096 to fill its tensor cores; 1 GiB buffers dwarf any L2 (<= 128 MB).
-_CUDA_FULL = BenchPlan((4096, 8192, 16384), 1.5, 1024 * MIB, 1024 * MIB, 0.5, 5e-3, 3, 25, 0.25, 25, 400)
+_CUDA_FULL = BenchPlan(
+    (4096, 8192, 16384), 1.5, 1024 * MIB, 1024 * MIB, 0.5, 5e-3, 3, 25, 0.25, 25, 400
+)
 _CUDA_QUICK = BenchPlan((1024, 2048), 0.3, 128 * MIB, 128 * MIB, 0.1, 2e-3, 3, 10, 0.05, 9, 200)
 _PLANS = {
     ("cpu", False): _CPU_FULL,
@@ -244,7 +253,7 @@ class _Clock:
             fn()
         end.record(stream)
         end.synchronize()
-        return begin.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+        return float(begin.elapsed_time(end)) / 1e3  # elapsed_time is in milliseconds
 
 
 def _sync(device: torch.device) -> None:
@@ -258,10 +267,13 @@ def _stats(per_call_s: list[float]) -> dict[str, float | int]:
     median = statistics.median(xs)
     q1, _, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0], xs[0], xs[0])
     spread = (q3 - q1) / median
-    return {"repeats": len(xs), "median_s": median, "best_s": xs[0], "worst_s": xs[-1], "spread": spread}
+    return {"repeats": len(xs), "median_s": median, "best_s": xs[0], "worst_s": xs[-1],
+            "spread": spread}
 
 
-def _repeat(fn: Callable[[], object], clock: _Clock, plan: BenchPlan, deadline: float) -> dict[str, Any]:
+def _repeat(
+    fn: Callable[[], object], clock: _Clock, plan: BenchPlan, deadline: float
+) -> dict[str, Any]:
     """Warm ``fn`` up, then time samples until enough repeats and time (or the deadline)."""
     warmup_s = clock.time(fn, 1)  # first call: page faults, library and kernel selection
     inner = 1
@@ -273,7 +285,9 @@ def _repeat(fn: Callable[[], object], clock: _Clock, plan: BenchPlan, deadline: 
     while len(per_call) < plan.max_repeats:
         per_call.append(max(clock.time(fn, inner), _MIN_TIMED_S) / inner)
         now = time.perf_counter()
-        if len(per_call) >= plan.min_repeats and (now - start >= plan.min_time_s or now >= deadline):
+        if len(per_call) >= plan.min_repeats and (
+            now - start >= plan.min_time_s or now >= deadline
+        ):
             break
     return {"inner": inner, "warmup_s": warmup_s, **_stats(per_call)}
 
@@ -286,7 +300,10 @@ def _fp32_matmul_precision(device_type: str, tf32: bool) -> Iterator[None]:
     legacy ``allow_tf32`` can raise), else ``torch.backends.cuda.matmul.allow_tf32``.
     """
     cuda_matmul = torch.backends.cuda.matmul
-    backend = cuda_matmul if device_type == "cuda" else getattr(torch.backends.mkldnn, "matmul", None)
+    backend = (
+        cuda_matmul if device_type == "cuda" else getattr(torch.backends.mkldnn, "matmul", None)
+    )
+    value: str | bool
     if backend is not None and hasattr(backend, "fp32_precision"):
         attr, value = "fp32_precision", ("tf32" if tf32 else "ieee")
     elif device_type == "cuda":
@@ -364,7 +381,8 @@ def measure_matmul(
     rows: list[dict[str, Any]] = []
     result: dict[str, Any] = {"sizes": rows, "skipped_sizes": []}
     previous: tuple[int, float] | None = None  # (n, median seconds per call)
-    with _fp32_matmul_precision(device.type, tf32) if dtype == torch.float32 else contextlib.nullcontext():
+    with (_fp32_matmul_precision(device.type, tf32) if dtype == torch.float32
+          else contextlib.nullcontext()):
         for n in plan.matmul_sizes:
             if previous is not None:
                 # warm-up plus the minimum repeats, scaled by the n³ growth of the work
@@ -413,6 +431,28 @@ def _cudnn_tf32(device_type: str, tf32: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = saved
 
 
+def _linear_rows(device: torch.device, dtype: torch.dtype, plan: BenchPlan,
+                 n: int) -> dict[str, Any]:
+    """F.linear of an n×n input by an n×n weight: MKL's (cuBLAS's) path of a model's matmul."""
+    x = torch.randn(n, n, device=device, dtype=dtype)
+    w = torch.randn(n, n, device=device, dtype=dtype)
+    return _path_rows(device, plan, [
+        (n, functools.partial(torch.nn.functional.linear, x, w), 2.0 * n**3)])
+
+
+def _conv_rows(device: torch.device, dtype: torch.dtype, plan: BenchPlan,
+               n: int) -> dict[str, Any]:
+    """A 3x3 convolution at each of _CONV_BATCHES: oneDNN's (cuDNN's) path."""
+    weight = torch.randn(_CONV_CHANNELS, _CONV_CHANNELS, _CONV_KERNEL, _CONV_KERNEL,
+                         device=device, dtype=dtype)
+    inputs = {b: torch.randn(b, _CONV_CHANNELS, _CONV_HW, _CONV_HW, device=device,
+                             dtype=dtype) for b in _CONV_BATCHES}
+    per_image = 2.0 * _CONV_CHANNELS * _CONV_HW**2 * _CONV_CHANNELS * _CONV_KERNEL**2
+    return _path_rows(device, plan, [
+        (b, functools.partial(torch.nn.functional.conv2d, inputs[b], weight, padding=1),
+         per_image * b) for b in _CONV_BATCHES])
+
+
 def _path_rows(device: torch.device, plan: BenchPlan, calls: list[tuple[int, Callable[[], Any],
                float]]) -> dict[str, Any]:
     """Time each (size, call, FLOPs) in order while the budget lasts; the best FLOP/s."""
@@ -453,25 +493,12 @@ def measure_paths(device: torch.device, dtype: torch.dtype, plan: BenchPlan, n: 
     fp32 = dtype == torch.float32
     with (_fp32_matmul_precision(device.type, tf32) if fp32 else contextlib.nullcontext()), \
             (_cudnn_tf32(device.type, tf32) if fp32 else contextlib.nullcontext()):
-        try:
-            x = torch.randn(n, n, device=device, dtype=dtype)
-            w = torch.randn(n, n, device=device, dtype=dtype)
-            paths["linear"] = _path_rows(device, plan, [
-                (n, lambda: torch.nn.functional.linear(x, w), 2.0 * n**3)])
-        except (RuntimeError, NotImplementedError) as exc:
-            paths["linear"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        x = w = None
-        try:
-            weight = torch.randn(_CONV_CHANNELS, _CONV_CHANNELS, _CONV_KERNEL, _CONV_KERNEL,
-                                 device=device, dtype=dtype)
-            inputs = {b: torch.randn(b, _CONV_CHANNELS, _CONV_HW, _CONV_HW, device=device,
-                                     dtype=dtype) for b in _CONV_BATCHES}
-            per_image = 2.0 * _CONV_CHANNELS * _CONV_HW**2 * _CONV_CHANNELS * _CONV_KERNEL**2
-            paths["conv2d"] = _path_rows(device, plan, [
-                (b, lambda b=b: torch.nn.functional.conv2d(inputs[b], weight, padding=1),
-                 per_image * b) for b in _CONV_BATCHES])
-        except (RuntimeError, NotImplementedError) as exc:
-            paths["conv2d"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        for name, rows in (("linear", _linear_rows), ("conv2d", _conv_rows)):
+            try:  # the tensors are freed when the function returns
+                paths[name] = rows(device, dtype, plan, n)
+            except (RuntimeError, NotImplementedError) as exc:
+                paths[name] = {"error": f"{type(exc).__name__}: "
+                                        f"{str(exc).splitlines()[0][:200]}"}
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return paths
@@ -506,12 +533,14 @@ def measure_copy(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
     src = torch.ones(buffer_bytes // 4, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
     deadline = time.perf_counter() + plan.copy_budget_s
-    timing = _repeat(lambda: dst.copy_(src), _Clock(device), plan, deadline)
+    copy_fn = functools.partial(dst.copy_, src)
+    timing = _repeat(copy_fn, _Clock(device), plan, deadline)
     moved = 2 * src.numel() * src.element_size()  # one read of src plus one write of dst
-    del dst
-    in_place = _repeat(lambda: src.add_(1.0), _Clock(device), plan,
+    del copy_fn, dst
+    add_fn = functools.partial(src.add_, 1.0)
+    in_place = _repeat(add_fn, _Clock(device), plan,
                        time.perf_counter() + plan.copy_budget_s)
-    del src
+    del add_fn, src
     if device.type == "cuda":
         torch.cuda.empty_cache()
     paths = {"copy": moved / timing["best_s"], "in_place": moved / in_place["best_s"]}
@@ -633,7 +662,9 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
     started = time.perf_counter()
     device_scope = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
     with torch.inference_mode(), device_scope:
-        matmul = {name: measure_matmul(dev, dtype, plan, tf32=tf32) for name, dtype, tf32 in _dtypes(dev)}
+        matmul = {
+            name: measure_matmul(dev, dtype, plan, tf32=tf32) for name, dtype, tf32 in _dtypes(dev)
+        }
         for name, dtype, tf32 in _dtypes(dev):
             sizes = [r["n"] for r in matmul[name].get("sizes", [])]
             if sizes:

@@ -173,7 +173,7 @@ def load_nvml(nvml: Any = None) -> Any:
     if nvml is not None:
         return nvml
     try:
-        import pynvml  # noqa: PLC0415 - optional at import time of batchscope
+        import pynvml
     except Exception as exc:  # noqa: BLE001 - ImportError or a broken install
         raise NvmlUnavailable(f"nvidia-ml-py is not importable ({exc})") from None
     return pynvml

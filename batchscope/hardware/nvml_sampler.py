@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from batchscope.hardware.nvml_device import (
     ERROR_FUNCTION_NOT_FOUND,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, field, fields
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ class NvmlSample:
 class NvmlRecording:
     """A window's raw material: the device, the samples and the window length."""
 
-    device: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, str | bool | None] = field(default_factory=dict)
     interval_s: float = 0.0
     duration_s: float | None = None  # start() to stop(); None while still recording
     samples: list[NvmlSample] = field(default_factory=list)
@@ -130,7 +131,7 @@ class NvmlWindow:
     memory_used_bytes_max: int | None = None
     samples: int = 0
     unsupported: dict[str, str] = field(default_factory=dict)
-    device: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, str | bool | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,12 +148,19 @@ class NvmlWindow:
         kwargs["throttle_reasons"] = set(kwargs.get("throttle_reasons") or ())
         return cls(**kwargs)
 
-    def throttle_warning(self) -> str | None:
-        """One sentence for the report when clocks were held down, else None."""
+    def throttled_by(self) -> list[str]:
+        """Why clocks were held down, sorted (benign reasons left out); [] when they were
+        not. The report's flag (FlagKind.GPU_THROTTLED) quotes them.
+
+        Example:
+            >>> NvmlWindow(throttled=True, throttle_reasons={"hw thermal", "sw power cap",
+            ...                                              "applications clocks setting"}
+            ...            ).throttled_by()
+            ['hw thermal', 'sw power cap']
+        """
         if not self.throttled:
-            return None
-        reasons = ", ".join(sorted(self.throttle_reasons - BENIGN_THROTTLE))
-        return f"the GPU was throttled ({reasons}): its clocks were below what it can sustain"
+            return []
+        return sorted(self.throttle_reasons - BENIGN_THROTTLE)
 
 
 def energy_per_unit_j(window: NvmlWindow, units_per_step: float, steps: int) -> float | None:
@@ -194,7 +202,7 @@ def _unsupported(samples: list[NvmlSample]) -> dict[str, str]:
 
 def trapezoid_j(points: list[tuple[float, float]]) -> float:
     """Integral of power over time, (time s, power W) points in time order -> joules."""
-    return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
+    return sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points))
 
 
 def _energy(

@@ -24,6 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from batchscope.integrations.watched_run import WatchedCallback
+from batchscope.records import Flag, FlagKind
+from batchscope.records.report import IntegrationInfo
 
 try:
     import transformers
@@ -44,9 +46,9 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
     per-process micro-batch, which ``auto_find_batch_size`` may have lowered) times N, and
     its throughput counts all of them. Its ops run at a micro-batch's shapes (an op's
     calls add up over the N micro-batches), so each op sits on the roofline where a
-    micro-batch puts it, and the report says so in a flag. The last optimizer step of an epoch may hold fewer
-    micro-batches; where it falls within the watched steps its rows are fewer than the
-    batch size said.
+    micro-batch puts it, and the report says so in a flag. The last optimizer step of an
+    epoch may hold fewer micro-batches; where it falls within the watched steps its rows
+    are fewer than the batch size said.
 
     The Trainer has no event for an exception: if ``train()`` may raise and the program
     goes on, call :meth:`close` (e.g. in a ``finally``) so the watch's hooks come off and
@@ -81,15 +83,14 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
     def _open(self, args: Any, state: Any, model: Any, optimizer: Any) -> None:
         micro_rows = int(getattr(state, "train_batch_size", None) or args.train_batch_size)
         accumulate = max(1, int(args.gradient_accumulation_steps))
-        about = {"name": INTEGRATION, "version": transformers.__version__,
-                 "step": "one optimizer step", "gradient_accumulation_steps": accumulate,
-                 "micro_batch_rows": micro_rows, "global_step_at_start": int(state.global_step)}
-        flag = (f"The Trainer accumulates gradients over {accumulate} micro-batches of "
-                f"{micro_rows} rows: each watched step is one optimizer step of "
-                f"{accumulate * micro_rows} rows, and its ops run at a micro-batch's shapes "
-                f"(an op's calls add up over the {accumulate} micro-batches)."
-                if accumulate > 1 else "")
-        self._run.open(model, optimizer, micro_rows * accumulate, INTEGRATION, about, flag)
+        about = IntegrationInfo(name=INTEGRATION, version=transformers.__version__,
+                                step="one optimizer step", accumulation_steps=accumulate,
+                                micro_batch_rows=micro_rows,
+                                global_step_at_start=int(state.global_step))
+        flags = ([Flag(FlagKind.TRAINER_ACCUMULATES,
+                       values={"steps": accumulate, "micro_batch": micro_rows})]
+                 if accumulate > 1 else [])
+        self._run.open(model, optimizer, micro_rows * accumulate, about, flags)
 
 
 __all__ = ["BatchscopeTrainerCallback"]

@@ -28,13 +28,15 @@ from typing import Any
 
 from batchscope.errors import UsageError
 from batchscope.integrations.watched_run import WatchedCallback
+from batchscope.records import Flag, FlagKind
+from batchscope.records.report import IntegrationInfo
 from batchscope.tensors import iter_tensors
 
 try:
     import lightning.pytorch as pl
 except ImportError:
     try:
-        import pytorch_lightning as pl
+        import pytorch_lightning as pl  # type: ignore[no-redef]
     except ImportError:
         raise ImportError("batchscope's Lightning callback needs Lightning: "
                           "pip install 'batchscope[lightning]'.") from None
@@ -108,24 +110,20 @@ class BatchscopeCallback(WatchedCallback, pl.Callback):
         rows = self._run.batch_size or batch_rows(batch)
         accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
         world = int(getattr(trainer, "world_size", 1) or 1)
-        about = {"name": INTEGRATION, "version": pl.__version__,
-                 "step": "one training batch", "accumulate_grad_batches": accumulate,
-                 "world_size": world, "strategy": type(trainer.strategy).__name__,
-                 "global_step_at_start": int(trainer.global_step)}
+        strategy = type(trainer.strategy).__name__
+        version = str(getattr(pl, "__version__", ""))  # not re-exported in its stubs
+        about = IntegrationInfo(name=INTEGRATION, version=version,
+                                step="one training batch", accumulation_steps=accumulate,
+                                world_size=world, strategy=strategy,
+                                global_step_at_start=int(trainer.global_step))
         flags = []
         if accumulate > 1:
-            flags.append(f"Lightning accumulates gradients over {accumulate} batches: each "
-                         f"watched step is one batch{f' of {rows} rows' if rows else ''}, and "
-                         f"the optimizer steps once every {accumulate} batches, so only some "
-                         "watched steps hold its update (the counted step may not).")
+            flags.append(Flag(FlagKind.LIGHTNING_ACCUMULATES,
+                              values={"batches": accumulate, "rows": rows}))
         if world > 1:
-            flags.append(f"Lightning ran {world} processes ({about['strategy']}): this report "
-                         "is rank 0's, its batch size per process, and each of its steps "
-                         "holds the gradients' all-reduce (counted as allreduce_, not against "
-                         "the memory roof).")
-        flag = " ".join(flags)
-        self._run.open(pl_module, optimizers[0] if optimizers else None, rows, INTEGRATION,
-                       about, flag)
+            flags.append(Flag(FlagKind.LIGHTNING_PROCESSES,
+                              values={"world": world, "strategy": strategy}))
+        self._run.open(pl_module, optimizers[0] if optimizers else None, rows, about, flags)
 
 
 class LightningTask:
@@ -189,9 +187,9 @@ class LightningTask:
                 dataset, "__len__") or len(dataset) == 0:
             raise TypeError("LightningTask draws rows by index: its training loader needs a "
                             "non-empty map-style dataset (with __getitem__ and __len__)")
-        collate = getattr(loader, "collate_fn", None)
-        if collate is None:
-            from torch.utils.data import default_collate as collate
+        from torch.utils.data import default_collate
+
+        collate = getattr(loader, "collate_fn", None) or default_collate
         return collate([dataset[i % len(dataset)] for i in range(batch_size)])
 
     def run(self, model: Any, inputs: Any) -> Any:

@@ -2,18 +2,21 @@
 Face callbacks share (the trainer's own hooks open, step and close it).
 
 The callback opens the watch at a trainer's first step with the model, its optimizer, the
-rows a step holds and what the trainer says about itself (``run[<integration>]`` in the
-report); each step-end event calls :meth:`WatchedRun.step`; once the watch has its steps
-the report is taken, a flag the trainer asked for added, and report.json, report.html and
-summary.md written. :meth:`WatchedRun.close` ends a watch still open with a partial report.
+rows a step holds, what the trainer says about itself (``run.integration`` in the report)
+and the flags its settings call for; the watch hands them to the assembler with what it
+measured. Each step-end event calls :meth:`WatchedRun.step`; once the watch has its steps
+the report is taken and report.json, report.html and summary.md written.
+:meth:`WatchedRun.close` ends a watch still open with a partial report.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from batchscope.records import Report
+from batchscope.records import Flag, Report
+from batchscope.records.report import IntegrationInfo
 from batchscope.watching import (
     PROFILED_STEPS,
     TIMED_STEPS,
@@ -44,11 +47,10 @@ class WatchedRun:
                          timed_steps=timed_steps, profiled_steps=profiled_steps)
         self.out_dir = None if out_dir is None else str(out_dir)
         self.unit, self.batch_size = unit, batch_size
-        self.steps = {"warmup_steps": warmup_steps, "timed_steps": timed_steps,
-                      "profiled_steps": profiled_steps}
+        self.warmup_steps, self.timed_steps = warmup_steps, timed_steps
+        self.profiled_steps = profiled_steps
         self.report: Report | None = None
         self._watch: watch | None = None
-        self._about: tuple[str, dict[str, Any], str] = ("", {}, "")
 
     @property
     def active(self) -> bool:
@@ -60,13 +62,14 @@ class WatchedRun:
         """True before the run's first watch: a run is watched once."""
         return self._watch is None and self.report is None
 
-    def open(self, model: Any, optimizer: Any, rows: int | None, integration: str,
-             about: dict[str, Any], flag: str = "") -> None:
-        """Open the watch on ``model``; ``about`` lands in ``report.run[integration]`` and
-        ``flag`` (when not empty) among the report's flags."""
-        self._about = (integration, about, flag)
+    def open(self, model: Any, optimizer: Any, rows: int | None,
+             integration: IntegrationInfo, flags: Sequence[Flag] = ()) -> None:
+        """Open the watch on ``model``; ``integration`` becomes the report's
+        ``run.integration`` and ``flags`` are among its flags."""
         w = watch(model, optimizer=optimizer, batch_size=self.batch_size or rows,
-                  unit=self.unit, out_dir=None, **self.steps)
+                  unit=self.unit, out_dir=None, warmup_steps=self.warmup_steps,
+                  timed_steps=self.timed_steps, profiled_steps=self.profiled_steps,
+                  integration=integration, flags=flags)
         self._watch = w.__enter__()
 
     def step(self) -> None:
@@ -87,17 +90,12 @@ class WatchedRun:
         w, self._watch = self._watch, None
         if w is None or w.report is None:
             return
-        integration, about, flag = self._about
-        report = w.report
-        report.run[integration] = about
-        if flag:
-            report.flags.append(flag)
-        self.report = report
+        self.report = w.report
         if self.out_dir is not None:
             from batchscope.reports import write_all
 
             Path(self.out_dir).mkdir(parents=True, exist_ok=True)
-            write_all(report, self.out_dir)
+            write_all(self.report, self.out_dir)
 
 
 class WatchedCallback:

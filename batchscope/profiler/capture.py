@@ -19,7 +19,7 @@ import torch
 from torch._C._profiler import _EventType
 from torch.autograd.profiler import profile, record_function
 
-from batchscope.records import TimedOp
+from batchscope.records import Flag, FlagKind, TimedOp
 
 STEP_TAG = "batchscope::step"
 # Steps captured per batch size; a few let us check the op sequence repeats (non-determinism
@@ -79,7 +79,9 @@ class Capture:
 
     steps: list[StepCapture]
     trace_path: str = ""
-    note: str = ""  # how the profile compares with the timed step, when it had to be retaken
+    # How the profile compares with the timed step, when it had to be retaken
+    # (PROFILE_RETAKEN or PROFILE_DISAGREES); None when the first capture agreed.
+    flag: Flag | None = None
 
     @property
     def step_s(self) -> float:
@@ -112,7 +114,7 @@ def capture_agreeing(step: Callable[[], Any], sync: Callable[[], None], device: 
                      latency_s: float, trace_path: Path | None = None) -> Capture:
     """Profile until the profiled step agrees with the timed latency (CPU), retaking the
     capture up to :data:`RECAPTURES` times with the profiler already warm, and keeping the
-    one closest to the timing; ``note`` says what happened when the first did not agree.
+    one closest to the timing; ``flag`` says what happened when the first did not agree.
 
     Raises:
         ProfilerUnavailable: as :func:`capture_steps`.
@@ -134,17 +136,14 @@ def capture_agreeing(step: Callable[[], Any], sync: Callable[[], None], device: 
             capture, gap = again, again_gap
     if tries == 0:
         return capture
-    profiled, timed = capture.step_s * 1e3, latency_s * 1e3
     if gap <= PROFILE_GAP_RATIO:
-        capture.note = (f"profile retaken {tries}x: the first profiled step was {first_gap:.1f}x "
-                        f"the timed one (the profiler warming up); the kept profile "
-                        f"({profiled:,.3g} ms) agrees with the timed {timed:,.3g} ms")
+        capture.flag = Flag(FlagKind.PROFILE_RETAKEN, values={
+            "tries": tries, "first_gap": first_gap, "profiled_s": capture.step_s,
+            "timed_s": latency_s})
     else:
-        capture.note = (f"the profile disagrees with the timing: profiled steps took "
-                        f"{profiled:,.3g} ms against {timed:,.3g} ms timed ({gap:.1f}x after "
-                        f"the profiler's ~{PROFILER_COST_PER_OP_S * 1e6:g} µs an op, "
-                        f"{tries + 1} captures): the time shares and per-op times are those "
-                        f"of the profiled steps and may not hold for the timed ones")
+        capture.flag = Flag(FlagKind.PROFILE_DISAGREES, values={
+            "profiled_s": capture.step_s, "timed_s": latency_s, "gap": gap,
+            "cost_per_op_s": PROFILER_COST_PER_OP_S, "captures": tries + 1})
     return capture
 
 
@@ -330,7 +329,7 @@ class ProfilerSession:
         Raises:
             ProfilerUnavailable: another profiler is active on this thread, or it failed.
         """
-        if torch.autograd._profiler_enabled():
+        if torch._C._autograd._profiler_enabled():  # torch.autograd's, typed
             raise ProfilerUnavailable("another profiler is already running on this thread")
         os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
         try:

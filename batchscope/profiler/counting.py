@@ -275,7 +275,8 @@ def _view_key(t: torch.Tensor) -> _ViewKey:
     if t.is_meta:  # no storage to share: every rebuilt argument is its own tensor
         return (_META_STORAGE, id(t), tuple(t.shape), t.stride())
     try:
-        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+        return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape),
+                t.stride())
     except (RuntimeError, NotImplementedError):  # sparse, nested, ... tensors
         return (_NO_STORAGE, id(t), (), ())
 
@@ -381,7 +382,7 @@ class _CountingMode(TorchDispatchMode):
     def __init__(
         self, weight_storages: set[int], state_storages: set[int], modules: _ModuleTracker | None
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode's is unannotated
         self.ops: list[CountedOp] = []
         self._weights = weight_storages
         self._state = state_storages
@@ -432,7 +433,7 @@ class _CountingMode(TorchDispatchMode):
                 flops = formula.flops(args, kwargs, out)
                 if formula.touched is not None:
                     touched = formula.touched(args, kwargs, out)
-            except Exception as exc:  # a formula must never break the user's step
+            except Exception as exc:  # noqa: BLE001 - a formula must never break the user's step
                 log.debug("formula for %s failed: %s", func, exc)
                 flops, touched = None, {}
         # A collective's tensors go to other ranks, not through this device's memory roof:
@@ -509,7 +510,8 @@ def count_step(
     state: Iterable[torch.Tensor],
     root: torch.nn.Module | None = None,
 ) -> list[CountedOp]:
-    """Run `step()` once under the counting mode and return one CountedOp per aten op call, in execution order.
+    """Run `step()` once under the counting mode and return one CountedOp per aten op call,
+    in execution order.
 
     Works inside ``torch.inference_mode()`` and with grad enabled (a training step that
     runs forward, backward and the optimizer). Ops without a formula get ``flops=None``.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from batchscope.hardware.types import FP32, TF32
-from batchscope.records import BatchResult
+from batchscope.records import BatchResult, TimeBasis
 
 # aten ops (as the profiler names them, without "aten::") whose fp32 kernels use TF32 when
 # torch.backends.cuda.matmul allows it (cuBLAS) ...
@@ -46,7 +46,7 @@ def apply_device_time(result: BatchResult, latency_s: float | None, *,
         tf32_conv = conv if tf32_conv is None else tf32_conv
     busy_s = result.op_time_s or 0.0
     step_s = max(latency_s or result.profiled_step_s or 0.0, busy_s)
-    result.time_basis = "device"
+    result.time_basis = TimeBasis.DEVICE
     if step_s > 0:
         result.profiled_step_s = step_s
         result.device_idle_s = step_s - busy_s

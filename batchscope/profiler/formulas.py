@@ -178,7 +178,7 @@ register(["dot", "vdot"])(_per_element(2))  # a: [n] . b: [n] -> []: n multiplie
 @register(["_addmm_activation"])
 def addmm_activation_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     # a: [m, k] @ b: [k, n] -> [m, n], then one activation per output element
-    return flop_counter.flop_registry[aten.mm](args[1], args[2]) + numel(out)
+    return int(flop_counter.flop_registry[aten.mm](args[1], args[2])) + numel(out)
 
 
 # ---------------------------------------------------------------------------- norms

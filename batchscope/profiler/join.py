@@ -24,6 +24,8 @@ from batchscope.records import (
     BatchResult,
     ByteSplit,
     CountedOp,
+    Flag,
+    FlagKind,
     OpStat,
     TimedOp,
 )
@@ -241,12 +243,13 @@ def op_ids(counted: Sequence[CountedOp]) -> list[str]:
     return ids
 
 
-def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
+def group_ops(counted: Sequence[CountedOp], join: StepJoin,
+              batch_size: int | None = None) -> list[OpStat]:
     """Group calls with the same name, shapes, dtype and non-tensor arguments (a
     convolution's stride, ...) into one :class:`OpStat` each, identified by the
-    :func:`op_ids` identity of its first call."""
+    :func:`op_ids` identity of its first call; ``batch_size`` goes on their flags."""
     ids = op_ids(counted)
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[str, tuple[tuple[int, ...], ...], str, str | None], list[int]] = {}
     for i, op in enumerate(counted):
         key = (op.name, _shape_key(op.input_shapes), op.dtype, call_args_key(op.call_args))
         groups.setdefault(key, []).append(i)
@@ -270,7 +273,8 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin) -> list[OpStat]:
             call_args=first.call_args,
         )
         if not all(join.matched[i] or does_no_work(counted[i]) for i in members):
-            stat.flags.append("unmatched: some calls had no profiled twin, their time is missing")
+            # some calls had no profiled twin: their time is missing
+            stat.flags.append(Flag(FlagKind.UNMATCHED_CALLS, batch_size, stat.op_id))
         stats.append(stat)
     return stats
 
@@ -286,11 +290,10 @@ def _flag_fused(result: BatchResult) -> None:
                 fused[name].append(kernel)
     for op in result.ops:
         if op.time_s == 0 and fused.get(op.name):
-            kernels = fused[op.name]
-            op.flags.append(
-                f"fused by inductor into {', '.join(kernels[:3])}"
-                f"{f' and {len(kernels) - 3} more' if len(kernels) > 3 else ''}: its time is "
-                "the kernel's, listed apart (unmatched_ops_s), with the ops fused with it")
+            # its time is the kernel's, listed apart (unmatched_ops_s), with the ops fused
+            # with it
+            op.flags.append(Flag(FlagKind.FUSED_BY_INDUCTOR, result.batch_size, op.op_id,
+                                 {"kernels": list(fused[op.name])}))
 
 
 def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
@@ -300,7 +303,7 @@ def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
     joined = join_steps(counted, steps)
     result.profiled_step_s = joined.step_s
     result.op_time_s = joined.op_time_s
-    result.ops = group_ops(counted, joined)
+    result.ops = group_ops(counted, joined, result.batch_size)
     result.unmatched_ops_s = dict(joined.unmatched_s)
     _flag_fused(result)
     result.flops = sum(op.flops for op in counted if op.flops is not None)
@@ -311,4 +314,5 @@ def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
     counted_time = sum(s.time_s for s in result.ops if s.flops is not None)
     result.coverage = counted_time / joined.op_time_s if joined.op_time_s > 0 else None
     if sequences_differ(steps):
-        result.flags.append("non-deterministic: the op sequence differed between profiled steps")
+        # the op sequence differed between profiled steps
+        result.flags.append(Flag(FlagKind.NON_DETERMINISTIC, result.batch_size))

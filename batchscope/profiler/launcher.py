@@ -6,8 +6,9 @@ HOST:PORT, as ``torchrun --master-addr/--master-port`` sets up), so the command 
 on one node is the one a SLURM or Kubernetes job runs on many; no launcher of ours. Every
 rank runs :mod:`batchscope.profiler.ranks`. Global rank 0, on node 0, connects back to this
 process over a local socket (an authenticated :class:`multiprocessing.connection.Listener`)
-and speaks the single-process worker's messages, so :class:`~batchscope.profiler.supervisor
-.Sweep` drives a group of ranks as it drives one worker. On any other node this process only
+and speaks the single-process worker's messages (:mod:`batchscope.profiler.protocol`), so
+:class:`~batchscope.profiler.supervisor.Sweep` drives a group of ranks as it drives one
+worker. On any other node this process only
 runs the launcher and waits: node 0 writes the report.
 
 When a rank dies, torch's launcher stops the others and prints which rank failed first
@@ -29,11 +30,19 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Listener
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
-from typing import Any
 
+from batchscope.profiler.protocol import (
+    Ready,
+    Reply,
+    Request,
+    StopWorker,
+    WorkerDied,
+    WorkerTimedOut,
+)
 from batchscope.profiler.worker_config import WorkerConfig
+from batchscope.records import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +98,8 @@ def _free_port() -> int:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def launcher_command(dist: DistributedConfig, rendezvous_timeout_s: float = 600) -> list[str]:
@@ -128,22 +138,17 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-class RanksDied(Exception):
+class RanksDied(WorkerDied):
     """The launcher exited (or rank 0's connection closed) before a reply."""
 
-    def __init__(self, why: str) -> None:
-        super().__init__(why)
-        self.why = why
 
-
-class RanksTimedOut(Exception):
-    pass
+class RanksTimedOut(WorkerTimedOut):
+    """No reply from rank 0 before the deadline."""
 
 
 class LaunchedRanks:
-    """torch's launcher running every local rank, and the connection to global rank 0.
-
-    ``send``/``recv``/``stop``/``alive`` behave as the single-process worker handle's do.
+    """torch's launcher running every local rank, and the connection to global rank 0: a
+    :class:`~batchscope.profiler.protocol.WorkerHandle`, as the single-process worker's is.
     """
 
     def __init__(self, worker: WorkerConfig, dist: DistributedConfig,
@@ -152,9 +157,10 @@ class LaunchedRanks:
         self.authkey = secrets.token_bytes(16)
         self.listener = Listener(("127.0.0.1", 0), authkey=self.authkey) \
             if dist.node_rank == 0 else None
-        self.conn = None
-        self.log = tempfile.NamedTemporaryFile(prefix="batchscope-ranks-", suffix=".log",
-                                               delete=False)
+        self.conn: Connection | None = None
+        # The ranks' output file stays open for this object's life: stop() closes it.
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="batchscope-ranks-", suffix=".log", delete=False)
         env = dict(os.environ)
         env.update({
             "BATCHSCOPE_WORKER_CONFIG": json.dumps(asdict(worker)),
@@ -170,16 +176,16 @@ class LaunchedRanks:
         self.proc = subprocess.Popen(launcher_command(dist, batch_timeout_s), env=env,
                                      stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        self._accepted: list[Any] = []
+        self._accepted: list[Connection] = []
         self.rank_pids: list[int] = []
         if self.listener is not None:
             threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        try:
+        if self.listener is None:
+            return
+        with contextlib.suppress(OSError):
             self._accepted.append(self.listener.accept())
-        except OSError:
-            pass
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -224,15 +230,15 @@ class LaunchedRanks:
         or "" when the launcher is still running after ``wait_s`` (a rank hung or raised)."""
         return self._root_cause_sentence() if self._exited_within(wait_s) else ""
 
-    def send(self, message: tuple[str, Any]) -> None:
+    def send(self, request: Request) -> None:
         if self.conn is None:
             raise RanksDied("rank 0 is not connected")
         try:
-            self.conn.send(message)
+            self.conn.send(request)
         except (BrokenPipeError, OSError):
             raise RanksDied(self.why_dead()) from None
 
-    def recv(self, deadline: float) -> tuple[str, Any]:
+    def recv(self, deadline: float) -> Reply:
         while self.conn is None:
             if self._accepted:
                 self.conn = self._accepted[0]
@@ -245,23 +251,23 @@ class LaunchedRanks:
         while True:
             if self.conn.poll(POLL_S):
                 try:
-                    message = self.conn.recv()
+                    reply: Reply = self.conn.recv()
                 except (EOFError, OSError):
                     raise RanksDied(self.why_dead()) from None
-                if message[0] == "ready":
-                    self._note_ranks(message[1])
-                return message
+                if isinstance(reply, Ready):
+                    self._note_ranks(reply.model)
+                return reply
             if not self.alive() and not self.conn.poll(0):
                 raise RanksDied(self.why_dead())
             if time.monotonic() > deadline:
                 raise RanksTimedOut()
 
-    def _note_ranks(self, info: dict[str, Any]) -> None:
+    def _note_ranks(self, model: ModelInfo) -> None:
         import socket
 
         here = socket.gethostname()
-        self.rank_pids = [r["pid"] for r in (info.get("distributed") or {}).get("ranks", [])
-                          if r.get("host") == here]
+        ranks = model.distributed.ranks if model.distributed is not None else []
+        self.rank_pids = [r.pid for r in ranks if r.host == here]
 
     def _kill_leftover_ranks(self) -> None:
         """A rank the launcher left behind (it was killed before it could stop them)."""
@@ -271,10 +277,8 @@ class LaunchedRanks:
             except OSError:
                 continue
             if b"batchscope.profiler.ranks" in cmdline:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 log.warning("rank process %d outlived torch's launcher; killed", pid)
 
     def wait(self) -> int:
@@ -283,10 +287,8 @@ class LaunchedRanks:
 
     def stop(self, graceful: bool = True) -> None:
         if graceful and self.conn is not None and self.alive():
-            try:
-                self.conn.send(("stop", None))
-            except (BrokenPipeError, OSError):
-                pass
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.conn.send(StopWorker())
             self._exited_within(TERMINATE_GRACE_S)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not self.alive():

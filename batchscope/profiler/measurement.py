@@ -16,7 +16,7 @@ from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler, make_samp
 from batchscope.hardware.nvml_window import NvmlWindow, energy_per_unit_j
 from batchscope.profiler.memory import MemoryReading, PageFaults
 from batchscope.profiler.timing import Monitors, TimingConfig
-from batchscope.records import BatchResult, LatencyStats
+from batchscope.records import BatchResult, Flag, FlagKind, LatencyStats
 
 # Power readings average over ~1 s on recent GPUs and the energy counter ticks slowly: while
 # NVML samples, the timed steps of a batch size last at least this long (TimingConfig's
@@ -87,11 +87,12 @@ def record_timing(result: BatchResult, stats: LatencyStats, memory: MemoryReadin
     result.peak_memory_bytes = memory.peak_bytes
     result.baseline_memory_bytes = memory.baseline_bytes
     result.peak_memory_method = memory.method
-    result.nvml = window.to_dict()
+    result.nvml = window
     result.energy_per_unit_j = energy_per_unit_j(window, result.batch_size * units_per_row,
                                                  stats.n)
-    warning = window.throttle_warning()
-    if warning:
-        result.flags.append(warning)
+    reasons = window.throttled_by()
+    if reasons:
+        result.flags.append(Flag(FlagKind.GPU_THROTTLED, result.batch_size,
+                                 values={"reasons": list(reasons)}))
     if page_faults is not None:
         result.page_faults_per_step = page_faults / stats.n

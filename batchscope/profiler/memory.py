@@ -6,7 +6,8 @@ allocator reserves beyond them nor the CUDA context (~300-500 MB), which no tens
 On the CPU there is no allocator counter, so we read the worker's peak resident set size
 (``VmHWM``), reset before each batch size through ``/proc/self/clear_refs`` where Linux
 allows it. That peak includes the interpreter, torch's libraries and the model: it is what
-the machine must hold, not what the tensors alone need. The report names the method.
+the machine must hold, not what the tensors alone need. The report names the method
+(:class:`~batchscope.records.PeakMemoryMethod`; reports/view.py words each one).
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from pathlib import Path
 
 import torch
 
+from batchscope.records import PeakMemoryMethod
+
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-# The ``peak_memory_method`` of a CUDA run (reports/view.py words each method for a reader).
-CUDA_METHOD = ("torch.cuda.max_memory_allocated (peak tensor memory: weights, state and "
-               "activations; excludes the allocator's cached reserve and the CUDA context)")
 
 
 @dataclass
@@ -31,7 +31,7 @@ class MemoryReading:
 
     peak_bytes: int | None
     baseline_bytes: int | None
-    method: str
+    method: PeakMemoryMethod
 
 
 def _status_kib(field: str) -> int | None:
@@ -90,24 +90,16 @@ class PeakMemory:
             return MemoryReading(
                 peak_bytes=torch.cuda.max_memory_allocated(self.device),
                 baseline_bytes=self._baseline,
-                method=CUDA_METHOD,
+                method=PeakMemoryMethod.CUDA_MAX_ALLOCATED,
             )
         peak = _status_kib("VmHWM")
         if peak is not None and self._reset_ok:
-            return MemoryReading(
-                peak, self._baseline,
-                "peak resident set size of the worker process (VmHWM, reset per batch size)",
-            )
+            return MemoryReading(peak, self._baseline, PeakMemoryMethod.WORKER_PEAK_RSS)
         if peak is not None:
-            return MemoryReading(
-                peak, self._baseline,
-                "lifetime peak resident set size of the worker (VmHWM; reset not allowed)",
-            )
+            return MemoryReading(peak, self._baseline, PeakMemoryMethod.LIFETIME_PEAK_RSS)
         maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-        return MemoryReading(
-            maxrss * scale, self._baseline, "lifetime peak resident set size (ru_maxrss)"
-        )
+        return MemoryReading(maxrss * scale, self._baseline, PeakMemoryMethod.LIFETIME_MAXRSS)
 
 
 def minor_page_faults() -> int | None:

@@ -237,8 +237,8 @@ def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
         args = spec.get("args")
         if not isinstance(args, list):
             raise ValueError(f"{name} needs its recorded non-tensor arguments, not {args!r}")
-        replay = _Replay.of(name, spec["shapes"], args)
-        return lambda tensors: replay.call(tensors, args)
+        replay, recorded = _Replay.of(name, spec["shapes"], args), args
+        return lambda tensors: replay.call(tensors, recorded)
     op = getattr(torch.ops.aten, name)
     if name != "convolution":
         return lambda tensors: op(*tensors)

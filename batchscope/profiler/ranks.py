@@ -7,11 +7,19 @@ model from the file (as the single-process worker does), wraps it in
 step at each per-rank batch size in lockstep with the others.
 
 Rank 0 alone talks to the parent, over a local authenticated socket
-(:mod:`multiprocessing.connection`), with the single-process worker's messages; it
-broadcasts each command to the other ranks and gathers their results. So every rank must run
-the same steps in the same order, and nothing that decides how many steps run may depend on
-one rank's clock: the timed steps are a count agreed from the slowest rank's warm-up, the
-capture a fixed number of steps, and counting runs at every size.
+(:mod:`multiprocessing.connection`), with the single-process worker's messages
+(:mod:`batchscope.profiler.protocol`): it answers ``MeasureCeilings`` with
+``CeilingsMeasured`` and ``RunProbes`` with ``ProbesTimed`` alone, and broadcasts each
+request to the other ranks: ``MeasureBatch`` is measured by every rank (``Phase`` replies
+from rank 0 as it goes) and answered with ``BatchDone``, rank 0's result holding every
+rank's figures; ``StopWorker`` ends them all. At the start it sends ``Ready`` (the model's
+``ModelInfo``, its ``distributed`` section naming every rank) or the first rank's
+``ContractError``. A distributed sweep sends no ``TimeGridPoint`` or ``KeepBuffers``.
+
+Every rank must therefore run the same steps in the same order, and nothing that decides
+how many steps run may depend on one rank's clock: the timed steps are a count agreed from
+the slowest rank's warm-up, the capture a fixed number of steps, and counting runs at every
+size.
 
 Two process groups: the default one (``ENV_COLLECTIVE_TIMEOUT`` seconds, a third of the
 per-batch timeout) carries DDP's all-reduces and the results, so a rank that dies or hangs
@@ -22,6 +30,7 @@ ceilings or runs kernel probes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -31,9 +40,10 @@ import sys
 import time
 import traceback
 from datetime import timedelta
-from multiprocessing.connection import Client
-from typing import Any
+from multiprocessing.connection import Client, Connection
+from typing import Any, NoReturn
 
+import msgspec
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -49,11 +59,27 @@ from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import record_timing, step_monitors
 from batchscope.profiler.memory import PeakMemory, available_bytes
 from batchscope.profiler.outcome import classify_exception
+from batchscope.profiler.protocol import (
+    BatchDone,
+    CeilingsMeasured,
+    ContractError,
+    MeasureBatch,
+    MeasureCeilings,
+    Phase,
+    ProbesTimed,
+    Ready,
+    Reply,
+    Request,
+    RunProbes,
+    StopWorker,
+)
 from batchscope.profiler.timing import TimingConfig, time_steps
 from batchscope.profiler.training import default_loss, persistent_tensors
-from batchscope.profiler.worker import Worker
-from batchscope.profiler.worker_config import worker_config_from_json
-from batchscope.records import BatchResult, RankResult, Status, to_jsonable
+from batchscope.profiler.worker import Send, Step, Worker
+from batchscope.profiler.worker_config import WorkerConfig, worker_config_from_json
+from batchscope.records import BatchResult, Flag, FlagKind, ModelInfo, RankResult, Status
+from batchscope.records.codec import decode
+from batchscope.records.report import BusBandwidth, BusBandwidthSize, DistributedInfo, RankHost
 from batchscope.tensors import iter_tensors
 from batchscope.tracebacks import describe_exception, user_frames
 
@@ -90,7 +116,7 @@ def allreduce_bytes(model: torch.nn.Module) -> int:
 
 
 def allreduce_bus_bandwidth(device: torch.device, world_size: int,
-                            sizes_bytes: tuple[int, ...] = (1 << 20, 16 << 20)) -> dict[str, Any]:
+                            sizes_bytes: tuple[int, ...] = (1 << 20, 16 << 20)) -> BusBandwidth:
     """All-reduce bus bandwidth as nccl-tests define it: algbw = bytes / time, busbw = algbw
     x 2(n-1)/n (the share of the data every link carries in a ring). Run on every rank at
     once; the best of a few repeats at each size, the largest size's figure kept."""
@@ -112,13 +138,15 @@ def allreduce_bus_bandwidth(device: torch.device, world_size: int,
         slowest = torch.tensor([min(times)], dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         algbw = size / slowest.item()
-        results.append({"bytes": size, "time_s": slowest.item(), "algbw_bytes_per_s": algbw,
-                        "busbw_bytes_per_s": algbw * 2 * (world_size - 1) / world_size})
-    return {"busbw_bytes_per_s": results[-1]["busbw_bytes_per_s"], "sizes": results}
+        results.append(BusBandwidthSize(bytes=size, time_s=slowest.item(),
+                                        algbw_bytes_per_s=algbw,
+                                        busbw_bytes_per_s=algbw * 2 * (world_size - 1)
+                                        / world_size))
+    return BusBandwidth(busbw_bytes_per_s=results[-1].busbw_bytes_per_s, sizes=results)
 
 
 def _bus_bandwidth(device: torch.device, hosts: list[str], rank: int, recalibrate: bool,
-                   group) -> dict[str, Any]:
+                   group: Any) -> BusBandwidth:
     """The group's all-reduce bandwidth: node 0's cache, or measured by every rank (and
     cached by rank 0) the first time, or with ``recalibrate``."""
     from batchscope.hardware.interconnect import (
@@ -131,17 +159,21 @@ def _bus_bandwidth(device: torch.device, hosts: list[str], rank: int, recalibrat
     box = [load_bus_bandwidth(key) if rank == 0 and not recalibrate else None]
     dist.broadcast_object_list(box, src=0, group=group)
     if box[0] is not None:
-        return {**box[0], "source": "cache"}
+        try:  # every rank decodes the same figures, so all of them measure or none
+            return dataclasses.replace(decode(box[0], BusBandwidth), source="cache")
+        except msgspec.ValidationError:
+            pass  # a cache file of another shape: measured again
     measured = allreduce_bus_bandwidth(device, len(hosts))
     if rank == 0:
-        save_bus_bandwidth(key, measured)
-    return {**measured, "source": "measured"}
+        save_bus_bandwidth(key, {"busbw_bytes_per_s": measured.busbw_bytes_per_s,
+                                 "sizes": [dataclasses.asdict(s) for s in measured.sizes]})
+    return measured
 
 
 class RankWorker(Worker):
     """The single-process worker's model and inputs, wrapped for data parallelism."""
 
-    def __init__(self, config, send, rank: int, world_size: int) -> None:
+    def __init__(self, config: WorkerConfig, send: Send, rank: int, world_size: int) -> None:
         super().__init__(config, send)
         self.rank, self.world_size = rank, world_size
         if self.optimizer is None:
@@ -151,14 +183,17 @@ class RankWorker(Worker):
                 "gradient all-reduce to measure.")
         self.wrapped_by_file = isinstance(self.model, DistributedDataParallel)
         self.unused_parameters = 0
-        if not self.wrapped_by_file:
+        if isinstance(self.model, DistributedDataParallel):
+            self.ddp = self.model
+        else:
             ids = [self.device.index] if self.device.type == "cuda" else None
             # DDP fails at the second step when a parameter gets no gradient (a head the
             # loss does not reach, an input-dependent branch) unless told to look for them,
             # which costs a graph walk per step: only where one step at batch 1 finds any.
             self.unused_parameters = self._parameters_without_gradient()
-            self.model = DistributedDataParallel(
+            self.ddp = DistributedDataParallel(
                 self.model, device_ids=ids, find_unused_parameters=self.unused_parameters > 0)
+            self.model = self.ddp
         self.allreduce_bytes = allreduce_bytes(self.model)
 
     def _parameters_without_gradient(self) -> int:
@@ -169,7 +204,8 @@ class RankWorker(Worker):
         try:
             inputs = self.make_inputs(1)
             forward = self.spec.step_fn(self.model, inputs)
-            (self.spec.loss or default_loss)(forward(), inputs).backward()
+            loss = (self.spec.loss or default_loss)(forward(), inputs)
+            loss.backward()
         except Exception:  # noqa: BLE001 - the sweep's own first step reports it
             return 0
         finally:
@@ -178,17 +214,17 @@ class RankWorker(Worker):
                 p.grad = None
         return unused
 
-    def info(self) -> dict[str, Any]:
-        info = super().info()
-        info["distributed"] = {
-            "world_size": self.world_size,
-            "backend": dist.get_backend(),
-            "wrapped_by": "the model file" if self.wrapped_by_file else "batchscope",
-            "allreduce_bytes_per_step": self.allreduce_bytes,
-            "find_unused_parameters": self.unused_parameters > 0,
-            "parameters_without_gradient": self.unused_parameters,
-        }
-        return info
+    def info(self) -> ModelInfo:
+        """The model's info with the ranks' own (``nodes``, ``ranks`` and the bus bandwidth
+        are the group's: :func:`main` adds them)."""
+        return dataclasses.replace(super().info(), distributed=DistributedInfo(
+            world_size=self.world_size,
+            backend=dist.get_backend(),
+            wrapped_by="the model file" if self.wrapped_by_file else "batchscope",
+            allreduce_bytes_per_step=self.allreduce_bytes,
+            find_unused_parameters=self.unused_parameters > 0,
+            parameters_without_gradient=self.unused_parameters,
+        ))
 
     def measure_rank(self, batch_size: int) -> BatchResult:
         """This rank's figures at ``batch_size``, in lockstep with the other ranks. Every
@@ -202,7 +238,7 @@ class RankWorker(Worker):
             inputs = self.make_inputs(batch_size)
             step = self._step(self.model, inputs)  # the training step (under --amp's autocast)
             phase = "timing"
-            self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+            self.send(Phase(batch_size, phase))
             warmup_s = []
             for _ in range(WARMUP_STEPS):
                 t0 = time.perf_counter()
@@ -217,8 +253,8 @@ class RankWorker(Worker):
             stats, _, (window, faults) = time_steps(
                 step, self.sync, config, monitor=step_monitors(self.device, self.sampler))
             record_timing(result, stats, memory.stop(), window, faults,
-                              self.spec.units_per_row)
-            with self.model.no_sync():
+                          self.spec.units_per_row)
+            with self.ddp.no_sync():
                 no_sync, _, _ = time_steps(step, self.sync, config)
             rank = RankResult(rank=self.rank, status=Status.OK, latency_s=stats.median,
                               no_sync_latency_s=no_sync.median,
@@ -228,7 +264,7 @@ class RankWorker(Worker):
             result.communication_exposed_s = rank.communication_exposed_s
             if self.config.op_breakdown:
                 phase = "profiling"
-                self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+                self.send(Phase(batch_size, phase))
                 self._breakdown(result, step, inputs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
@@ -249,15 +285,16 @@ class RankWorker(Worker):
         result.wall_s = time.perf_counter() - started
         return result
 
-    def _breakdown(self, result: BatchResult, step, inputs: Any) -> None:
+    def _breakdown(self, result: BatchResult, step: Step, inputs: Any) -> None:
         """Capture and count on every rank (their steps all-reduce together); join on 0."""
         try:
             capture = capture_steps(step, self.sync, self.device, n_steps=CAPTURE_STEPS)
         except ProfilerUnavailable as exc:
-            result.flags.append(f"no op breakdown: {exc}")
+            result.flags.append(Flag(FlagKind.NO_BREAKDOWN, result.batch_size,
+                                     values={"reason": str(exc)}))
             return
         counted = counting.count_step(step, weights=list(persistent_tensors(
-            self.model, self.optimizer)), state=iter_tensors(inputs), root=self.model.module)
+            self.model, self.optimizer)), state=iter_tensors(inputs), root=self.ddp.module)
         if self.rank == 0:
             fill_breakdown(result, counted, capture.steps)
 
@@ -268,35 +305,39 @@ def _fixed_steps(n: int) -> TimingConfig:
                         measure_min_s=0.0, measure_max_s=0.0, block_min_s=0.0)
 
 
-def merge_ranks(results: list[dict[str, Any] | None], world_size: int,
-                timeout_s: float) -> dict[str, Any]:
-    """Rank 0's result with every rank's figures in ``ranks``; ``rank_failed`` naming the
-    first rank that failed (or never reported: ``None`` in ``results``) when any did."""
-    merged = dict(results[0]) if results[0] else {"batch_size": None, "status": "rank_failed"}
-    ranks: list[dict[str, Any]] = []
+def merge_ranks(results: list[BatchResult | None], world_size: int,
+                timeout_s: float) -> BatchResult:
+    """Rank 0's result (``results[0]``) with every rank's figures in ``ranks``;
+    ``rank_failed`` naming the first rank that failed (or never reported: ``None`` in
+    ``results``) when any did."""
+    own = results[0] if results else None
+    if own is None:
+        raise ValueError("rank 0's own result is missing")
+    merged = dataclasses.replace(own)
+    ranks: list[RankResult] = []
     for rank in range(world_size):
         got = results[rank] if rank < len(results) else None
         if got is None:
-            ranks.append(to_jsonable(RankResult(
+            ranks.append(RankResult(
                 rank=rank, status=Status.RANK_FAILED,
-                error=f"no result within {timeout_s:.0f} s (the rank hung or died)")))
+                error=f"no result within {timeout_s:.0f} s (the rank hung or died)"))
         else:
-            ranks.extend(got.get("ranks") or [])
-    merged["ranks"] = ranks
-    failed = [r for r in ranks if r["status"] != Status.OK.value]
+            ranks.extend(got.ranks)
+    merged.ranks = ranks
+    failed = [r for r in ranks if r.status != Status.OK]
     if failed:
         # A rank whose peers failed times out in its all-reduce: name the one that did not.
-        own = [r for r in failed if not _collective_error(r["error"])]
-        culprit = own[0] if own else failed[0]
-        others = [str(r["rank"]) for r in failed if r is not culprit]
-        merged["status"] = Status.RANK_FAILED.value
-        if own:
-            merged["error"] = (f"rank {culprit['rank']} failed: {culprit['error']}"
-                               + (f" (ranks {', '.join(others)} then failed waiting on it)"
-                                  if others else ""))
+        mine = [r for r in failed if not _collective_error(r.error)]
+        culprit = mine[0] if mine else failed[0]
+        others = [str(r.rank) for r in failed if r is not culprit]
+        merged.status = Status.RANK_FAILED
+        if mine:
+            merged.error = (f"rank {culprit.rank} failed: {culprit.error}"
+                            + (f" (ranks {', '.join(others)} then failed waiting on it)"
+                               if others else ""))
         else:
-            merged["error"] = (f"a peer of rank {culprit['rank']} stopped answering: "
-                               f"{culprit['error']}")
+            merged.error = (f"a peer of rank {culprit.rank} stopped answering: "
+                            f"{culprit.error}")
     return merged
 
 
@@ -308,14 +349,14 @@ def _collective_error(error: str) -> bool:
                                    "connection reset", "broken pipe", "distbackenderror"))
 
 
-def _send_to_parent(conn):
-    def send(message: tuple[str, Any]) -> None:
+def _send_to_parent(conn: Connection | None) -> Send:
+    def send(reply: Reply) -> None:
         if conn is not None:
-            conn.send(message)
+            conn.send(reply)
     return send
 
 
-def _device_for_rank(config) -> None:
+def _device_for_rank(config: WorkerConfig) -> None:
     """On CUDA each rank takes the GPU of its local rank."""
     if config.device in ("auto", "cuda") and torch.cuda.is_available():
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -324,6 +365,7 @@ def _device_for_rank(config) -> None:
 
 
 def main() -> None:
+    """One rank: load the model with the others, then follow rank 0's requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C does
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     config = worker_config_from_json(os.environ[ENV_CONFIG])
@@ -344,61 +386,72 @@ def main() -> None:
         host, port = os.environ[ENV_ADDRESS].rsplit(":", 1)
         conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
     send = _send_to_parent(conn)
-    worker, problem = None, None
+    worker: RankWorker | None = None
+    problem: ContractError | None = None
     try:
         worker = RankWorker(config, send, rank, world_size)
     except ModelFileError as exc:
-        problem = {"message": str(exc), "detail": getattr(exc, "detail", "")}
-    except BaseException as exc:  # noqa: BLE001
-        problem = {"message": f"loading {config.model_path} on rank {rank} failed: "
-                              f"{describe_exception(exc)}", "detail": traceback.format_exc()}
-    problems: list[Any] = [None] * world_size
+        problem = ContractError(str(exc), exc.detail)
+    except BaseException as exc:  # noqa: BLE001 - every load failure is told to the parent
+        problem = ContractError(f"loading {config.model_path} on rank {rank} failed: "
+                                f"{describe_exception(exc)}", traceback.format_exc())
+    problems: list[ContractError | None] = [None] * world_size
     dist.all_gather_object(problems, problem, group=commands)
     first = next((p for p in problems if p), None)
-    if first is not None:
-        send(("contract_error", first))
+    if first is not None or worker is None:
+        send(first or ContractError(f"loading {config.model_path} on rank {rank} failed"))
         _leave(conn)
-    assert worker is not None
-    info = worker.info()
     hosts: list[Any] = [None] * world_size
     dist.all_gather_object(hosts, (socket.gethostname(), os.getpid()), group=commands)
-    info["distributed"]["nodes"] = len({host for host, _ in hosts})
-    info["distributed"]["ranks"] = [{"rank": r, "host": host, "pid": pid}
-                                    for r, (host, pid) in enumerate(hosts)]
-    info["distributed"]["bus_bandwidth"] = _bus_bandwidth(
-        worker.device, [host for host, _ in hosts], rank, config.recalibrate, commands)
-    send(("ready", info))
-    while True:
-        box = [conn.recv() if conn is not None else None]
-        dist.broadcast_object_list(box, src=0, group=commands)
-        kind, payload = box[0]
-        if kind == "stop":
-            break
-        if kind == "ceilings" and rank == 0:
-            from batchscope.hardware import load_or_measure
-
-            send(("ceilings", load_or_measure(worker.device, recalibrate=bool(payload)).to_dict()))
-        elif kind == "probe" and rank == 0:
-            from batchscope.profiler.probe import run_probes
-
-            send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
-                                       worker.sync, payload.get("cache_bytes"))))
-        elif kind == "batch":
-            mine = to_jsonable(worker.measure_rank(int(payload["batch_size"])))
-            gathered = _gather_results(mine, rank, world_size, timeout_s, commands)
-            if rank == 0:
-                send(("result", merge_ranks(gathered, world_size, timeout_s)))
+    info = worker.info()
+    if info.distributed is not None:
+        info = dataclasses.replace(info, distributed=dataclasses.replace(
+            info.distributed,
+            nodes=len({host for host, _ in hosts}),
+            ranks=[RankHost(rank=r, host=host, pid=pid) for r, (host, pid) in enumerate(hosts)],
+            bus_bandwidth=_bus_bandwidth(worker.device, [host for host, _ in hosts], rank,
+                                         config.recalibrate, commands)))
+    send(Ready(info))
+    _follow(worker, conn, send, rank, world_size, timeout_s, commands)
     _leave(conn)
 
 
-def _gather_results(mine: dict[str, Any], rank: int, world_size: int, timeout_s: float,
-                    group) -> list[Any]:
+def _follow(worker: RankWorker, conn: Connection | None, send: Send, rank: int,
+            world_size: int, timeout_s: float, commands: Any) -> None:
+    """Rank 0's requests, broadcast to every rank, until StopWorker."""
+    while True:
+        box: list[Request | None] = [conn.recv() if conn is not None else None]
+        dist.broadcast_object_list(box, src=0, group=commands)
+        request = box[0]
+        if request is None or isinstance(request, StopWorker):
+            return
+        if isinstance(request, MeasureCeilings) and rank == 0:
+            from batchscope.hardware import load_or_measure
+
+            send(CeilingsMeasured(load_or_measure(worker.device,
+                                                  recalibrate=request.recalibrate)))
+        elif isinstance(request, RunProbes) and rank == 0:
+            from batchscope.profiler.probe import run_probes
+
+            # rank 0 alone; as before the typed protocol, without the budget the earlier
+            # rounds spent (request.bounded_spent_s)
+            send(ProbesTimed(**run_probes(request.specs, worker.dtype, worker.device,
+                                          worker.sync, request.cache_bytes)))
+        elif isinstance(request, MeasureBatch):
+            mine = worker.measure_rank(request.batch_size)
+            gathered = _gather_results(mine, rank, world_size, timeout_s, commands)
+            if rank == 0:
+                send(BatchDone(merge_ranks(gathered, world_size, timeout_s)))
+
+
+def _gather_results(mine: BatchResult, rank: int, world_size: int, timeout_s: float,
+                    group: Any) -> list[BatchResult | None]:
     """Every rank's result on rank 0 (None for a rank that did not arrive in time).
 
     A monitored barrier first (gloo's, on the command group): rank 0 waits ``timeout_s``
     for the others and learns which did not come; the others wait three times that, since
     rank 0 may itself still be waiting out a collective timeout on a failed peer."""
-    gathered: list[Any] = [None] * world_size
+    gathered: list[BatchResult | None] = [None] * world_size
     wait = timeout_s if rank == 0 else 3 * timeout_s
     try:
         dist.monitored_barrier(group=group, timeout=timedelta(seconds=wait),
@@ -412,9 +465,9 @@ def _gather_results(mine: dict[str, Any], rank: int, world_size: int, timeout_s:
         gathered[0] = mine
         for r in range(1, world_size):
             if r not in missing:
-                gathered[r] = {"ranks": [to_jsonable(RankResult(
+                gathered[r] = BatchResult(mine.batch_size, Status.OK, ranks=[RankResult(
                     rank=r, status=Status.OK,
-                    error="its result was not gathered (another rank hung)"))]}
+                    error="its result was not gathered (another rank hung)")])
         return gathered
     gathered[0] = mine
     return gathered
@@ -429,7 +482,7 @@ def _ranks_missing(message: str) -> list[int]:
     return [int(x) for x in match.group(1).replace(",", " ").split()] if match else []
 
 
-def _leave(conn) -> None:
+def _leave(conn: Connection | None) -> NoReturn:
     """Exit at once: a hung peer must not keep this rank in a collective teardown."""
     if conn is not None:
         conn.close()

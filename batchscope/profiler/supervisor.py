@@ -5,6 +5,11 @@ batch sizes as go well (the model is built once); after any failure the next bat
 a fresh worker, so an OOM kill or a poisoned CUDA context costs one batch size only. The
 parent owns what the run knows: which batch size is the run's first step (where a failure
 the contract explains is a model-file error, exit 4), and when errors repeat.
+
+The sweep runs in phases, each a method returning its part of the :class:`SweepOutcome`:
+the ceilings, the plan's batch sizes (with the predicted stop between them), the final
+kernel probes, the second axis's grid (CONTEXTS or SEQ_LENS) and the allocator re-timing.
+It talks to its worker in the typed messages of :mod:`batchscope.profiler.protocol`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Protocol, TypeVar
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
@@ -27,21 +33,46 @@ from batchscope.profiler.launcher import (
     DistributedConfig,
     LaunchedRanks,
     RanksDied,
-    RanksTimedOut,
     rendezvous_failed,
+)
+from batchscope.profiler.protocol import (
+    BatchDone,
+    BuffersKept,
+    CeilingsMeasured,
+    ContractError,
+    GridTimed,
+    KeepBuffers,
+    LoadOom,
+    MeasureBatch,
+    MeasureCeilings,
+    Phase,
+    ProbeSpec,
+    ProbesTimed,
+    Ready,
+    Reply,
+    Request,
+    RunProbes,
+    StopWorker,
+    Timed,
+    TimeGridPoint,
+    WorkerDied,
+    WorkerHandle,
+    WorkerTimedOut,
 )
 from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV, WorkerConfig
 from batchscope.records import (
     BatchResult,
+    Flag,
+    FlagKind,
     GridPoint,
+    ModelInfo,
     Status,
-    batch_result_from_dict,
-    grid_point_from_dict,
+    Stop,
+    StopKind,
 )
+from batchscope.records.report import AllocatorSetBy, Mode
+from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 
-# A batch size that takes longer than this (warm-up, timing, profiling, counting together) is
-# stopped as `timeout`; a hung step must not hang the sweep.
-DEFAULT_BATCH_TIMEOUT_S = 600.0
 # Starting a worker: spawn, import torch, import the model file, build the model.
 WORKER_START_TIMEOUT_S = 600.0
 # Starting a distributed sweep's ranks takes at least this long to give up on (three
@@ -53,16 +84,21 @@ CEILINGS_TIMEOUT_S = 300.0
 # Time given to a worker to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 2.0
 POLL_S = 0.05
-
-
-# Times kernel probes in the worker: specs -> {key: seconds} (the ones that ran).
-Prober = Callable[[list[dict[str, Any]]], dict[str, float]]
-# How the allocator check's worker was told to keep its buffers (report.json
-# ``allocator.set_by``).
-KEPT_BY_MALLOPT = "mallopt in the sweep's worker"
-KEPT_BY_ENV = "the environment of a fresh worker"
 # Seconds allowed for one round of kernel probes.
 PROBE_TIMEOUT_S = 120.0
+
+R = TypeVar("R", BatchDone, GridTimed, BuffersKept)
+
+
+class EarlyStopPolicy(Protocol):
+    """The sweep's predicted stop (classifiers/early_stop.EarlyStop): which kernel probes it
+    wants, then its decision on their times. The sweep runs the probes in between."""
+
+    def probes(self, results: list[BatchResult], remaining: list[int],
+               ceilings: Ceilings) -> list[ProbeSpec]: ...
+
+    def decide(self, results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
+               probes_s: dict[str, float]) -> Stop | None: ...
 
 
 @dataclass
@@ -75,13 +111,13 @@ class SweepConfig:
     batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
     recalibrate: bool = False
     measure_ceilings: bool = True
-    # Why the remaining batch sizes need not be measured, given the results so far and the
-    # ceilings ("" to go on); see Plan.early_stop. None: only the plateau rule.
-    early_stop: Callable[[list[BatchResult], list[int], Ceilings, Prober], str] | None = None
+    # The predicted stop, asked before each batch size once the ceilings are known (not
+    # for an explicit list, nor with measure_all). None: only the plan's own rules.
+    early_stop: EarlyStopPolicy | None = None
     measure_all: bool = False  # no plateau or predicted stop: every batch size up to the cap
     # The kernel probes the finished sweep wants for its predictions (results, ceilings ->
     # specs; see profiler/probe.py), run in the worker before it stops; None: none.
-    final_probes: Callable[[list[BatchResult], Ceilings], list[dict[str, Any]]] | None = None
+    final_probes: Callable[[list[BatchResult], Ceilings], list[ProbeSpec]] | None = None
     # Probe times by spec key, filled as probes run (the report builder reads the same dict).
     probes_s: dict[str, float] = field(default_factory=dict)
     # A data-parallel sweep: the ranks run under torch's launcher (profiler/launcher.py).
@@ -91,50 +127,57 @@ class SweepConfig:
     retime_sizes: Callable[[list[BatchResult]], list[int]] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepOutcome:
-    """What the sweep produced; ``results`` hold every batch size tried, in order."""
+    """What the sweep produced; ``results`` hold every batch size tried, in order.
 
-    info: dict[str, Any]
+    Attributes:
+        model: the model as the worker saw it.
+        ceilings: the machine's roofs; None when not measured (or measuring them failed:
+            then ``flags`` says so).
+        results: every batch size tried, in order.
+        stop: why the sweep ended where it did (None: it never got to the plan).
+        interrupted: the user stopped it; what was measured is kept.
+        flags: what the sweep noticed about the run (the ceilings failed).
+        stopped_at_cap: the plan's largest batch size was reached (--max-batch).
+        grid: the second axis's points (CONTEXTS or SEQ_LENS).
+        kept_buffers: batch sizes timed again with the allocator keeping its buffers, and
+            how it was told to (None when nothing was re-timed).
+    """
+
+    model: ModelInfo
     ceilings: Ceilings | None
     results: list[BatchResult]
-    stop_reason: str
+    stop: Stop | None
     interrupted: bool = False
-    flags: list[str] = field(default_factory=list)
-    stopped_at_cap: bool = False  # the plan's largest batch size was reached (--max-batch)
-    grid: list[GridPoint] = field(default_factory=list)  # the context grid (CONTEXTS)
-    # The same batch sizes timed with the allocator keeping its buffers, and how it was
-    # told to (KEPT_BY_MALLOPT or KEPT_BY_ENV; "" when nothing was re-timed).
+    flags: list[Flag] = field(default_factory=list)
+    stopped_at_cap: bool = False
+    grid: list[GridPoint] = field(default_factory=list)
     kept_buffers: list[BatchResult] = field(default_factory=list)
-    kept_buffers_set_by: str = ""
+    kept_buffers_set_by: AllocatorSetBy | None = None
 
 
 class Callbacks:
     """Hooks the caller may override to follow the sweep (progress bars, partial reports)."""
 
-    def on_ready(self, info: dict[str, Any]) -> None: ...
+    def on_ready(self, model: ModelInfo) -> None: ...
     def on_ceilings(self, ceilings: Ceilings) -> None: ...
     def on_phase(self, batch_size: int, phase: str) -> None: ...
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None: ...
     def on_interrupt(self) -> None: ...
 
 
-class _WorkerDied(Exception):
+class _WorkerDied(WorkerDied):
     def __init__(self, exitcode: int | None) -> None:
         super().__init__(f"worker exited with {exitcode}")
         self.exitcode = exitcode
 
 
-class _Timeout(Exception):
+class _Timeout(WorkerTimedOut):
     pass
 
 
-# What a worker handle raises when its process (or a rank) dies, and when a deadline passes.
-_DIED = (_WorkerDied, RanksDied)
-_TIMED_OUT = (_Timeout, RanksTimedOut)
-
-
-def _worker_entry(conn: Any, config: WorkerConfig) -> None:
+def _worker_entry(conn: Connection, config: WorkerConfig) -> None:
     """The worker process's target: imports torch there only, and leaves without teardown.
 
     The parent refers to this function, not to :mod:`batchscope.profiler.worker`, so it never
@@ -167,7 +210,7 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
 
 
 class _Handle:
-    """One worker process and its pipe."""
+    """One worker process and its pipe: a :class:`WorkerHandle`."""
 
     def __init__(self, config: WorkerConfig) -> None:
         ctx = mp.get_context("spawn")
@@ -177,20 +220,21 @@ class _Handle:
             self.proc.start()
         child.close()
 
-    def send(self, message: tuple[str, Any]) -> None:
+    def send(self, request: Request) -> None:
         try:
-            self.conn.send(message)
+            self.conn.send(request)
         except (BrokenPipeError, OSError):
             raise _WorkerDied(self.proc.exitcode) from None
 
-    def recv(self, deadline: float) -> tuple[str, Any]:
+    def recv(self, deadline: float) -> Reply:
         while True:
             if self.conn.poll(POLL_S):
                 try:
-                    return self.conn.recv()
+                    reply: Reply = self.conn.recv()
                 except (EOFError, OSError):
                     self.proc.join(TERMINATE_GRACE_S)
                     raise _WorkerDied(self.proc.exitcode) from None
+                return reply
             if not self.proc.is_alive() and not self.conn.poll(0):
                 raise _WorkerDied(self.proc.exitcode)
             if time.monotonic() > deadline:
@@ -201,10 +245,8 @@ class _Handle:
 
     def stop(self, graceful: bool = True) -> None:
         if graceful and self.proc.is_alive():
-            try:
-                self.conn.send(("stop", None))
-            except (BrokenPipeError, OSError):
-                pass
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.conn.send(StopWorker())
             self.proc.join(TERMINATE_GRACE_S)
         if self.proc.is_alive():
             self.proc.terminate()
@@ -219,20 +261,20 @@ def fmt_mib(n: int | None) -> str:
     return "unknown" if n is None else f"{n / 2**20:,.0f} MiB"
 
 
-def load_oom_message(payload: dict[str, Any]) -> str:
+def load_oom_message(oom: LoadOom) -> str:
     """One sentence for a model that does not even load onto its device."""
-    params = payload.get("parameter_bytes")
+    params = oom.parameter_bytes
     what = f" (its parameters and buffers take {fmt_mib(params)})" if params else ""
     return (
-        f"the model does not fit on {payload.get('device', 'the device')}{what}: "
-        f"{payload['message']}; {fmt_mib(payload.get('available_memory_bytes'))} was free."
+        f"the model does not fit on {oom.device or 'the device'}{what}: "
+        f"{oom.message}; {fmt_mib(oom.available_memory_bytes)} was free."
     )
 
 
-def _death_of(exc: Exception) -> tuple[Status, str]:
+def _death_of(exc: WorkerDied) -> tuple[Status, str]:
     if isinstance(exc, RanksDied):
         return Status.RANK_FAILED, exc.why
-    return _death_status(getattr(exc, "exitcode", None))
+    return _death_status(exc.exitcode if isinstance(exc, _WorkerDied) else None)
 
 
 def _death_status(exitcode: int | None) -> tuple[Status, str]:
@@ -245,58 +287,380 @@ def _death_status(exitcode: int | None) -> tuple[Status, str]:
     return Status.KILLED, f"worker exited unexpectedly with code {exitcode}"
 
 
+def _contract_error(reply: ContractError) -> ModelFileError:
+    return ModelFileError(reply.message, detail=reply.detail)
+
+
 class Sweep:
     """Run the plan, one batch size at a time, in supervised workers.
 
     Example:
         >>> outcome = Sweep(SweepConfig(WorkerConfig("samples/mlp.py"))).run()  # doctest: +SKIP
+        >>> outcome.stop  # doctest: +SKIP
     """
 
     def __init__(self, config: SweepConfig, callbacks: Callbacks | None = None) -> None:
         self.config = config
         self.callbacks = callbacks or Callbacks()
-        self.handle: _Handle | LaunchedRanks | None = None
-        self.info: dict[str, Any] = {}
+        self.handle: WorkerHandle | None = None
+        self.model = ModelInfo(target=config.worker.model_path)  # the worker's, once ready
         self.ceilings: Ceilings | None = None
+        self.flags: list[Flag] = []
+        # What the phases measured so far: an interrupt keeps all of it.
         self.results: list[BatchResult] = []
         self.grid: list[GridPoint] = []
         self.kept_buffers: list[BatchResult] = []
-        self.kept_buffers_set_by = ""
+        self.kept_buffers_set_by: AllocatorSetBy | None = None
         self.worker_config = config.worker  # what the next worker started is told
         self.plan: Plan | None = None
-        self.ceilings_error = ""
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
         self.bounded_probe_s = 0.0  # seconds the cost-bounded probes took, measured
 
-    def _new_handle(self) -> _Handle | LaunchedRanks:
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> SweepOutcome:
+        """Run every phase until the plan stops or the user interrupts; never lose a
+        finished batch size."""
+        interrupted = False
+        try:
+            self._worker()
+            self.callbacks.on_ready(self.model)
+            if self.config.measure_ceilings:
+                self.ceilings = self.measure_ceilings()
+            self.plan = self.measure_batches()
+            self.final_probes()
+            self.grid = self.time_grid()
+            self.kept_buffers_set_by = self.retime_keeping_buffers()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.callbacks.on_interrupt()
+        finally:
+            self._drop_worker(graceful=not interrupted)
+        if interrupted:
+            stop: Stop | None = Stop(StopKind.INTERRUPTED)
+        else:
+            stop = self.plan.stop if self.plan else None
+        return SweepOutcome(
+            model=self.model, ceilings=self.ceilings, results=self.results, stop=stop,
+            interrupted=interrupted, flags=list(self.flags),
+            stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap), grid=self.grid,
+            kept_buffers=self.kept_buffers, kept_buffers_set_by=self.kept_buffers_set_by)
+
+    # -- phase: the ceilings -----------------------------------------------------------------
+    def measure_ceilings(self) -> Ceilings | None:
+        """Ask the worker for the ceilings; without them the sweep still runs, unclassified
+        (a CEILINGS_FAILED flag says why)."""
+        deadline = time.monotonic() + CEILINGS_TIMEOUT_S
+        try:
+            handle = self._worker()
+            handle.send(MeasureCeilings(self.config.recalibrate))
+            while not isinstance(reply := handle.recv(deadline), CeilingsMeasured):
+                pass  # nothing else is sent in answer; skipped rather than misread
+        except (WorkerDied, WorkerTimedOut) as exc:
+            self.flags.append(Flag(FlagKind.CEILINGS_FAILED,
+                                   values={"error": str(exc) or "timed out"}))
+            self._drop_worker(graceful=False)
+            return None
+        self.callbacks.on_ceilings(reply.ceilings)
+        return reply.ceilings
+
+    # -- phase: the plan -----------------------------------------------------------------------
+    def measure_batches(self) -> Plan:
+        """Measure the plan's batch sizes in order, each result reported as it comes; before
+        each one, the predicted stop may end the plan. Returns the plan (its ``stop``)."""
+        explicit = self.config.batch_sizes or self.model.batch_sizes
+        plan = self.plan = Plan(explicit, self.config.limits, self.config.measure_all)
+        while (b := plan.next_batch(self.results)) is not None:
+            stop = self.predicted_stop(plan)
+            if stop is not None:
+                plan.stop_early(stop)
+                break
+            skip = predicted_not_to_fit(self.results, b, self.config.limits.memory_budget_bytes)
+            result = BatchResult(b, Status.SKIPPED, error=skip) if skip else self._measure(b)
+            self.results.append(result)
+            self.callbacks.on_result(result, self.results)
+        return plan
+
+    def predicted_stop(self, plan: Plan) -> Stop | None:
+        """The early-stop policy's decision before the next batch size: only where the plan
+        allows it, the last result is OK, the ceilings are known and sizes remain; the
+        policy's kernel probes are run for it first."""
+        policy, ceilings, results = self.config.early_stop, self.ceilings, self.results
+        if (policy is None or ceilings is None or not plan.may_stop_early or not results
+                or results[-1].status != Status.OK):
+            return None
+        remaining = plan.remaining(results)
+        if not remaining:
+            return None
+        probes_s = self.probe(policy.probes(results, remaining, ceilings))
+        return policy.decide(results, remaining, ceilings, probes_s)
+
+    # -- phase: the final probes -----------------------------------------------------------------
+    def final_probes(self) -> dict[str, float]:
+        """The kernel probes the finished sweep's predictions want; their times (all known
+        times of the specs asked for)."""
+        if self.config.final_probes is None or self.ceilings is None:
+            return {}
+        return self.probe(self.config.final_probes(self.results, self.ceilings))
+
+    # -- phase: the second axis's grid -------------------------------------------------------------
+    def time_grid(self) -> list[GridPoint]:
+        """Time the measured batch sizes at every length of the second axis (timing and
+        peak memory only): CONTEXTS for the serving what-if (inference), SEQ_LENS for the
+        batch × sequence grid (inference or training). At each length the sizes go up, and
+        a failure ends that length's row: a larger batch at the same length would fail too.
+        Points are kept as they are timed (in ``self.grid``): an interrupt keeps them."""
+        contexts = self.model.contexts
+        axis = "context" if contexts else "seq_len"
+        lengths = contexts or self.model.seq_lens
+        if len(lengths) < 2 or self.config.distributed is not None or (
+                axis == "context" and self.model.mode != Mode.INFERENCE):
+            return self.grid
+        for length in lengths:
+            if axis == "seq_len" and length == lengths[0]:
+                continue  # the sweep's own length: its measurements are the grid's row
+            for b in grid_batch_sizes(self.results, lengths[0], length,
+                                      self.config.limits.memory_budget_bytes, axis,
+                                      self.model.parameter_bytes):
+                self.callbacks.on_phase(b, f"{axis.replace('_', ' ')} {length}")
+                point = self._grid_point(b, length, axis)
+                self.grid.append(point)
+                if point.status != Status.OK:
+                    break
+        return self.grid
+
+    def _grid_point(self, batch_size: int, length: int, axis: str) -> GridPoint:
+        reply, status, why = self._request(TimeGridPoint(batch_size, length), GridTimed)
+        if reply is None:
+            return (GridPoint(batch_size, length, status, error=why) if axis == "context"
+                    else GridPoint(batch_size, None, status, error=why, seq_len=length))
+        if reply.point.status != Status.OK:  # the worker exits after a failure
+            self._drop_worker(graceful=True)
+        return reply.point
+
+    # -- phase: the allocator keeping its buffers ----------------------------------------------
+    def retime_keeping_buffers(self) -> AllocatorSetBy | None:
+        """Time the batch sizes whose page faults took a share of the step again, timing
+        only, with the allocator keeping its buffers: the same model side by side with the
+        allocator a long-running process would run with. The sweep's own worker takes the
+        setting through ``mallopt`` (profiler/glibc_malloc.py); where it cannot, a fresh
+        worker starts with KEPT_BUFFERS_ENV. The results go to ``self.kept_buffers`` as
+        they come, and how the allocator was told to ``self.kept_buffers_set_by`` before
+        them (an interrupt keeps both); returns that (None: nothing was re-timed)."""
+        if self.config.retime_sizes is None or self.config.distributed is not None \
+                or not self.model.device.startswith("cpu"):
+            return None
+        sizes = self.config.retime_sizes(self.results)
+        if not sizes:
+            return None
+        reply, _, _ = self._request(KeepBuffers(), BuffersKept)
+        in_place = reply is not None and reply.taken
+        kept_by = self.handle  # the worker that took the setting
+        if not in_place:
+            self._drop_worker(graceful=True)
+            self.worker_config = dataclasses.replace(
+                self.config.worker, op_breakdown=False,
+                env={**(self.config.worker.env or {}), **KEPT_BUFFERS_ENV})
+        self.kept_buffers_set_by = (AllocatorSetBy.MALLOPT if in_place
+                                    else AllocatorSetBy.ENVIRONMENT)
+        try:
+            for b in sizes:
+                if in_place and (kept_by is None or self.handle is not kept_by
+                                 or not kept_by.alive()):
+                    break  # a replacement worker would time the default allocator
+                self.callbacks.on_phase(b, "allocator keeping its buffers")
+                # A failure drops the worker, and the setting with it: the check ends there.
+                result = self._timed_only(b)
+                self.kept_buffers.append(result)
+                if result.status != Status.OK:
+                    break
+        finally:
+            if not in_place:
+                self._drop_worker(graceful=True)
+                self.worker_config = self.config.worker
+        return self.kept_buffers_set_by
+
+    def _timed_only(self, batch_size: int) -> BatchResult:
+        """One batch size timed by the current worker (no op breakdown), reported to
+        nobody: a failure is this result's status, never the run's."""
+        reply, status, why = self._request(
+            MeasureBatch(batch_size, first_step=False, op_breakdown=False), BatchDone)
+        if reply is None:
+            return BatchResult(batch_size, status, error=why)
+        if reply.result.status != Status.OK:  # the worker exits after a failure
+            self._drop_worker(graceful=True)
+        return reply.result
+
+    # -- kernel probes ---------------------------------------------------------------------------
+    def probe(self, specs: list[ProbeSpec]) -> dict[str, float]:
+        """Time the kernel probes not timed yet in the worker; all times known for
+        ``specs``. A probe round that fails or times out costs the worker, nothing else."""
+        known = self.config.probes_s
+        wanted = [s for s in specs if s["key"] not in known and s["key"] not in self.tried]
+        if self.config.distributed is not None and self.handle is None:
+            wanted = []  # the ranks stopped: no relaunch of every rank for probes
+        self.tried.update(s["key"] for s in wanted)  # a probe that failed is not retried
+        if wanted:
+            try:
+                handle = self._worker()
+                handle.send(RunProbes(wanted, self._cold_cache(), self.bounded_probe_s))
+                reply = handle.recv(time.monotonic() + PROBE_TIMEOUT_S)
+                if isinstance(reply, ProbesTimed):
+                    known.update(reply.times_s)
+                    # Past the cost-bounded probes' budget: a later round, with a larger
+                    # budget (the sweep went on), may time them.
+                    self.tried.difference_update(reply.skipped)
+                    self.bounded_probe_s += reply.bounded_s
+            except (WorkerDied, WorkerTimedOut, NothingMeasuredError):
+                self._drop_worker(graceful=False)
+        return {s["key"]: known[s["key"]] for s in specs if s["key"] in known}
+
+    def _cold_cache(self) -> int | None:
+        """The cache size to keep probes out of, when the model's weights outgrow it (else
+        None: probed hot, as such a model runs)."""
+        cache = self.ceilings.cache_bytes if self.ceilings else None
+        params = self.model.parameter_bytes
+        if cache and params is not None and params > cache:
+            return cache
+        return None
+
+    # -- one batch size ----------------------------------------------------------------------------
+    def _measure(self, batch_size: int) -> BatchResult:
+        timed: BatchResult | None = None
+        started = time.monotonic()
+        deadline = started + self.config.batch_timeout_s
+        try:
+            try:
+                handle = self._worker()
+            except NothingMeasuredError as exc:  # a replacement worker failed to start
+                return BatchResult(batch_size, Status.KILLED, error=str(exc))
+            # The run's first step is where the contract is checked; a replacement worker
+            # cannot tell, so the parent says.
+            handle.send(MeasureBatch(batch_size, first_step=not self.results))
+            while True:
+                reply = handle.recv(deadline)
+                if isinstance(reply, Phase):
+                    self.callbacks.on_phase(batch_size, reply.phase)
+                elif isinstance(reply, Timed):
+                    timed = reply.result
+                elif isinstance(reply, BatchDone):
+                    return self._done(handle, reply.result)
+                elif isinstance(reply, ContractError):
+                    raise _contract_error(reply)
+        except KeyboardInterrupt:
+            if timed is not None:
+                timed.flags.append(Flag(FlagKind.BREAKDOWN_INTERRUPTED, batch_size))
+                self.results.append(timed)
+            else:
+                self.results.append(BatchResult(batch_size, Status.INTERRUPTED,
+                                                error="interrupted by the user"))
+            raise
+        except WorkerDied as exc:
+            status, why = _death_of(exc)
+            return self._failed(batch_size, timed, status, why)
+        except WorkerTimedOut:
+            who = "the ranks were" if self.config.distributed else "worker"
+            why = f"no result within {self.config.batch_timeout_s:.0f} s; {who} stopped"
+            return self._failed(batch_size, timed, Status.TIMEOUT, why)
+
+    def _done(self, handle: WorkerHandle, result: BatchResult) -> BatchResult:
+        """A batch size's result as the worker sent it; a failed one costs the worker."""
+        if result.status == Status.RANK_FAILED and isinstance(handle, LaunchedRanks):
+            # Rank 0 saw a peer vanish; the launcher knows which rank died.
+            died = handle.launcher_cause()
+            if died:
+                result.error = f"{died} (rank 0 had seen: {result.error})"
+            result.flags.append(Flag(FlagKind.RANKS_OUTPUT, result.batch_size,
+                                     values={"path": handle.log_path}))
+        if result.status != Status.OK:  # the worker exits after any failure
+            # (a failed rank cannot take the stop its peers would wait on)
+            handle.stop(graceful=result.status != Status.RANK_FAILED)
+            self.handle = None
+        return result
+
+    def _failed(self, batch_size: int, timed: BatchResult | None, status: Status,
+                why: str) -> BatchResult:
+        self._drop_worker(graceful=False)
+        if timed is not None and status == Status.TIMEOUT:
+            timed.flags.append(Flag(FlagKind.BREAKDOWN_LOST, batch_size, values={"reason": why}))
+            return timed
+        result = BatchResult(batch_size, status, error=why)
+        if timed is not None:
+            result.flags.append(Flag(FlagKind.TIMED_BEFORE_DEATH, batch_size))
+        return result
+
+    # -- the worker ----------------------------------------------------------------------------
+    def _request(self, request: Request, reply_type: type[R]) -> tuple[R | None, Status, str]:
+        """Send ``request`` to the worker (started if need be) and wait, within the batch
+        timeout, for its reply of ``reply_type``: (the reply, OK, ""), or (None, the
+        status, why) when the worker could not start, died or ran out of time."""
+        deadline = time.monotonic() + self.config.batch_timeout_s
+        try:
+            handle = self._worker()
+            handle.send(request)
+            while True:
+                reply = handle.recv(deadline)
+                if isinstance(reply, reply_type):
+                    return reply, Status.OK, ""
+        except NothingMeasuredError as exc:  # a replacement worker failed to start
+            return None, Status.KILLED, str(exc)
+        except WorkerDied as died:
+            self._drop_worker(graceful=False)
+            status, why = _death_of(died)
+            return None, status, why
+        except WorkerTimedOut:
+            self._drop_worker(graceful=False)
+            return None, Status.TIMEOUT, f"no result within {self.config.batch_timeout_s:.0f} s"
+
+    def _worker(self) -> WorkerHandle:
+        """The running worker, or a fresh one (its Ready message read)."""
+        if self.handle is None or not self.handle.alive():
+            if self.handle is not None:
+                self.handle.stop(graceful=False)
+            self.handle = self._start_worker()
+        return self.handle
+
+    def _drop_worker(self, graceful: bool) -> None:
+        if self.handle is not None:
+            self.handle.stop(graceful=graceful)
+            self.handle = None
+
+    def _new_handle(self) -> WorkerHandle:
         if self.config.distributed is not None:
             return LaunchedRanks(self.config.worker, self.config.distributed,
                                  self.config.batch_timeout_s)
         return _Handle(self.worker_config)
 
-    def _start_worker(self) -> _Handle | LaunchedRanks:
+    def _start_worker(self) -> WorkerHandle:
+        """A new worker with its model loaded (``self.model`` is what it reported).
+
+        Raises:
+            ModelFileError: the model file breaks the contract.
+            NothingMeasuredError: the worker (or the ranks) could not load the model.
+        """
         handle = self._new_handle()
         what = "the ranks" if self.config.distributed else "the worker"
         try:
-            kind, payload = handle.recv(time.monotonic() + self._start_timeout_s())
-        except _DIED as exc:
-            status, why = _death_of(exc)
+            reply = handle.recv(time.monotonic() + self._start_timeout_s())
+        except WorkerDied as exc:
+            why = _death_of(exc)[1]
             handle.stop(graceful=False)
             if isinstance(handle, LaunchedRanks) and rendezvous_failed(handle.output()):
                 raise NothingMeasuredError(self._start_timeout_message()) from None
-            raise NothingMeasuredError(f"{what} died while loading the model: {why}.")
-        except _TIMED_OUT:
+            raise NothingMeasuredError(f"{what} died while loading the model: {why}.") from None
+        except WorkerTimedOut:
             handle.stop(graceful=False)
             raise NothingMeasuredError(self._start_timeout_message()) from None
-        if kind == "contract_error":
+        if isinstance(reply, ContractError):
             handle.stop(graceful=False)
-            err = ModelFileError(payload["message"])
-            err.detail = payload.get("detail", "")  # type: ignore[attr-defined]
-            raise err
-        if kind == "load_oom":
+            raise _contract_error(reply)
+        if isinstance(reply, LoadOom):
             handle.stop(graceful=False)
-            raise NothingMeasuredError(load_oom_message(payload))
-        self.info = payload
+            raise NothingMeasuredError(load_oom_message(reply))
+        if not isinstance(reply, Ready):
+            handle.stop(graceful=False)
+            raise NothingMeasuredError(f"{what} sent {type(reply).__name__} before it was "
+                                       "ready.")
+        self.model = reply.model
         return handle
 
     def _start_timeout_s(self) -> float:
@@ -316,275 +680,3 @@ class Sweep:
                 f"not form within {min(seconds, self.config.batch_timeout_s):.0f} s (are all "
                 f"{dist.nnodes} nodes started with the same --rdzv-endpoint, and is its port "
                 "reachable?).")
-
-    def _worker(self) -> _Handle | LaunchedRanks:
-        if self.handle is None or not self.handle.alive():
-            if self.handle is not None:
-                self.handle.stop(graceful=False)
-            self.handle = self._start_worker()
-        return self.handle
-
-    def run(self) -> SweepOutcome:
-        """Run until the plan stops or the user interrupts; never lose a finished batch."""
-        interrupted = False
-        try:
-            handle = self._worker()
-            self.callbacks.on_ready(self.info)
-            if self.config.measure_ceilings:
-                self._measure_ceilings(handle)
-            explicit = self.config.batch_sizes or self.info.get("batch_sizes")
-            self.plan = Plan(explicit, self.config.limits, self._early_stop,
-                             self.config.measure_all)
-            while (b := self.plan.next_batch(self.results)) is not None:
-                skip = predicted_not_to_fit(self.results, b,
-                                            self.config.limits.memory_budget_bytes)
-                result = BatchResult(b, Status.SKIPPED, error=skip) if skip else self._measure(b)
-                self.results.append(result)
-                self.callbacks.on_result(result, self.results)
-            if self.config.final_probes is not None and self.ceilings is not None:
-                self.probe(self.config.final_probes(self.results, self.ceilings))
-            self._context_grid()
-            self._kept_buffers()
-        except KeyboardInterrupt:
-            interrupted = True
-            self.callbacks.on_interrupt()
-        finally:
-            if self.handle is not None:
-                self.handle.stop(graceful=not interrupted)
-                self.handle = None
-        stop_reason = "interrupted by the user" if interrupted else (
-            self.plan.stop_reason if self.plan else ""
-        )
-        flags = [self.ceilings_error + "; ops are not classified"] if self.ceilings_error else []
-        return SweepOutcome(self.info, self.ceilings, self.results, stop_reason, interrupted,
-                            flags, stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap),
-                            grid=self.grid, kept_buffers=self.kept_buffers,
-                            kept_buffers_set_by=self.kept_buffers_set_by)
-
-    def _context_grid(self) -> None:
-        """Time the measured batch sizes at every length of the second axis (timing and
-        peak memory only): CONTEXTS for the serving what-if (inference), SEQ_LENS for the
-        batch × sequence grid (inference or training). At each length the sizes go up, and
-        a failure ends that length's row: a larger batch at the same length would fail too."""
-        contexts = self.info.get("contexts") or []
-        axis = "context" if contexts else "seq_len"
-        lengths = contexts or self.info.get("seq_lens") or []
-        if len(lengths) < 2 or self.config.distributed is not None or (
-                axis == "context" and self.info.get("mode") != "inference"):
-            return
-        for length in lengths:
-            if axis == "seq_len" and length == lengths[0]:
-                continue  # the sweep's own length: its measurements are the grid's row
-            for b in grid_batch_sizes(self.results, lengths[0], length,
-                                      self.config.limits.memory_budget_bytes, axis,
-                                      self.info.get("parameter_bytes")):
-                self.callbacks.on_phase(b, f"{axis.replace('_', ' ')} {length}")
-                point = self._grid_point(b, length, axis)
-                self.grid.append(point)
-                if point.status != Status.OK:
-                    break
-
-    def _kept_buffers(self) -> None:
-        """Time the batch sizes whose page faults took a share of the step again, timing
-        only, with the allocator keeping its buffers: the same model side by side with the
-        allocator a long-running process would run with. The sweep's own worker takes the
-        setting through ``mallopt`` (profiler/glibc_malloc.py); where it cannot, a fresh
-        worker starts with KEPT_BUFFERS_ENV."""
-        if self.config.retime_sizes is None or self.config.distributed is not None \
-                or not str(self.info.get("device", "")).startswith("cpu"):
-            return
-        sizes = self.config.retime_sizes(self.results)
-        if not sizes:
-            return
-        payload, _, _ = self._request(("keep_buffers", None), "kept_buffers")
-        in_place = bool(payload)
-        kept_by = self.handle  # the worker that took the setting
-        if not in_place:
-            self._drop_worker(graceful=True)
-            self.worker_config = dataclasses.replace(
-                self.config.worker, op_breakdown=False,
-                env={**(self.config.worker.env or {}), **KEPT_BUFFERS_ENV})
-        self.kept_buffers_set_by = KEPT_BY_MALLOPT if in_place else KEPT_BY_ENV
-        try:
-            for b in sizes:
-                if in_place and (kept_by is None or self.handle is not kept_by
-                                 or not kept_by.alive()):
-                    break  # a replacement worker would time the default allocator
-                self.callbacks.on_phase(b, "allocator keeping its buffers")
-                # A failure drops the worker, and the setting with it: the check ends there.
-                result = self._timed_only(b)
-                self.kept_buffers.append(result)
-                if result.status != Status.OK:
-                    break
-        finally:
-            if not in_place:
-                self._drop_worker(graceful=True)
-                self.worker_config = self.config.worker
-
-    def _timed_only(self, batch_size: int) -> BatchResult:
-        """One batch size timed by the current worker (no op breakdown), reported to
-        nobody: a failure is this result's status, never the run's."""
-        payload, status, why = self._request(
-            ("batch", {"batch_size": batch_size, "first_step": False, "op_breakdown": False}),
-            "result")
-        if payload is None:
-            return BatchResult(batch_size, status, error=why)
-        result = batch_result_from_dict(payload)
-        if result.status != Status.OK:  # the worker exits after a failure
-            self._drop_worker(graceful=True)
-        return result
-
-    def _grid_point(self, batch_size: int, length: int, axis: str) -> GridPoint:
-        payload, status, why = self._request(
-            ("grid", {"batch_size": batch_size, "length": length}), "grid_point")
-        if payload is None:
-            return (GridPoint(batch_size, length, status, error=why) if axis == "context"
-                    else GridPoint(batch_size, None, status, error=why, seq_len=length))
-        point = grid_point_from_dict(payload)
-        if point.status != Status.OK:  # the worker exits after a failure
-            self._drop_worker(graceful=True)
-        return point
-
-    def _request(self, message: tuple[str, Any], reply: str
-                 ) -> tuple[dict[str, Any] | None, Status, str]:
-        """Send ``message`` to the worker (started if need be) and wait, within the batch
-        timeout, for the ``reply`` message: (its payload, OK, ""), or (None, the status,
-        why) when the worker could not start, died or ran out of time."""
-        deadline = time.monotonic() + self.config.batch_timeout_s
-        try:
-            handle = self._worker()
-            handle.send(message)
-            while True:
-                kind, payload = handle.recv(deadline)
-                if kind == reply:
-                    return payload, Status.OK, ""
-        except NothingMeasuredError as exc:  # a replacement worker failed to start
-            return None, Status.KILLED, str(exc)
-        except (*_DIED, *_TIMED_OUT) as exc:
-            self._drop_worker(graceful=False)
-            if isinstance(exc, _DIED):
-                return None, *_death_of(exc)
-            return None, Status.TIMEOUT, f"no result within {self.config.batch_timeout_s:.0f} s"
-
-    def _drop_worker(self, graceful: bool) -> None:
-        if self.handle is not None:
-            self.handle.stop(graceful=graceful)
-            self.handle = None
-
-    def _early_stop(self, results: list[BatchResult], remaining: list[int]) -> str:
-        if self.config.early_stop is None or self.ceilings is None:
-            return ""
-        return self.config.early_stop(results, remaining, self.ceilings, self.probe)
-
-    def probe(self, specs: list[dict[str, Any]]) -> dict[str, float]:
-        """Time the kernel probes not timed yet in the worker; all times known for
-        ``specs``. A probe round that fails or times out costs the worker, nothing else."""
-        known = self.config.probes_s
-        wanted = [s for s in specs if s["key"] not in known and s["key"] not in self.tried]
-        if self.config.distributed is not None and self.handle is None:
-            wanted = []  # the ranks stopped: no relaunch of every rank for probes
-        self.tried.update(s["key"] for s in wanted)  # a probe that failed is not retried
-        if wanted:
-            try:
-                handle = self._worker()
-                handle.send(("probe", {"specs": wanted, "cache_bytes": self._cold_cache(),
-                                       "bounded_spent_s": self.bounded_probe_s}))
-                kind, payload = handle.recv(time.monotonic() + PROBE_TIMEOUT_S)
-                if kind == "probes":
-                    known.update(payload.get("times_s") or {})
-                    # Past the cost-bounded probes' budget: a later round, with a larger
-                    # budget (the sweep went on), may time them.
-                    self.tried.difference_update(payload.get("skipped") or [])
-                    self.bounded_probe_s += float(payload.get("bounded_s") or 0.0)
-            except (*_DIED, *_TIMED_OUT, NothingMeasuredError):
-                if self.handle is not None:
-                    self.handle.stop(graceful=False)
-                    self.handle = None
-        return {s["key"]: known[s["key"]] for s in specs if s["key"] in known}
-
-    def _cold_cache(self) -> int | None:
-        """The cache size to keep probes out of, when the model's weights outgrow it (else
-        None: probed hot, as such a model runs)."""
-        cache = self.ceilings.cache_bytes if self.ceilings else None
-        params = self.info.get("parameter_bytes")
-        if cache and isinstance(params, (int, float)) and params > cache:
-            return cache
-        return None
-
-    def _measure_ceilings(self, handle: _Handle) -> None:
-        """Ask the worker for the ceilings; without them the sweep still runs, unclassified."""
-        try:
-            handle.send(("ceilings", self.config.recalibrate))
-            kind, payload = handle.recv(time.monotonic() + CEILINGS_TIMEOUT_S)
-        except (*_DIED, *_TIMED_OUT) as exc:
-            self.ceilings_error = f"measuring the ceilings failed ({exc or 'timed out'})"
-            if self.handle is not None:
-                self.handle.stop(graceful=False)
-                self.handle = None
-            return
-        self.ceilings = Ceilings.from_dict(payload)
-        self.callbacks.on_ceilings(self.ceilings)
-
-    def _measure(self, batch_size: int) -> BatchResult:
-        timed: BatchResult | None = None
-        started = time.monotonic()
-        deadline = started + self.config.batch_timeout_s
-        try:
-            try:
-                handle = self._worker()
-            except NothingMeasuredError as exc:  # a replacement worker failed to start
-                return BatchResult(batch_size, Status.KILLED, error=str(exc))
-            # The run's first step is where the contract is checked; a replacement worker
-            # cannot tell, so the parent says.
-            handle.send(("batch", {"batch_size": batch_size, "first_step": not self.results}))
-            while True:
-                kind, payload = handle.recv(deadline)
-                if kind == "phase":
-                    self.callbacks.on_phase(batch_size, payload["phase"])
-                elif kind == "timed":
-                    timed = batch_result_from_dict(payload)
-                elif kind == "result":
-                    result = batch_result_from_dict(payload)
-                    if result.status == Status.RANK_FAILED and isinstance(handle, LaunchedRanks):
-                        # Rank 0 saw a peer vanish; the launcher knows which rank died.
-                        died = handle.launcher_cause()
-                        if died:
-                            result.error = f"{died} (rank 0 had seen: {result.error})"
-                        result.flags.append(f"the ranks' own output: {handle.log_path}")
-                    if result.status != Status.OK:  # the worker exits after any failure
-                        # (a failed rank cannot take the stop its peers would wait on)
-                        handle.stop(graceful=result.status != Status.RANK_FAILED)
-                        self.handle = None
-                    return result
-                elif kind == "contract_error":
-                    err = ModelFileError(payload["message"])
-                    err.detail = payload.get("detail", "")  # type: ignore[attr-defined]
-                    raise err
-        except KeyboardInterrupt:
-            if timed is not None:
-                timed.flags.append("interrupted during the op breakdown")
-                self.results.append(timed)
-            else:
-                self.results.append(BatchResult(batch_size, Status.INTERRUPTED,
-                                                error="interrupted by the user"))
-            raise
-        except _DIED as exc:
-            status, why = _death_of(exc)
-            return self._failed(batch_size, timed, status, why)
-        except _TIMED_OUT:
-            who = "the ranks were" if self.config.distributed else "worker"
-            why = f"no result within {self.config.batch_timeout_s:.0f} s; {who} stopped"
-            return self._failed(batch_size, timed, Status.TIMEOUT, why)
-
-    def _failed(self, batch_size: int, timed: BatchResult | None, status: Status,
-                why: str) -> BatchResult:
-        if self.handle is not None:
-            self.handle.stop(graceful=False)
-            self.handle = None
-        if timed is not None and status == Status.TIMEOUT:
-            timed.flags.append(f"op breakdown lost: {why}")
-            return timed
-        result = BatchResult(batch_size, status, error=why)
-        if timed is not None:
-            result.flags.append("the timing pass had finished before the worker died")
-        return result

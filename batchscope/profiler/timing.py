@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from batchscope.records import LatencyStats
+from batchscope.records import LatencyStats, StoppedBy
 
 # Warm-up until both hold: caches, allocator pools and oneDNN/cuDNN kernel choices are keyed
 # on shape, so each batch size warms up anew. The first step at a new shape carries that
@@ -48,18 +48,10 @@ MEDIAN_CI_REL = 0.03
 MEASURE_MAX_S = 1.0
 # Fast steps (an MLP at batch 1 takes ~50 µs) would otherwise collect ~20k samples.
 MEASURE_MAX_STEPS = 5000
-# What ended the timed steps (LatencyStats.stopped_by): the median known to ±median_ci_rel;
-# the time ceiling (adaptive) or the fixed time (--min-time); the step cap; watch's count of
-# samples; or the window a monitor needs (NVML: measurement.NVML_WINDOW_MIN_S), when one of
-# the others came first.
-STOPPED_BY_MEDIAN_CI = "median_ci"
-STOPPED_BY_MAX_TIME = "max_time"
-STOPPED_BY_MIN_TIME = "min_time"
-STOPPED_BY_MAX_STEPS = "max_steps"
-STOPPED_BY_SAMPLES = "samples"
-STOPPED_BY_WINDOW = "nvml_window"
-STOPPED_BY = (STOPPED_BY_MEDIAN_CI, STOPPED_BY_MAX_TIME, STOPPED_BY_MIN_TIME,
-              STOPPED_BY_MAX_STEPS, STOPPED_BY_SAMPLES, STOPPED_BY_WINDOW)
+# What ended the timed steps (LatencyStats.stopped_by, a records.StoppedBy): the median
+# known to ±median_ci_rel; the time ceiling (adaptive) or the fixed time (--min-time); the
+# step cap; watch's count of samples; or the window a monitor needs (NVML:
+# measurement.NVML_WINDOW_MIN_S), when one of the others came first.
 # z of a two-sided 95% interval; the median's interval spans ranks n/2 ± z·sqrt(n)/2.
 _Z95 = 1.96
 # Re-check the stop rule after the sample count grows by this factor (sorting is O(n log n)).
@@ -132,10 +124,10 @@ def quantile(sorted_values: list[float], q: float) -> float:
 
 
 def latency_stats(samples_s: list[float], block_steps: int = 1, measured_s: float | None = None,
-                  stopped_by: str = "") -> LatencyStats:
+                  stopped_by: StoppedBy = StoppedBy.NONE) -> LatencyStats:
     """Median, quartiles, min and max of per-step latencies, each sample the mean step of a
     block of ``block_steps`` steps; ``n`` counts the steps. ``measured_s`` (the time the
-    timed steps spanned) and ``stopped_by`` (one of :data:`STOPPED_BY`) are passed through."""
+    timed steps spanned) and ``stopped_by`` are passed through."""
     values = sorted(samples_s)
     return LatencyStats(
         median=statistics.median(values),
@@ -205,7 +197,7 @@ def time_steps(
     passed; a fixed time has neither the step cap nor that exception). Whatever stops it, the
     timed steps span at least ``window_min_s`` (the NVML window), past the time ceiling and
     the step cap if need be. The statistics record how long the steps ran (``measured_s``)
-    and what stopped them (``stopped_by``: :data:`STOPPED_BY_WINDOW` when the rule was met
+    and what stopped them (``stopped_by``: :attr:`StoppedBy.NVML_WINDOW` when the rule was met
     before the window was).
 
     The device is synchronised before the clock stops. Garbage collection is paused while
@@ -237,8 +229,8 @@ def time_steps(
     observed = None
     if monitor is not None:
         monitor.start()
-    rule = ""  # the stop rule met (a STOPPED_BY value), "" while it is not
-    stopped_by, elapsed_s = "", 0.0
+    rule = StoppedBy.NONE  # the stop rule met, NONE while it is not
+    stopped_by, elapsed_s = StoppedBy.NONE, 0.0
     try:
         begin = clock()
         next_check = config.measure_min_steps
@@ -252,13 +244,14 @@ def time_steps(
             elapsed_s = t1 - begin
             if len(samples) < _min_samples(config, elapsed_s):
                 continue
-            met_now = not rule
-            if not rule:
+            met_now = rule == StoppedBy.NONE
+            if met_now:
                 rule = _stop_rule(config, samples, block, elapsed_s, next_check)
-                if not rule and elapsed_s >= config.measure_min_s and len(samples) >= next_check:
+                if (rule == StoppedBy.NONE and elapsed_s >= config.measure_min_s
+                        and len(samples) >= next_check):
                     next_check = math.ceil(len(samples) * _CHECK_GROWTH)
-            if rule and elapsed_s >= config.window_min_s:
-                stopped_by = rule if met_now else STOPPED_BY_WINDOW
+            if rule != StoppedBy.NONE and elapsed_s >= config.window_min_s:
+                stopped_by = rule if met_now else StoppedBy.NVML_WINDOW
                 break
     finally:
         if monitor is not None:
@@ -278,15 +271,15 @@ def _min_samples(config: TimingConfig, elapsed_s: float) -> int:
 
 
 def _stop_rule(config: TimingConfig, samples: list[float], block: int, elapsed_s: float,
-               next_check: int) -> str:
+               next_check: int) -> StoppedBy:
     """The stop rule of ``config`` that ``samples`` (at least :func:`_min_samples` of them,
-    ``elapsed_s`` seconds in) meet, as a :data:`STOPPED_BY` value; "" for none yet. The
+    ``elapsed_s`` seconds in) meet; :attr:`StoppedBy.NONE` for none yet. The
     median's interval is only sorted out once ``next_check`` samples are in."""
     if elapsed_s >= config.measure_max_s:
-        return STOPPED_BY_MIN_TIME if config.is_fixed else STOPPED_BY_MAX_TIME
+        return StoppedBy.MIN_TIME if config.is_fixed else StoppedBy.MAX_TIME
     if not config.is_fixed and len(samples) * block >= config.measure_max_steps:
-        return STOPPED_BY_MAX_STEPS
+        return StoppedBy.MAX_STEPS
     if elapsed_s >= config.measure_min_s and len(samples) >= next_check \
             and median_ci_rel(sorted(samples)) <= config.median_ci_rel:
-        return STOPPED_BY_MEDIAN_CI
-    return ""
+        return StoppedBy.MEDIAN_CI
+    return StoppedBy.NONE

@@ -13,7 +13,6 @@ optimizer state, they are read once per step whatever the batch).
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from batchscope.contract import ModelSpec
+from batchscope.records.report import TrainingStep
 from batchscope.tensors import iter_tensors
 
 # AdamW's default learning rate is irrelevant to speed; a small one keeps random-weight
@@ -48,18 +48,18 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [t for state in optimizer.state.values() for t in iter_tensors(dict(state))]
 
 
-def step_description(spec: ModelSpec) -> dict[str, Any]:
+def step_description(spec: ModelSpec) -> TrainingStep:
     """What the training step runs, for the report: the optimizer, the loss and how the
     gradients are zeroed, each saying whether it is the model file's or batchscope's own."""
-    return {
-        "optimizer": ("make_optimizer from the model file" if spec.make_optimizer else
-                      f"batchscope's default: AdamW(lr={DEFAULT_LR:g}, foreach=False)"),
-        "loss": ("loss from the model file" if spec.loss else
-                 "batchscope's stand-in: the mean square of the outputs"),
-        "zero_grad": "set_to_none=False (gradients keep one storage, so they are counted "
-                     "with the weights)",
-        "defaults_used": not (spec.make_optimizer and spec.loss),
-    }
+    return TrainingStep(
+        optimizer=("make_optimizer from the model file" if spec.make_optimizer else
+                   f"batchscope's default: AdamW(lr={DEFAULT_LR:g}, foreach=False)"),
+        loss=("loss from the model file" if spec.loss else
+              "batchscope's stand-in: the mean square of the outputs"),
+        zero_grad="set_to_none=False (gradients keep one storage, so they are counted "
+                  "with the weights)",
+        defaults_used=not (spec.make_optimizer and spec.loss),
+    )
 
 
 def is_compiled(model: torch.nn.Module) -> bool:

@@ -1,15 +1,17 @@
 """The worker process: loads the model file once and measures one batch size per request.
 
 The parent (:mod:`batchscope.profiler.supervisor`) starts it with the ``spawn`` method and
-talks to it over a pipe. Messages are ``(kind, payload)`` tuples of plain Python values:
+talks to it over a pipe, in the typed messages of :mod:`batchscope.profiler.protocol`:
 
-parent -> worker: ``("ceilings", recalibrate)``, ``("batch", {batch_size, first_step})``,
-``("probe", {specs, cache_bytes, bounded_spent_s})``, ``("keep_buffers", None)``, ``("stop", None)``
-worker -> parent: ``("ready", ModelInfo dict)``, ``("contract_error", {message, detail})``,
-``("ceilings", dict)``, ``("phase", {batch_size, phase})``, ``("result", BatchResult dict)``,
-``("probes", {times_s, errors, skipped, bounded_s})``, ``("kept_buffers", bool)``
+- at the start it sends :class:`~batchscope.profiler.protocol.Ready` (the model's
+  :class:`~batchscope.records.ModelInfo`), or ``ContractError`` / ``LoadOom`` and exits;
+- ``MeasureCeilings`` -> ``CeilingsMeasured``;
+- ``MeasureBatch`` -> ``Phase`` per pass, ``Timed`` (the timing pass alone, before the op
+  breakdown) and ``BatchDone``; ``ContractError`` instead at the run's first step;
+- ``TimeGridPoint`` -> ``GridTimed``; ``RunProbes`` -> ``ProbesTimed``;
+  ``KeepBuffers`` -> ``BuffersKept``; ``StopWorker``: it exits.
 
-A ``batch`` payload may hold ``op_breakdown: false``: that batch size is timed only.
+After a failed batch size or grid point it exits: a fresh worker takes the next.
 
 Only this process imports the user's code and touches the device, so a crash, an OOM kill
 or a poisoned CUDA context costs the parent nothing it has already received.
@@ -17,11 +19,14 @@ or a poisoned CUDA context costs the parent nothing it has already received.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
 import traceback
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext, suppress
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +56,28 @@ from batchscope.profiler.measurement import (
     timing_for,
 )
 from batchscope.profiler.memory import PeakMemory, available_bytes
+from batchscope.profiler.model_info import parameter_bytes, parameter_count
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
+from batchscope.profiler.protocol import (
+    BatchDone,
+    BuffersKept,
+    CeilingsMeasured,
+    ContractError,
+    GridTimed,
+    KeepBuffers,
+    LoadOom,
+    MeasureBatch,
+    MeasureCeilings,
+    Phase,
+    ProbesTimed,
+    Ready,
+    Reply,
+    Request,
+    RunProbes,
+    StopWorker,
+    Timed,
+    TimeGridPoint,
+)
 from batchscope.profiler.timing import time_steps
 from batchscope.profiler.training import (
     default_optimizer,
@@ -61,7 +87,16 @@ from batchscope.profiler.training import (
     training_step,
 )
 from batchscope.profiler.worker_config import WorkerConfig
-from batchscope.records import BatchResult, GridPoint, Status, to_jsonable
+from batchscope.records import (
+    BatchResult,
+    CountedOp,
+    Flag,
+    FlagKind,
+    GridPoint,
+    ModelInfo,
+    Status,
+)
+from batchscope.records.report import Mode
 from batchscope.tensors import iter_tensors, map_tensors
 from batchscope.tracebacks import describe_exception, user_frames
 
@@ -70,6 +105,9 @@ DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
     "fp16": torch.float16, "float16": torch.float16,
 }
+# What the worker sends its replies with (the pipe's send; a rank's link to the parent).
+Send = Callable[[Reply], None]
+Step = Callable[[], Any]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -81,16 +119,23 @@ def resolve_device(name: str) -> torch.device:
 
 def _become_oom_victim() -> None:
     """Make this process the kernel OOM killer's first choice, sparing the parent."""
-    try:
+    with suppress(OSError):
         Path("/proc/self/oom_score_adj").write_text("1000")
-    except OSError:
-        pass
+
+
+class _MoveFailed(Exception):
+    """Moving the built model onto its device failed; with the bytes it would have taken."""
+
+    def __init__(self, cause: BaseException, parameter_bytes: int) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.parameter_bytes = parameter_bytes
 
 
 class Worker:
     """Holds the model between batch sizes and measures each one."""
 
-    def __init__(self, config: WorkerConfig, send) -> None:
+    def __init__(self, config: WorkerConfig, send: Send) -> None:
         self.config = config
         self.send = send
         self.device = resolve_device(config.device)
@@ -111,19 +156,15 @@ class Worker:
                 f"{self.spec.path}: build_model() returned a {type(model).__name__}, "
                 "not a torch.nn.Module."
             )
-        self.parameter_bytes = sum(
-            t.numel() * self.dtype.itemsize if t.is_floating_point() else t.numel() * t.element_size()
-            for t in list(model.parameters()) + list(model.buffers())
-        )
         try:
-            self.model = model.to(device=self.device, dtype=self.dtype)
+            self.model: torch.nn.Module = model.to(device=self.device, dtype=self.dtype)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
-            exc.parameter_bytes = self.parameter_bytes  # type: ignore[attr-defined]
-            raise
+            # what it would have taken on the device, in the dtype it was moving to
+            raise _MoveFailed(exc, parameter_bytes(model, self.dtype)) from exc
         if config.compile_mode and not is_compiled(self.model):
             # --compile: compiled lazily, at each new shape's first step (LatencyStats.
             # first_step_s); counted through the eager module (Worker.measure)
-            self.model = torch.compile(self.model, mode=config.compile_mode)
+            self.model = torch.compile(self.model, mode=config.compile_mode)  # type: ignore[assignment]
         if is_compiled(self.model):
             # Inductor's CPU kernels then get a profiler event each, named after the aten
             # ops they fused (join.fused_ops); the code is generated at the first step,
@@ -144,38 +185,36 @@ class Worker:
         self.sampler = device_sampler(self.device)
         self.timing = timing_for(self.device, config.timing, self.sampler)
 
-    def _call_user(self, fn, what: str, *args: Any) -> Any:
+    def _call_user(self, fn: Callable[..., Any], what: str, *args: Any) -> Any:
         try:
             return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - user code: one sentence + their frames
+        except Exception as exc:
             if classify_exception(exc)[0] == Status.OOM:
                 raise  # running out of memory is a status, not a contract problem
-            err = ModelFileError(f"{self.spec.path}: {what} raised {describe_exception(exc)}")
-            err.detail = user_frames(exc)  # type: ignore[attr-defined]
-            raise err from None
+            raise ModelFileError(f"{self.spec.path}: {what} raised {describe_exception(exc)}",
+                                 detail=user_frames(exc)) from None
 
-    def info(self) -> dict[str, Any]:
-        params = list(self.model.parameters())
-        buffers = list(self.model.buffers())
-        return {
-            "target": str(self.spec.path),
-            "parameters": sum(p.numel() for p in params),
-            "parameter_bytes": sum(p.numel() * p.element_size() for p in params + buffers),
-            "dtype": str(self.dtype).replace("torch.", ""),
-            "mode": self.mode,
-            "unit": self.spec.unit,
-            "units_per_row": self.spec.units_per_row,
-            "batch_sizes": self.spec.batch_sizes,
-            "contexts": self.spec.contexts,
-            "seq_lens": self.spec.seq_lens,
-            "units_per_row_per_token": self.spec.per_token,
-            "threads": torch.get_num_threads(),
-            "device": str(self.device),
-            "available_memory_bytes": available_bytes(self.device),
-            "compiled": is_compiled(self.model),
-            "amp": str(self.amp).replace("torch.", "") if self.amp is not None else None,
-            **({"training_step": step_description(self.spec)} if self.mode == "train" else {}),
-        }
+    def info(self) -> ModelInfo:
+        """What was loaded, for the report (``parameter_bytes``: parameters and buffers)."""
+        return ModelInfo(
+            target=str(self.spec.path),
+            mode=Mode(self.mode),
+            unit=self.spec.unit,
+            units_per_row=self.spec.units_per_row,
+            dtype=str(self.dtype).replace("torch.", ""),
+            amp=str(self.amp).replace("torch.", "") if self.amp is not None else None,
+            parameters=parameter_count(self.model),
+            parameter_bytes=parameter_bytes(self.model),
+            device=str(self.device),
+            threads=torch.get_num_threads(),
+            available_memory_bytes=available_bytes(self.device),
+            batch_sizes=self.spec.batch_sizes,
+            contexts=list(self.spec.contexts or []),
+            seq_lens=list(self.spec.seq_lens or []),
+            units_per_row_per_token=self.spec.per_token,
+            compiled=is_compiled(self.model),
+            training_step=step_description(self.spec) if self.mode == "train" else None,
+        )
 
     def make_inputs(self, batch_size: int, context: int | None = None) -> Any:
         if self.spec.lengths is not None and context is None:
@@ -217,7 +256,7 @@ class Worker:
             grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
             with grad:
                 phase = "timing"
-                self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+                self.send(Phase(batch_size, phase))
                 memory = PeakMemory(self.device)
                 memory.start()  # before the warm-up: its first step allocates the most
                 stats, _, (window, faults) = time_steps(
@@ -226,10 +265,10 @@ class Worker:
                 record_timing(result, stats, memory.stop(), window, faults,
                               self.spec.units_per_row)
                 # The timing result goes out first: it survives a crash in the later passes.
-                self.send(("timed", to_jsonable(result)))
+                self.send(Timed(result))
                 if self.config.op_breakdown if op_breakdown is None else op_breakdown:
                     phase = "profiling"
-                    self.send(("phase", {"batch_size": batch_size, "phase": phase}))
+                    self.send(Phase(batch_size, phase))
                     # A torch.compile'd model is counted through its eager module: the
                     # counting mode run through the compiled one left every later batch
                     # size running eager (dynamo recompiled it so).
@@ -240,22 +279,20 @@ class Worker:
             if first_step:
                 raise  # nothing measured yet in the run: the file breaks the contract
             result.status = Status.MODEL_ERROR
-            detail = getattr(exc, "detail", "")
-            result.error = f"{exc}\n{detail}" if detail else str(exc)
-        except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
+            result.error = f"{exc}\n{exc.detail}" if exc.detail else str(exc)
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             if first_step and is_mismatch(exc):
-                err = ModelFileError(
+                raise ModelFileError(
                     f"{self.spec.path}: the first step at batch {batch_size} raised "
-                    f"{describe_exception(exc)}; {MISMATCH_HINT}."
-                )
-                err.detail = user_frames(exc)  # type: ignore[attr-defined]
-                raise err from None
+                    f"{describe_exception(exc)}; {MISMATCH_HINT}.",
+                    detail=user_frames(exc)) from None
             status, label = classify_exception(exc)
             if phase != "timing" and phase != "make_inputs" and result.latency_s is not None:
                 # The timing pass succeeded; keep it and say the breakdown failed.
-                result.flags.append(f"op breakdown failed in {phase}: {describe_exception(exc)}")
+                result.flags.append(Flag(FlagKind.BREAKDOWN_FAILED, batch_size, values={
+                    "phase": phase, "error": describe_exception(exc)}))
             else:
                 result.status = status
                 result.error = f"{label}{describe_exception(exc)}"
@@ -271,9 +308,10 @@ class Worker:
         (CONTEXTS or SEQ_LENS): the timing pass only (the per-op split comes from the
         sweep's own length)."""
         axis = self.spec.grid_axis
+        units_per_row = self.spec.units_per_row_at(length)
         point = GridPoint(batch_size, length if axis == "context" else None, Status.OK,
                           seq_len=length if axis == "seq_len" else None,
-                          units_per_row=self.spec.units_per_row_at(length))
+                          units_per_row=units_per_row)
         try:
             inputs = self.make_inputs(batch_size, length)
             point.input_bytes = sum(t.numel() * t.element_size() for t in iter_tensors(inputs))
@@ -282,10 +320,10 @@ class Worker:
             with grad:
                 memory = PeakMemory(self.device)
                 memory.start()
-                point.latency_s, _, _ = time_steps(step, self.sync, self.timing)
+                latency, _, _ = time_steps(step, self.sync, self.timing)
+                point.latency_s = latency
                 point.peak_memory_bytes = memory.stop().peak_bytes
-            point.throughput_per_s = (batch_size * point.units_per_row
-                                      / point.latency_s.median)
+            point.throughput_per_s = batch_size * units_per_row / latency.median
         except ModelFileError as exc:
             point.status, point.error = Status.MODEL_ERROR, str(exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
@@ -293,10 +331,10 @@ class Worker:
             point.status, point.error = status, f"{label}{describe_exception(exc)}"
         return point
 
-    def _autocast(self):
+    def _autocast(self) -> AbstractContextManager[Any]:
         return torch.autocast(self.device.type, dtype=self.amp)
 
-    def _step(self, model: torch.nn.Module, inputs: Any):
+    def _step(self, model: torch.nn.Module, inputs: Any) -> Step:
         """One step of ``model`` on ``inputs``: the training step, or the file's forward;
         under autocast with --amp (forward and loss only)."""
         autocast = self._autocast if self.amp is not None else None
@@ -312,7 +350,7 @@ class Worker:
 
         return step
 
-    def _op_breakdown(self, result: BatchResult, step, inputs: Any, count_step,
+    def _op_breakdown(self, result: BatchResult, step: Step, inputs: Any, count_step: Step,
                       count_root: torch.nn.Module) -> None:
         trace = None
         if self.config.trace_dir:
@@ -323,18 +361,19 @@ class Worker:
                        if step_s else
                        capture_steps(step, self.sync, self.device, trace_path=trace))
         except ProfilerUnavailable as exc:
-            result.flags.append(f"no op breakdown: {exc}")
+            result.flags.append(Flag(FlagKind.NO_BREAKDOWN, result.batch_size,
+                                     values={"reason": str(exc)}))
             return
         weights = list(persistent_tensors(self.model, self.optimizer))
 
-        def count() -> list:
+        def count() -> list[CountedOp]:
             return counting.count_step(count_step, weights=weights, state=iter_tensors(inputs),
                                        root=count_root)
 
         counted, carried_from = self.count_plan.counts(result.batch_size, count)
         result.trace_path = capture.trace_path
-        if capture.note:
-            result.flags.append(capture.note)
+        if capture.flag is not None:
+            result.flags.append(dataclasses.replace(capture.flag, batch_size=result.batch_size))
         fill_breakdown(result, counted, capture.steps)
         if carried_from and _joined_worse(result.coverage, self.last_coverage):
             # The op sequence changed at this size: count it, and every size after it.
@@ -357,79 +396,80 @@ def _joined_worse(coverage: float | None, before: float | None) -> bool:
     return coverage is not None and before is not None and coverage < before - COVERAGE_DROP
 
 
-def worker_main(conn, config: WorkerConfig) -> None:
-    """Entry point of the worker process."""
+def load_failure(exc: BaseException, config: WorkerConfig) -> ContractError | LoadOom:
+    """What the parent is told when the worker could not load the model (called while
+    ``exc`` is handled): it did not fit on its device, or the file is at fault."""
+    if isinstance(exc, ModelFileError):
+        return ContractError(str(exc), exc.detail)
+    params = None
+    if isinstance(exc, _MoveFailed):
+        params, exc = exc.parameter_bytes, exc.cause
+    failed = f"loading {config.model_path} failed: {describe_exception(exc)}"
+    if not isinstance(exc, (torch.OutOfMemoryError, MemoryError, RuntimeError)):
+        return ContractError(failed, traceback.format_exc())
+    status, label = classify_exception(exc)
+    if status != Status.OOM:
+        return ContractError(failed, user_frames(exc))
+    device = resolve_device(config.device)
+    return LoadOom(message=f"{label}{describe_exception(exc)}", device=str(device),
+                   parameter_bytes=params, available_memory_bytes=available_bytes(device))
+
+
+def answer(worker: Worker, request: Request) -> bool:
+    """Answer one request (not :class:`StopWorker`) through ``worker.send``; False when the
+    worker must exit after it (a failure: a fresh worker takes the next request)."""
+    send = worker.send
+    if isinstance(request, MeasureCeilings):
+        from batchscope.hardware import load_or_measure
+
+        send(CeilingsMeasured(load_or_measure(worker.device, recalibrate=request.recalibrate)))
+    elif isinstance(request, RunProbes):
+        from batchscope.profiler.probe import run_probes
+
+        send(ProbesTimed(**run_probes(request.specs, worker.dtype, worker.device, worker.sync,
+                                      request.cache_bytes, request.bounded_spent_s)))
+    elif isinstance(request, KeepBuffers):
+        from batchscope.profiler.glibc_malloc import keep_freed_buffers
+
+        send(BuffersKept(keep_freed_buffers()))
+    elif isinstance(request, TimeGridPoint):
+        point = worker.time_grid_point(request.batch_size, request.length)
+        send(GridTimed(point))
+        return point.status == Status.OK  # as after a failed batch size
+    elif isinstance(request, MeasureBatch):
+        try:
+            result = worker.measure(request.batch_size, first_step=request.first_step,
+                                    op_breakdown=request.op_breakdown)
+        except ModelFileError as exc:
+            send(ContractError(str(exc), exc.detail))
+            return False
+        send(BatchDone(result))
+        return result.status == Status.OK  # after any failure a fresh worker takes the next
+    return True
+
+
+def worker_main(conn: Connection, config: WorkerConfig) -> None:
+    """Entry point of the worker process: load the model, then answer requests until
+    :class:`StopWorker`, a failure, or the parent's end of the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C does
     _become_oom_victim()
 
-    def send(message: tuple[str, Any]) -> None:
-        conn.send(message)
+    def send(reply: Reply) -> None:
+        conn.send(reply)
 
     try:
         worker = Worker(config, send)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
-        status, label = classify_exception(exc)
-        if status != Status.OOM:
-            send(("contract_error", {
-                "message": f"loading {config.model_path} failed: {describe_exception(exc)}",
-                "detail": user_frames(exc),
-            }))
-            return
-        device = resolve_device(config.device)
-        send(("load_oom", {
-            "message": f"{label}{describe_exception(exc)}",
-            "available_memory_bytes": available_bytes(device),
-            "parameter_bytes": getattr(exc, "parameter_bytes", None),
-            "device": str(device),
-        }))
+    except BaseException as exc:  # noqa: BLE001 - every load failure is told to the parent
+        send(load_failure(exc, config))
         return
-    except ModelFileError as exc:
-        send(("contract_error", {"message": str(exc), "detail": getattr(exc, "detail", "")}))
-        return
-    except BaseException as exc:  # noqa: BLE001
-        send(("contract_error", {
-            "message": f"loading {config.model_path} failed: {describe_exception(exc)}",
-            "detail": traceback.format_exc(),
-        }))
-        return
-    send(("ready", worker.info()))
+    send(Ready(worker.info()))
     while True:
         try:
-            kind, payload = conn.recv()
+            request: Request = conn.recv()
         except EOFError:
             return
-        if kind == "stop":
+        if isinstance(request, StopWorker):
             worker.sampler.close()
             return
-        if kind == "ceilings":
-            from batchscope.hardware import load_or_measure
-
-            ceilings = load_or_measure(worker.device, recalibrate=bool(payload))
-            send(("ceilings", ceilings.to_dict()))
-        elif kind == "probe":
-            from batchscope.profiler.probe import run_probes
-
-            send(("probes", run_probes(payload["specs"], worker.dtype, worker.device,
-                                       worker.sync, payload.get("cache_bytes"),
-                                       payload.get("bounded_spent_s", 0.0))))
-        elif kind == "keep_buffers":
-            from batchscope.profiler.glibc_malloc import keep_freed_buffers
-
-            send(("kept_buffers", keep_freed_buffers()))
-        elif kind == "grid":
-            point = worker.time_grid_point(int(payload["batch_size"]), int(payload["length"]))
-            send(("grid_point", to_jsonable(point)))
-            if point.status != Status.OK:
-                return  # as after a failed batch size: a fresh worker takes the next point
-        elif kind == "batch":
-            try:
-                result = worker.measure(int(payload["batch_size"]),
-                                        first_step=bool(payload["first_step"]),
-                                        op_breakdown=payload.get("op_breakdown"))
-            except ModelFileError as exc:
-                send(("contract_error", {"message": str(exc),
-                                         "detail": getattr(exc, "detail", "")}))
-                return
-            send(("result", to_jsonable(result)))
-            if result.status != Status.OK:
-                return  # after any failure a fresh worker takes the next batch size
+        if not answer(worker, request):
+            return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.progress import (
     BarColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -24,10 +26,18 @@ from rich.table import Table
 from batchscope.errors import ExitCode
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
-from batchscope.records import BatchResult, LatencyStats, Report, Status
+from batchscope.records import (
+    BatchResult,
+    LatencyStats,
+    ModelInfo,
+    PeakMemoryMethod,
+    Recommendation,
+    Report,
+    Status,
+)
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
-from batchscope.reports.view import memory_method_label
+from batchscope.reports.flag_text import rule_text, stop_text
 
 
 def _exit_now(signum: int, frame: object) -> None:
@@ -44,7 +54,7 @@ class ProgressCallbacks(Callbacks):
             TextColumn("{task.completed}/{task.total} batch sizes"), TimeElapsedColumn(),
             console=console, transient=True,
         )
-        self.task: Any = None
+        self.task = TaskID(0)  # the one task, added on __enter__
         self.unit = "sample"
 
     def __enter__(self) -> ProgressCallbacks:
@@ -52,14 +62,15 @@ class ProgressCallbacks(Callbacks):
         self.task = self.progress.add_task("starting the worker", total=None)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.__exit__(exc_type, exc, tb)
 
-    def on_ready(self, info: dict[str, Any]) -> None:
-        self.unit = info.get("unit", "sample")
+    def on_ready(self, model: ModelInfo) -> None:
+        self.unit = model.unit
         self.progress.update(self.task, description=escape(
-            f"{info.get('target')}: {info.get('parameters', 0):,} parameters on "
-            f"{info.get('device')}, measuring ceilings"))
+            f"{model.target}: {model.parameters or 0:,} parameters on "
+            f"{model.device}, measuring ceilings"))
 
     def on_interrupt(self) -> None:
         """A second Ctrl-C while the partial report is written exits at once."""
@@ -76,7 +87,8 @@ class ProgressCallbacks(Callbacks):
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         self.progress.advance(self.task)
         thr = fmt.rate(result.throughput_per_s, self.unit) if result.throughput_per_s else ""
-        self.console.print(escape(f"  batch {result.batch_size:>5}: {result.status.value:<11} {thr}"))
+        self.console.print(escape(
+            f"  batch {result.batch_size:>5}: {result.status.value:<11} {thr}"))
 
 
 def _latency_cells(lat: LatencyStats | None) -> tuple[str, str]:
@@ -88,12 +100,31 @@ def _latency_cells(lat: LatencyStats | None) -> tuple[str, str]:
             f"{lat.p25 / scale:,.3g}-{lat.p75 / scale:,.3g}")
 
 
+def _recommendation_lines(console: Console, report: Report, rec: Recommendation) -> None:
+    """The pick, its rule, the speedup, the parallel headline and the explanation."""
+    unit = v.unit(report)
+    console.print(escape(f"* recommended batch size: {rec.batch_size} "
+                         f"({rule_text(rec.rule, unit)})"))
+    console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
+    parallel = (narrative.data_parallel_headline(report)
+                or narrative.accumulation_headline(report))
+    if parallel:
+        console.print(escape(parallel))
+    console.print()
+    console.print(escape(narrative.explanation(report)))
+    console.print()
+
+
 def print_summary(console: Console, report: Report) -> None:
-    """The short table at the end: batch, latency, throughput, memory, status."""
-    unit = report.model.get("unit") or "sample"
+    """The short table at the end: batch, latency, throughput, memory, status; then the
+    pick, the explanation and why the sweep stopped.
+
+    Example:
+        >>> print_summary(Console(), load_report("report.json"))  # doctest: +SKIP
+    """
+    unit = v.unit(report)
     rec = report.recommendation
-    doc = report.to_dict()
-    title = "batchscope trace" if v.from_trace(doc) else "batchscope sweep"
+    title = "batchscope trace" if v.from_trace(report) else "batchscope sweep"
     table = Table(title=title, title_justify="left", padding=(0, 1))
     for col in ("batch", "latency", "p25-p75", f"{unit}s/s", "peak mem", "status"):
         table.add_column(col, justify="left" if col == "status" else "right")
@@ -104,41 +135,34 @@ def print_summary(console: Console, report: Report) -> None:
             status += ": " + b.error.splitlines()[0][:48]
         mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
-            f"{b.batch_size}{mark}" if v.batch_size_known(doc) else "?", median, spread,
+            f"{b.batch_size}{mark}" if v.batch_size_known(report) else "?", median, spread,
             fmt.si(b.throughput_per_s), fmt.nbytes(b.peak_memory_bytes), escape(status),
         )
     console.print(table)
-    method = next((b.peak_memory_method for b in report.batches if b.peak_memory_method), "")
-    if method:
-        console.print(escape(f"peak mem = {memory_method_label(method)}"))
-    allocator = narrative.allocator_headline(doc)
+    if v.peak_memory_method(report) != PeakMemoryMethod.NONE:
+        console.print(escape(f"peak mem = {v.peak_memory_label(report)}"))
+    allocator = narrative.allocator_headline(report)
     if allocator:
         console.print(f"[bold yellow]{escape(allocator)}[/]")
-    predicted_pick = narrative.predicted_pick_headline(doc)
+    predicted_pick = narrative.predicted_pick_headline(report)
     if predicted_pick:
         console.print(f"[bold yellow]{escape(predicted_pick)}[/]")
-    if rec and rec.batch_size is not None:
-        console.print(escape(f"* recommended batch size: {rec.batch_size} ({rec.rule})"))
-        console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
-        parallel = narrative.data_parallel_headline(doc) or narrative.accumulation_headline(doc)
-        if parallel:
-            console.print(escape(parallel))
-        console.print()
-        console.print(escape(rec.explanation))
-        console.print()
-    for estimate in doc.get("estimates") or []:
+    if rec is not None:
+        _recommendation_lines(console, report, rec)
+    for estimate in report.estimates:
         console.print(escape(
-            f"estimate (not measured), batch {estimate.get('batch_size')}: "
-            f"{fmt.rate(estimate.get('throughput_per_s'), unit)} at "
-            f"{fmt.seconds(estimate.get('latency_s'))} per step"))
-    predicted = v.prediction_summary(doc)
+            f"estimate (not measured), batch {estimate.batch_size}: "
+            f"{fmt.rate(estimate.throughput_per_s, unit)} at "
+            f"{fmt.seconds(estimate.latency_s)} per step"))
+    predicted = v.prediction_summary(report)
     if predicted:
         console.print(escape(predicted))
-    headline = narrative.trace_headline(doc) if rec is None else None
+    headline = narrative.trace_headline(report) if rec is None else None
     if headline:
         console.print(escape(headline))
-    if report.stop_reason:
-        console.print(escape(f"stopped: {report.stop_reason}"))
+    stopped = stop_text(report.stop, unit)
+    if stopped:
+        console.print(escape(f"stopped: {stopped}"))
 
 
 def print_bus_bandwidths(console: Console, groups: list[dict[str, Any]]) -> None:

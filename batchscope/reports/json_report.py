@@ -1,24 +1,29 @@
-"""report.json: written atomically, read back defensively with :func:`load_report`."""
+"""report.json: written atomically with its sentences, read back through the typed loader.
+
+The document is :func:`batchscope.records.codec.encode` of the report plus the words a
+reader without batchscope wants beside the numbers: each flag's ``text``, ``stop_reason``,
+the rule's and the explanation's sentences (``recommendation.rule_text``,
+``recommendation.explanation``). :func:`load_report` ignores them: it reads the numbers and
+the renderers write the words again.
+"""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from batchscope.errors import UsageError
-from batchscope.records import SCHEMA, Report
-from batchscope.reports.report_shape import check_report, kind_of
-from batchscope.tracebacks import quote
+from batchscope.records import Report
+from batchscope.records.codec import decode_report, dumps, encode
+from batchscope.reports.flag_text import flag_text, rule_text, stop_text
+from batchscope.reports.narrative import explanation
 
 # report.json of a long sweep of a large model stays well under this; anything bigger is
 # not ours (or hostile) and is refused before parsing.
 MAX_REPORT_BYTES = 64 * 2**20
-# A float64 tops out near 1.8e308: an integer literal longer than this cannot be a
-# measurement, and is refused before Python spends time converting it.
-MAX_INT_DIGITS = 320
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -32,42 +37,57 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
-def dumps(report: Report) -> str:
-    """The report as JSON text; NaN or Infinity anywhere is a bug and raises."""
-    return json.dumps(report.to_dict(), indent=1, allow_nan=False, ensure_ascii=False)
+def document(report: Report) -> dict[str, Any]:
+    """report.json's document: the numbers, and the sentences beside them."""
+    doc = encode(report)
+    unit = report.model.unit or "sample"
+    for flag, shown in zip(report.flags, doc["flags"], strict=True):
+        shown["text"] = flag_text(flag)
+    for batch, shown in zip(report.batches, doc["batches"], strict=True):
+        for flag, f in zip(batch.flags, shown["flags"], strict=True):
+            f["text"] = flag_text(flag)
+        for op, shown_op in zip(batch.ops, shown["ops"], strict=True):
+            for flag, f in zip(op.flags, shown_op["flags"], strict=True):
+                f["text"] = flag_text(flag)
+    doc["stop_reason"] = stop_text(report.stop, unit)
+    if report.recommendation is not None:
+        doc["recommendation"]["rule_text"] = rule_text(report.recommendation.rule, unit)
+        doc["recommendation"]["explanation"] = explanation(report)
+    return doc
+
+
+def dumps_report(report: Report) -> str:
+    """The report as report.json's text; NaN or Infinity anywhere is a bug and raises."""
+    return dumps(document(report))
 
 
 def write_json(report: Report, out_dir: str | os.PathLike[str]) -> Path:
     path = Path(out_dir) / "report.json"
-    atomic_write_text(path, dumps(report))
+    atomic_write_text(path, dumps_report(report))
     return path
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed in a report")
+def load_report(path: str | os.PathLike[str]) -> Report:
+    """Read a report.json that came from outside as a typed :class:`Report`.
 
+    The one entry point for every reader of a report file (``diagnose compare``,
+    ``diagnose serve``): the file is within the size cap, is JSON with our schema, and
+    every field has its type (:func:`batchscope.records.codec.decode_report`).
 
-def _bounded_int(text: str) -> int:
-    """``int(text)``, refusing integers far beyond any measurement before converting them."""
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise ValueError(f"an integer of {digits:,} digits is not a measurement")
-    return int(text)
-
-
-def _parse_file(path: Path) -> Any:
-    """Parse a JSON file, refusing oversized files, NaN/Infinity and deep nesting.
+    Example:
+        >>> report = load_report("batchscope-report/report.json")  # doctest: +SKIP
+        >>> report.batches[0].batch_size  # doctest: +SKIP
+        1
 
     Raises:
-        UsageError: the file cannot be read or is not JSON, in one sentence.
+        UsageError: one sentence naming the file and what is wrong with it (exit 4).
     """
+    path = Path(path)
     try:
         size = path.stat().st_size
         if size > MAX_REPORT_BYTES:
@@ -77,36 +97,4 @@ def _parse_file(path: Path) -> Any:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path} is not a report: byte {exc.start} is not UTF-8.") from None
-    try:
-        return json.loads(text, parse_constant=_reject_constant, parse_int=_bounded_int)
-    except ValueError as exc:  # JSONDecodeError is a ValueError
-        raise UsageError(f"{path} is not a valid report: {exc}.") from None
-    except RecursionError:
-        raise UsageError(f"{path} is not a report: its JSON nests too deeply.") from None
-
-
-def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a report.json that came from outside, checked so that readers can index it.
-
-    The one entry point for every reader of a report file (``diagnose compare`` now,
-    ``serve`` and ``trace`` later): the file is JSON within the size cap, has our schema,
-    and passes :func:`~batchscope.reports.report_shape.check_report` (finite numbers, the
-    documented fields typed right).
-
-    Example:
-        >>> doc = load_report("batchscope-report/report.json")  # doctest: +SKIP
-        >>> doc["batches"][0]["batch_size"]  # doctest: +SKIP
-        1
-
-    Raises:
-        UsageError: one sentence naming the file and what is wrong with it (exit 4).
-    """
-    path = Path(path)
-    data = _parse_file(path)
-    found = data.get("schema") if isinstance(data, dict) else None
-    if found != SCHEMA:
-        what = kind_of(data) if not isinstance(data, dict) else (
-            "no schema field" if found is None else f"schema {quote(found)}")
-        raise UsageError(f"{path} holds {what}; expected a report of schema {SCHEMA!r}.")
-    check_report(data, str(path))
-    return data
+    return decode_report(text, str(path))

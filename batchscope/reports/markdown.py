@@ -13,10 +13,11 @@ Example:
 
 from __future__ import annotations
 
+from batchscope.records import PeakMemoryMethod, Report
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
 from batchscope.reports.escape import md_cell, md_text, mermaid_label
-from batchscope.reports.view import Doc
+from batchscope.reports.flag_text import estimate_text, rule_text, stop_text
 
 MAX_CHARS = 60_000
 TOP_OPS = 10
@@ -38,240 +39,259 @@ def md_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
     return "\n".join(lines)
 
 
-def _headline(doc: Doc) -> str:
-    rec, batch, unit = v.recommendation(doc), v.recommended(doc), v.unit(doc)
-    lines = [f"### batchscope · {md_text(v.target(doc), 200)}", ""]
-    headline = narrative.trace_headline(doc) if batch is None else None
+def _headline(report: Report) -> str:
+    rec, batch, unit = v.recommendation(report), v.recommended(report), v.unit(report)
+    lines = [f"### batchscope · {md_text(v.target(report), 200)}", ""]
+    headline = narrative.trace_headline(report) if batch is None else None
     if headline is not None:
         lines.append(f"**Trace analysis.** {md_text(headline, 400)}")
-    elif batch is None:
-        why = md_text(doc.get("stop_reason") or "no batch size finished", 300)
+    elif batch is None or rec is None:
+        why = md_text(stop_text(report.stop, unit) or "no batch size finished", 300)
         lines.append(f"**No batch size could be measured** ({why}).")
     else:
         lat = v.latency_median(batch)
-        lines += [f"**Recommended batch size: {batch['batch_size']}**: "
-                  f"{md_text(fmt.rate(batch.get('throughput_per_s'), unit))} at "
+        lines += [f"**Recommended batch size: {batch.batch_size}**: "
+                  f"{md_text(fmt.rate(batch.throughput_per_s, unit))} at "
                   f"{fmt.seconds(lat)} per step; batching lifts throughput "
-                  f"{fmt.ratio(rec.get('speedup_from_batching'))} over batch "
-                  f"{rec.get('speedup_baseline_batch')}.",
-                  "", f"Rule: {md_text(rec.get('rule') or '', 400)}."]
-    parallel = narrative.data_parallel_headline(doc) or narrative.accumulation_headline(doc)
+                  f"{fmt.ratio(rec.speedup_from_batching)} over batch "
+                  f"{rec.speedup_baseline_batch}.",
+                  "", f"Rule: {md_text(rule_text(rec.rule, unit), 400)}."]
+    parallel = (narrative.data_parallel_headline(report)
+                or narrative.accumulation_headline(report))
     if parallel:
         lines += ["", md_text(parallel, 600)]
-    allocator = narrative.allocator_headline(doc)
+    allocator = narrative.allocator_headline(report)
     if allocator:
         lines += ["", f"> **{md_text(allocator, 600)}**"]
-    predicted_pick = narrative.predicted_pick_headline(doc)
+    predicted_pick = narrative.predicted_pick_headline(report)
     if predicted_pick:
         lines += ["", f"> **{md_text(predicted_pick, 600)}**"]
-    if doc.get("partial"):
+    if report.partial:
         lines += ["", "> Partial report: the sweep did not finish; what was measured is shown."]
     return "\n".join(lines)
 
 
-def _facts(doc: Doc) -> str:
-    rec, hw = v.recommendation(doc), v.hardware(doc)
-    predicted = fmt.number(rec.get("predicted_critical_batch"))
-    crossing = ("never" if rec.get("predicted_compute_bound_infinite")
-                else fmt.number(rec.get("predicted_compute_bound_batch")))
-    knee = rec.get("measured_knee_batch")
-    where = "" if knee is None else (" (in the sweep)" if rec.get("measured_knee_within_sweep")
-                                     else " (beyond the sweep)")
+def _facts(report: Report) -> str:
+    rec, hw = v.recommendation(report), v.hardware(report)
+    predicted = fmt.number(rec.predicted_critical_batch if rec else None)
+    crossing = ("never" if rec and rec.predicted_compute_bound_infinite
+                else fmt.number(rec.predicted_compute_bound_batch if rec else None))
+    knee = rec.measured_knee_batch if rec else None
+    where = "" if rec is None or knee is None else (
+        " (in the sweep)" if rec.measured_knee_within_sweep else " (beyond the sweep)")
     rows = [["critical batch B*, predicted", predicted],
             ["knee of the throughput curve, measured", fmt.number(knee) + where],
             ["layers turn compute-bound from batch", crossing]]
-    if v.from_trace(doc):
+    if v.from_trace(report):
         rows = [r for r in rows if r[1] != fmt.MISSING]
+    # What the run computed in: under --amp, the weights' dtype and autocast's, never one
+    # alone (the ceilings below are autocast's, the dtype the matmuls ran in).
+    rows.append(["dtype", md_cell(v.dtype_label(report))])
     if hw:
-        dtype = v.model_dtype(doc)
-        peak = (hw.get("peak_flops_per_s") or {}).get(dtype)
-        where = ("datasheet figures, not measured" if hw.get("source") == "datasheet"
-                 else f"{hw.get('device')}, {hw.get('threads', '?')} threads")
-        rows.append(["machine", md_cell(f"{hw.get('name')} ({where})")])
+        dtype = report.model.compute_dtype
+        peak = hw.peak_flops_per_s.get(dtype)
+        where = ("datasheet figures, not measured" if hw.source == "datasheet"
+                 else f"{hw.device}, {hw.threads} threads")
+        rows.append(["machine", md_cell(f"{hw.name} ({where})")])
         rows.append(["ceilings", md_cell(f"{fmt.si(peak, 'FLOP/s')} {dtype}, "
-                                         f"{fmt.si(hw.get('bandwidth_bytes_per_s'), 'B/s')}, "
-                                         f"ridge {fmt.number(v.ridge(doc))} FLOP/byte, "
-                                         f"one small op {fmt.seconds(hw.get('overhead_s'))}")])
+                                         f"{fmt.si(hw.bandwidth_bytes_per_s, 'B/s')}, "
+                                         f"ridge {fmt.number(v.ridge(report))} FLOP/byte, "
+                                         f"one small op {fmt.seconds(hw.overhead_s)}")])
     return md_table(["", ""], [[md_cell(a), b if b else " "] for a, b in rows])
 
 
-def _chart(doc: Doc) -> str:
-    ok = v.measured(doc)
+def _chart(report: Report) -> str:
+    ok = v.measured(report)
     if len(ok) < 2:
         return ""
-    unit = mermaid_label(v.unit(doc) + "s/s")
-    xs = ", ".join(str(b["batch_size"]) for b in ok)
-    ys = ", ".join(f"{b['throughput_per_s']:.6g}" for b in ok)
+    unit = mermaid_label(v.unit(report) + "s/s")
+    xs = ", ".join(str(b.batch_size) for b in ok)
+    ys = ", ".join(f"{b.throughput_per_s or 0.0:.6g}" for b in ok)
     return "\n".join(["```mermaid", "xychart-beta", f'    title "{unit} against batch size"',
                       f'    x-axis "batch size" [{xs}]', f'    y-axis "{unit}"',
                       f"    bar [{ys}]", f"    line [{ys}]", "```"])
 
 
-def _batch_rows(doc: Doc) -> str:
-    unit, rec = v.unit(doc), v.recommendation(doc)
-    batches = v.batches(doc)
+def _batch_rows(report: Report) -> str:
+    unit, rec = v.unit(report), v.recommendation(report)
+    batches = report.batches
     if len(batches) > MAX_BATCH_ROWS:
         half = MAX_BATCH_ROWS // 2
         batches = batches[:half] + batches[-half:]
-    first = v.measured(doc)[0] if v.measured(doc) else None
+    measured = v.measured(report)
+    first = measured[0] if measured else None
+    keys = v.share_keys(report)
     rows = []
     for b in batches:
-        lat = b.get("latency_s") or {}
-        share = b.get("time_share") or {}
-        size = b.get("batch_size")
-        mark = f"**{size}** ★" if size == rec.get("batch_size") else str(size)
-        if not v.batch_size_known(doc):
+        lat, share, size = b.latency_s, b.time_share, b.batch_size
+        mark = f"**{size}** ★" if rec is not None and size == rec.batch_size else str(size)
+        if not v.batch_size_known(report):
             mark = "?"
-        status = md_cell(b.get("status", "?"))
-        if b.get("error"):
-            status += ": " + md_cell(b["error"], ERROR_CELL_CHARS)
-        gain = (b["throughput_per_s"] / first["throughput_per_s"]
-                if first and v.is_measured(b) else None)
+        status = md_cell(b.status.value)
+        if b.error:
+            status += ": " + md_cell(b.error, ERROR_CELL_CHARS)
+        gain = (b.throughput_per_s / first.throughput_per_s
+                if first is not None and first.throughput_per_s and b.throughput_per_s
+                and v.is_measured(b) else None)
         rows.append([
-            mark, status, fmt.seconds(lat.get("median")),
-            (f"{fmt.seconds(lat.get('p25'))} – {fmt.seconds(lat.get('p75'))}" if lat
+            mark, status, fmt.seconds(lat.median if lat is not None else None),
+            (f"{fmt.seconds(lat.p25)} – {fmt.seconds(lat.p75)}" if lat is not None
              else fmt.MISSING),
-            fmt.si(b.get("throughput_per_s")), fmt.ratio(gain),
-            fmt.nbytes(b.get("peak_memory_bytes")),
-            " / ".join(fmt.pct(share.get(k)) for k in v.share_keys(doc)) if share else fmt.MISSING,
+            fmt.si(b.throughput_per_s), fmt.ratio(gain),
+            fmt.nbytes(b.peak_memory_bytes),
+            (" / ".join(fmt.pct(v.share_of(share, k)) for k in keys) if share is not None
+             else fmt.MISSING),
         ])
+    # The batch every gain is against; a trace of unknown batch size has none to name.
+    base = v.size_label(report, first.batch_size if first is not None else 1)
     header = ["batch", "status", "step (median)", "p25 – p75", md_cell(f"{unit}s/s"),
-              f"× batch {first['batch_size'] if first else 1}", "peak memory",
-              " / ".join(SHARE_HEADS[k] for k in v.share_keys(doc))]
+              f"× batch {base}", "peak memory", " / ".join(SHARE_HEADS[k] for k in keys)]
     table = md_table(header, rows, "rlrrrrrr")
-    carried = v.counts_note(doc)
+    carried = v.counts_note(report)
     if carried:
         table += "\n\n" + carried
-    if not any(b.get("peak_memory_method") for b in v.batches(doc)):
+    if v.peak_memory_method(report) == PeakMemoryMethod.NONE:
         return table  # no peak memory measured (a recorded trace): nothing to label
-    memory = f"The peak memory column is the {md_text(v.peak_memory_label(doc), 400)}."
+    memory = f"The peak memory column is the {md_text(v.peak_memory_label(report), 400)}."
     return table + "\n\n" + memory
 
 
-def _explanation(doc: Doc) -> str:
+def _explanation(report: Report) -> str:
     """The explanation's sections (the text report.json holds), titles in bold."""
     body = []
-    for s in narrative.sections(doc):
+    for s in narrative.sections(report):
         body.append(f"**{md_text(s.title)}**")
         body += [md_text(p, 2000) for p in s.paragraphs]
     return "\n\n".join(["#### The explanation", *body]) if body else ""
 
 
-def _top_ops(doc: Doc) -> str:
-    batch = v.recommended(doc)
-    if batch is None and v.analysed(doc):
-        batch = v.analysed(doc)[0]
+def _top_ops(report: Report) -> str:
+    batch = v.recommended(report)
+    analysed = v.analysed(report)
+    if batch is None and analysed:
+        batch = analysed[0]
     ops = v.ops_by_time(batch)[:TOP_OPS]
-    if not batch or not ops:
+    if batch is None or not ops:
         return ""
-    rows = [[md_cell(op.get("name", "")), md_cell(v.op_place(op) or "(top level)", 60),
-             md_cell(fmt.shapes(op.get("input_shapes")), 80), str(op.get("calls", 0)),
-             fmt.seconds(op.get("time_s")), fmt.pct(v.op_share(op, batch), 1),
-             fmt.number(op.get("intensity")), md_cell(op.get("bound", "")),
-             fmt.pct(op.get("efficiency"))] for op in ops]
-    header = ["op", "kernel" if v.from_trace(doc) else "module", "shapes", "calls", "time / step", "share", "FLOP/byte", "bound",
-              "of roof"]
-    return (f"#### Top ops at {v.batch_label(doc, batch)}\n\n"
+    rows = [[md_cell(op.name), md_cell(v.op_place(op) or "(top level)", 60),
+             md_cell(fmt.shapes(op.input_shapes), 80), str(op.calls),
+             fmt.seconds(op.time_s), fmt.pct(v.op_share(op, batch), 1),
+             fmt.number(op.intensity), md_cell(op.bound.value),
+             fmt.pct(op.efficiency)] for op in ops]
+    header = ["op", "kernel" if v.from_trace(report) else "module", "shapes", "calls",
+              "time / step", "share", "FLOP/byte", "bound", "of roof"]
+    return (f"#### Top ops at {v.batch_label(report, batch)}\n\n"
             + md_table(header, rows, "lllrrrrlr"))
 
 
-def _estimates(doc: Doc) -> str:
+def _estimates(report: Report) -> str:
     """watch's labelled estimates of larger batch sizes (never measurements)."""
-    rows = [e for e in doc.get("estimates") or [] if isinstance(e, dict)]
+    rows = report.estimates
     if not rows:
         return ""
-    unit = v.unit(doc)
+    unit = v.unit(report)
     table = md_table(["batch", "step (estimated)", md_cell(f"{unit}s/s (estimated)")],
-                     [[str(e.get("batch_size")), fmt.seconds(e.get("latency_s")),
-                       fmt.si(e.get("throughput_per_s"))] for e in rows], "rrr")
-    method = md_text(str(rows[0].get("method") or ""), 600)
-    return ("#### Larger batch sizes, estimated (not measured)\n\n" + table
-            + (f"\n\n{method}" if method else ""))
+                     [[str(e.batch_size), fmt.seconds(e.latency_s),
+                       fmt.si(e.throughput_per_s)] for e in rows], "rrr")
+    method = md_text(estimate_text(rows[0].method), 600)
+    return "#### Larger batch sizes, estimated (not measured)\n\n" + table + f"\n\n{method}"
 
 
-def _prediction(doc: Doc) -> str:
+def _prediction(report: Report) -> str:
     """The step-time model: each measured size forecast from the ones before it, and the
     unmeasured ones predicted."""
-    rows = v.prediction_rows(doc)
-    if not rows:
+    rows = v.prediction_rows(report)
+    pred = report.prediction
+    if not rows or pred is None:
         return ""
-    unit = v.unit(doc)
+    unit = v.unit(report)
     table = md_table(
         ["batch", "measured step", "predicted step", "error", md_cell(f"predicted {unit}s/s"),
          "from batches"],
-        [[str(r.get("batch_size")),
-          fmt.seconds(r.get("measured_latency_s")) if r["measured"] else "not measured",
-          fmt.seconds(r.get("predicted_latency_s")),
-          f"{r['error']:+.0%}" if isinstance(r.get("error"), (int, float)) else "–",
-          fmt.si(r.get("predicted_throughput_per_s")),
-          ", ".join(str(b) for b in r.get("predicted_from") or [])] for r in rows], "rrrrrl")
-    notes = [md_text(v.prediction_summary(doc), 600)]
-    notes += [f"Assumed: {md_text(a, 200)}." for a in v.prediction(doc).get("assumptions") or []]
+        [[str(p.batch_size),
+          fmt.seconds(p.measured_latency_s) if was_measured else "not measured",
+          fmt.seconds(p.predicted_latency_s),
+          f"{p.error:+.0%}" if p.error is not None else "–",
+          fmt.si(p.predicted_throughput_per_s),
+          ", ".join(str(b) for b in p.predicted_from)] for p, was_measured in rows], "rrrrrl")
+    notes = [md_text(v.prediction_summary(report), 600)]
+    notes += [f"Assumed: {md_text(a, 200)}." for a in pred.assumptions]
     return "#### Predicted against measured\n\n" + table + "\n\n" + " ".join(notes)
 
 
-def _sequence_grid(doc: Doc) -> str:
+def _sequence_grid(report: Report) -> str:
     """Batch size × sequence length: units/s at each point, and the batch predicted to
     fill the memory at each length."""
-    sizes, rows = v.sequence_table(doc)
+    sizes, rows = v.sequence_table(report)
     if not rows:
         return ""
-    unit = v.unit(doc)
+    unit = v.unit(report)
     table = md_table(
         ["tokens a row", *[f"batch {b}" for b in sizes], "fits to batch (predicted)"],
-        [[str(r["seq_len"]), *[md_cell(r["cells"].get(b, "–")) for b in sizes], r["limit"]]
+        [[str(r.seq_len), *[md_cell(r.cells.get(b, "–")) for b in sizes], r.limit]
          for r in rows], "r" * (len(sizes) + 2))
     return (f"#### Batch size × sequence length ({md_cell(unit)}s/s)\n\n" + table)
 
 
-def _ranks(doc: Doc) -> str:
+def _ranks(report: Report) -> str:
     """Per rank of one step (several traces of different ranks), the slowest marked."""
     blocks = []
-    for size, rows in ((doc.get("run") or {}).get("ranks") or {}).items():
-        if not isinstance(rows, list) or not rows:
+    for size, rows in report.run.ranks.items():
+        if not rows:
             continue
-        table = [[f"**{r.get('rank')}** (slowest)" if r.get("slowest") else str(r.get("rank")),
-                  md_cell(str(r.get("trace", "")), 60), fmt.seconds(r.get("step_s")),
-                  fmt.seconds(r.get("device_busy_s")), fmt.pct(r.get("communication_share")),
-                  fmt.pct(r.get("idle_share"))] for r in rows]
-        head = (f"#### Ranks at batch {md_text(size)}" if v.batch_size_known(doc)
+        table = [[f"**{r.rank}** (slowest)" if r.slowest else str(r.rank),
+                  md_cell(r.trace, 60), fmt.seconds(r.step_s),
+                  fmt.seconds(r.device_busy_s), fmt.pct(r.communication_share),
+                  fmt.pct(r.idle_share)] for r in rows]
+        head = (f"#### Ranks at batch {md_text(size)}" if v.batch_size_known(report)
                 else "#### Ranks")
         blocks.append(head + "\n\n" + md_table(
             ["rank", "trace", "step", "GPU busy", "communication", "GPU idle"], table, "llrrrr"))
     return "\n\n".join(blocks)
 
 
-def _flags(doc: Doc) -> str:
-    flags = v.flags(doc)
-    if not flags:
+def _flags(report: Report) -> str:
+    shown = v.flags(report)
+    if not shown:
         return ""
+    # view.flags lists the report's own flags first (their sentences name their batch
+    # size), then the op flags: an op flag shown alone says where it is.
+    run_wide = len(report.flags)
     items = []
-    for f in flags[:MAX_FLAGS]:
-        where = ("" if f.batch_size is None
+    for i, f in enumerate(shown[:MAX_FLAGS]):
+        where = ("" if i < run_wide or f.batch_size is None
                  else f"batch {f.batch_size} · {md_text(f.op_id, 80)}: ")
         items.append(f"- {where}{md_text(f.text, 400)}")
-    if len(flags) > MAX_FLAGS:
-        items.append(f"- … and {len(flags) - MAX_FLAGS} more (all are in report.json)")
-    return (f"<details>\n<summary>Flags ({len(flags)})</summary>\n\n" + "\n".join(items)
+    if len(shown) > MAX_FLAGS:
+        items.append(f"- … and {len(shown) - MAX_FLAGS} more (all are in report.json)")
+    return (f"<details>\n<summary>Flags ({len(shown)})</summary>\n\n" + "\n".join(items)
             + "\n\n</details>")
 
 
-def _footer(doc: Doc) -> str:
-    run = doc.get("run") or {}
-    versions = [f"{name} {md_text(run[key])}" for name, key in
-                (("batchscope", "tool_version"), ("torch", "torch_version")) if run.get(key)]
+def _footer(report: Report) -> str:
+    run = report.run
+    versions = [f"{name} {md_text(version)}" for name, version in
+                (("batchscope", run.tool_version), ("torch", run.torch_version)) if version]
     return "<sub>" + " · ".join([*versions, "the full report is report.html"]) + "</sub>"
 
 
-def render_summary(doc: Doc, max_chars: int = MAX_CHARS) -> str:
-    """summary.md for one report dict, at most ``max_chars`` characters."""
-    required = [_headline(doc), _facts(doc), _batch_rows(doc) if v.batches(doc) else "",
-                _ranks(doc), _estimates(doc)]
-    optional = [("chart", _chart(doc)), ("prediction", _prediction(doc)),
-                ("sequence", _sequence_grid(doc)),
-                ("explanation", _explanation(doc)),
-                ("ops", _top_ops(doc)), ("flags", _flags(doc))]
-    footer = _footer(doc)
+def render_summary(report: Report, max_chars: int = MAX_CHARS) -> str:
+    """summary.md for one report, at most ``max_chars`` characters.
+
+    Example:
+        >>> from batchscope.reports.json_report import load_report
+        >>> text = render_summary(load_report("report.json"))  # doctest: +SKIP
+        >>> text.startswith("### batchscope")  # doctest: +SKIP
+        True
+    """
+    required = [_headline(report), _facts(report),
+                _batch_rows(report) if report.batches else "", _ranks(report),
+                _estimates(report)]
+    optional = [("chart", _chart(report)), ("prediction", _prediction(report)),
+                ("sequence", _sequence_grid(report)),
+                ("explanation", _explanation(report)),
+                ("ops", _top_ops(report)), ("flags", _flags(report))]
+    footer = _footer(report)
     while True:
         blocks = required[:1] + [b for k, b in optional if k == "chart"] + required[1:] + [
             b for k, b in optional if k != "chart"] + [footer]

@@ -1,149 +1,226 @@
 """The serving what-if rendered: the explanation in the user's numbers, charts of latency
-and throughput against request rate for both policies, serving.html, serving.md and the
-console summary. Pure functions of the what-if result (:mod:`batchscope.serving.whatif`)."""
+and throughput against request rate for both policies, serving.html, serving.md, serving.json
+and the console summary. Pure functions of the typed what-if
+(:class:`~batchscope.records.serving.WhatIf`, made by :mod:`batchscope.serving.whatif`).
+
+Example:
+    >>> page = render_html(what_if(load_report("report.json")))  # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from batchscope.records.codec import to_builtins
+from batchscope.records.serving import (
+    KvBytesSource,
+    KvMemorySource,
+    Policy,
+    ServingRun,
+    StepTimeSource,
+    WhatIf,
+)
 from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports.escape import chart_text, json_for_script, md_text
-from batchscope.reports.html import _static, environment, page_csp, plotly_js
+from batchscope.reports.flag_text import serving_pick_text
 
-Doc = dict[str, Any]
-POLICY_COLORS = {"continuous": st.ACCENT, "static": "#b45309"}
+POLICY_COLORS = {Policy.CONTINUOUS: st.ACCENT, Policy.STATIC: "#b45309"}
 TEMPLATE = "serving.html.j2"
+# serving.json's shape: 2 since the sources are kinds (KvMemorySource, KvBytesSource) and the
+# pick's sentence is written here (``recommendation.sentence``) rather than stored.
+SERVING_SCHEMA = 2
+# A step at this many times the sweep's context shows what context costs (512 tokens when the
+# sweep ran at none).
+LONGER_CONTEXT = 4
+LONGER_CONTEXT_FLOOR = 512
+# The policies in the order every chart and table draws them.
+POLICIES = (Policy.CONTINUOUS, Policy.STATIC)
+
+KV_BYTES_SOURCES: dict[KvBytesSource, str] = {
+    KvBytesSource.NONE: "",
+    KvBytesSource.GRID_INPUTS: "inputs measured at two contexts",
+    KvBytesSource.STATE_BYTES: "state bytes the ops read",
+}
 
 
-def _runs(result: Doc, policy: str, cap: int) -> list[Doc]:
-    return sorted((r for r in result.get("runs") or []
-                   if r.get("policy") == policy and r.get("cap") == cap),
-                  key=lambda r: r["rate_per_s"])
+def kv_memory_text(result: WhatIf) -> str:
+    """Where the KV cache's memory budget came from, in words."""
+    source = result.kv_memory_source
+    if source == KvMemorySource.NO_KV_SIZE:
+        return "the report does not say how large the KV cache is"
+    if source == KvMemorySource.NO_FREE_MEMORY:
+        return "the report does not say how much memory was free"
+    if source == KvMemorySource.OPTION:
+        return "--kv-memory"
+    return (f"{result.kv_share_of_free:.0%} of the memory the sweep found free beside the "
+            "weights")
 
 
-def _best_caps(result: Doc) -> dict[str, int]:
+def kv_bytes_text(source: KvBytesSource) -> str:
+    """Where the KV cache's bytes per token came from, in words."""
+    return KV_BYTES_SOURCES[source]
+
+
+def recommendation_sentence(result: WhatIf) -> str:
+    """The policy and cap the what-if picks, and why (reports/flag_text.serving_pick_text)."""
+    return serving_pick_text(result)
+
+
+def _runs(result: WhatIf, policy: Policy, cap: int) -> list[ServingRun]:
+    return sorted((r for r in result.runs if r.policy == policy and r.cap == cap),
+                  key=lambda r: r.rate_per_s)
+
+
+def _best_caps(result: WhatIf) -> dict[Policy, int]:
     """Each policy's cap to draw: its cap under the SLO where one was asked, else its best."""
-    out = {}
-    slo_rates = result.get("max_rate_within_slo") or []
-    for policy in ("continuous", "static"):
-        mine = [r for r in slo_rates if r.get("policy") == policy and r.get("max_rate_per_s")]
+    out: dict[Policy, int] = {}
+    for policy in POLICIES:
+        mine = [r for r in result.max_rate_within_slo
+                if r.policy == policy and r.max_rate_per_s]
+        best = result.best.get(policy)
         if mine:
-            out[policy] = max(mine, key=lambda r: r["max_rate_per_s"])["cap"]
-        elif (result.get("best") or {}).get(policy):
-            out[policy] = result["best"][policy]["cap"]
+            out[policy] = max(mine, key=lambda r: r.max_rate_per_s or 0.0).cap
+        elif best is not None:
+            out[policy] = best.cap
     return out
 
 
-def _both_keep_up(result: Doc, cont_cap: int, stat_cap: int) -> tuple[Doc, Doc] | None:
+def _both_keep_up(result: WhatIf, cont_cap: int, stat_cap: int
+                  ) -> tuple[ServingRun, ServingRun] | None:
     """Continuous and static runs at the highest rate both kept up with, each at its cap."""
-    cont = {r["rate_per_s"]: r for r in _runs(result, "continuous", cont_cap)}
-    stat = {r["rate_per_s"]: r for r in _runs(result, "static", stat_cap)}
-    rates = [rate for rate in cont if rate in stat
-             and cont[rate].get("keeps_up") and stat[rate].get("keeps_up")]
+    cont = {r.rate_per_s: r for r in _runs(result, Policy.CONTINUOUS, cont_cap)}
+    stat = {r.rate_per_s: r for r in _runs(result, Policy.STATIC, stat_cap)}
+    rates = [rate for rate in cont if rate in stat and cont[rate].keeps_up and stat[rate].keeps_up]
     return (cont[max(rates)], stat[max(rates)]) if rates else None
 
 
-def explain(result: Doc) -> list[str]:
+def _step_paragraph(result: WhatIf) -> str | None:
+    """The fitted step at the smallest and largest batch, and what context costs."""
+    model = result.step_time
+    if not model.curve:
+        return None
+    unit = result.unit or "token"
+    c0 = model.base_context
+    first, last = model.curve[0], model.curve[-1]
+    step1 = first.shared_s + first.per_token_s * c0
+    stepn = last.shared_s + last.per_token_s * c0
+    text = (f"From the sweep at {c0} tokens of context: a decode step takes "
+            f"{fmt.seconds(step1)} at batch {first.batch_size} and "
+            f"{fmt.seconds(stepn)} at batch {last.batch_size}, so a full batch of "
+            f"{last.batch_size} makes {fmt.rate(last.batch_size / stepn, unit)} "
+            f"against {fmt.rate(first.batch_size / step1, unit)}.")
+    if model.source != StepTimeSource.NONE and last.per_token_s > 0:
+        longer = LONGER_CONTEXT * c0 or LONGER_CONTEXT_FLOOR
+        slower = last.shared_s + last.per_token_s * longer
+        text += (f" Each row's KV cache is read at every step, so context costs time: at "
+                 f"batch {last.batch_size} a step at {longer} tokens would take "
+                 f"{fmt.seconds(slower)} ({model.source.value}).")
+    return text
+
+
+def _policies_paragraph(result: WhatIf) -> str | None:
+    """Static's held slots against continuous's refilled ones, past saturation, and the
+    wait for a whole static batch where both keep up."""
+    cont, stat = result.best.get(Policy.CONTINUOUS), result.best.get(Policy.STATIC)
+    if cont is None or stat is None:
+        return None
+    text = (f"At {cont.rate_per_s:.3g} requests/s, past what either policy can serve, "
+            f"static batching's steps averaged {fmt.number(stat.mean_batch)} rows")
+    if stat.idle_slot_share is not None:
+        text += (f", {fmt.pct(stat.idle_slot_share)} of them slots whose request had "
+                 "already finished, held until the longest one of the batch was done")
+    text += (f"; continuous batching refilled each freed slot at the next step and "
+             f"averaged {fmt.number(cont.mean_batch)} rows.")
+    calm = _both_keep_up(result, cont.cap, stat.cap)
+    if calm is not None:
+        c, s = calm
+        text += (f" At {c.rate_per_s:.3g} requests/s, which both keep up with, an "
+                 "arrival also waits for a whole static batch to end: p99 time to first "
+                 f"token {fmt.seconds(s.ttft_p99_s)} against "
+                 f"{fmt.seconds(c.ttft_p99_s)}.")
+    return text
+
+
+def _kv_paragraph(result: WhatIf) -> str | None:
+    """How many tokens (and requests of the mean length) the KV budget holds."""
+    kv_tokens = result.kv_capacity_tokens
+    per_token = result.step_time.kv_bytes_per_token
+    if not kv_tokens or not per_token:
+        return None
+    need = result.stream.mean_prompt_tokens + result.stream.mean_output_tokens
+    fits = int(kv_tokens // need) if need else None
+    text = (f"The KV cache takes {fmt.nbytes(per_token)} per token per row "
+            f"({kv_bytes_text(result.step_time.kv_bytes_source)}); "
+            f"{fmt.nbytes(result.kv_memory_bytes)} ({kv_memory_text(result)}) holds "
+            f"{kv_tokens:,} tokens")
+    if fits is not None:
+        largest = max(result.caps or [0])
+        text += (f", {fits:,} requests of the mean length at once: "
+                 + ("KV memory, not the cap, limits the largest caps here."
+                    if fits < largest else
+                    f"above the largest cap tried ({largest}), so memory does not limit "
+                    "these caps."))
+    return text if text.endswith(".") else text + "."
+
+
+def explain(result: WhatIf) -> list[str]:
     """Paragraphs that say what the what-if found, each from the numbers beside it."""
-    model = result["step_time"]
-    unit = result.get("unit") or "token"
-    curve = model.get("curve") or []
-    c0 = model["base_context"]
-    paras = [result["recommendation"]["sentence"]]
-    if curve:
-        first, last = curve[0], curve[-1]
-        step1 = first["shared_s"] + first["per_token_s"] * c0
-        stepn = last["shared_s"] + last["per_token_s"] * c0
-        text = (f"From the sweep at {c0} tokens of context: a decode step takes "
-                f"{fmt.seconds(step1)} at batch {first['batch_size']} and "
-                f"{fmt.seconds(stepn)} at batch {last['batch_size']}, so a full batch of "
-                f"{last['batch_size']} makes {fmt.rate(last['batch_size'] / stepn, unit)} "
-                f"against {fmt.rate(first['batch_size'] / step1, unit)}.")
-        if model.get("source") != "none" and last["per_token_s"] > 0:
-            longer = 4 * c0 or 512
-            slower = last["shared_s"] + last["per_token_s"] * longer
-            text += (f" Each row's KV cache is read at every step, so context costs time: at "
-                     f"batch {last['batch_size']} a step at {longer} tokens would take "
-                     f"{fmt.seconds(slower)} ({model['source']}).")
-        paras.append(text)
-    best = result.get("best") or {}
-    cont, stat = best.get("continuous"), best.get("static")
-    if cont and stat:
-        text = (f"At {cont['rate_per_s']:.3g} requests/s, past what either policy can serve, "
-                f"static batching's steps averaged {fmt.number(stat.get('mean_batch'))} rows")
-        if stat.get("idle_slot_share") is not None:
-            text += (f", {fmt.pct(stat['idle_slot_share'])} of them slots whose request had "
-                     "already finished, held until the longest one of the batch was done")
-        text += (f"; continuous batching refilled each freed slot at the next step and "
-                 f"averaged {fmt.number(cont.get('mean_batch'))} rows.")
-        calm = _both_keep_up(result, cont["cap"], stat["cap"])
-        if calm is not None:
-            c, st_ = calm
-            text += (f" At {c['rate_per_s']:.3g} requests/s, which both keep up with, an "
-                     "arrival also waits for a whole static batch to end: p99 time to first "
-                     f"token {fmt.seconds(st_.get('ttft_p99_s'))} against "
-                     f"{fmt.seconds(c.get('ttft_p99_s'))}.")
-        paras.append(text)
-    kv_tokens = result.get("kv_capacity_tokens")
-    per_token = model.get("kv_bytes_per_token")
-    stream = result.get("stream") or {}
-    if kv_tokens and per_token:
-        need = stream.get("mean_prompt_tokens", 0) + stream.get("mean_output_tokens", 0)
-        fits = int(kv_tokens // need) if need else None
-        text = (f"The KV cache takes {fmt.nbytes(per_token)} per token per row "
-                f"({model.get('kv_bytes_source')}); {fmt.nbytes(result.get('kv_memory_bytes'))} "
-                f"({result.get('kv_memory_source')}) holds {kv_tokens:,} tokens")
-        if fits is not None:
-            caps = result.get("caps") or [0]
-            text += (f", {fits:,} requests of the mean length at once: "
-                     + ("KV memory, not the cap, limits the largest caps here."
-                        if fits < max(caps) else
-                        f"above the largest cap tried ({max(caps)}), so memory does not limit "
-                        "these caps."))
-        paras.append(text if text.endswith(".") else text + ".")
-    return paras
+    paras = [recommendation_sentence(result), _step_paragraph(result),
+             _policies_paragraph(result), _kv_paragraph(result)]
+    return [p for p in paras if p]
 
 
-def assumptions(result: Doc) -> list[str]:
+def assumptions(result: WhatIf) -> list[str]:
     out = [("Attention is padded: every row of a step pays for the longest context in the "
             "batch, as a plain PyTorch batch does (paged attention would read each row's own)."),
            ("Each request reserves KV for its prompt and all its output tokens when admitted; "
             "nothing is preempted; waiting requests are admitted first come, first served."),
-           (f"Step times are this machine's, from {result.get('target') or 'the report'}'s "
+           (f"Step times are this machine's, from {result.target or 'the report'}'s "
             "sweep; between measured batch sizes they are interpolated, above the largest not "
             "extrapolated.")]
-    if not result.get("prefill_s_per_token"):
+    if not result.prefill_s_per_token:
         out.insert(0, "Prefill is not measured: a request's prompt is taken as already in its "
                    "KV cache when it is admitted, and its first token comes with its first "
                    "decode step (give --prefill-ms-per-token to charge it).")
     else:
-        out.insert(0, f"Prefill costs {result['prefill_s_per_token'] * 1e3:g} ms per prompt "
+        out.insert(0, f"Prefill costs {result.prefill_s_per_token * 1e3:g} ms per prompt "
                    "token, paid before the next step, blocking the batch.")
     return out
 
 
-def figures(result: Doc) -> dict[str, st.Figure]:
+# Each latency a chart draws, by (measure, quantile).
+_LATENCY: dict[tuple[str, str], Callable[[ServingRun], float | None]] = {
+    ("tpot", "p99"): lambda r: r.tpot_p99_s,
+    ("tpot", "p50"): lambda r: r.tpot_p50_s,
+    ("ttft", "p99"): lambda r: r.ttft_p99_s,
+    ("ttft", "p50"): lambda r: r.ttft_p50_s,
+}
+
+
+def figures(result: WhatIf) -> dict[str, st.Figure]:
     caps = _best_caps(result)
-    slo = result.get("slo") or {}
-    out = {}
-    for key, field, title in (("tpot", "tpot", "time per output token"),
-                              ("ttft", "ttft", "time to first token")):
-        data = []
+    targets = {"tpot": result.slo.tpot_s, "ttft": result.slo.ttft_s}
+    out: dict[str, st.Figure] = {}
+    for key, title in (("tpot", "time per output token"), ("ttft", "time to first token")):
+        data: list[dict[str, Any]] = []
         for policy, cap in caps.items():
             runs = _runs(result, policy, cap)
             for q, dash in (("p99", "solid"), ("p50", "dot")):
+                latency = _LATENCY[key, q]
                 data.append({"type": "scatter", "mode": "lines+markers",
-                             "name": chart_text(f"{policy}, cap {cap}, {q}"),
-                             "x": [r["rate_per_s"] for r in runs],
-                             "y": [(r.get(f"{field}_{q}_s") or 0) * 1e3 for r in runs],
+                             "name": chart_text(f"{policy.value}, cap {cap}, {q}"),
+                             "x": [r.rate_per_s for r in runs],
+                             "y": [(latency(r) or 0) * 1e3 for r in runs],
                              "line": {"color": POLICY_COLORS[policy], "dash": dash}})
         shapes = []
-        target = slo.get(f"{field}_s")
+        target = targets[key]
         if target:
             shapes.append(st.hline(target * 1e3, st.LIMIT))
         values = [y for d in data for y in d["y"] if y > 0]
@@ -152,49 +229,91 @@ def figures(result: Doc) -> dict[str, st.Figure]:
             yaxis=st.axis(f"{title} (ms)", log=st.wants_log(values) if values else False),
             shapes=shapes))
     data = []
-    unit = result.get("unit") or "token"
+    unit = result.unit or "token"
     for policy, cap in caps.items():
         runs = _runs(result, policy, cap)
         data.append({"type": "scatter", "mode": "lines+markers",
-                     "name": chart_text(f"{policy}, cap {cap}"),
-                     "x": [r["rate_per_s"] for r in runs],
-                     "y": [r["throughput_tokens_per_s"] for r in runs],
+                     "name": chart_text(f"{policy.value}, cap {cap}"),
+                     "x": [r.rate_per_s for r in runs],
+                     "y": [r.throughput_tokens_per_s for r in runs],
                      "line": {"color": POLICY_COLORS[policy]}})
     out["throughput"] = st.figure(data, st.layout(
         xaxis=st.axis("offered requests/s"), yaxis=st.axis(chart_text(f"{unit}s/s served"))))
     return out
 
 
-def table_rows(result: Doc) -> list[Doc]:
-    rows = []
-    for r in result.get("runs") or []:
-        rows.append({"policy": r["policy"], "cap": r["cap"], "rate": f"{r['rate_per_s']:.3g}"[:5],
-                     "throughput": fmt.si(r.get("throughput_tokens_per_s")),
-                     "batch": fmt.number(r.get("mean_batch")),
-                     "ttft50": fmt.seconds(r.get("ttft_p50_s")),
-                     "ttft99": fmt.seconds(r.get("ttft_p99_s")),
-                     "tpot50": fmt.seconds(r.get("tpot_p50_s")),
-                     "tpot99": fmt.seconds(r.get("tpot_p99_s")),
-                     "e2e99": fmt.seconds(r.get("e2e_p99_s")),
-                     "keeps_up": "yes" if r.get("keeps_up") else "no",
-                     "slo": {True: "met", False: "missed", None: "–"}[r.get("slo_met")]})
-    return rows
+@dataclass(frozen=True)
+class RunRow:
+    """One simulated run as the tables show it."""
+
+    policy: Policy
+    cap: int
+    rate: str
+    throughput: str
+    batch: str
+    ttft50: str
+    ttft99: str
+    tpot50: str
+    tpot99: str
+    e2e99: str
+    keeps_up: str
+    slo: str
 
 
-def fit_rows(result: Doc) -> list[Doc]:
-    return [{"batch": p["batch_size"], "context": p["context"],
-             "measured": fmt.seconds(p["measured_s"]), "predicted": fmt.seconds(p["predicted_s"]),
-             "error": f"{p['error']:+.0%}",
-             "split": f"{p['split_error']:+.0%}" if p.get("split_error") is not None else "–"}
-            for p in result["step_time"].get("points") or []]
+SLO_WORDS: dict[bool | None, str] = {True: "met", False: "missed", None: "–"}
 
 
-def render_html(result: Doc) -> str:
+def table_rows(result: WhatIf) -> list[RunRow]:
+    return [RunRow(policy=r.policy, cap=r.cap, rate=f"{r.rate_per_s:.3g}"[:5],
+                   throughput=fmt.si(r.throughput_tokens_per_s),
+                   batch=fmt.number(r.mean_batch),
+                   ttft50=fmt.seconds(r.ttft_p50_s), ttft99=fmt.seconds(r.ttft_p99_s),
+                   tpot50=fmt.seconds(r.tpot_p50_s), tpot99=fmt.seconds(r.tpot_p99_s),
+                   e2e99=fmt.seconds(r.e2e_p99_s),
+                   keeps_up="yes" if r.keeps_up else "no", slo=SLO_WORDS[r.slo_met])
+            for r in result.runs]
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """One context-grid point: the step measured against the fitted one."""
+
+    batch: int
+    context: int
+    measured: str
+    predicted: str
+    error: str
+    split: str
+
+
+def fit_rows(result: WhatIf) -> list[FitRow]:
+    return [FitRow(batch=p.batch_size, context=p.context, measured=fmt.seconds(p.measured_s),
+                   predicted=fmt.seconds(p.predicted_s), error=f"{p.error:+.0%}",
+                   split=f"{p.split_error:+.0%}" if p.split_error is not None else "–")
+            for p in result.step_time.points]
+
+
+def document(result: WhatIf) -> dict[str, Any]:
+    """serving.json: the what-if's numbers, and the pick's sentence beside them
+    (``recommendation.sentence``) for a reader without batchscope."""
+    doc: dict[str, Any] = {"schema": SERVING_SCHEMA, **to_builtins(result)}
+    doc["recommendation"]["sentence"] = recommendation_sentence(result)
+    return doc
+
+
+def render_html(result: WhatIf) -> str:
     """serving.html: self-contained and offline, like report.html."""
+    # Imported here: the report page's module imports the narrative, which words the
+    # report's own what-if with this module's sentences.
+    from batchscope.reports.html import _static, environment, page_csp, plotly_js
+
     page_js = _static("report.js")
     figs = figures(result)
+    stream = result.stream
     return environment().get_template(TEMPLATE).render(
-        result=result, paragraphs=explain(result), assumptions=assumptions(result),
+        target=result.target or "report", stream_kind=stream.kind.value,
+        stream=stream, step_source=result.step_time.source.value,
+        paragraphs=explain(result), assumptions=assumptions(result),
         rows=table_rows(result), fit_rows=fit_rows(result),
         charts={"tpot": "Time per output token", "ttft": "Time to first token",
                 "throughput": "Throughput served"},
@@ -203,23 +322,28 @@ def render_html(result: Doc) -> str:
         csp=page_csp(page_js))
 
 
-def render_markdown(result: Doc) -> str:
-    lines = [f"## Serving what-if: {md_text(str(result.get('target') or 'report'))}", ""]
+def _best_cap_rows(result: WhatIf) -> list[RunRow]:
+    """The runs of each policy at the cap its charts draw."""
+    caps = _best_caps(result)
+    return [row for row in table_rows(result) if caps.get(row.policy) == row.cap]
+
+
+def render_markdown(result: WhatIf) -> str:
+    lines = [f"## Serving what-if: {md_text(str(result.target or 'report'))}", ""]
     lines += [md_text(p, limit=4000) + "\n" for p in explain(result)]
     lines += [("| policy | cap | requests/s | tokens/s | mean batch | p99 TTFT | p50 TPOT | "
                "p99 TPOT | keeps up | SLO |"), "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    caps = _best_caps(result)
-    for row in table_rows(result):
-        if caps.get(row["policy"]) == row["cap"]:
-            lines.append(f"| {row['policy']} | {row['cap']} | {row['rate']} | "
-                         f"{row['throughput']} | {row['batch']} | {row['ttft99']} | "
-                         f"{row['tpot50']} | {row['tpot99']} | {row['keeps_up']} | "
-                         f"{row['slo']} |")
-    lines += ["", "Assumptions: " + " ".join(md_text(a, limit=4000) for a in assumptions(result)), ""]
+    for row in _best_cap_rows(result):
+        lines.append(f"| {row.policy.value} | {row.cap} | {row.rate} | "
+                     f"{row.throughput} | {row.batch} | {row.ttft99} | "
+                     f"{row.tpot50} | {row.tpot99} | {row.keeps_up} | "
+                     f"{row.slo} |")
+    lines += ["", "Assumptions: " + " ".join(md_text(a, limit=4000) for a in assumptions(result)),
+              ""]
     return "\n".join(lines)
 
 
-def print_serving(console: Console, result: Doc) -> None:
+def print_serving(console: Console, result: WhatIf) -> None:
     for para in explain(result):
         console.print(para, markup=False, highlight=False)
         console.print()
@@ -229,11 +353,8 @@ def print_serving(console: Console, result: Doc) -> None:
                 "SLO"):
         table.add_column(col, justify="left" if col in ("policy", "SLO") else "right",
                          no_wrap=True)
-    caps = _best_caps(result)
-    for row in table_rows(result):
-        if caps.get(row["policy"]) == row["cap"]:
-            slo = row["slo"] if row["slo"] != "–" else ("" if row["keeps_up"] == "yes"
-                                                         else "behind")
-            table.add_row(row["policy"], str(row["cap"]), row["rate"], row["throughput"],
-                          row["ttft99"], row["tpot50"], row["tpot99"], slo)
+    for row in _best_cap_rows(result):
+        slo = row.slo if row.slo != "–" else ("" if row.keeps_up == "yes" else "behind")
+        table.add_row(row.policy.value, str(row.cap), row.rate, row.throughput,
+                      row.ttft99, row.tpot50, row.tpot99, slo)
     console.print(table)

@@ -1,20 +1,37 @@
-"""Read-only accessors over the report dict (what report.json holds), shared by renderers.
+"""Read-only accessors over the typed report, shared by every renderer.
 
-Renderers never recompute the analysis: the classifiers did that and wrote it into the dict.
-What lives here is lookup (the recommended batch, the ops of one batch size, the limits the
-run was given) and small display arithmetic on measured values (a share, a per-row figure).
-Every accessor tolerates missing keys, so a partial report or an older one still renders.
+Renderers never recompute the analysis: the assembler did that and put it in the
+:class:`~batchscope.records.Report`. What lives here is lookup (the recommended batch, the
+ops of one batch size, the limits the run was given), the words some fields need (the
+peak-memory method, the dtype a run computed in, a batch's label) and small display
+arithmetic on measured values (a share, a per-row figure).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from batchscope.profiler.probe import MATMUL_PROBES
+from batchscope.hardware.types import Ceilings
+from batchscope.op_families import ProbeKind, probed
+from batchscope.records import (
+    BatchResult,
+    Flag,
+    FlagKind,
+    OpStat,
+    PeakMemoryMethod,
+    Recommendation,
+    Report,
+    Source,
+    Status,
+    TimeBasis,
+    TimeShare,
+)
+from batchscope.records.report import CurvePoint, SequenceGrid, StepPrediction
 from batchscope.reports import fmt
+from batchscope.reports.flag_text import flag_detail, flag_label, flag_text
 
-Doc = dict[str, Any]
+# Op names whose kernel probes time matmuls from their shapes.
+MATMUL_PROBE_NAMES = probed(ProbeKind.SHAPES)
 
 BOUNDS = ("memory", "compute", "overhead", "uncounted")
 BYTE_KINDS = ("weights", "state", "activations", "unsplit")
@@ -46,294 +63,281 @@ BOUND_COLORS = {
 }
 BYTE_COLORS = {"weights": "#7c3aed", "state": "#0d9488", "activations": "#94a3b8",
                "unsplit": "#64748b"}
-# Op flags that start with this are roofline accounting errors (DESIGN.md, Definitions).
-ACCOUNTING_FLAG = "accounting error"
 
 
-def on_device_time(doc: Doc) -> bool:
+def on_device_time(report: Report) -> bool:
     """True when op times are GPU kernel times (a GPU run or a recorded trace)."""
-    return any(b.get("time_basis") == "device" for b in doc.get("batches") or [])
+    return any(b.time_basis == TimeBasis.DEVICE for b in report.batches)
 
 
-def share_keys(doc: Doc) -> tuple[str, ...]:
+def share_keys(report: Report) -> tuple[str, ...]:
     """The time shares that apply to this report, in stacking order."""
-    return DEVICE_SHARES if on_device_time(doc) else CPU_SHARES
+    return DEVICE_SHARES if on_device_time(report) else CPU_SHARES
 
 
-def from_trace(doc: Doc) -> bool:
+def share_of(share: TimeShare | None, key: str) -> float:
+    """One share of a batch's time (0 when there is none)."""
+    return float(getattr(share, key)) if share is not None else 0.0
+
+
+def from_trace(report: Report) -> bool:
     """True for a report of recorded profiler traces (``diagnose trace``)."""
-    return (doc.get("run") or {}).get("source") == "trace"
+    return report.run.source == Source.TRACE
 
 
-def batch_size_known(doc: Doc) -> bool:
+def batch_size_known(report: Report) -> bool:
     """False for a trace analysed without ``--batch-sizes``."""
-    return not from_trace(doc) or bool((doc.get("run") or {}).get("batch_size_known"))
+    return not from_trace(report) or report.run.batch_size_known
 
 
-def batch_label(doc: Doc, batch: Doc) -> str:
+def batch_label(report: Report, batch: BatchResult) -> str:
     """"batch 8", or "the trace's batch (size unknown)"."""
-    if not batch_size_known(doc):
+    if not batch_size_known(report):
         return "the trace's batch (size unknown)"
-    return f"batch {batch.get('batch_size')}"
+    return f"batch {batch.batch_size}"
 
 
-def unit(doc: Doc) -> str:
+def size_label(report: Report, batch_size: int) -> str:
+    """A batch size as a chart legend or table cell says it: "8", or "unknown" for a trace
+    analysed without ``--batch-sizes`` (whose batch is reported as 1 for want of one)."""
+    return str(batch_size) if batch_size_known(report) else "unknown"
+
+
+def unit(report: Report) -> str:
     """What one batch row yields per step ("token", "image", ...)."""
-    return str((doc.get("model") or {}).get("unit") or "sample")
+    return report.model.unit or "sample"
 
 
-def target(doc: Doc) -> str:
+def target(report: Report) -> str:
     """The model file the report is about."""
-    return str((doc.get("model") or {}).get("target") or "model")
+    return report.model.target or "model"
 
 
-def model_dtype(doc: Doc) -> str:
-    """The dtype the model ran in, as a torch name ("float32")."""
-    return str((doc.get("model") or {}).get("dtype") or "float32")
+def model_dtype(report: Report) -> str:
+    """The dtype the model's weights are in, as a torch name ("float32")."""
+    return report.model.dtype or "float32"
 
 
-def hardware(doc: Doc) -> Doc | None:
-    """The ceilings section, or None when ceilings were not measured."""
-    hw = doc.get("hardware")
-    return hw if isinstance(hw, dict) and hw.get("peak_flops_per_s") else None
+def dtype_label(report: Report) -> str:
+    """The dtype a reader should see in a header: the model's, and under --amp the dtype
+    autocast ran its matmuls in ("float32 weights, bfloat16 autocast")."""
+    if report.model.amp:
+        return f"{model_dtype(report)} weights, {report.model.amp} autocast"
+    return model_dtype(report) if report.model.dtype else "dtype unknown"
 
 
-def ridge(doc: Doc) -> float | None:
-    """Ridge point of the model's dtype in FLOP/byte (falls back to float32)."""
-    hw = hardware(doc)
+def hardware(report: Report) -> Ceilings | None:
+    """The ceilings, or None when they were not measured (or name no peak)."""
+    hw = report.hardware
+    return hw if hw is not None and hw.peak_flops_per_s else None
+
+
+def ridge(report: Report) -> float | None:
+    """Ridge point of the dtype the matmuls ran in, in FLOP/byte (falls back to float32)."""
+    hw = hardware(report)
     if hw is None:
         return None
-    ridges = hw.get("ridge_flops_per_byte") or {}
-    return ridges.get(model_dtype(doc)) or ridges.get("float32")
+    ridges = hw.ridge_flops_per_byte
+    return ridges.get(report.model.compute_dtype) or ridges.get("float32")
 
 
-def options(doc: Doc) -> Doc:
-    """The options the run was given (``run.options``)."""
-    return (doc.get("run") or {}).get("options") or {}
-
-
-def latency_limit_s(doc: Doc) -> float | None:
+def latency_limit_s(report: Report) -> float | None:
     """The --latency-limit-ms the run was given, in seconds (None: no limit)."""
-    return options(doc).get("latency_limit_s")
+    return report.run.options.latency_limit_s if report.run.options else None
 
 
-def memory_budget_bytes(doc: Doc) -> float | None:
+def memory_budget_bytes(report: Report) -> float | None:
     """The --memory-budget the run was given, in bytes (None: no budget)."""
-    return options(doc).get("memory_budget_bytes")
+    return report.run.options.memory_budget_bytes if report.run.options else None
 
 
-def batches(doc: Doc) -> list[Doc]:
-    """Every batch size tried, in sweep order."""
-    return [b for b in doc.get("batches") or [] if isinstance(b, dict)]
-
-
-def is_measured(batch: Doc) -> bool:
+def is_measured(batch: BatchResult) -> bool:
     """True for a batch size that finished with a throughput."""
-    return batch.get("status") == "ok" and bool(batch.get("throughput_per_s"))
+    return batch.status == Status.OK and bool(batch.throughput_per_s)
 
 
-def measured(doc: Doc) -> list[Doc]:
+def measured(report: Report) -> list[BatchResult]:
     """The batch sizes that were measured, smallest first."""
-    return sorted((b for b in batches(doc) if is_measured(b)), key=lambda b: b["batch_size"])
+    return sorted((b for b in report.batches if is_measured(b)), key=lambda b: b.batch_size)
 
 
-def analysed(doc: Doc) -> list[Doc]:
+def analysed(report: Report) -> list[BatchResult]:
     """The measured batch sizes; for a trace of unknown batch size (no throughput), the
     batches it analysed."""
-    if not from_trace(doc):
-        return measured(doc)
-    return sorted((b for b in batches(doc) if b.get("status") == "ok" and b.get("latency_s")),
-                  key=lambda b: b["batch_size"])
+    if not from_trace(report):
+        return measured(report)
+    return sorted((b for b in report.batches if b.status == Status.OK and b.latency_s),
+                  key=lambda b: b.batch_size)
 
 
-def failed(doc: Doc) -> list[Doc]:
+def failed(report: Report) -> list[BatchResult]:
     """The batch sizes that did not finish (OOM, error, timeout...)."""
-    return [b for b in batches(doc) if b.get("status") != "ok"]
+    return [b for b in report.batches if b.status != Status.OK]
 
 
-def recommendation(doc: Doc) -> Doc:
-    """The recommendation section ({} when there is none)."""
-    return doc.get("recommendation") or {}
+def recommendation(report: Report) -> Recommendation | None:
+    """The recommendation, or None when there is none."""
+    return report.recommendation
 
 
-def batch_of(doc: Doc, batch_size: int | None) -> Doc | None:
+def batch_of(report: Report, batch_size: int | None) -> BatchResult | None:
     """The measured batch of that size, or None."""
-    for b in measured(doc):
-        if b["batch_size"] == batch_size:
-            return b
-    return None
+    return next((b for b in measured(report) if b.batch_size == batch_size), None)
 
 
-def recommended(doc: Doc) -> Doc | None:
+def recommended(report: Report) -> BatchResult | None:
     """The measured batch the report recommends."""
-    return batch_of(doc, recommendation(doc).get("batch_size"))
+    rec = report.recommendation
+    return batch_of(report, rec.batch_size) if rec else None
 
 
-def latency_median(batch: Doc | None) -> float | None:
+def latency_median(batch: BatchResult | None) -> float | None:
     """Median step latency of a batch in seconds, or None."""
-    lat = (batch or {}).get("latency_s") or {}
-    return lat.get("median")
+    return batch.latency_s.median if batch is not None and batch.latency_s else None
 
 
-# What each ``peak_memory_method`` (profiler/memory.py) counts, keyed by how its text
-# begins; the first match wins. Older reports' CUDA method said "tensor memory of this batch
-# size", which left out the weights and state it includes: the words come from here.
-PEAK_MEMORY_LABELS = (
-    ("torch.cuda.max_memory_allocated",
-     ("peak tensor memory (torch.cuda.max_memory_allocated): weights, state and activations; "
-      "excludes the allocator's cached reserve and the CUDA context (~300-500 MB)")),
-    ("peak resident set size of the worker process",
-     ("peak resident memory of the worker process (VmHWM, reset per batch size): weights, "
-      "state and activations, and also the Python interpreter, torch's libraries and memory "
-      "the allocator holds on to: what the machine must hold, not the tensors alone")),
-    ("lifetime peak resident set size",
-     ("lifetime peak resident memory of the worker process (VmHWM or ru_maxrss, not reset "
-      "per batch size: the highest since it started): weights, state and activations, and "
-      "also the Python interpreter, torch's libraries and memory the allocator holds on to")),
-)
+# What each peak-memory method counts, in words.
+PEAK_MEMORY_LABELS = {
+    PeakMemoryMethod.CUDA_MAX_ALLOCATED: (
+        "peak tensor memory (torch.cuda.max_memory_allocated): weights, state and activations; "
+        "excludes the allocator's cached reserve and the CUDA context (~300-500 MB)"),
+    PeakMemoryMethod.WORKER_PEAK_RSS: (
+        "peak resident memory of the worker process (VmHWM, reset per batch size): weights, "
+        "state and activations, and also the Python interpreter, torch's libraries and memory "
+        "the allocator holds on to: what the machine must hold, not the tensors alone"),
+    PeakMemoryMethod.LIFETIME_PEAK_RSS: (
+        "lifetime peak resident memory of the worker process (VmHWM, not reset per batch "
+        "size: the highest since it started): weights, state and activations, and also the "
+        "Python interpreter, torch's libraries and memory the allocator holds on to"),
+    PeakMemoryMethod.LIFETIME_MAXRSS: (
+        "lifetime peak resident memory of the worker process (ru_maxrss, not reset per batch "
+        "size: the highest since it started): weights, state and activations, and also the "
+        "Python interpreter, torch's libraries and memory the allocator holds on to"),
+}
 
 
-def memory_method_label(method: str) -> str:
-    """What a ``peak_memory_method`` counts, in words; an unknown method as it is, and
-    "peak memory" for none.
+def memory_method_label(method: PeakMemoryMethod) -> str:
+    """What a peak-memory method counts, in words; "peak memory" for none.
 
     Example:
-        >>> label = memory_method_label("torch.cuda.max_memory_allocated")
+        >>> label = memory_method_label(PeakMemoryMethod.CUDA_MAX_ALLOCATED)
         >>> "weights" in label and "excludes the allocator's cached reserve" in label
         True
     """
-    for start, label in PEAK_MEMORY_LABELS:
-        if method.startswith(start):
-            return label
-    return method or "peak memory"
+    return PEAK_MEMORY_LABELS.get(method, "peak memory")
 
 
-def peak_memory_label(doc: Doc) -> str:
-    """What the report's peak memory counts, in words, from the method its batches name
-    (the first batch that names one)."""
-    method = next((b["peak_memory_method"] for b in batches(doc)
-                   if isinstance(b.get("peak_memory_method"), str) and b["peak_memory_method"]),
-                  "")
-    return memory_method_label(method)
+def peak_memory_method(report: Report) -> PeakMemoryMethod:
+    """The method the report's batches name (the first that names one)."""
+    return next((b.peak_memory_method for b in report.batches if b.peak_memory_method),
+                PeakMemoryMethod.NONE)
 
 
-def step_bytes(batch: Doc) -> float | None:
+def peak_memory_label(report: Report) -> str:
+    """What the report's peak memory counts, in words."""
+    return memory_method_label(peak_memory_method(report))
+
+
+def step_bytes(batch: BatchResult) -> float | None:
     """Counted bytes of one step, all kinds together."""
-    split = batch.get("bytes")
-    return float(sum(split.get(k, 0) for k in BYTE_KINDS)) if split else None
+    return float(batch.bytes.total) if batch.bytes is not None else None
 
 
-def step_intensity(batch: Doc) -> float | None:
+def step_intensity(batch: BatchResult) -> float | None:
     """FLOP per byte of the whole step (counted FLOPs over counted bytes)."""
     total = step_bytes(batch)
-    flops = batch.get("flops")
-    return flops / total if flops and total else None
+    return batch.flops / total if batch.flops and total else None
 
 
-def op_share(op: Doc, batch: Doc) -> float | None:
+def op_share(op: OpStat, batch: BatchResult) -> float | None:
     """An op's share of the profiled step time."""
-    step = batch.get("profiled_step_s")
-    return op.get("time_s", 0.0) / step if step else None
+    step = batch.profiled_step_s
+    return op.time_s / step if step else None
 
 
-def ops_by_time(batch: Doc | None) -> list[Doc]:
+def ops_by_time(batch: BatchResult | None) -> list[OpStat]:
     """Ops of one batch, most time first."""
-    return sorted((batch or {}).get("ops") or [], key=lambda o: -(o.get("time_s") or 0.0))
+    return sorted(batch.ops if batch else [], key=lambda o: -o.time_s)
 
 
-def step_efficiency(batch: Doc) -> float | None:
+def step_efficiency(batch: BatchResult) -> float | None:
     """Roofline-predicted step time over the profiled step time (1 = the step at its roof)."""
-    predicted, profiled = batch.get("predicted_step_s"), batch.get("profiled_step_s")
-    if not all(isinstance(x, (int, float)) and x > 0 for x in (predicted, profiled)):
+    predicted, profiled = batch.predicted_step_s, batch.profiled_step_s
+    if not predicted or not profiled or predicted <= 0 or profiled <= 0:
         return None
     return predicted / profiled
 
 
-@dataclass
-class Flag:
-    """One thing the reader should know about the measurement."""
+@dataclass(frozen=True)
+class ShownFlag:
+    """One line of the report's flags, as every format shows it."""
 
     text: str
     batch_size: int | None = None
     op_id: str = ""
 
 
-def op_place(op: Doc) -> str:
+def op_place(op: OpStat) -> str:
     """Where an op ran: its module path; in a trace (no modules), the longest kernel it
     launched; "" at the top level."""
-    kernels = op.get("kernels") or []
-    if kernels and not op.get("module"):
-        return "kernel " + str(kernels[0].get("name", ""))
-    return str(op.get("module") or "")
+    if op.kernels and not op.module:
+        return "kernel " + op.kernels[0].name
+    return op.module
 
 
-def op_flags(doc: Doc) -> list[Flag]:
+def op_flags(report: Report) -> list[tuple[BatchResult, OpStat, Flag]]:
     """Every op's flags, one per op group and batch size, as the report holds them."""
-    out = []
-    for b in batches(doc):
-        for op in b.get("ops") or []:
-            for text in op.get("flags") or []:
-                out.append(Flag(str(text), b.get("batch_size"), str(op.get("op_id", ""))))
-    return out
+    return [(b, op, f) for b in report.batches for op in b.ops for f in op.flags]
 
 
-def _flag_kind(text: str) -> str:
-    """What a flag is about: its text up to the first colon ("accounting error")."""
-    return text.split(":", 1)[0].strip()
-
-
-def flags(doc: Doc) -> list[Flag]:
-    """Report-level flags first, then op flags grouped by what they say and the op they
-    are on, the groups with the most step time at stake first. Hundreds of per-op flags
-    (one per op group and batch size) become a few lines that say what matters."""
-    out = [Flag(str(f)) for f in doc.get("flags") or []]
-    groups: dict[tuple[str, str], list[tuple[Doc, Doc, str]]] = {}
-    for b in batches(doc):
-        for op in b.get("ops") or []:
-            for text in op.get("flags") or []:
-                key = (_flag_kind(str(text)), str(op.get("name", "")))
-                groups.setdefault(key, []).append((b, op, str(text)))
+def flags(report: Report) -> list[ShownFlag]:
+    """Report-level flags first, then op flags grouped by kind and op, the groups with the
+    most step time at stake first. Hundreds of per-op flags (one per op group and batch
+    size) become a few lines that say what matters."""
+    out = [ShownFlag(flag_text(f), f.batch_size, f.op_id or "") for f in report.flags]
+    groups: dict[tuple[FlagKind, str], list[tuple[BatchResult, OpStat, Flag]]] = {}
+    for b, op, f in op_flags(report):
+        groups.setdefault((f.kind, op.name), []).append((b, op, f))
     ranked = []
-    for (kind, name), members in groups.items():
-        at_stake = sum(op.get("time_s") or 0.0 for _, op, _ in members)
-        sizes = sorted({b.get("batch_size") for b, _, _ in members}, key=lambda x: x or 0)
-        worst = max(members, key=lambda m: m[1].get("time_s") or 0.0)
+    for (_, name), members in groups.items():
+        at_stake = sum(op.time_s for _, op, _ in members)
+        sizes = sorted({b.batch_size for b, _, _ in members})
+        worst_b, worst_op, worst_f = max(members, key=lambda m: m[1].time_s)
         if len(members) == 1:
-            flag = Flag(worst[2], worst[0].get("batch_size"), str(worst[1].get("op_id", "")))
+            shown = ShownFlag(flag_text(worst_f), worst_b.batch_size, worst_op.op_id)
         else:
             where = ", ".join(str(x) for x in sizes[:8]) + (" …" if len(sizes) > 8 else "")
-            flag = Flag(f"{kind}, {name}: {len(members)} op groups at batch {where}, "
-                        f"{fmt.seconds(at_stake)} of profiled time; the largest (batch "
-                        f"{worst[0].get('batch_size')}, {worst[1].get('op_id', '')}): "
-                        f"{worst[2].split(':', 1)[-1].strip()}")
-        ranked.append((at_stake, flag))
-    out += [flag for _, flag in sorted(ranked, key=lambda r: -r[0])]
+            shown = ShownFlag(
+                f"{flag_label(worst_f)}, {name}: {len(members)} op groups at batch {where}, "
+                f"{fmt.seconds(at_stake)} of profiled time; the largest (batch "
+                f"{worst_b.batch_size}, {worst_op.op_id}): {flag_detail(worst_f)}")
+        ranked.append((at_stake, shown))
+    out += [shown for _, shown in sorted(ranked, key=lambda r: -r[0])]
     return out
 
 
-def accounting_errors(doc: Doc) -> list[Flag]:
+def accounting_errors(report: Report) -> list[tuple[BatchResult, OpStat, Flag]]:
     """Ops measured faster than their roof: the ceilings or the counts are off."""
-    return [f for f in op_flags(doc) if f.text.startswith(ACCOUNTING_FLAG)]
+    return [m for m in op_flags(report) if m[2].kind == FlagKind.ACCOUNTING_ERROR]
 
 
-def dominant_bound(batch: Doc) -> str | None:
+def dominant_bound(batch: BatchResult) -> str | None:
     """The bound (or "framework", "idle", ...) holding the largest share of the step."""
-    share = batch.get("time_share")
-    if not share:
+    share = batch.time_share
+    if share is None:
         return None
-    return max(SHARES, key=lambda k: share.get(k) or 0.0)
+    return max(SHARES, key=lambda k: share_of(share, k))
 
 
-def prediction(doc: Doc) -> dict[str, Any]:
-    """report.json ``prediction`` (the fitted step-time model), {} when absent."""
-    pred = doc.get("prediction")
-    return pred if isinstance(pred, dict) else {}
+def prediction(report: Report) -> StepPrediction | None:
+    """report.json ``prediction`` (the fitted step-time model), None when absent."""
+    return report.prediction
 
 
-def prediction_rows(doc: Doc) -> list[dict[str, Any]]:
-    """The model's points, each with ``measured`` True where the batch size was measured."""
-    return [{**p, "measured": p.get("measured_latency_s") is not None}
-            for p in prediction(doc).get("points") or [] if isinstance(p, dict)]
+def prediction_rows(report: Report) -> list[tuple[CurvePoint, bool]]:
+    """The model's points, each with whether its batch size was measured."""
+    pred = report.prediction
+    return [(p, p.measured_latency_s is not None) for p in (pred.points if pred else [])]
 
 
 # How many measured sizes each forecast is fitted on (classifiers/step_model.FIT_WINDOW).
@@ -344,90 +348,95 @@ def _probed_kinds(probes: dict[str, float]) -> str:
     """What the kernel probes timed, in words, from their keys ("mm[[8,16],[16,4]]")."""
     names = {key.split("[", 1)[0] for key in probes}
     kinds = [kind for kind, hit in (
-        ("matmuls", bool(names & MATMUL_PROBES)),
+        ("matmuls", bool(names & MATMUL_PROBE_NAMES)),
         ("convolutions", "convolution" in names),
-        ("per-row ops (batch norm, pooling, ...)", bool(names - MATMUL_PROBES - {"convolution"}))
+        ("per-row ops (batch norm, pooling, ...)",
+         bool(names - MATMUL_PROBE_NAMES - {"convolution"}))
     ) if hit]
     return " and ".join(kinds) if len(kinds) < 3 else f"{kinds[0]}, {kinds[1]} and {kinds[2]}"
 
 
-def prediction_summary(doc: Doc) -> str:
+def prediction_summary(report: Report) -> str:
     """One sentence: what the model was fitted on, how it held, what it predicts unmeasured."""
-    pred = prediction(doc)
-    rows = prediction_rows(doc)
-    if not pred or not rows:
+    pred = report.prediction
+    rows = prediction_rows(report)
+    if pred is None or not rows:
         return ""
-    unit_name = unit(doc)
-    forecasts = [r for r in rows if r["measured"] and isinstance(r.get("error"), (int, float))]
+    unit_name = unit(report)
+    forecasts = [p for p, was_measured in rows if was_measured and p.error is not None]
     if forecasts:
-        errors = [r["error"] for r in forecasts]
+        errors = [p.error for p in forecasts if p.error is not None]
         text = (f"Step-time model, each size forecast from the {FORECAST_WINDOW_WORD} measured "
                 f"before it: off by "
-                + (f"{errors[0]:+.0%} at batch {forecasts[0]['batch_size']}" if len(errors) == 1
+                + (f"{errors[0]:+.0%} at batch {forecasts[0].batch_size}" if len(errors) == 1
                    else f"{min(errors):+.0%} to {max(errors):+.0%} at batches "
-                        f"{forecasts[0]['batch_size']}-{forecasts[-1]['batch_size']}"))
+                        f"{forecasts[0].batch_size}-{forecasts[-1].batch_size}"))
     else:
-        fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])
+        fitted = ", ".join(str(b) for b in pred.fitted_on)
         text = (f"Step-time model fitted on batches {fitted} (too few sizes to forecast one "
                 f"from those before it)")
-    knee = pred.get("knee_batch")
-    if isinstance(knee, (int, float)):
-        text += f"; its curve bends at {knee:,.3g} rows"
-    probes = pred.get("probes_s") or {}
-    if probes:
-        text += (f"; its {_probed_kinds(probes)} were timed alone at their own shapes "
-                 f"({len(probes)} kernel probes) where the kernel changes with the rows")
-    unmeasured = [r for r in rows if not r["measured"]]
+    if pred.knee_batch is not None:
+        text += f"; its curve bends at {pred.knee_batch:,.3g} rows"
+    if pred.probes_s:
+        text += (f"; its {_probed_kinds(pred.probes_s)} were timed alone at their own shapes "
+                 f"({len(pred.probes_s)} kernel probes) where the kernel changes with the rows")
+    unmeasured = [p for p, was_measured in rows if not was_measured]
     if unmeasured:
-        fitted = ", ".join(str(b) for b in pred.get("fitted_on") or [])
+        fitted = ", ".join(str(b) for b in pred.fitted_on)
         text += f"; not measured, predicted from batches {fitted}: " + ", ".join(
-            f"batch {r['batch_size']} {fmt.rate(r.get('predicted_throughput_per_s'), unit_name)}"
-            for r in unmeasured[:6])
+            f"batch {p.batch_size} {fmt.rate(p.predicted_throughput_per_s, unit_name)}"
+            for p in unmeasured[:6])
         if len(unmeasured) > 6:
             text += f" (and {len(unmeasured) - 6} more)"
-    sensitivity = pred.get("ceiling_sensitivity")
-    if isinstance(sensitivity, (int, float)) and abs(sensitivity) >= 0.01:
+    sensitivity = pred.ceiling_sensitivity
+    if sensitivity is not None and abs(sensitivity) >= 0.01:
         text += (f"; with each compute roof at its median repeat instead of its best, the "
                  f"largest batch's predicted step moves {sensitivity:+.0%}")
     return text + "."
 
 
-def counts_note(doc: Doc) -> str:
+def counts_note(report: Report) -> str:
     """Which batch sizes' FLOPs and bytes were carried from two counted ones, or ""."""
-    carried = [(b["batch_size"], b.get("counts_extrapolated_from") or []) for b in batches(doc)]
-    carried = [(b, src) for b, src in carried if len(src) == 2]
+    carried = [(b.batch_size, b.counts_extrapolated_from) for b in report.batches
+               if len(b.counts_extrapolated_from) == 2]
     if not carried:
         return ""
     sizes = ", ".join(str(b) for b, _ in carried)
-    sources = sorted({tuple(src) for _, src in carried})
+    sources = sorted({(src[0], src[1]) for _, src in carried})
     froms = "; ".join(f"batches {a} and {b}" for a, b in sources)
     return (f"FLOPs and bytes at batch{'es' if len(carried) > 1 else ''} {sizes} were "
             f"carried op by op from the counts at {froms} (linear in the batch: checked "
             f"exact on a third counted size), not counted again.")
 
 
-def sequence_grid(doc: Doc) -> dict[str, Any]:
-    """report.json ``sequence_grid`` (batch size × sequence length), {} when absent."""
-    grid = doc.get("sequence_grid")
-    return grid if isinstance(grid, dict) else {}
+def sequence_grid(report: Report) -> SequenceGrid | None:
+    """report.json ``sequence_grid`` (batch size × sequence length), None when absent."""
+    return report.sequence_grid
 
 
-def sequence_table(doc: Doc) -> tuple[list[int], list[dict[str, Any]]]:
-    """The grid as a table: the batch sizes (columns) and one row per sequence length,
-    ``cells`` by batch size (units/s, or the status of a point that failed) and the batch
-    predicted to fill the memory there."""
-    grid = sequence_grid(doc)
-    points = [p for p in grid.get("points") or [] if isinstance(p, dict)]
-    sizes = sorted({p["batch_size"] for p in points})
+@dataclass(frozen=True)
+class SequenceRow:
+    """One sequence length of the grid's table: units/s (or a failed point's status) by
+    batch size, and the batch predicted to fill the memory there."""
+
+    seq_len: int
+    cells: dict[int, str]
+    limit: str
+
+
+def sequence_table(report: Report) -> tuple[list[int], list[SequenceRow]]:
+    """The grid as a table: the batch sizes (columns) and one row per sequence length."""
+    grid = report.sequence_grid
+    if grid is None:
+        return [], []
+    sizes = sorted({p.batch_size for p in grid.points})
     rows = []
-    for length in grid.get("seq_lens") or []:
-        cells: dict[int, str] = {}
-        for p in points:
-            if p["seq_len"] == length:
-                cells[p["batch_size"]] = (fmt.si(p["throughput_per_s"], digits=3)
-                                          if p.get("throughput_per_s") else p["status"])
-        row = next((r for r in grid.get("lengths") or [] if r.get("seq_len") == length), {})
-        limit = (row.get("memory_limit") or {}).get("batch_size")
-        rows.append({"seq_len": length, "cells": cells,
-                     "limit": f"{limit:,}" if isinstance(limit, int) else fmt.MISSING})
+    for length in grid.seq_lens:
+        cells = {p.batch_size: (fmt.si(p.throughput_per_s, digits=3) if p.throughput_per_s
+                                else p.status.value)
+                 for p in grid.points if p.seq_len == length}
+        row = next((r for r in grid.lengths if r.seq_len == length), None)
+        limit = row.memory_limit.batch_size if row and row.memory_limit else None
+        rows.append(SequenceRow(length, cells,
+                                f"{limit:,}" if limit is not None else fmt.MISSING))
     return sizes, rows

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from batchscope.records.serving import Policy, ServingRun, SloTargets
 from batchscope.serving.simulator import Served, Simulation
 
 # A server whose requests finish at a lower rate than this share of the rate they arrive at
@@ -17,7 +18,8 @@ KEEP_UP_SHARE = 0.9
 
 @dataclass(frozen=True)
 class Slo:
-    """Latency targets; None: no target on that measure."""
+    """Latency targets; None: no target on that measure (the what-if records them as
+    :class:`~batchscope.records.serving.SloTargets`)."""
 
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -41,6 +43,10 @@ class Slo:
         if self.tpot_s is not None:
             parts.append(f"p99 TPOT ≤ {self.tpot_s * 1e3:g} ms")
         return " and ".join(parts)
+
+    def targets(self) -> SloTargets:
+        """The targets as report.json ``serving.what_if.slo`` holds them."""
+        return SloTargets(ttft_s=self.ttft_s, tpot_s=self.tpot_s)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -76,9 +82,18 @@ class ServingMetrics:
     keeps_up: bool | None  # requests finished at KEEP_UP_SHARE of the rate they arrived
     idle_slot_share: float | None = None  # rows stepped that generated nothing (static's waste)
 
-
-    def to_dict(self) -> dict[str, float | int | bool | None]:
-        return dict(self.__dict__)
+    def row(self, policy: Policy, cap: int, rate_per_s: float) -> ServingRun:
+        """This run as one row of the what-if (report.json ``serving.what_if.runs``)."""
+        return ServingRun(
+            policy=policy, cap=cap, rate_per_s=rate_per_s, requests=self.requests,
+            completed=self.completed, rejected=self.rejected, duration_s=self.duration_s,
+            throughput_tokens_per_s=self.throughput_tokens_per_s,
+            throughput_requests_per_s=self.throughput_requests_per_s,
+            ttft_p50_s=self.ttft_p50_s, ttft_p99_s=self.ttft_p99_s,
+            tpot_p50_s=self.tpot_p50_s, tpot_p99_s=self.tpot_p99_s,
+            e2e_p50_s=self.e2e_p50_s, e2e_p99_s=self.e2e_p99_s, mean_batch=self.mean_batch,
+            goodput_requests_per_s=self.goodput_requests_per_s, slo_met=self.slo_met,
+            keeps_up=self.keeps_up, idle_slot_share=self.idle_slot_share)
 
 
 def keeps_up(served: Sequence[Served]) -> bool | None:
@@ -104,7 +119,7 @@ def summarize(served: Sequence[Served], slo: Slo | None = None,
     are within the targets."""
     done = [s for s in served if s.finished_s is not None]
     start = min((s.request.arrival_s for s in served), default=0.0)
-    end = max((s.finished_s for s in done), default=start)  # type: ignore[type-var]
+    end = max((s.finished_s for s in served if s.finished_s is not None), default=start)
     duration = max(end - start, 0.0)
     tokens = sum(s.request.output_tokens for s in done)
     ttft = [s.ttft_s for s in done if s.ttft_s is not None]
@@ -136,6 +151,8 @@ def summarize(served: Sequence[Served], slo: Slo | None = None,
 
 
 def summarize_simulation(sim: Simulation, slo: Slo | None = None) -> ServingMetrics:
+    """:func:`summarize` of a simulated run, with the share of stepped rows that generated
+    nothing (a static batch's finished rows, held until its longest request is done)."""
     metrics = summarize(sim.served, slo, sim.mean_batch)
     generated = sum(s.request.output_tokens for s in sim.served if s.finished_s is not None)
     if sim.row_steps:

@@ -4,10 +4,11 @@ the context grid the sweep timed, and once the sweep is done the what-if at its 
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from batchscope.errors import UsageError
-from batchscope.records import GridPoint, to_jsonable
+from batchscope.records import GridPoint, Report
+from batchscope.records.serving import ServingSection
 from batchscope.serving.whatif import WhatIfOptions, what_if
 
 # The report's own what-if is a first look, run at the end of every decode sweep: fewer
@@ -20,23 +21,22 @@ REPORT_LOADS = (0.25, 0.75, 1.1)
 BATCHES_PER_STREAM = 12
 
 
-def serving_section(doc: dict[str, Any], grid: list[GridPoint], final: bool) -> dict[str, Any]:
-    contexts = (doc.get("model") or {}).get("contexts") or []
-    section: dict[str, Any] = {
-        "contexts": contexts,
-        "base_context": contexts[0] if contexts else None,
-        "context_grid": to_jsonable(grid),
-        "what_if": None,
-    }
+def serving_section(report: Report, grid: list[GridPoint], final: bool) -> ServingSection:
+    """The section of ``report`` (assembled but for it): its contexts and ``grid``, and
+    when ``final`` the what-if at the recommended batch size, or the sentence saying why
+    none could be simulated."""
+    contexts = list(report.model.contexts)
+    section = ServingSection(contexts=contexts, base_context=contexts[0] if contexts else None,
+                             context_grid=list(grid))
     if not final:
         return section
-    rec = (doc.get("recommendation") or {}).get("batch_size")
     options = WhatIfOptions(requests=REPORT_REQUESTS, loads=REPORT_LOADS)
-    if isinstance(rec, int) and rec > 0:
+    rec = report.recommendation.batch_size if report.recommendation is not None else None
+    if rec is not None and rec > 0:
         options.caps = [rec]
         options.requests = max(REPORT_REQUESTS, BATCHES_PER_STREAM * rec)
     try:
-        section["what_if"] = what_if({**doc, "serving": section}, options)
+        result = what_if(dataclasses.replace(report, serving=section), options)
     except UsageError as exc:  # nothing measured to simulate from: say so, keep the report
-        section["what_if_error"] = str(exc)
-    return section
+        return dataclasses.replace(section, what_if_error=str(exc))
+    return dataclasses.replace(section, what_if=result)

@@ -25,16 +25,11 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 
+from batchscope.records.serving import Policy
 from batchscope.serving.requests import Request
 
 StepTime = Callable[[int, int], float]
-
-
-class Policy(str, Enum):
-    STATIC = "static"
-    CONTINUOUS = "continuous"
 
 
 @dataclass
@@ -84,7 +79,7 @@ class Simulation:
 class _Row:
     """One slot of the batch: its request, the tokens in its KV cache, tokens made so far."""
 
-    __slots__ = ("served", "cached_tokens", "generated", "target")
+    __slots__ = ("cached_tokens", "generated", "served", "target")
 
     def __init__(self, served: Served, cached_tokens: int) -> None:
         self.served, self.cached_tokens = served, cached_tokens

@@ -10,8 +10,14 @@ row per step. So at each measured batch size b:
 each batch size's step times at several contexts, the sweep's own among them) and otherwise
 from the per-op split: the time of the ops, in proportion to the bytes of state (the KV
 cache) they move, scaled with the context. Where the grid did not time a batch size,
-``shared_s`` anchors the line on the step time the sweep measured at its own context. Between measured batch sizes both are interpolated linearly in b; above the largest
-one the model does not extrapolate (the what-if only tries caps that were measured).
+``shared_s`` anchors the line on the step time the sweep measured at its own context.
+Between measured batch sizes both are interpolated linearly in b; above the largest one the
+model does not extrapolate (the what-if only tries caps that were measured).
+
+Example:
+    >>> model = fit_step_time(load_report("report.json"))  # doctest: +SKIP
+    >>> model.step_s(8, 512)  # doctest: +SKIP
+    0.0731
 """
 
 from __future__ import annotations
@@ -19,11 +25,16 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any
 
 from batchscope.errors import UsageError
-
-Doc = dict[str, Any]
+from batchscope.records import BatchResult, Report, Status
+from batchscope.records.serving import (
+    CurveTerm,
+    GridFit,
+    KvBytesSource,
+    StepTimeFit,
+    StepTimeSource,
+)
 
 # Fewer grid points than this at one batch size cannot draw a line through context.
 MIN_GRID_CONTEXTS = 2
@@ -31,6 +42,11 @@ MIN_GRID_CONTEXTS = 2
 # there ignored, before their squares overflow a float.
 MAX_CONTEXT = 10_000_000
 MAX_BATCH_SIZE = 2**40  # the contract's bound
+# A step is never taken as faster than this (a fitted line may reach 0 at a short context).
+MIN_STEP_S = 1e-9
+
+# One grid point as the fit uses it: (context, median step s, input bytes or None).
+_Point = tuple[int, float, int | None]
 
 
 @dataclass
@@ -41,10 +57,10 @@ class StepTimeModel:
     batch_sizes: list[int]
     shared_s: list[float]
     per_token_s: list[float]
-    source: str  # "context grid", "per-op split" or "none" (context-independent)
+    source: StepTimeSource
     kv_bytes_per_token: float | None = None  # per row
-    kv_bytes_source: str = ""
-    points: list[dict[str, Any]] = field(default_factory=list)  # grid: measured vs fitted
+    kv_bytes_source: KvBytesSource = KvBytesSource.NONE
+    points: list[GridFit] = field(default_factory=list)  # the grid: measured against fitted
 
     @property
     def max_batch(self) -> int:
@@ -55,69 +71,74 @@ class StepTimeModel:
         ``context`` tokens."""
         return max(_lerp(self.batch_sizes, self.shared_s, batch)
                    + _lerp(self.batch_sizes, self.per_token_s, batch) * context,
-                   1e-9)
+                   MIN_STEP_S)
 
     def worst_error(self) -> float | None:
-        errors = [abs(p["error"]) for p in self.points if p.get("error") is not None]
+        """The largest |fitted / measured - 1| over the grid; None without a grid."""
+        errors = [abs(p.error) for p in self.points]
         return max(errors) if errors else None
 
-    def to_dict(self) -> Doc:
-        return {
-            "base_context": self.base_context,
-            "source": self.source,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_bytes_source": self.kv_bytes_source,
-            "curve": [{"batch_size": b, "shared_s": a, "per_token_s": k}
-                      for b, a, k in zip(self.batch_sizes, self.shared_s, self.per_token_s)],
-            "points": self.points,
-            "worst_error": self.worst_error(),
-        }
+    def record(self) -> StepTimeFit:
+        """The model as report.json ``serving.what_if.step_time`` holds it."""
+        return StepTimeFit(
+            base_context=self.base_context,
+            source=self.source,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            kv_bytes_source=self.kv_bytes_source,
+            curve=[CurveTerm(b, a, k)
+                   for b, a, k in zip(self.batch_sizes, self.shared_s, self.per_token_s)],
+            points=list(self.points),
+            worst_error=self.worst_error(),
+        )
 
 
-def _ok_batches(doc: Doc) -> list[Doc]:
-    out = {}
-    for b in doc.get("batches") or []:
-        lat = (b.get("latency_s") or {}).get("median")
-        if b.get("status") == "ok" and isinstance(lat, (int, float)) and lat > 0:
-            out[int(b["batch_size"])] = b
+def _median_s(batch: BatchResult) -> float | None:
+    lat = batch.latency_s
+    return lat.median if lat is not None and lat.median > 0 else None
+
+
+def _ok_batches(report: Report) -> list[BatchResult]:
+    """The measured batch sizes with a positive median step, ascending (the last of a
+    repeated size wins)."""
+    out = {b.batch_size: b for b in report.batches
+           if b.status == Status.OK and _median_s(b) is not None}
     return [out[k] for k in sorted(out)]
 
 
-def _state_time_s(batch: Doc) -> float | None:
+def _state_time_s(batch: BatchResult, median_s: float) -> float | None:
     """Step time of the ops in proportion to the state bytes they move, on the timing's
     scale (the profile's op times rescaled to the measured median step)."""
-    ops = batch.get("ops")
-    if not ops:
+    if not batch.ops:
         return None
     state_s = 0.0
-    for op in ops:
-        split = op.get("bytes") or {}
-        moved = sum(v for v in split.values() if isinstance(v, (int, float)))
+    for op in batch.ops:
+        moved = op.bytes.total
         if moved > 0:
-            state_s += (op.get("time_s") or 0.0) * (split.get("state") or 0) / moved
-    op_time = batch.get("op_time_s") or sum(op.get("time_s") or 0.0 for op in ops)
-    scale = batch["latency_s"]["median"] / op_time if op_time else 1.0
+            state_s += op.time_s * op.bytes.state / moved
+    op_time = batch.op_time_s or sum(op.time_s for op in batch.ops)
+    scale = median_s / op_time if op_time else 1.0
     return state_s * scale
 
 
-def base_context(doc: Doc) -> int | None:
-    contexts = (doc.get("model") or {}).get("contexts")
-    return int(contexts[0]) if contexts else None
+def base_context(report: Report) -> int | None:
+    """The sweep's own context: the first of the model file's CONTEXTS."""
+    contexts = report.model.contexts
+    return contexts[0] if contexts else None
 
 
-def _grid(doc: Doc) -> dict[int, list[tuple[int, float, int | None]]]:
-    """Grid points by batch size: (context, median step s, input bytes)."""
-    grid: dict[int, list[tuple[int, float, int | None]]] = {}
-    for p in ((doc.get("serving") or {}).get("context_grid") or []):
-        lat = (p.get("latency_s") or {}).get("median")
-        if p.get("status") == "ok" and isinstance(lat, (int, float)) and lat > 0 \
-                and p["context"] <= MAX_CONTEXT:
-            grid.setdefault(int(p["batch_size"]), []).append(
-                (int(p["context"]), float(lat), p.get("input_bytes")))
-    return {b: sorted(v) for b, v in grid.items() if len({c for c, _, _ in v}) >= MIN_GRID_CONTEXTS}
+def _grid(report: Report) -> dict[int, list[_Point]]:
+    """Grid points by batch size, ascending in context, where a size has enough of them."""
+    grid: dict[int, list[_Point]] = {}
+    for p in report.serving.context_grid if report.serving is not None else []:
+        lat = p.latency_s
+        if p.status == Status.OK and lat is not None and lat.median > 0 \
+                and p.context is not None and p.context <= MAX_CONTEXT:
+            grid.setdefault(p.batch_size, []).append((p.context, lat.median, p.input_bytes))
+    return {b: sorted(v, key=lambda p: (p[0], p[1], -1 if p[2] is None else p[2]))
+            for b, v in grid.items() if len({c for c, _, _ in v}) >= MIN_GRID_CONTEXTS}
 
 
-def _line(points: list[tuple[int, float, Any]]) -> tuple[float, float]:
+def _line(points: list[_Point]) -> tuple[float, float]:
     """Least squares T = a + k c with k >= 0 (a longer context never makes a step faster)."""
     n = len(points)
     mc = sum(c for c, _, _ in points) / n
@@ -144,32 +165,34 @@ def _interpolate(known: dict[int, float], batch: int) -> float:
     return _lerp(keys, [known[k] for k in keys], batch)
 
 
-def _kv_bytes(doc: Doc, grid: dict[int, list[tuple[int, float, int | None]]],
-              batches: list[Doc], c0: int) -> tuple[float | None, str]:
+def _kv_bytes(grid: dict[int, list[_Point]], batches: list[BatchResult],
+              c0: int) -> tuple[float | None, KvBytesSource]:
+    """KV bytes per token per row: from make_inputs' tensors at two contexts of the grid
+    (the largest batch size that has them), else from the ops' state bytes at the sweep's
+    context (c0 + 1 tokens per row: the cache and the new token)."""
     for b in sorted(grid, reverse=True):
-        sized = [(c, n) for c, _, n in grid[b] if isinstance(n, int)]
+        sized = [(c, n) for c, _, n in grid[b] if n is not None]
         if len({c for c, _ in sized}) >= MIN_GRID_CONTEXTS:
             (c1, n1), (c2, n2) = sized[0], sized[-1]
             if c2 > c1 and n2 > n1:
-                return (n2 - n1) / (c2 - c1) / b, "inputs measured at two contexts"
+                return (n2 - n1) / (c2 - c1) / b, KvBytesSource.GRID_INPUTS
     for batch in reversed(batches):
-        state = (batch.get("bytes") or {}).get("state")
-        if isinstance(state, (int, float)) and state > 0:
-            return state / batch["batch_size"] / (c0 + 1), "state bytes the ops read"
-    return None, ""
+        if batch.bytes is not None and batch.bytes.state > 0:
+            return batch.bytes.state / batch.batch_size / (c0 + 1), KvBytesSource.STATE_BYTES
+    return None, KvBytesSource.NONE
 
 
-def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
+def fit_step_time(report: Report, context: int | None = None) -> StepTimeModel:
     """The model from a report; ``context`` is the sweep's context where the report does
     not record it (a file without ``CONTEXTS``).
 
     Raises:
         UsageError: no batch size was measured, or the context is unknown.
     """
-    batches = _ok_batches(doc)
+    batches = _ok_batches(report)
     if not batches:
         raise UsageError("the report has no measured batch size to take step times from.")
-    c0 = base_context(doc)
+    c0 = base_context(report)
     if c0 is None:
         c0 = context
     if c0 is not None and c0 > MAX_CONTEXT:
@@ -177,31 +200,32 @@ def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
     if c0 is None:
         raise UsageError("the report does not say what context its steps ran at: give "
                          "--context, or set CONTEXTS in the model file.")
-    sizes = [int(b["batch_size"]) for b in batches]
+    sizes = [b.batch_size for b in batches]
     if sizes[-1] > MAX_BATCH_SIZE:
         raise UsageError(f"the report's batch size {sizes[-1]:,} is beyond any device.")
-    latency = {int(b["batch_size"]): float(b["latency_s"]["median"]) for b in batches}
-    split = {int(b["batch_size"]): s / (c0 + 1) for b in batches
-             if (s := _state_time_s(b)) is not None}
-    grid = _grid(doc)
+    latency = {b.batch_size: s for b in batches if (s := _median_s(b)) is not None}
+    split = {b.batch_size: s / (c0 + 1) for b in batches
+             if (s := _state_time_s(b, latency[b.batch_size])) is not None}
+    grid = _grid(report)
     # At a batch size the grid timed, the line goes through every step time measured there:
     # the grid's and the sweep's own at its context (each is one noisy draw of the same step).
-    lines = {b: _line(points + [(c0, latency[b], None)] if b in latency else points)
+    lines = {b: _line([*points, (c0, latency[b], None)] if b in latency else points)
              for b, points in grid.items()}
     fitted = {b: k for b, (_, k) in lines.items()}
     # The split at every size (interpolated where a size has no op breakdown).
     alone = {b: split[b] if b in split else _interpolate(split, b) for b in sizes} if split else {}
+    per_token: dict[int, float]
     if fitted:
         # The split's shape across batch sizes, scaled to the grid's slopes where it has one.
-        source = "context grid"
+        source = StepTimeSource.CONTEXT_GRID
         ratio = {b: fitted[b] / split[b] for b in fitted if split.get(b)}
         per_token = {b: fitted[b] if b in fitted else
                      split[b] * _interpolate(ratio, b) if ratio and b in split else
                      _interpolate(fitted, b) for b in sizes}
     elif split:
-        source, per_token = "per-op split", alone
+        source, per_token = StepTimeSource.PER_OP_SPLIT, alone
     else:
-        source, per_token = "none", {b: 0.0 for b in sizes}
+        source, per_token = StepTimeSource.NONE, dict.fromkeys(sizes, 0.0)
     model = StepTimeModel(
         base_context=c0, batch_sizes=sizes,
         shared_s=[max(lines[b][0] if b in lines else latency[b] - per_token[b] * c0, 0.0)
@@ -210,19 +234,18 @@ def fit_step_time(doc: Doc, context: int | None = None) -> StepTimeModel:
     if not all(math.isfinite(x) and x >= 0 for x in model.shared_s + model.per_token_s):
         raise UsageError("the report's step times and contexts do not give a finite step time "
                          "(a context or a time out of any real range).")
-    model.kv_bytes_per_token, model.kv_bytes_source = _kv_bytes(doc, grid, batches, c0)
+    model.kv_bytes_per_token, model.kv_bytes_source = _kv_bytes(grid, batches, c0)
     split_model = None
     if split and fitted:  # the split alone, for its error on the grid
         split_model = StepTimeModel(c0, sizes, [max(latency[b] - alone[b] * c0, 0.0)
                                                 for b in sizes],
-                                    [alone[b] for b in sizes], "per-op split")
+                                    [alone[b] for b in sizes], StepTimeSource.PER_OP_SPLIT)
     for b, points in sorted(grid.items()):
         for c, measured, _ in points:
             predicted = model.step_s(b, c)
-            point = {"batch_size": b, "context": c, "measured_s": measured,
-                     "predicted_s": predicted, "error": predicted / measured - 1}
-            if split_model is not None:
-                point["split_predicted_s"] = split_model.step_s(b, c)
-                point["split_error"] = point["split_predicted_s"] / measured - 1
-            model.points.append(point)
+            split_s = split_model.step_s(b, c) if split_model is not None else None
+            model.points.append(GridFit(
+                batch_size=b, context=c, measured_s=measured, predicted_s=predicted,
+                error=predicted / measured - 1, split_predicted_s=split_s,
+                split_error=split_s / measured - 1 if split_s is not None else None))
     return model

@@ -1,10 +1,13 @@
 """The serving what-if behind ``diagnose serve``: both policies at every batch cap and
 request rate, the highest rate each can serve within an SLO, and the pick.
 
+Numbers only: :mod:`batchscope.reports.serving_render` says what they mean.
+
 Example:
-    >>> from batchscope.serving.whatif import WhatIfOptions, what_if
-    >>> result = what_if(json.load(open("report.json")), WhatIfOptions(rates_per_s=[1, 2]))
-    >>> result["recommendation"]["sentence"]
+    >>> result = what_if(load_report("report.json"), WhatIfOptions(rates_per_s=[1, 2]))
+    ... # doctest: +SKIP
+    >>> result.recommendation.policy, result.recommendation.cap  # doctest: +SKIP
+    (<Policy.CONTINUOUS: 'continuous'>, 8)
 """
 
 from __future__ import annotations
@@ -15,6 +18,18 @@ from functools import lru_cache
 from typing import Any
 
 from batchscope.errors import UsageError
+from batchscope.records import Report
+from batchscope.records.codec import to_builtins
+from batchscope.records.serving import (
+    KvMemorySource,
+    Policy,
+    ServingPick,
+    ServingRun,
+    SloRate,
+    Stream,
+    StreamKind,
+    WhatIf,
+)
 from batchscope.serving.metrics import ServingMetrics, Slo, summarize_simulation
 from batchscope.serving.requests import (
     Request,
@@ -24,10 +39,8 @@ from batchscope.serving.requests import (
     scaled_trace,
     trace_rate_per_s,
 )
-from batchscope.serving.simulator import Policy, simulate
+from batchscope.serving.simulator import simulate
 from batchscope.serving.step_time import StepTimeModel, fit_step_time
-
-Doc = dict[str, Any]
 
 DEFAULT_REQUESTS = 500
 DEFAULT_OUTPUT = TokenRange(16, 256)
@@ -39,15 +52,24 @@ DEFAULT_LOADS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.1)
 KV_SHARE_OF_FREE = 0.9
 # Bisection steps for the highest rate within the SLO: a bracket of 2x narrowed 2^-8.
 SLO_SEARCH_STEPS = 8
+# The lowest rate the SLO search tries, as a fraction of the saturated rate.
+SLO_SEARCH_FLOOR = 1 / 64
+# The SLO search stops doubling past this many requests per second: met there, met anywhere.
+SLO_SEARCH_CEILING = 1e6
 MAX_REQUESTS = 100_000
 # A server taking more requests per second than this is not one a CPU or GPU step time gives.
 MAX_RATE_PER_S = 1e9
-# Continuous batching within this factor of static's throughput is "about the same".
+# Continuous batching within this factor of static's throughput is "about the same" (the
+# pick's sentence says so: reports/flag_text.serving_pick_text).
 SAME_THROUGHPUT = 1.05
+# Caps (or SLO rates) within this share of the best count as tied: the fewer rows wins.
+TIE_SHARE = 0.99
 
 
 @dataclass
 class WhatIfOptions:
+    """What ``diagnose serve`` asks of the what-if (its defaults are the command's)."""
+
     rates_per_s: list[float] | None = None
     requests: int = DEFAULT_REQUESTS
     prompt_tokens: TokenRange | None = None  # None: the sweep's context
@@ -62,6 +84,9 @@ class WhatIfOptions:
     loads: tuple[float, ...] = DEFAULT_LOADS  # default rates, as shares of saturation
 
     def validate(self) -> None:
+        """Raises:
+            UsageError: one sentence naming the option that is out of range.
+        """
         for rate in self.rates_per_s or []:
             check_rate(rate)
         if not 1 <= self.requests <= MAX_REQUESTS:
@@ -80,8 +105,10 @@ class WhatIfOptions:
 
 
 class _Runner:
+    """Runs one policy at one cap and rate on the fitted step times."""
+
     def __init__(self, model: StepTimeModel, options: WhatIfOptions, kv_tokens: int | None,
-                 prompt: TokenRange):
+                 prompt: TokenRange) -> None:
         self.model, self.options, self.kv_tokens, self.prompt = model, options, kv_tokens, prompt
         # Every simulation of one what-if asks for the same (rows, context) steps again.
         self.step_s = lru_cache(maxsize=None)(model.step_s)
@@ -105,12 +132,12 @@ class _Runner:
     def max_rate_within_slo(self, policy: Policy, cap: int, high: float) -> float | None:
         """The highest offered rate whose run meets the SLO (bisection; None: not even at
         the lowest rate tried)."""
-        low = high / 64
+        low = high * SLO_SEARCH_FLOOR
         if not self.run(policy, cap, low).slo_met:
             return None
         while self.run(policy, cap, high).slo_met:
             low, high = high, high * 2
-            if high > 1e6:
+            if high > SLO_SEARCH_CEILING:
                 return low
         for _ in range(SLO_SEARCH_STEPS):
             mid = (low * high) ** 0.5
@@ -118,20 +145,19 @@ class _Runner:
         return low
 
 
-def _kv_capacity(doc: Doc, model: StepTimeModel, options: WhatIfOptions
-                 ) -> tuple[int | None, int | None, str]:
+def _kv_capacity(report: Report, model: StepTimeModel, options: WhatIfOptions
+                 ) -> tuple[int | None, int | None, KvMemorySource]:
+    """KV tokens the server holds, the bytes behind them, and where that budget came from."""
     if model.kv_bytes_per_token is None or model.kv_bytes_per_token <= 0:
-        return None, options.kv_memory_bytes, "the report does not say how large the KV cache is"
+        return None, options.kv_memory_bytes, KvMemorySource.NO_KV_SIZE
     if options.kv_memory_bytes is not None:
-        budget, source = options.kv_memory_bytes, "--kv-memory"
+        budget, source = options.kv_memory_bytes, KvMemorySource.OPTION
     else:
-        info = doc.get("model") or {}
-        free, weights = info.get("available_memory_bytes"), info.get("parameter_bytes") or 0
-        if not isinstance(free, (int, float)) or free <= 0:
-            return None, None, "the report does not say how much memory was free"
+        free, weights = report.model.available_memory_bytes, report.model.parameter_bytes or 0
+        if free is None or free <= 0:
+            return None, None, KvMemorySource.NO_FREE_MEMORY
         budget = int(max(free - weights, 0) * KV_SHARE_OF_FREE)
-        source = (f"{KV_SHARE_OF_FREE:.0%} of the memory the sweep found free beside the "
-                  "weights")
+        source = KvMemorySource.FREE_MEMORY
     return int(budget // model.kv_bytes_per_token), budget, source
 
 
@@ -153,30 +179,46 @@ def _saturated_rate(model: StepTimeModel, caps: list[int], prompt: float, output
     return max(cap / model.step_s(cap, context) for cap in caps) / output
 
 
-def _row(policy: Policy, cap: int, rate: float, m: ServingMetrics) -> Doc:
-    return {"policy": policy.value, "cap": cap, "rate_per_s": rate, **m.to_dict()}
-
-
-def _best(runs: list[Doc], policy: Policy) -> Doc | None:
+def _best(runs: list[ServingRun], policy: Policy) -> ServingRun | None:
     """The cap with the most throughput at the highest rate offered, fewest rows on a tie."""
-    mine = [r for r in runs if r["policy"] == policy.value]
+    mine = [r for r in runs if r.policy == policy]
     if not mine:
         return None
-    top = max(r["rate_per_s"] for r in mine)
-    at_top = [r for r in mine if r["rate_per_s"] == top]
-    best = max(r["throughput_tokens_per_s"] for r in at_top)
-    return min((r for r in at_top if r["throughput_tokens_per_s"] >= 0.99 * best),
-               key=lambda r: r["cap"])
+    top = max(r.rate_per_s for r in mine)
+    at_top = [r for r in mine if r.rate_per_s == top]
+    best = max(r.throughput_tokens_per_s for r in at_top)
+    return min((r for r in at_top if r.throughput_tokens_per_s >= TIE_SHARE * best),
+               key=lambda r: r.cap)
 
 
-def what_if(doc: Doc, options: WhatIfOptions | None = None) -> Doc:
-    """Simulate both policies on ``doc``'s step times; everything ``diagnose serve``
-    renders, as JSON-ready data."""
+def _stream(options: WhatIfOptions, prompt: TokenRange, mean_prompt: float,
+            mean_out: float) -> Stream:
+    trace = options.trace
+    if trace is not None:
+        return Stream(kind=StreamKind.TRACE, requests=len(trace), prompt_tokens=None,
+                      output_tokens=None, mean_prompt_tokens=mean_prompt,
+                      mean_output_tokens=mean_out,
+                      trace_rate_per_s=trace_rate_per_s(trace) if trace else None,
+                      seed=options.seed)
+    return Stream(kind=StreamKind.POISSON, requests=options.requests,
+                  prompt_tokens=str(prompt), output_tokens=str(options.output_tokens),
+                  mean_prompt_tokens=mean_prompt, mean_output_tokens=mean_out,
+                  trace_rate_per_s=None, seed=options.seed)
+
+
+def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
+    """Simulate both policies on ``report``'s step times: everything ``diagnose serve``
+    renders.
+
+    Raises:
+        UsageError: one sentence: an option out of range, or step times that cannot be
+            simulated (none measured, the context unknown, figures out of any real range).
+    """
     options = options or WhatIfOptions()
     options.validate()
-    model = fit_step_time(doc, options.context)
+    model = fit_step_time(report, options.context)
     prompt = options.prompt_tokens or TokenRange(model.base_context, model.base_context)
-    kv_tokens, kv_bytes, kv_source = _kv_capacity(doc, model, options)
+    kv_tokens, kv_bytes, kv_source = _kv_capacity(report, model, options)
     caps = _caps(model, options)
     runner = _Runner(model, options, kv_tokens, prompt)
     if options.trace is not None:
@@ -191,45 +233,33 @@ def what_if(doc: Doc, options: WhatIfOptions | None = None) -> Doc:
     # Six significant digits: readable in a table, never rounded to 0 for a slow model.
     rates = sorted(set(options.rates_per_s
                        or [float(f"{saturated * f:.6g}") for f in options.loads]))
-    runs = [_row(policy, cap, rate, runner.run(policy, cap, rate))
+    runs = [runner.run(policy, cap, rate).row(policy, cap, rate)
             for policy in Policy for cap in caps for rate in rates]
-    best = {p.value: _best(runs, p) for p in Policy}
-    slo_rates: list[Doc] = []
-    if options.slo.given:
-        for policy in Policy:
-            for cap in caps:
-                slo_rates.append({"policy": policy.value, "cap": cap, "max_rate_per_s":
-                                  runner.max_rate_within_slo(policy, cap, saturated)})
-    result: Doc = {
-        "schema": 1,
-        "target": (doc.get("model") or {}).get("target"),
-        "unit": (doc.get("model") or {}).get("unit") or "token",
-        "step_time": model.to_dict(),
-        "stream": {
-            "kind": "trace" if options.trace is not None else "poisson",
-            "requests": len(options.trace) if options.trace is not None else options.requests,
-            "prompt_tokens": None if options.trace is not None else str(prompt),
-            "output_tokens": None if options.trace is not None else str(options.output_tokens),
-            "mean_prompt_tokens": mean_prompt, "mean_output_tokens": mean_out,
-            "trace_rate_per_s": trace_rate_per_s(options.trace) if options.trace else None,
-            "seed": options.seed,
-        },
-        "kv_capacity_tokens": kv_tokens, "kv_memory_bytes": kv_bytes, "kv_memory_source": kv_source,
-        "prefill_s_per_token": options.prefill_s_per_token,
-        "slo": {"ttft_s": options.slo.ttft_s, "tpot_s": options.slo.tpot_s},
-        "saturated_rate_per_s": saturated,
-        "rates_per_s": rates, "caps": caps,
-        "runs": runs, "best": best, "max_rate_within_slo": slo_rates,
-    }
-    result["recommendation"] = recommend(result, options.slo)
-    if not _finite(result):  # a hostile report whose times overflow somewhere on the way
+    best = {p: _best(runs, p) for p in Policy}
+    slo_rates = [SloRate(policy, cap, runner.max_rate_within_slo(policy, cap, saturated))
+                 for policy in Policy for cap in caps] if options.slo.given else []
+    result = WhatIf(
+        target=report.model.target,
+        unit=report.model.unit or "token",
+        step_time=model.record(),
+        stream=_stream(options, prompt, mean_prompt, mean_out),
+        kv_capacity_tokens=kv_tokens, kv_memory_bytes=kv_bytes, kv_memory_source=kv_source,
+        kv_share_of_free=KV_SHARE_OF_FREE,
+        prefill_s_per_token=options.prefill_s_per_token,
+        slo=options.slo.targets(),
+        saturated_rate_per_s=saturated,
+        rates_per_s=rates, caps=caps,
+        runs=runs, best=best, max_rate_within_slo=slo_rates,
+        recommendation=recommend(best, slo_rates, options.slo),
+    )
+    if not _finite(to_builtins(result)):  # a hostile report whose times overflow somewhere
         raise UsageError("the report's step times give figures out of any real range (a "
                          "time or size that overflows).")
     return result
 
 
 def _finite(value: Any) -> bool:
-    """Every number in ``value`` finite (JSON can hold it)."""
+    """Every number in ``value`` (JSON-safe values) finite: JSON can hold it."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -242,43 +272,19 @@ def _finite(value: Any) -> bool:
     return True
 
 
-def _rows(n: int) -> str:
-    return f"{n} row" if n == 1 else f"{n} rows"
-
-
-def recommend(result: Doc, slo: Slo) -> Doc:
-    """The policy and cap to serve with, and the sentence saying why."""
+def recommend(best: dict[Policy, ServingRun | None], slo_rates: list[SloRate],
+              slo: Slo) -> ServingPick:
+    """The policy and cap to serve with: under an SLO, the highest rate within it
+    (continuous, then the fewest rows, among those within :data:`TIE_SHARE` of it; no cap
+    when none meets it); without one, continuous batching at its best cap."""
     if slo.given:
-        feasible = [r for r in result["max_rate_within_slo"] if r["max_rate_per_s"]]
+        feasible = [r for r in slo_rates if r.max_rate_per_s]
         if not feasible:
-            return {"policy": None, "cap": None, "max_rate_per_s": None,
-                    "sentence": f"No batch cap meets {slo.describe()} under either policy, "
-                                "even at a light load: every step is slower than the target."}
-        top = max(r["max_rate_per_s"] for r in feasible)
-        pick = min((r for r in feasible if r["max_rate_per_s"] >= 0.99 * top),
-                   key=lambda r: (r["policy"] != "continuous", r["cap"]))
-        other = [r for r in feasible if r["policy"] != pick["policy"]]
-        other_best = max((r["max_rate_per_s"] for r in other), default=None)
-        sentence = (f"The highest rate with {slo.describe()} is {pick['max_rate_per_s']:.3g} "
-                    f"requests/s, with {pick['policy']} batching capped at {_rows(pick['cap'])}")
-        if other_best:
-            sentence += (f"; {other[0]['policy']} batching reaches at most "
-                         f"{other_best:.3g} requests/s ({pick['max_rate_per_s'] / other_best:.2g}x "
-                         "less)" if pick['max_rate_per_s'] > other_best else "")
-        return {"policy": pick["policy"], "cap": pick["cap"],
-                "max_rate_per_s": pick["max_rate_per_s"], "sentence": sentence + "."}
-    cont, stat = result["best"]["continuous"], result["best"]["static"]
-    ratio = (cont["throughput_tokens_per_s"] / stat["throughput_tokens_per_s"]
-             if stat and stat["throughput_tokens_per_s"] else None)
-    sentence = (f"At the highest rate offered ({cont['rate_per_s']:.3g} requests/s), continuous "
-                f"batching capped at {_rows(cont['cap'])} serves "
-                f"{cont['throughput_tokens_per_s']:.3g} tokens/s")
-    if ratio is not None and ratio < SAME_THROUGHPUT:
-        sentence += (f", about what static batching serves at its best cap ({stat['cap']}: "
-                     f"{stat['throughput_tokens_per_s']:.3g}): with these step times the policy "
-                     "changes little")
-    elif ratio is not None:
-        sentence += (f", {ratio:.2f}x the {stat['throughput_tokens_per_s']:.3g} of static "
-                     f"batching at its best cap ({stat['cap']})")
-    return {"policy": "continuous", "cap": cont["cap"], "max_rate_per_s": None,
-            "sentence": sentence + "."}
+            return ServingPick(policy=None, cap=None, max_rate_per_s=None)
+        top = max(r.max_rate_per_s or 0.0 for r in feasible)
+        pick = min((r for r in feasible if (r.max_rate_per_s or 0.0) >= TIE_SHARE * top),
+                   key=lambda r: (r.policy != Policy.CONTINUOUS, r.cap))
+        return ServingPick(policy=pick.policy, cap=pick.cap, max_rate_per_s=pick.max_rate_per_s)
+    cont = best.get(Policy.CONTINUOUS)
+    return ServingPick(policy=Policy.CONTINUOUS, cap=cont.cap if cont is not None else None,
+                       max_rate_per_s=None)

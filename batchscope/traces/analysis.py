@@ -27,9 +27,14 @@ from batchscope.records import (
     Bound,
     ByteSplit,
     CountedOp,
+    Flag,
+    FlagKind,
+    KernelStat,
     OpStat,
     Status,
+    TimeBasis,
 )
+from batchscope.records.flags import Value
 from batchscope.traces.kineto import KinetoTrace
 from batchscope.traces.recorded_ops import DTYPES, Recorded, count_recorded
 from batchscope.traces.timeline import (
@@ -48,6 +53,15 @@ KERNEL_FLOOR_PERCENTILE = 0.05
 KERNELS_KEPT = 3  # per op, the longest kernels named in the report
 KERNEL_NAME_CHARS = 200
 _BACKWARD = re.compile(r"Backward|autograd::engine")
+
+# What a trace may lack (a TRACE_INCOMPLETE flag's ``missing``; reports/flag_text.py says
+# what each costs the analysis).
+MISSING_TRUNCATED = "truncated"  # the file ends early; ``events``: how many were read
+MISSING_KERNELS = "no_kernels"  # no device events: a CPU-only profile
+MISSING_LAUNCHES = "no_launches"  # kernels without the CUDA runtime calls that launched them
+MISSING_SHAPES = "no_shapes"  # recorded without record_shapes=True
+MISSING_STEPS = "no_steps"  # no ProfilerStep#N annotations
+MISSING_DEVICE = "no_device"  # no deviceProperties: the GPU is unknown
 
 
 @dataclass
@@ -119,8 +133,8 @@ def _op_stat(group: _Group, n_steps: int) -> OpStat:
         time_s=group.time_s / n_steps,
         flops=None if group.uncounted else round(group.flops / n_steps),
         bytes=group.bytes.scaled(1 / n_steps),
-        kernels=[{"name": name[:KERNEL_NAME_CHARS], "calls": calls / n_steps,
-                  "time_s": seconds / n_steps}
+        kernels=[KernelStat(name=name[:KERNEL_NAME_CHARS], calls=calls / n_steps,
+                            time_s=seconds / n_steps)
                  for name, (calls, seconds) in kernels[:KERNELS_KEPT]],
         call_args=op.call_args,
     )
@@ -229,7 +243,7 @@ def trace_result(trace: KinetoTrace, timeline: Timeline, batch_size: int,
                    [s.span_s for s in steps], batch_size, batch_size_known,
                    op_time_s=sum(s.device_s for s in steps) / n,
                    unmatched_ops_s={NO_OP: unattributed_s / n} if unattributed_s > 0 else {},
-                   time_basis="device",
+                   time_basis=TimeBasis.DEVICE,
                    device_idle_s=sum(s.idle_s for s in steps) / n,
                    communication_overlapped_s=sum(s.communication_overlapped_s
                                                   for s in steps) / n)
@@ -265,7 +279,7 @@ def _cpu_result(trace: KinetoTrace, timeline: Timeline, batch_size: int,
     ops = [_op_stat(g, n) for g in groups.values()]
     return _result(trace, ops, [(s.cpu_end_us - s.cpu_start_us) * 1e-6 for s in steps],
                    batch_size, batch_size_known, op_time_s=sum(op.time_s for op in ops),
-                   time_basis="cpu")
+                   time_basis=TimeBasis.CPU)
 
 
 def kernel_floor_s(trace: KinetoTrace) -> float | None:
@@ -279,26 +293,24 @@ def kernel_floor_s(trace: KinetoTrace) -> float | None:
     return durations[int(KERNEL_FLOOR_PERCENTILE * (len(durations) - 1))]
 
 
-def missing_pieces(trace: KinetoTrace, timeline: Timeline) -> list[str]:
-    """One sentence per piece the analysis needs that this trace lacks, and what remains."""
-    notes = []
+def _incomplete(missing: str, **values: Value) -> Flag:
+    return Flag(FlagKind.TRACE_INCOMPLETE, values={"missing": missing, **values})
+
+
+def missing_pieces(trace: KinetoTrace, timeline: Timeline) -> list[Flag]:
+    """One flag per piece the analysis needs that this trace lacks (TRACE_INCOMPLETE, its
+    ``missing`` one of the MISSING_* names); the sentences say what remains."""
+    flags = []
     if trace.truncated_after is not None:
-        notes.append(f"the file ends early (truncated): the {trace.truncated_after:,} events "
-                     "before the cut are analysed, later ones are lost")
+        flags.append(_incomplete(MISSING_TRUNCATED, events=trace.truncated_after))
     if not trace.device_events:
-        notes.append("no GPU kernels in this trace (a CPU-only profile, or CUDA activity was "
-                     "not recorded): ops are shown with their CPU time, shapes, FLOPs and "
-                     "bytes, and no GPU roofline")
+        flags.append(_incomplete(MISSING_KERNELS))
     elif not trace.launches:
-        notes.append("no CUDA runtime launches recorded: kernels cannot be tied to the ops "
-                     "that launched them, so their time is shown unattributed")
+        flags.append(_incomplete(MISSING_LAUNCHES))
     if trace.ops and not any((e.get("args") or {}).get("Input Dims") for e in trace.ops):
-        notes.append("no input shapes recorded (profile with record_shapes=True): ops are "
-                     "uncounted (no FLOPs or bytes), their device time is shown")
+        flags.append(_incomplete(MISSING_SHAPES))
     if timeline.step_source != "ProfilerStep#N":
-        notes.append("no ProfilerStep#N annotations (profile with a schedule and call "
-                     "prof.step()): the whole trace is analysed as one step")
+        flags.append(_incomplete(MISSING_STEPS))
     if not trace.device_properties:
-        notes.append("no deviceProperties: the GPU is unknown, so no datasheet roofline; "
-                     "times, FLOPs and bytes are still shown")
-    return notes
+        flags.append(_incomplete(MISSING_DEVICE))
+    return flags

@@ -12,16 +12,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from batchscope import __version__
-from batchscope.classifiers.analyze import analyze
+from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.roofline import time_share
 from batchscope.errors import ExitCode, UsageError
 from batchscope.hardware.gpu_specs import lookup
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
-from batchscope.records import BatchResult, Report
+from batchscope.records import (
+    BatchResult,
+    Flag,
+    FlagKind,
+    ModelInfo,
+    Report,
+    RunInfo,
+    Source,
+    Stop,
+    StopKind,
+)
+from batchscope.records.report import Mode, TraceFile, TraceRank
 from batchscope.reports import write_all
 from batchscope.traces.analysis import (
     dominant_dtype,
@@ -32,6 +41,7 @@ from batchscope.traces.analysis import (
 )
 from batchscope.traces.kineto import KinetoTrace, TraceUnreadable, load_trace
 from batchscope.traces.timeline import build_timeline
+from batchscope.version import __version__
 
 # Per-op floor when a trace has no kernels to measure it from: the time of a near-empty
 # kernel on recent NVIDIA GPUs (the shared traces' 5th percentiles: 2-5 µs).
@@ -45,13 +55,13 @@ class NoTraceReadable(UsageError):
 
 
 @dataclass
-class RankResult:
-    """One trace's analysis: which rank, its result, what it lacked."""
+class TraceAnalysis:
+    """One trace's analysis: which rank, its result (the flags of what it lacked among the
+    result's own) and the GPU it names."""
 
     path: str
     rank: int | None
     result: BatchResult
-    notes: list[str]
     device_name: str | None
 
 
@@ -84,13 +94,12 @@ def datasheet_ceilings(trace: KinetoTrace) -> Ceilings | None:
     )
 
 
-def _analyse(trace: KinetoTrace, batch_size: int, known: bool) -> RankResult:
+def _analyse(trace: KinetoTrace, batch_size: int, known: bool) -> TraceAnalysis:
     timeline = build_timeline(trace)
     result = trace_result(trace, timeline, batch_size, known)
-    notes = missing_pieces(trace, timeline)
-    result.flags.extend(notes)
-    return RankResult(path=trace.path, rank=trace.rank, result=result, notes=notes,
-                      device_name=trace.device_name())
+    result.flags.extend(missing_pieces(trace, timeline))
+    return TraceAnalysis(path=trace.path, rank=trace.rank, result=result,
+                         device_name=trace.device_name())
 
 
 def _batch_plan(traces: Sequence[KinetoTrace], batch_sizes: Sequence[int] | None
@@ -112,31 +121,49 @@ def _batch_plan(traces: Sequence[KinetoTrace], batch_sizes: Sequence[int] | None
     return [(1, list(traces))]
 
 
-def _rank_rows(ranks: list[RankResult], slowest: RankResult) -> list[dict[str, Any]]:
+def _rank_rows(ranks: list[TraceAnalysis], slowest: TraceAnalysis) -> list[TraceRank]:
     rows = []
     for r in ranks:
         result = r.result
         share = time_share(result)
-        rows.append({
-            "rank": r.rank,
-            "trace": Path(r.path).name,
-            "step_s": result.latency_s.median if result.latency_s else None,
-            "device_busy_s": (result.profiled_step_s or 0.0) - (result.device_idle_s or 0.0),
-            "idle_share": share.idle if share else None,
-            "communication_share": share.communication if share else None,
-            "device": r.device_name,
-            "slowest": r is slowest,
-        })
+        rows.append(TraceRank(
+            rank=r.rank,
+            trace=Path(r.path).name,
+            step_s=result.latency_s.median if result.latency_s else None,
+            device_busy_s=(result.profiled_step_s or 0.0) - (result.device_idle_s or 0.0),
+            idle_share=share.idle if share else None,
+            communication_share=share.communication if share else None,
+            device=r.device_name,
+            slowest=r is slowest,
+        ))
     return rows
 
 
-def _slowest(ranks: list[RankResult]) -> RankResult:
+def _slowest(ranks: list[TraceAnalysis]) -> TraceAnalysis:
     return max(ranks, key=lambda r: r.result.latency_s.median if r.result.latency_s else 0.0)
+
+
+def _gpu_flags(traces: list[KinetoTrace], ceilings: Ceilings | None) -> list[Flag]:
+    """What the roofs cannot say: traces of different GPUs (the first one's roofs apply),
+    or a GPU the datasheets do not list."""
+    first = traces[0]
+    flags = []
+    names = sorted({t.device_name() or "unknown" for t in traces})
+    if len(names) > 1:
+        flags.append(Flag(FlagKind.TRACES_ON_DIFFERENT_GPUS, values={
+            "gpus": list(names), "roofs_of": first.device_name() or "unknown"}))
+    if ceilings is None and first.device_name() and first.device_events:
+        flags.append(Flag(FlagKind.GPU_NOT_IN_DATASHEETS, values={"gpu": first.device_name()}))
+    return flags
 
 
 def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | None = None,
                     out_dir: str | None = None) -> Report:
     """Analyse recorded profiler traces; write report.json/html and summary.md to ``out_dir``.
+
+    Example:
+        >>> report = diagnose_traces(["rank0.json.gz"], [64], out_dir="out")  # doctest: +SKIP
+        >>> report.batches[0].time_share.idle  # doctest: +SKIP
 
     Raises:
         NoTraceReadable: no file could be read as a trace (exit 4).
@@ -156,52 +183,45 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
     known = batch_sizes is not None
     plan = _batch_plan(traces, batch_sizes)
     results: list[BatchResult] = []
-    per_rank: dict[str, list[dict[str, Any]]] = {}
-    flags = [f"not read: {message}" for message in unreadable]
+    per_rank: dict[int, list[TraceRank]] = {}
     for size, group in plan:
         ranks = [_analyse(t, size, known) for t in group]
         slowest = _slowest(ranks)
         if len(ranks) > 1:
-            per_rank[str(size)] = _rank_rows(ranks, slowest)
-            slowest.result.flags.append(
-                f"rank {slowest.rank} is the slowest of {len(ranks)} ranks "
-                f"({Path(slowest.path).name}); the report shows it")
+            per_rank[size] = _rank_rows(ranks, slowest)
+            slowest.result.flags.append(Flag(FlagKind.SLOWEST_RANK, values={
+                "rank": slowest.rank, "ranks": len(ranks), "trace": Path(slowest.path).name}))
         results.append(slowest.result)
     first = traces[0]
     # A GPU's roofs apply to kernel times only: a CPU-only trace gets none.
     ceilings = datasheet_ceilings(first) if first.device_events else None
-    names = sorted({t.device_name() or "unknown" for t in traces})
-    if len(names) > 1:
-        flags.append(f"the traces ran on different GPUs ({', '.join(names)}): roofs are those "
-                     f"of {first.device_name()}")
-    if ceilings is None and first.device_name() and first.device_events:
-        flags.append(f"{first.device_name()} is not in the datasheet table: ops are not "
-                     "placed on a roofline; times, FLOPs and bytes are shown")
-    info = {
-        "target": ", ".join(Path(p).name for p in paths),
-        "dtype": dominant_dtype(first) or None,
-        "mode": "train" if has_backward(first) else "inference",
-        "unit": "sample",
-        "device": first.device_name() or "unknown",
-    }
-    run = {
-        "tool_version": __version__,
-        "source": "trace",
-        "traces": [{"path": t.path, "rank": t.rank, "world_size": t.world_size,
-                    "device": t.device_name()} for t in traces],
-        "batch_size_known": known,
-        "ranks": per_rank,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-    }
-    limits = Limits(max(size for size, _ in plan), None, None)
-    for result in results:
-        if result.time_share is None:
-            result.time_share = time_share(result)
-    report = analyze(info, ceilings, results, limits, run)
-    if not known and report.recommendation is not None:
-        report.recommendation = None  # one trace of an unknown batch size recommends nothing
-    report.flags[:0] = flags
-    run["wall_s"] = time.time() - started
+    flags = [Flag(FlagKind.TRACE_NOT_READ, values={"error": message})
+             for message in unreadable]
+    flags += _gpu_flags(traces, ceilings)
+    dtype = dominant_dtype(first)
+    model = ModelInfo(
+        target=", ".join(Path(p).name for p in paths),
+        mode=Mode.TRAIN if has_backward(first) else Mode.INFERENCE,
+        unit="sample",
+        dtype=dtype or None,
+        device=first.device_name() or "unknown",
+    )
+    run = RunInfo(
+        source=Source.TRACE,
+        tool_version=__version__,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        traces=[TraceFile(path=t.path, rank=t.rank, world_size=t.world_size,
+                          device=t.device_name()) for t in traces],
+        batch_size_known=known,
+        ranks=per_rank,
+        wall_s=time.time() - started,
+    )
+    report = assemble(Measured(
+        model=model, run=run, ceilings=ceilings, results=results,
+        limits=Limits(max_batch=max(size for size, _ in plan)),
+        stop=Stop(StopKind.TRACES), flags=flags,
+        recommends=known,  # one trace of an unknown batch size recommends nothing
+    ))
     if out_dir is not None:
         write_all(report, out_dir)
     return report

@@ -151,7 +151,8 @@ def load_trace(path: str | Path) -> KinetoTrace:
     if isinstance(document, list):  # a bare event list (the Chrome trace array format)
         document = {"traceEvents": document}
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-        raise TraceUnreadable(f"{path} is JSON but not a profiler trace: it has no traceEvents list")
+        raise TraceUnreadable(
+            f"{path} is JSON but not a profiler trace: it has no traceEvents list")
     trace = KinetoTrace(path=str(path), truncated_after=truncated_after)
     props = _python_or_json(document.get("deviceProperties"))
     if isinstance(props, list):

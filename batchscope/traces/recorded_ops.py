@@ -44,8 +44,10 @@ DTYPES: dict[str, torch.dtype] = {
     "c10::complex<float>": torch.complex64,
     "c10::complex<double>": torch.complex128,
 }
-for _name, _attr in (("c10::Float8_e4m3fn", "float8_e4m3fn"), ("c10::Float8_e5m2", "float8_e5m2"),
-                     ("c10::Float8_e4m3fnuz", "float8_e4m3fnuz"), ("c10::Float8_e5m2fnuz", "float8_e5m2fnuz")):
+for _name, _attr in (("c10::Float8_e4m3fn", "float8_e4m3fn"),
+                     ("c10::Float8_e5m2", "float8_e5m2"),
+                     ("c10::Float8_e4m3fnuz", "float8_e4m3fnuz"),
+                     ("c10::Float8_e5m2fnuz", "float8_e5m2fnuz")):
     if hasattr(torch, _attr):
         DTYPES[_name] = getattr(torch, _attr)
 TENSOR_LIST = "TensorList"
@@ -79,7 +81,8 @@ class Recorded:
             name=str(event.get("name", "")),
             dims=_frozen(dims),
             types=tuple(str(t) for t in types),
-            strides=_frozen(strides) if isinstance(strides, list) and len(strides) == len(dims) else None,
+            strides=(_frozen(strides)
+                     if isinstance(strides, list) and len(strides) == len(dims) else None),
             concrete=(tuple(str(c) for c in concrete)
                       if isinstance(concrete, list) and len(concrete) == len(dims) else None),
             dtype_hint=dtype_hint,
@@ -162,12 +165,14 @@ def _arguments(schema: Any, rec: Recorded) -> tuple[tuple[Any, ...], dict[str, A
             elif recorded_type in DTYPES:
                 value = _meta_tensor(rec.dims[i], strides, DTYPES[recorded_type])
             else:
-                raise NotRebuilt(f"argument {argument.name!r} is a tensor, recorded as {recorded_type!r}")
+                raise NotRebuilt(
+                    f"argument {argument.name!r} is a tensor, recorded as {recorded_type!r}")
         elif _is_tensor_list_type(type_name):
             dtype = _first_dtype(rec)
             shapes = rec.dims[i] if isinstance(rec.dims[i], tuple) else ()
             if recorded_type != TENSOR_LIST or dtype is None or not shapes:
-                raise NotRebuilt(f"the tensors of list argument {argument.name!r} were not recorded")
+                raise NotRebuilt(
+                    f"the tensors of list argument {argument.name!r} were not recorded")
             list_strides = strides if isinstance(strides, tuple) else (None,) * len(shapes)
             value = [_meta_tensor(d, s, dtype) for d, s in zip(shapes, list_strides, strict=False)]
         elif recorded_type in DTYPES and _sizes(rec.dims[i]):

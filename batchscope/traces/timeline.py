@@ -177,11 +177,11 @@ def build_timeline(trace: KinetoTrace) -> Timeline:
             by_correlation[correlation] = launch
     calls: dict[tuple[int, int], Launched] = {}  # (step, innermost op) -> its events
     for event in sorted(trace.device_events, key=lambda e: e["ts"]):
-        launch = by_correlation.get((event.get("args") or {}).get("correlation"))
-        step = _step_of(steps, launch["ts"] if launch else event["ts"])
+        launched_by = by_correlation.get((event.get("args") or {}).get("correlation"))
+        step = _step_of(steps, launched_by["ts"] if launched_by else event["ts"])
         if step is None:
             continue
-        chain = chains.get(id(launch), ()) if launch else ()
+        chain = chains.get(id(launched_by), ()) if launched_by else ()
         if not chain:
             step.unattributed.append(event)
             continue

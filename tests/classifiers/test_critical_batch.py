@@ -93,5 +93,5 @@ def test_knee_of_a_flat_then_linear_latency():
 
 
 def test_knee_beyond_the_sweep_when_latency_stays_flat():
-    knee, inside = measured_knee([lat(b, 0.010) for b in (1, 2, 4, 8)])
+    _, inside = measured_knee([lat(b, 0.010) for b in (1, 2, 4, 8)])
     assert not inside

@@ -8,9 +8,12 @@ from batchscope.records import (
     BatchResult,
     CurvePoint,
     LatencyStats,
+    RuleKind,
     Status,
     StepPrediction,
 )
+from batchscope.records.report import LimitKind
+from batchscope.reports.flag_text import rule_text
 
 
 def ok(b: int, throughput: float) -> BatchResult:
@@ -24,41 +27,53 @@ DECODE = [ok(1, 26.4), ok(2, 28.4), ok(4, 62.9), ok(8, 117), ok(16, 205), ok(32,
 
 
 def test_smallest_batch_within_ninety_percent_of_best():
-    choice = recommend(DECODE, Limits(), "token")
+    choice = recommend(DECODE, Limits())
     # best 371 at 128; 90% of it is 333.9: batch 64 (362) is the smallest above it.
     assert choice.batch_size == 64
     assert choice.best_batch_size == 128
     assert choice.speedup_from_batching == pytest.approx(371 / 26.4)  # ~14.05x
-    assert "90%" in choice.rule
+    assert choice.rule.kind == RuleKind.NEAR_BEST and choice.rule.share == 0.9
+    assert (choice.rule.best_batch_size, choice.rule.best_value) == (128, 371)
+    assert "at least 90% of the best measured (371.0 tokens/s at batch 128)" in rule_text(
+        choice.rule, "token")
 
 
 def test_latency_limit_excludes_larger_batches():
     # batch 64 takes 64 / 362 = 177 ms, batch 32 takes 32 / 275 = 116 ms.
-    choice = recommend(DECODE, Limits(latency_limit_s=0.150), "token")
+    choice = recommend(DECODE, Limits(latency_limit_s=0.150))
     assert choice.batch_size == 32
-    assert 64 in choice.excluded and 128 in choice.excluded
+    assert choice.excluded == {64, 128}
+    # each with the limit it broke: 128 / 371 = 345 ms against 150 ms
+    over = {e.batch_size: e for e in choice.rule.excluded}
+    assert over[128].kind == LimitKind.LATENCY and over[128].limit == 0.150
+    assert over[128].measured == pytest.approx(128 / 371)
+    assert "128: latency 345.0 ms is over the limit of 150.0 ms" in rule_text(choice.rule,
+                                                                              "token")
     # speedup still compares the best measured throughput with batch 1's
     assert choice.speedup_from_batching == pytest.approx(371 / 26.4)
 
 
 def test_failed_batches_are_ignored_and_nothing_measured_gives_none():
     results = [ok(1, 10.0), BatchResult(2, Status.OOM)]
-    assert recommend(results, Limits(), "sample").batch_size == 1
-    assert recommend([BatchResult(1, Status.OOM)], Limits(), "sample") is None
+    assert recommend(results, Limits()).batch_size == 1
+    assert recommend([BatchResult(1, Status.OOM)], Limits()) is None
 
 
 def test_energy_objective_picks_by_joules_per_unit():
     results = [ok(b, t) for b, t in ((1, 26.4), (8, 117), (64, 362), (128, 371))]
     for r, joules in zip(results, (2.0, 0.40, 0.110, 0.105)):
         r.energy_per_unit_j = joules
-    choice = recommend(results, Limits(), "token", objective="energy")
+    choice = recommend(results, Limits(), objective="energy")
     # lowest 0.105 J/token at 128; within 1/0.9 of it (<= 0.1167): batch 64 (0.110)
-    assert choice.batch_size == 64 and "energy per token" in choice.rule
+    assert choice.batch_size == 64 and choice.rule.kind == RuleKind.ENERGY
+    assert (choice.rule.best_batch_size, choice.rule.best_value) == (128, 0.105)
+    assert "energy per token" in rule_text(choice.rule, "token")
 
 
 def test_energy_objective_without_readings_falls_back_and_says_so():
-    choice = recommend(DECODE, Limits(), "token", objective="energy")
-    assert choice.batch_size == 64 and "energy objective unavailable" in choice.rule
+    choice = recommend(DECODE, Limits(), objective="energy")
+    assert choice.batch_size == 64 and choice.rule.kind == RuleKind.ENERGY_UNAVAILABLE
+    assert "energy objective unavailable" in rule_text(choice.rule, "token")
 
 
 def _prediction(max_abs_error: float | None, predicted: dict[int, float]) -> StepPrediction:
@@ -72,7 +87,7 @@ def _prediction(max_abs_error: float | None, predicted: dict[int, float]) -> Ste
 
 def test_unmeasured_sizes_that_would_move_the_pick_give_a_labelled_pick():
     # The sweep stopped at 128 (a timeout at 256, say): 256 and 512 predicted.
-    choice = recommend(DECODE, Limits(), "token")
+    choice = recommend(DECODE, Limits())
     assert choice.batch_size == 64  # 362 >= 90% of 371
     # 512 predicted at 600 tokens/s, ± 20% (the forecasts' largest miss): at the low end
     # 500 beats everything measured, and 256 (460, 383 at the low end) is not within 90%.
@@ -92,7 +107,7 @@ def test_unmeasured_sizes_that_would_move_the_pick_give_a_labelled_pick():
 
 
 def test_a_predicted_size_past_the_latency_limit_is_not_a_pick():
-    choice = recommend(DECODE, Limits(latency_limit_s=0.150), "token")
+    choice = recommend(DECODE, Limits(latency_limit_s=0.150))
     assert choice.batch_size == 32
     # 256 at 600 tokens/s takes 427 ms a step: over the limit even before its band.
     assert predicted_pick(DECODE, _prediction(0.2, {256: 600.0}),
@@ -100,7 +115,7 @@ def test_a_predicted_size_past_the_latency_limit_is_not_a_pick():
 
 
 def test_no_pick_from_a_size_that_failed_or_past_it():
-    choice = recommend([*DECODE, BatchResult(256, Status.TIMEOUT)], Limits(), "token")
+    choice = recommend([*DECODE, BatchResult(256, Status.TIMEOUT)], Limits())
     prediction = _prediction(0.2, {256: 600.0, 512: 700.0})
     assert predicted_pick([*DECODE, BatchResult(256, Status.TIMEOUT)], prediction, Limits(),
                           choice) is None

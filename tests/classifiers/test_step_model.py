@@ -8,22 +8,23 @@ from batchscope.classifiers.analyze import unmeasured_sizes
 from batchscope.classifiers.step_model import (
     ALONE_SHARE,
     FIT_WINDOW,
-    PROBE_MAX_CALL_S,
     PROBE_BUDGET_MIN_S,
     PROBE_BUDGET_SHARE,
+    PROBE_MAX_CALL_S,
     PROBE_ROUND_S,
-    probe_budget_s,
     _probe_cost_s,
     fit_power,
     fit_sizes,
     fit_step_model,
     predict,
     predicted_stop,
+    probe_budget_s,
     probe_specs,
 )
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import Limits, Plan, default_batch_sizes
-from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status
+from batchscope.plan import Limits
+from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status, StopKind
+from batchscope.reports.flag_text import stop_text
 
 PEAK, BW = 200e9, 40e9  # ridge 5 FLOP/byte
 CEIL = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": PEAK},
@@ -190,41 +191,47 @@ def test_predicted_stop_needs_a_checked_model_and_a_pick_that_cannot_move():
     results = [levelled(b) for b in (1, 2, 4, 8, 16, 32, 64)]
     best = max(r.throughput_per_s for r in results)
     pick = min(r.throughput_per_s for r in results if r.throughput_per_s >= 0.9 * best)
-    reason = predicted_stop(results, CEIL, [128, 256], pick, 0.9, "row")
-    assert reason.startswith("batches 128, 256 not measured: the step-time model, fitted "
-                             "on batches 16, 32, 64")
+    stop = predicted_stop(results, CEIL, [128, 256], pick, 0.9)
+    assert stop is not None and stop.kind == StopKind.PREDICTED
+    assert stop.values["remaining"] == [128, 256] and stop.values["fitted_on"] == [16, 32, 64]
+    assert stop_text(stop, "row").startswith(
+        "batches 128, 256 not measured: the step-time model, fitted on batches 16, 32, 64")
     # A pick far below the best: a larger batch would move it, so go on.
-    assert predicted_stop(results, CEIL, [128], pick * 0.5, 0.9, "row") == ""
+    assert predicted_stop(results, CEIL, [128], pick * 0.5, 0.9) is None
     # Too few sizes to check the model on one it was not fitted on.
-    assert predicted_stop(results[:FIT_WINDOW], CEIL, [8], pick, 0.9, "row") == ""
+    assert predicted_stop(results[:FIT_WINDOW], CEIL, [8], pick, 0.9) is None
     # The last size far off what the sizes before it predicted: no trust, go on.
-    jumped = results[:-1] + [measured(64, fixed_s=0.05)]
-    assert predicted_stop(jumped, CEIL, [128], pick, 0.9, "row") == ""
+    jumped = [*results[:-1], measured(64, fixed_s=0.05)]
+    assert predicted_stop(jumped, CEIL, [128], pick, 0.9) is None
 
 
-def test_plan_consults_the_prediction_unless_told_to_measure_all():
-    # Throughput doubling with every doubling: neither the plateau rule nor the real
-    # prediction would stop; a hook that says "stop" after five sizes is obeyed, and
-    # measure_all ignores it. (predicted_stop itself is tested above.)
-    truth = {b: measured(b, framework_s=0.0, fixed_s=0.0, memory_factor=1.0,
-                         compute_factor=1.0) for b in default_batch_sizes(64)}
-    seen: list[list[int]] = []
-
-    def hook(results: list[BatchResult], remaining: list[int]) -> str:
-        seen.append(remaining)
-        return "predicted: no need" if len(results) >= 5 else ""
-
-    def run(plan: Plan) -> list[int]:
-        results: list[BatchResult] = []
-        while (b := plan.next_batch(results)) is not None:
-            results.append(truth[b])
-        return [r.batch_size for r in results]
-
-    predicted = Plan(None, Limits(max_batch=64), hook)
-    assert run(predicted) == [1, 2, 4, 8, 16]
-    assert predicted.stop_reason == "predicted: no need" and seen[-1] == [32, 64]
-    assert run(Plan(None, Limits(max_batch=64), hook, measure_all=True)) == sorted(truth)
-    assert run(Plan([1, 2, 4, 8, 16, 32], Limits(), hook)) == [1, 2, 4, 8, 16, 32]
+def test_predicted_stop_compares_units_with_units():
+    """Issue 30: a row that yields 512 tokens (UNITS_PER_ROW) has throughputs in tokens/s;
+    the stop projected rows/s against a bar in tokens/s, so it stopped a sweep whose pick a
+    larger batch would still move ("predicts at most 19.95 ± 10% tokens/s … under the
+    1,844", where 19.95 was rows/s)."""
+    units = 512
+    results = [levelled(b) for b in (1, 2, 4, 8, 16, 32, 64)]
+    for r in results:
+        r.throughput_per_s *= units  # record_timing: rows/s × UNITS_PER_ROW
+    best = max(r.throughput_per_s for r in results)
+    pick = min(r.throughput_per_s for r in results if r.throughput_per_s >= 0.9 * best)
+    # The same judgements as in rows (the test above), in tokens: a pick far below the
+    # best goes on...
+    assert predicted_stop(results, CEIL, [128], pick * 0.5, 0.9) is None
+    # ...and a pick that cannot move stops, quoting both figures in tokens/s.
+    stop = predicted_stop(results, CEIL, [128, 256], pick, 0.9)
+    assert stop is not None
+    assert stop.values["projected_per_s"] == pytest.approx(
+        results[-1].throughput_per_s * stop.values["gain"])
+    assert stop.values["bar_per_s"] == pytest.approx(pick / 0.9)
+    text = stop_text(stop, "token")
+    projected = f"{stop.values['projected_per_s']:,.4g}"
+    bar = f"{stop.values['bar_per_s']:,.4g}"
+    margin = stop.values["margin"]
+    assert f"predicts at most {projected} ± {margin:.0%} tokens/s there" in text
+    assert f"under the {bar} tokens/s that would change the pick" in text
+    assert stop.values["projected_per_s"] * (1 + margin) < stop.values["bar_per_s"]
 
 
 def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
@@ -443,7 +450,7 @@ def test_a_measured_convolution_is_probed_end_to_end():
     from batchscope.profiler.counting import count_step
     from batchscope.profiler.join import fill_breakdown
     from batchscope.profiler.probe import run_probes
-    from batchscope.records import batch_result_from_dict, to_jsonable
+    from batchscope.records.codec import decode, to_builtins
 
     torch.manual_seed(0)
     # Big enough that a call at 8 takes over PROBE_MIN_S (50 us) on a fast CPU too.
@@ -459,7 +466,7 @@ def test_a_measured_convolution_is_probed_end_to_end():
         fill_breakdown(result, counted, capture.steps)
         step = result.profiled_step_s
         result.latency_s = LatencyStats(step, step, step, len(capture.steps))
-        results.append(batch_result_from_dict(to_jsonable(result)))
+        results.append(decode(to_builtins(result), BatchResult))  # as report.json holds it
     specs = probe_specs(results, [16, 8])
     assert [(s["name"], s["shapes"], s["args"]) for s in specs] == [  # cheapest first
         ("convolution", [[b, 32, 64, 64], [64, 32, 3, 3], [64]], STRIDE_2) for b in (8, 16)]

@@ -23,6 +23,7 @@ import torch
 from batchscope.hardware import cache, gpu_specs, microbench
 from batchscope.hardware.cache import cache_path, load_or_measure, machine_key
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
+from batchscope.reports.flag_text import flag_text
 
 GFLOP = 1e9
 TFLOP = 1e12
@@ -91,7 +92,8 @@ def test_full_run_copy_buffers_are_past_the_cache() -> None:
         pytest.skip("too little free memory here for full-size buffers")
     llc = microbench._llc_bytes() or 0
     # at least 256 MiB each, and each at least the reported last-level cache (up to the cap)
-    assert microbench.copy_buffer_bytes(cpu, plan) >= max(256 * 2**20, min(llc, plan.copy_max_bytes))
+    assert microbench.copy_buffer_bytes(cpu, plan) >= max(256 * 2**20,
+                                                          min(llc, plan.copy_max_bytes))
 
 
 def test_unknown_device_type_is_refused() -> None:
@@ -123,7 +125,8 @@ def fake_measure(quick: Ceilings, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return calls
 
 
-def test_cache_folder_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_folder_follows_the_environment(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BATCHSCOPE_CACHE_DIR", str(tmp_path / "explicit"))
     assert cache_path("cpu").parent == tmp_path / "explicit"
     monkeypatch.delenv("BATCHSCOPE_CACHE_DIR")
@@ -176,8 +179,8 @@ def test_recalibrate_remeasures_and_overwrites(fake_measure: list[str]) -> None:
 
 
 def _valid_file_dict(key: str) -> dict:
-    return {"device": "cpu", "name": "x", "peak_flops_per_s": {FP32: 1e11}, "bandwidth_bytes_per_s": 3e10,
-            "overhead_s": 1e-6, "key": key}
+    return {"device": "cpu", "name": "x", "peak_flops_per_s": {FP32: 1e11},
+            "bandwidth_bytes_per_s": 3e10, "overhead_s": 1e-6, "key": key}
 
 
 @pytest.mark.parametrize(
@@ -350,7 +353,7 @@ def test_fp8_dense_figures_on_hopper_and_blackwell(device_name: str, fp8_tf: flo
     assert spec is not None
     assert spec["peak_flops_per_s"][gpu_specs.FP8] == pytest.approx(fp8_tf * TFLOP)
     assert spec["sparse_flops_per_s"][gpu_specs.FP8] == pytest.approx(2 * fp8_tf * TFLOP)
-    assert gpu_specs.FP8 == str(torch.float8_e4m3fn).removeprefix("torch.")
+    assert str(torch.float8_e4m3fn).removeprefix("torch.") == gpu_specs.FP8
 
 
 @pytest.mark.parametrize("spec", gpu_specs.SPECS, ids=lambda s: s.product)
@@ -401,11 +404,11 @@ def test_ceilings_measured_on_a_busy_machine_are_not_cached_and_are_flagged(
     assert busy.source == "measured on a busy machine, not cached"
     assert busy.details[OTHER_CPU_SHARE] == BUSY_SHARE + 0.2
     assert not cache_path("cpu").exists()
-    assert "took 45% of the CPU" in ceiling_flags(busy)[0]  # 0.25 + 0.2
+    assert "took 45% of the CPU" in flag_text(ceiling_flags(busy)[0])  # 0.25 + 0.2
     monkeypatch.setattr(cache, "OtherLoad", lambda: _Busy(0.01))
     quiet = load_or_measure("cpu")  # measured again, on a quiet machine this time
     assert quiet.source == "measured" and cache_path("cpu").exists() and len(fake_measure) == 2
-    assert not any("other processes" in flag for flag in ceiling_flags(quiet))
+    assert not any("other processes" in flag_text(f) for f in ceiling_flags(quiet))
     assert load_or_measure("cpu").source == "cache" and len(fake_measure) == 2
 
 
@@ -435,7 +438,7 @@ def test_a_peak_matmul_that_spread_widely_between_repeats_is_flagged(quick: Ceil
     ceilings = dataclasses.replace(quick, details={"matmul": {FP32: {
         "peak_size": 1024, "peak_flops_per_s": 215e9, "sizes": [wide]}}})
     (flag,) = ceiling_flags(ceilings, FP32)
-    assert "varied by 63% between repeats (best 215, median 114 GFLOP/s)" in flag
+    assert "varied by 63% between repeats (best 215, median 114 GFLOP/s)" in flag_text(flag)
     assert ceiling_flags(ceilings, BF16) == []  # not the model's dtype
     narrow = dict(wide, spread=CEILING_SPREAD_FLAG / 2)
     ceilings.details["matmul"][FP32]["sizes"] = [narrow]
@@ -446,7 +449,7 @@ def test_a_peak_matmul_that_spread_widely_between_repeats_is_flagged(quick: Ceil
     assert isinstance(ceiling_flags(quick, FP32), list)
 
 
-# ------------------------------------------------------------------ cuda:N, on a machine without one
+# ------------------------------------------------------------------ cuda:N on a machine without one
 H100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=85_020_000_256,
                        L2_cache_size=50 * MIB, major=9, minor=0)
 A100_40 = SimpleNamespace(name="NVIDIA A100-SXM4", total_memory=42_505_273_344,
@@ -537,7 +540,9 @@ def test_cuda_n_is_measured_on_cuda_n(monkeypatch: pytest.MonkeyPatch) -> None:
         return run
 
     monkeypatch.setattr(microbench, "measure_matmul", bench("matmul", {"peak_flops_per_s": 1e14}))
-    monkeypatch.setattr(microbench, "measure_copy", bench("copy", {"best_bytes_per_s": 1.5e12, "bandwidth_bytes_per_s": 1.5e12}))
+    monkeypatch.setattr(microbench, "measure_copy",
+                        bench("copy", {"best_bytes_per_s": 1.5e12,
+                                       "bandwidth_bytes_per_s": 1.5e12}))
     monkeypatch.setattr(microbench, "measure_overhead", bench("overhead", {"floor_s": 5e-6}))
     c = microbench.measure("cuda:1", quick=True)
     assert {device for _, device, _ in seen} == {"cuda:1"}
@@ -624,7 +629,7 @@ def _memory_bound_flag(cache_bytes: int | None, op_bytes: int) -> str:
                 module="m", calls=1, time_s=roof_s / 3, flops=op_bytes // 12,
                 bytes=ByteSplit(activations=op_bytes))
     (flag,) = classify_op(op, ceilings).flags
-    return flag
+    return flag_text(flag)
 
 
 def test_the_cache_flag_uses_the_devices_own_cache() -> None:
@@ -645,7 +650,8 @@ def test_each_peak_is_the_best_of_the_paths_models_take(quick: Ceilings) -> None
         mm = quick.details["matmul"][dtype]
         paths = mm["paths"]
         assert set(paths) == {"linear", "conv2d"}
-        measured = [mm.get("peak_flops_per_s")] + [p.get("peak_flops_per_s") for p in paths.values()]
+        measured = [mm.get("peak_flops_per_s")] + [p.get("peak_flops_per_s")
+                                                   for p in paths.values()]
         assert peak == max(x for x in measured if x)
         assert mm["peak_path"] in ("mm", "linear", "conv2d")
 

@@ -11,8 +11,9 @@ import ctypes
 import json
 import sys
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pynvml as real
 import pytest
@@ -35,6 +36,16 @@ from batchscope.hardware.nvml_window import (
     energy_per_unit_j,
     trapezoid_j,
 )
+from batchscope.profiler.measurement import record_timing
+from batchscope.profiler.memory import MemoryReading
+from batchscope.records import (
+    BatchResult,
+    FlagKind,
+    LatencyStats,
+    PeakMemoryMethod,
+    Status,
+)
+from batchscope.reports.flag_text import flag_text
 
 GPU0 = "GPU-8f3c1111-0000-0000-0000-000000000000"
 GPU1 = "GPU-8f3d2222-0000-0000-0000-000000000000"
@@ -93,7 +104,7 @@ class FakeDevice:
 
     def add_mig(self, uuid: str, gpu_instance: int, compute_instance: int) -> FakeDevice:
         mig = FakeDevice(uuid, self.clock, name=f"{self.name} MIG 1g.10gb",
-                         fail={f: real.NVMLError_NotSupported for f in WHOLE_GPU_FUNCTIONS})
+                         fail=dict.fromkeys(WHOLE_GPU_FUNCTIONS, real.NVMLError_NotSupported))
         mig.parent = self
         self.migs.append((gpu_instance, compute_instance, mig))
         return mig
@@ -462,9 +473,16 @@ def test_throttled_ignores_idle_and_pinned_clocks(
     fake = FakeNvml([FakeDevice(GPU0, clock, throttle=by_time.__getitem__)])
     window = run_window(live_sampler(fake, clock), clock, list(by_time))
     assert window.throttle_reasons == reasons and window.throttled is throttled
-    assert (window.throttle_warning() is not None) is throttled
+    assert window.throttled_by() == (sorted(reasons) if throttled else [])
+    # the timing pass flags it (the sentence is the reports layer's)
+    result = BatchResult(8, Status.OK)
+    record_timing(result, LatencyStats(0.01, 0.01, 0.01, 10),
+                  MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED), window, None)
+    flags = [f for f in result.flags if f.kind == FlagKind.GPU_THROTTLED]
+    assert len(flags) == int(throttled)
     if throttled:
-        assert next(iter(reasons)) in window.throttle_warning()
+        assert flags[0].items("reasons") == sorted(reasons)
+        assert next(iter(reasons)) in flag_text(flags[0])
 
 
 def test_old_drivers_use_the_throttle_reasons_function(clock: FakeClock, no_cvd: None) -> None:
@@ -656,7 +674,7 @@ def test_replay_of_a_null_sampler_says_the_same(tmp_path) -> None:
 
 def test_replay_rejects_foreign_files(tmp_path) -> None:
     (tmp_path / "x.jsonl").write_text('{"format": "something else"}\n')
-    with pytest.raises(ValueError, match="not a batchscope.nvml_samples/1 file"):
+    with pytest.raises(ValueError, match=r"not a batchscope\.nvml_samples/1 file"):
         ReplaySampler(tmp_path / "x.jsonl")
 
 

@@ -15,8 +15,8 @@ transformers = pytest.importorskip("transformers")
 
 FAST = ["--min-time", "0.05", "--seq-len", "16"]
 # GPT-2: 2 layers, 4 heads of 32: a KV cache of 2 x 2 x 4 x 32 float32 per token and row
-GPT2 = dict(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=512,
-            bos_token_id=0, eos_token_id=0)
+GPT2 = {"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 1000, "n_positions": 512,
+        "bos_token_id": 0, "eos_token_id": 0}
 
 
 @pytest.fixture(scope="module")

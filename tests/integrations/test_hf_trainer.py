@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from batchscope.errors import UsageError
+from batchscope.records import FlagKind
+from batchscope.reports.flag_text import flag_text
 from tests.integrations.conftest import watched_batch
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
-from batchscope.integrations.hf_trainer import BatchscopeTrainerCallback
+from batchscope.integrations.hf_trainer import BatchscopeTrainerCallback  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("use_quick_ceilings")
 
@@ -71,8 +73,9 @@ def test_callback_reports_the_batch_size_the_trainer_steps(tmp_path):
     matmuls = [op for op in batch["ops"] if op["name"] in ("addmm", "mm", "bmm", "matmul")]
     assert matmuls and any(op["flops"] > 0 for op in matmuls)
     assert batch["flops"] > 0 and batch["bytes"]["state"] > 0  # input_ids and labels
-    run = doc["run"]["transformers_trainer"]
-    assert run["step"] == "one optimizer step" and run["gradient_accumulation_steps"] == 1
+    run = doc["run"]["integration"]
+    assert run["name"] == "transformers_trainer" and run["micro_batch_rows"] == MICRO
+    assert run["step"] == "one optimizer step" and run["accumulation_steps"] == 1
     assert output.training_loss < torch.log(torch.tensor(float(VOCAB))).item() + 0.5
 
 
@@ -82,8 +85,14 @@ def test_accumulation_makes_a_watched_step_all_its_micro_batches(tmp_path):
     assert not cb.report.partial
     (batch,) = cb.report.batches
     assert batch.batch_size == 2 * MICRO  # the rows of one optimizer step
-    assert any("accumulates gradients over 2 micro-batches of 4 rows" in f
+    assert any("accumulates gradients over 2 micro-batches of 4 rows" in flag_text(f)
                for f in cb.report.flags)
+    (said,) = [f for f in cb.report.flags if f.kind == FlagKind.TRAINER_ACCUMULATES]
+    assert flag_text(said) == (
+        "The Trainer accumulates gradients over 2 micro-batches of 4 rows: each watched step "
+        "is one optimizer step of 8 rows, and its ops run at a micro-batch's shapes (an op's "
+        "calls add up over the 2 micro-batches).")
+    assert cb.report.run.integration.accumulation_steps == 2
     # the ops run at a micro-batch's shapes, once per micro-batch: the LM head's matmul
     (head,) = [op for op in batch.ops if op.op_id == "lm_head:mm#0"]
     assert [list(s) for s in head.input_shapes] == [[MICRO * SEQ, 32], [32, VOCAB]]

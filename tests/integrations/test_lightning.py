@@ -12,10 +12,12 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from batchscope.errors import UsageError
+from batchscope.records import FlagKind
+from batchscope.reports.flag_text import flag_text
 from tests.integrations.conftest import watched_batch
 
 L = pytest.importorskip("lightning")
-from batchscope.integrations.lightning import BatchscopeCallback
+from batchscope.integrations.lightning import BatchscopeCallback  # noqa: E402
 
 # Lightning's own use of torch's pytree API, not this test's.
 pytestmark = [pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`"),
@@ -80,8 +82,10 @@ def test_callback_reports_the_batch_size_lightning_trains(tmp_path):
     # no gradient): 2 FLOPs per multiply-add
     assert sum(op["flops"] for op in matmuls) == 2 * BATCH * (2 * 32 * 64 + 3 * 64 * 8)
     assert batch["bytes"]["state"] > 0  # the batch, seen through self(x)
-    run = doc["run"]["lightning"]
-    assert run["step"] == "one training batch" and run["accumulate_grad_batches"] == 1
+    run = doc["run"]["integration"]
+    assert run["name"] == "lightning" and run["version"] == L.__version__
+    assert run["step"] == "one training batch" and run["accumulation_steps"] == 1
+    assert all(f["kind"] != "lightning_accumulates" for f in doc["flags"])
 
 
 def test_a_fit_shorter_than_the_watch_writes_a_partial_report(tmp_path):
@@ -99,8 +103,13 @@ def test_accumulation_keeps_one_batch_per_watched_step_and_says_so(tmp_path):
     assert not cb.report.partial
     (batch,) = cb.report.batches
     assert batch.batch_size == BATCH
-    assert cb.report.run["lightning"]["accumulate_grad_batches"] == 2
-    assert any("accumulates gradients over 2 batches" in f for f in cb.report.flags)
+    assert cb.report.run.integration.accumulation_steps == 2
+    assert any("accumulates gradients over 2 batches" in flag_text(f) for f in cb.report.flags)
+    (said,) = [f for f in cb.report.flags if f.kind == FlagKind.LIGHTNING_ACCUMULATES]
+    assert flag_text(said) == (
+        "Lightning accumulates gradients over 2 batches: each watched step is one batch of "
+        f"{BATCH} rows, and the optimizer steps once every 2 batches, so only some watched "
+        "steps hold its update (the counted step may not).")
 
 
 class FailsAtBatch5(TinyMLP):
@@ -171,14 +180,15 @@ def test_under_ddp_rank_0_reports_its_steps_with_the_all_reduce(tmp_path, quick_
     doc = json.loads((out / "report.json").read_text())  # rank 0 wrote it, in its process
     (batch,) = doc["batches"]
     assert batch["batch_size"] == BATCH and batch["status"] == "ok"
-    assert doc["run"]["lightning"]["world_size"] == 2
+    assert doc["run"]["integration"]["world_size"] == 2
     assert "allreduce_" in {op["name"] for op in batch["ops"]}
-    assert any("Lightning ran 2 processes" in f for f in doc["flags"])
+    assert any("Lightning ran 2 processes" in f["text"] for f in doc["flags"])
 
 
 def test_lightning_task_sweeps_the_training_step_at_every_batch_size(tmp_path):
     from batchscope.api import Options, diagnose_file
     from batchscope.records import Status
+    from batchscope.records.report import Mode
     from tests.conftest import MODELS
 
     report = diagnose_file(MODELS / "lightning_task.py",
@@ -186,10 +196,11 @@ def test_lightning_task_sweeps_the_training_step_at_every_batch_size(tmp_path):
                                    measure_ceilings=False))
     assert [(b.batch_size, b.status) for b in report.batches] == [
         (2, Status.OK), (8, Status.OK), (64, Status.OK)]
-    assert report.model["mode"] == "train"
-    step = report.model["training_step"]
-    assert step["optimizer"] == "make_optimizer from the model file"
-    assert step["loss"] == "loss from the model file"
+    assert report.model.mode == Mode.TRAIN
+    step = report.model.training_step
+    assert step is not None
+    assert step.optimizer == "make_optimizer from the model file"
+    assert step.loss == "loss from the model file"
     for batch in report.batches:
         b = batch.batch_size
         # The first layer's forward product, 32 -> 64 features for every row drawn.

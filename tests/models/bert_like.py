@@ -33,7 +33,8 @@ class Layer(nn.Module):
         super().__init__()
         self.attention = SelfAttention()
         self.norm1, self.norm2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
-        self.ff = nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN))
+        self.ff = nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(),
+                                nn.Linear(4 * HIDDEN, HIDDEN))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm1(x + self.attention(x))

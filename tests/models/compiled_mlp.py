@@ -2,6 +2,7 @@
 addmm kernels, and a GELU it fuses into a kernel of its own."""
 import torch
 from torch import nn
+
 UNIT = "sample"
 
 def build_model():

@@ -4,7 +4,6 @@ keeps what it measured and stops that context's row."""
 from __future__ import annotations
 
 import torch
-
 from tiny_decode import Decoder, build_model  # noqa: F401 - the contract's functions
 from tiny_decode import make_inputs as _make_inputs
 

@@ -7,7 +7,8 @@ BATCH_SIZES = [1]
 
 
 def build_model():
-    with open("/proc/self/oom_score_adj") as src, open(os.environ["BATCHSCOPE_TEST_OUT"], "w") as dst:
+    with open("/proc/self/oom_score_adj") as src, \
+            open(os.environ["BATCHSCOPE_TEST_OUT"], "w") as dst:
         dst.write(src.read())
     return torch.nn.Linear(8, 8)
 

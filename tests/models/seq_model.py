@@ -29,4 +29,5 @@ def build_model() -> nn.Module:
 
 
 def make_inputs(batch_size: int, seq_len: int) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (batch_size, seq_len), generator=torch.Generator().manual_seed(0))
+    return torch.randint(0, VOCAB, (batch_size, seq_len),
+                         generator=torch.Generator().manual_seed(0))

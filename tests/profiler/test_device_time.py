@@ -10,7 +10,15 @@ from batchscope.classifiers.roofline import classify_batch
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.capture import STEP_TAG, parse_events
 from batchscope.profiler.device_time import apply_device_time
-from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status
+from batchscope.records import (
+    BatchResult,
+    ByteSplit,
+    FlagKind,
+    LatencyStats,
+    OpStat,
+    Status,
+    TimeBasis,
+)
 
 
 @dataclass
@@ -65,6 +73,7 @@ def test_gpu_shares_use_the_unprofiled_step_and_call_gaps_idle() -> None:
     result = _result()
     apply_device_time(result, 5e-3, tf32_matmul=False, tf32_conv=True)
     share = classify_batch(result, _gpu_ceilings()).time_share
+    assert result.time_basis == TimeBasis.DEVICE
     assert result.profiled_step_s == 5e-3  # the timed latency, not the 10 ms CPU span
     assert share.framework == 0.0  # launch gaps are not "Python, dispatch"
     assert abs(share.idle - 0.4) < 1e-9  # 2 ms of 5 ms with no kernel running
@@ -77,7 +86,7 @@ def test_fp32_matmul_on_tf32_tensor_cores_gets_the_tf32_roof() -> None:
     without = _result()
     apply_device_time(without, 5e-3, tf32_matmul=False, tf32_conv=False)
     gemm = classify_batch(without, _gpu_ceilings()).ops[0]
-    assert any("accounting error" in f for f in gemm.flags)
+    assert [f.kind for f in gemm.flags] == [FlagKind.ACCOUNTING_ERROR]
     with_tf32 = _result()
     apply_device_time(with_tf32, 5e-3, tf32_matmul=True, tf32_conv=False)
     gemm, add = classify_batch(with_tf32, _gpu_ceilings()).ops

@@ -23,16 +23,9 @@ from batchscope.profiler.measurement import (
     timing_for,
 )
 from batchscope.profiler.memory import MemoryReading
-from batchscope.profiler.timing import (
-    MEASURE_MAX_STEPS,
-    STOPPED_BY_MAX_TIME,
-    STOPPED_BY_MEDIAN_CI,
-    STOPPED_BY_MIN_TIME,
-    STOPPED_BY_WINDOW,
-    TimingConfig,
-    time_steps,
-)
-from batchscope.records import BatchResult, Status, to_jsonable
+from batchscope.profiler.timing import MEASURE_MAX_STEPS, TimingConfig, time_steps
+from batchscope.records import BatchResult, PeakMemoryMethod, Status, StoppedBy
+from batchscope.records.codec import to_builtins
 
 CUDA = torch.device("cuda")  # only its type is read: nothing here touches CUDA
 CPU = torch.device("cpu")
@@ -86,7 +79,7 @@ def test_the_nvml_window_runs_past_the_step_cap(monkeypatch: pytest.MonkeyPatch)
     assert stats.n > MEASURE_MAX_STEPS
     assert stats.median == pytest.approx(FAST_KERNEL_S, rel=0.01)  # the device's time
     # the median was pinned long before: the window, not the stop rule, ran it this long
-    assert stats.stopped_by == STOPPED_BY_WINDOW
+    assert stats.stopped_by == StoppedBy.NVML_WINDOW
 
 
 def test_the_window_also_outlasts_a_short_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,7 +87,7 @@ def test_the_window_also_outlasts_a_short_ceiling(monkeypatch: pytest.MonkeyPatc
     config = timing_for(CUDA, TimingConfig(measure_max_s=0.3))
     stats, samples = _time_on_gpu(monkeypatch, config, [1e-3, 4e-3])
     assert NVML_WINDOW_MIN_S <= _measured_s(stats, samples) < NVML_WINDOW_MIN_S + 0.01
-    assert stats.stopped_by == STOPPED_BY_WINDOW
+    assert stats.stopped_by == StoppedBy.NVML_WINDOW
 
 
 def test_min_time_still_governs_with_nvml_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,7 +96,7 @@ def test_min_time_still_governs_with_nvml_on(monkeypatch: pytest.MonkeyPatch) ->
     assert (config.measure_min_s, config.measure_max_s) == (3.0, 3.0)
     stats, samples = _time_on_gpu(monkeypatch, config, [FAST_KERNEL_S])
     assert 3.0 <= _measured_s(stats, samples) < 3.0 + 0.01
-    assert stats.stopped_by == STOPPED_BY_MIN_TIME
+    assert stats.stopped_by == StoppedBy.MIN_TIME
 
 
 def test_adaptive_timing_stays_adaptive_with_nvml_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,11 +108,11 @@ def test_adaptive_timing_stays_adaptive_with_nvml_on(monkeypatch: pytest.MonkeyP
     # steady 2 ms steps: the median is pinned at once; the window keeps them going to 1 s
     stats, samples = _time_on_gpu(monkeypatch, config, [2e-3])
     assert NVML_WINDOW_MIN_S <= _measured_s(stats, samples) < NVML_WINDOW_MIN_S + 0.01
-    assert stats.stopped_by == STOPPED_BY_WINDOW
+    assert stats.stopped_by == StoppedBy.NVML_WINDOW
     # a 4x spread never pins it: the adaptive ceiling, past the window, decides
     stats, samples = _time_on_gpu(monkeypatch, config, [1e-3, 4e-3])
     assert 4.0 <= _measured_s(stats, samples) < 4.0 + 0.01
-    assert stats.stopped_by == STOPPED_BY_MAX_TIME
+    assert stats.stopped_by == StoppedBy.MAX_TIME
 
 
 def test_the_stop_rule_alone_decides_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,13 +124,14 @@ def test_the_stop_rule_alone_decides_without_nvml(monkeypatch: pytest.MonkeyPatc
     assert timing_for(CUDA, given, no_nvml) is given
     stats, samples = _time_on_gpu(monkeypatch, given, [2e-3])
     assert _measured_s(stats, samples) < 0.1
-    assert stats.stopped_by == STOPPED_BY_MEDIAN_CI
+    assert stats.stopped_by == StoppedBy.MEDIAN_CI
 
 
 def test_what_governed_the_window_lands_in_the_result() -> None:
     stats = timing.latency_stats([1e-3] * 5, block_steps=20, measured_s=1.02,
-                                 stopped_by=STOPPED_BY_WINDOW)
+                                 stopped_by=StoppedBy.NVML_WINDOW)
     result = BatchResult(4, Status.OK)
-    record_timing(result, stats, MemoryReading(1, 0, "m"), NvmlWindow(duration_s=1.02), None)
-    latency = to_jsonable(result)["latency_s"]
+    record_timing(result, stats, MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED),
+                  NvmlWindow(duration_s=1.02), None)
+    latency = to_builtins(result)["latency_s"]
     assert latency["stopped_by"] == "nvml_window" and latency["measured_s"] == 1.02

@@ -9,7 +9,8 @@ from batchscope.classifiers.roofline import batch_response
 from batchscope.profiler.capture import capture_steps
 from batchscope.profiler.counting import count_step
 from batchscope.profiler.join import fill_breakdown
-from batchscope.records import BatchResult, Status
+from batchscope.records import BatchResult, FlagKind, Status
+from batchscope.reports.flag_text import flag_text
 
 # From this batch size on, the model runs one extra op before its layers.
 EXTRA_OP_FROM = 4
@@ -56,8 +57,8 @@ def test_an_op_that_runs_only_at_some_batch_sizes_shifts_no_other_op() -> None:
     # Each layer's batch-response curve has a point at both sizes, never another op's.
     curves = batch_response([small, large])
     for op_id in ids_small:
-        assert [p["batch_size"] for p in curves[op_id]] == [2, 8]
-    assert [p["batch_size"] for p in curves["(top level):addmm#0"]] == [8]
+        assert [p.batch_size for p in curves[op_id]] == [2, 8]
+    assert [p.batch_size for p in curves["(top level):addmm#0"]] == [8]
 
 
 def test_a_bert_shaped_training_step_joins_at_batch_1() -> None:
@@ -133,9 +134,12 @@ def test_fused_kernels_named_by_inductor_are_listed_apart_and_their_ops_say_so()
     _, gelu, norm = result.ops
     for op in (gelu, norm):
         assert op.time_s == 0.0
-        assert any(f.startswith("fused by inductor into cpp_fused_gelu_native_layer_norm_0")
-                   for f in op.flags)
-    assert not any("fused by inductor" in f for f in result.ops[0].flags)
+        (flag,) = [f for f in op.flags if f.kind == FlagKind.FUSED_BY_INDUCTOR]
+        assert flag.op_id == op.op_id and flag.batch_size == 2
+        assert flag.items("kernels") == ["cpp_fused_gelu_native_layer_norm_0"]
+        assert flag_text(flag).startswith(
+            "fused by inductor into cpp_fused_gelu_native_layer_norm_0: its time is the kernel's")
+    assert not any(f.kind == FlagKind.FUSED_BY_INDUCTOR for f in result.ops[0].flags)
 
 
 class _TwoStrides(nn.Module):
@@ -153,7 +157,7 @@ class _TwoStrides(nn.Module):
 
 def test_convolutions_with_other_strides_are_other_ops_and_keep_their_args() -> None:
     from batchscope.profiler.probe import REPLAYED_OPS
-    from batchscope.records import batch_result_from_dict, to_jsonable
+    from batchscope.records.codec import decode, to_builtins
 
     result = _measure_on(_TwoStrides().eval(), torch.randn(2, 3, 16, 16))
     convs = [op for op in result.ops if op.name == "convolution"]
@@ -163,6 +167,6 @@ def test_convolutions_with_other_strides_are_other_ops_and_keep_their_args() -> 
     assert all(op.call_args is None for op in result.ops
                if op.name not in {"convolution", *REPLAYED_OPS})
     assert {str(op.call_args) for op in result.ops if op.name == "add"} == {"[1]"}
-    # The worker's pipe and report.json: the args come back as they went.
-    back = batch_result_from_dict(to_jsonable(result))
+    # report.json: the args come back as they went.
+    back = decode(to_builtins(result), BatchResult)
     assert [op.call_args for op in back.ops] == [op.call_args for op in result.ops]

@@ -8,14 +8,33 @@ import resource
 import pytest
 
 from batchscope.api import Options, diagnose_file
+from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.allocator import PAGE_FAULT_FLAG_SHARE, page_fault_flags
+from batchscope.plan import Limits
 from batchscope.profiler.memory import PageFaults
-from batchscope.profiler.supervisor import KEPT_BY_ENV, KEPT_BY_MALLOPT, Sweep
-from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.profiler.protocol import KeepBuffers
+from batchscope.profiler.supervisor import Sweep
+from batchscope.records import (
+    BatchResult,
+    FlagKind,
+    LatencyStats,
+    ModelInfo,
+    Report,
+    RunInfo,
+    Status,
+)
+from batchscope.records.report import AllocatorSetBy
+from batchscope.reports.flag_text import flag_text
 from tests.conftest import ROOT
 
 MODELS = ROOT / "tests" / "models"
-FAST = dict(min_time_s=0.05, measure_ceilings=False, op_breakdown=False, device="cpu")
+FAST = {"min_time_s": 0.05, "measure_ceilings": False, "op_breakdown": False, "device": "cpu"}
+
+
+def _assembled(results: list[BatchResult], kept: list[BatchResult] | None = None) -> Report:
+    """The report of ``results`` (an image model, no ceilings), as the sweep's would be."""
+    return assemble(Measured(ModelInfo(target="t", unit="image"), RunInfo(), None, results,
+                             Limits(), kept_buffers=kept or []))
 
 
 def test_counter_sees_memory_touched_for_the_first_time() -> None:
@@ -36,7 +55,7 @@ def test_sweep_counts_a_fresh_buffer_per_step_and_flags_it(tmp_path) -> None:
         assert r.status == Status.OK
         # 64 MiB = 16,384 pages a step; the allocator's own bookkeeping adds a few
         assert 16_000 <= r.page_faults_per_step <= 20_000
-    (flag,) = [f for f in report.flags if "page faults per step" in f]
+    (flag,) = [flag_text(f) for f in report.flags if f.kind == FlagKind.PAGE_FAULTS]
     assert "batch 1: 16," in flag and "batch 2: 16," in flag and "MALLOC_MMAP_THRESHOLD_" in flag
 
 
@@ -45,7 +64,7 @@ def test_sweep_of_a_model_that_reuses_its_memory_faults_little(tmp_path) -> None
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 4], **FAST))
     assert all(r.page_faults_per_step is not None and r.page_faults_per_step < 10
                for r in report.batches)
-    assert not any("page faults" in f for f in report.flags)
+    assert not any(f.kind == FlagKind.PAGE_FAULTS for f in report.flags)
 
 
 def _result(faults: float, step_s: float) -> BatchResult:
@@ -56,9 +75,9 @@ def _result(faults: float, step_s: float) -> BatchResult:
 def test_flag_only_when_the_faults_cost_a_share_of_the_step() -> None:
     # 59,526 faults at ~1 µs in a 372 ms step (the CNN sample at 16): ~16%, flagged
     (flag,) = page_fault_flags([_result(59_526, 0.372)])
-    assert "batch 4: 59,526 (233 MiB, ~16%)" in flag
+    assert "batch 4: 59,526 (233 MiB, ~16%)" in flag_text(flag)
     # the same faults in a step 10x longer fall under the bar
-    assert 59_526 * 1e-6 / 3.72 < PAGE_FAULT_FLAG_SHARE
+    assert PAGE_FAULT_FLAG_SHARE > 59_526 * 1e-6 / 3.72
     assert page_fault_flags([_result(59_526, 3.72)]) == []
     assert page_fault_flags([_result(None, 0.1), _result(0, 0.1)]) == []  # type: ignore[arg-type]
 
@@ -76,9 +95,6 @@ def test_counter_is_none_safe_when_getrusage_fails(monkeypatch) -> None:
 def test_page_faults_that_change_the_pick_are_said_first() -> None:
     # issue 13, finding 1: with glibc keeping its buffers a MobileNetV2-shaped net's pick went
     # from 1 to 2, and the flag never reached the terminal or the top of the reports
-    from batchscope.classifiers.analyze import analyze
-    from batchscope.plan import Limits
-    from batchscope.records import BatchResult, LatencyStats, Status
     from batchscope.reports import narrative
     from batchscope.reports.markdown import render_summary
 
@@ -88,18 +104,15 @@ def test_page_faults_that_change_the_pick_are_said_first() -> None:
                            page_faults_per_step=faults)
 
     # batch 2 spends 20 of its 30 ms faulting in memory (20,000 faults at ~1 us)
-    report = analyze({"unit": "image"}, None, [batch(1, 0.010, 0), batch(2, 0.030, 20_000)],
-                     Limits(), {})
+    report = _assembled([batch(1, 0.010, 0), batch(2, 0.030, 20_000)])
     assert report.recommendation.batch_size == 1
     assert report.recommendation.batch_size_without_page_faults == 2
-    doc = report.to_dict()
-    headline = narrative.allocator_headline(doc)
+    headline = narrative.allocator_headline(report)
     assert "67%" in headline and "batch 2 instead of 1" in headline
-    top = render_summary(doc).split("| batch |")[0]  # before the batch table
+    top = render_summary(report).split("| batch |")[0]  # before the batch table
     assert "batch 2 instead of 1" in top
-    quiet = analyze({"unit": "image"}, None, [batch(1, 0.010, 0), batch(2, 0.015, 100)],
-                    Limits(), {})
-    assert narrative.allocator_headline(quiet.to_dict()) is None
+    quiet = _assembled([batch(1, 0.010, 0), batch(2, 0.015, 100)])
+    assert narrative.allocator_headline(quiet) is None
     assert quiet.recommendation.batch_size_without_page_faults is None
 
 
@@ -111,24 +124,24 @@ def test_flagged_faults_are_timed_again_with_the_buffers_kept(tmp_path) -> None:
 
     report = diagnose_file(MODELS / "wide_conv.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 8], **FAST))
-    doc = report.to_dict()
-    section = doc["allocator"]
-    assert section["env"]["MALLOC_MMAP_THRESHOLD_"] == str(2**40)
+    section = report.allocator
+    assert section is not None
+    assert section.env["MALLOC_MMAP_THRESHOLD_"] == str(2**40)
     if _glibc_version() >= (2, 35):  # mallopt takes a threshold over 32 MiB
-        assert section["set_by"] == KEPT_BY_MALLOPT  # the sweep's own worker re-timed
-    (row,) = [r for r in section["batches"] if r["batch_size"] == 8]
+        assert section.set_by == AllocatorSetBy.MALLOPT  # the sweep's own worker re-timed
+    (row,) = [r for r in section.batches if r.batch_size == 8]
     # glibc takes the setting: the faults go (a count, not a speed: any machine)
-    assert row["status"] == "ok" and row["taken"] and section["taken"]
-    assert row["page_faults_per_step"] > 8_000  # 49 MiB = 12,544 pages, mapped every step
-    assert row["kept_page_faults_per_step"] < 0.5 * row["page_faults_per_step"]
-    assert row["kept_latency_s"] > 0 and row["speedup"] == pytest.approx(
-        row["latency_s"] / row["kept_latency_s"])
+    assert row.status == Status.OK and row.taken and section.taken
+    assert row.page_faults_per_step > 8_000  # 49 MiB = 12,544 pages, mapped every step
+    assert row.kept_page_faults_per_step < 0.5 * row.page_faults_per_step
+    assert row.kept_latency_s > 0 and row.speedup == pytest.approx(
+        row.latency_s / row.kept_latency_s)
     # the pick with the buffers kept is the rule applied to the kept figures
-    assert report.recommendation.batch_size_without_page_faults == section["batch_size"]
-    headline = narrative.allocator_headline(doc)
+    assert report.recommendation.batch_size_without_page_faults == section.batch_size
+    headline = narrative.allocator_headline(report)
     assert "measured side by side" in headline and "MALLOC_MMAP_THRESHOLD_=" in headline
-    assert headline in render_html(doc).replace("&#39;", "'")
-    assert "buffers kept" in render_html(doc)
+    assert headline in render_html(report).replace("&#39;", "'")
+    assert "buffers kept" in render_html(report)
     top = (tmp_path / "summary.md").read_text().split("| batch |")[0]
     assert "measured side by side" in top
 
@@ -186,21 +199,21 @@ def test_a_libc_that_refuses_mallopt_gets_a_fresh_worker(tmp_path, monkeypatch) 
     # takes; an older one caps the threshold from the environment too).
     request = Sweep._request
 
-    def refuse(self, message, reply):
-        if message[0] == "keep_buffers":
-            return False, Status.OK, ""
-        return request(self, message, reply)
+    def refuse(self, message, reply_type):
+        if isinstance(message, KeepBuffers):
+            return None, Status.OK, ""
+        return request(self, message, reply_type)
 
     monkeypatch.setattr(Sweep, "_request", refuse)
     report = diagnose_file(MODELS / "wide_conv.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[8], **FAST))
-    section = report.to_dict()["allocator"]
-    assert section["set_by"] == KEPT_BY_ENV
-    (row,) = section["batches"]
-    assert row["status"] == "ok"
+    section = report.allocator
+    assert section is not None and section.set_by == AllocatorSetBy.ENVIRONMENT
+    (row,) = section.batches
+    assert row.status == Status.OK
     if _glibc_version() >= (2, 35):  # glibc takes 1 TiB from the environment
-        assert row["taken"]
-        assert row["kept_page_faults_per_step"] < 0.5 * row["page_faults_per_step"]
+        assert row.taken
+        assert row.kept_page_faults_per_step < 0.5 * row.page_faults_per_step
 
 
 def test_the_allocator_check_can_be_turned_off(tmp_path) -> None:
@@ -208,11 +221,11 @@ def test_the_allocator_check_can_be_turned_off(tmp_path) -> None:
                            Options(out_dir=str(tmp_path), batch_sizes=[1],
                                    allocator_check=False, **FAST))
     assert report.allocator is None
-    assert any("page faults per step" in f for f in report.flags)  # still flagged
+    assert any(f.kind == FlagKind.PAGE_FAULTS for f in report.flags)  # still flagged
     # the headline then gives the labelled estimate at ~1 µs a fault
     from batchscope.reports import narrative
 
-    assert "at ~1 µs a fault" in narrative.allocator_headline(report.to_dict())
+    assert "at ~1 µs a fault" in narrative.allocator_headline(report)
 
 
 def _kept(b: int, latency_s: float, faults: float) -> BatchResult:
@@ -223,29 +236,28 @@ def _kept(b: int, latency_s: float, faults: float) -> BatchResult:
 
 def test_side_by_side_summary_picks_from_the_kept_figures() -> None:
     from batchscope.classifiers.allocator import allocator_summary, pick_without_page_faults
-    from batchscope.plan import Limits
+    from batchscope.records.report import KeptBatch
 
     # default: batch 2 pays 20 ms of faults; kept: batch 2 is twice batch 1's throughput
     default = [_kept(1, 0.010, 0), _kept(2, 0.030, 20_000)]
     kept = [_kept(2, 0.010, 10)]
-    assert pick_without_page_faults(default, Limits(), "image", "throughput", kept) == 2
-    summary = allocator_summary(default, kept, Limits(), "image", "throughput")
-    assert summary["batch_size"] == 2 and summary["throughput_per_s"] == pytest.approx(200)
-    (row,) = summary["batches"]
-    assert row["speedup"] == pytest.approx(3.0) and row["taken"]
-    assert summary["cost_per_fault_s"] == pytest.approx(0.020 / 19_990)
+    assert pick_without_page_faults(default, Limits(), "throughput", kept) == 2
+    summary = allocator_summary(default, kept, Limits(), "throughput")
+    assert summary.batch_size == 2 and summary.throughput_per_s == pytest.approx(200)
+    (row,) = summary.batches
+    assert row.speedup == pytest.approx(3.0) and row.taken
+    assert summary.cost_per_fault_s == pytest.approx(0.020 / 19_990)
     # a worker whose allocator ignored the setting faults as much: not taken, no cost
-    ignored = allocator_summary(default, [_kept(2, 0.029, 19_000)], Limits(), "image",
-                                "throughput")
-    assert not ignored["taken"] and ignored["cost_per_fault_s"] is None
+    ignored = allocator_summary(default, [_kept(2, 0.029, 19_000)], Limits(), "throughput")
+    assert not ignored.taken and ignored.cost_per_fault_s is None
     # a size that never faulted says nothing about whether the setting took
-    quiet = allocator_summary(default, [_kept(1, 0.010, 0)], Limits(), "image", "throughput")
-    assert "taken" not in quiet["batches"][0] and not quiet["taken"]
+    quiet = allocator_summary(default, [_kept(1, 0.010, 0)], Limits(), "throughput")
+    assert quiet.batches[0].taken is None and not quiet.taken
     # a re-timed size that failed is listed with its error, and picks fall back to default
     failed = [BatchResult(2, Status.OOM, error="out of memory\nframes")]
-    summary = allocator_summary(default, failed, Limits(), "image", "throughput")
-    assert summary["batches"] == [{"batch_size": 2, "status": "oom", "error": "out of memory"}]
-    assert summary["batch_size"] == 1
+    summary = allocator_summary(default, failed, Limits(), "throughput")
+    assert summary.batches == [KeptBatch(2, Status.OOM, error="out of memory")]
+    assert summary.batch_size == 1
 
 
 def test_which_sizes_are_timed_again() -> None:
@@ -259,14 +271,11 @@ def test_which_sizes_are_timed_again() -> None:
 
 
 def test_kept_buffers_that_gained_nothing_are_said_so() -> None:
-    from batchscope.classifiers.analyze import analyze
-    from batchscope.plan import Limits
     from batchscope.reports import narrative
 
     # flagged by the count (20,000 faults at ~1 us in 30 ms), yet no faster kept: noise
     default = [_kept(1, 0.010, 0), _kept(2, 0.030, 20_000)]
     kept = [_kept(1, 0.0101, 0), _kept(2, 0.0302, 50)]
-    doc = analyze({"unit": "image"}, None, default, Limits(), {}, kept_buffers=kept).to_dict()
-    headline = narrative.allocator_headline(doc)
+    headline = narrative.allocator_headline(_assembled(default, kept))
     assert "no batch size ran faster" in headline and "cost" in headline
     assert not any(f"-{d}" in headline or f"−{d}" in headline for d in "0123456789")

@@ -10,6 +10,8 @@ import time
 import torch
 
 from batchscope.profiler.capture import PROFILE_GAP_RATIO, capture_agreeing, profile_gap
+from batchscope.records import FlagKind
+from batchscope.reports.flag_text import flag_text
 
 # 10 ms against 60 ms: a sleep overshoots by ~0.3 ms on a loaded VM, which must not read as
 # a disagreement (it did at 2 ms: 1.3x).
@@ -44,7 +46,8 @@ def test_a_first_capture_slowed_by_the_profiler_is_retaken() -> None:
     slow_left["steps"] = 4
     capture = capture_agreeing(step, lambda: None, CPU, latency_s=latency_s)
     assert profile_gap(capture, latency_s) <= PROFILE_GAP_RATIO
-    assert capture.note.startswith("profile retaken 1x")
+    assert capture.flag is not None and capture.flag.kind == FlagKind.PROFILE_RETAKEN
+    assert flag_text(capture.flag).startswith("profile retaken 1x")
 
 
 def test_a_profile_that_never_agrees_is_said() -> None:
@@ -52,8 +55,9 @@ def test_a_profile_that_never_agrees_is_said() -> None:
         _work(SLOW_S if torch.autograd._profiler_enabled() else FAST_S)
 
     capture = capture_agreeing(step, lambda: None, CPU, latency_s=_timed_s(step))
-    assert capture.note.startswith("the profile disagrees with the timing")
-    assert "3 captures" in capture.note
+    assert capture.flag is not None and capture.flag.kind == FlagKind.PROFILE_DISAGREES
+    assert flag_text(capture.flag).startswith("the profile disagrees with the timing")
+    assert "3 captures" in flag_text(capture.flag)
 
 
 def test_an_agreeing_profile_is_taken_once() -> None:
@@ -66,4 +70,4 @@ def test_an_agreeing_profile_is_taken_once() -> None:
     latency_s = _timed_s(step)
     calls["n"] = 0
     capture = capture_agreeing(step, lambda: None, CPU, latency_s=latency_s)
-    assert capture.note == "" and calls["n"] == 4  # one warm-up step and three profiled
+    assert capture.flag is None and calls["n"] == 4  # one warm-up step and three profiled

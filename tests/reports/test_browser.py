@@ -10,13 +10,13 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from batchscope.records import Report
 from batchscope.reports.html import render_html
 from tests.reports.browser import PageRun, find_chromium, open_page, png_size
-from tests.reports.conftest import SAMPLES, load
+from tests.reports.conftest import SAMPLES, load, typed
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None,
@@ -43,16 +43,16 @@ def check_page(run: PageRun) -> None:
         shutil.copy(run.screenshot, Path(keep) / run.screenshot.name)
 
 
-def open_report(doc: dict[str, Any], name: str, tmp_path: Path) -> PageRun:
+def open_report(report: Report, name: str, tmp_path: Path) -> PageRun:
     page = tmp_path / f"{name}.html"
-    page.write_text(render_html(doc), encoding="utf-8")
+    page.write_text(render_html(report), encoding="utf-8")
     assert CHROMIUM is not None
     return open_page(CHROMIUM, page, tmp_path / "browser", WIDTH, HEIGHT)
 
 
 @pytest.mark.parametrize("name", SAMPLES)
 def test_sample_report_draws_every_chart_offline(name: str, tmp_path: Path) -> None:
-    run = open_report(load(name), name, tmp_path)
+    run = open_report(typed(load(name)), name, tmp_path)
     check_page(run)
     assert run.body["data-charts-drawn"] == "7"  # every chart of the report
     assert run.dom.count("<script") == 4  # plotly.js, the page script, two JSON blocks
@@ -67,9 +67,9 @@ def test_serving_page_draws_its_charts_offline(tmp_path: Path) -> None:
     from batchscope.reports.serving_render import render_html as render_serving
     from batchscope.serving.requests import TokenRange
     from batchscope.serving.whatif import WhatIfOptions, what_if
-    from tests.serving.conftest import decode_doc
+    from tests.serving.conftest import decode_model
 
-    result = what_if(decode_doc(target="<b>hostile</b>"),
+    result = what_if(decode_model(target="<b>hostile</b>"),
                      WhatIfOptions(requests=60, output_tokens=TokenRange(4, 32)))
     page = tmp_path / "serving.html"
     page.write_text(render_serving(result), encoding="utf-8")

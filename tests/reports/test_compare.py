@@ -9,13 +9,18 @@ import pytest
 from typer.testing import CliRunner
 
 from batchscope.cli import main, tools_app
-from batchscope.reports.compare import compare
+from batchscope.records import SCHEMA
+from batchscope.reports.compare import compare, compare_files
 from batchscope.reports.compare_render import render_markdown
 from batchscope.reports.json_report import MAX_REPORT_BYTES
-from tests.reports.conftest import REPORTS
+from tests.reports.conftest import REPORTS, typed
 
 runner = CliRunner()
 LLM = REPORTS / "llm_decode.json"
+MLP = REPORTS / "mlp.json"
+# The mlp sample as it was recorded, at schema 1 (flags, the stop and the rule as sentences):
+# the file tests/data/reports/mlp.json was before its conversion to schema 2.
+MLP_SCHEMA_1 = REPORTS / "schema1" / "mlp.json"
 
 
 def write(tmp_path: Path, name: str, doc: Any) -> Path:
@@ -90,7 +95,7 @@ def test_ops_that_changed_class_are_named() -> None:
     head = copy.deepcopy(doc)
     op = head["batches"][0]["ops"][0]
     op["bound"] = "compute" if op["bound"] != "compute" else "memory"
-    result = compare(doc, head)
+    result = compare(typed(doc), typed(head))
     assert not result.regression
     assert [(c.batch_size, c.op_id) for c in result.class_changes] == [(1, op["op_id"])]
     assert "Ops that changed class (1)" in render_markdown(result)
@@ -100,7 +105,12 @@ def test_different_machines_are_flagged() -> None:
     doc = json.loads(LLM.read_text(encoding="utf-8"))
     head = copy.deepcopy(doc)
     head["hardware"]["name"] = "another CPU"
-    assert any("different machines" in w for w in compare(doc, head).warnings)
+    assert any("different machines" in w for w in compare(typed(doc), typed(head)).warnings)
+
+
+# A report with nothing measured, valid at schema 2: each bad input below breaks one thing.
+EMPTY = (f'"schema": "{SCHEMA}", "model": {{"target": "m.py"}}, "hardware": null, '
+         '"recommendation": null, "run": {}')
 
 
 @pytest.mark.parametrize("text", [
@@ -112,6 +122,9 @@ def test_different_machines_are_flagged() -> None:
     '{"schema": "batchscope.report/1", "batches": [{"batch_size": 1, "status": "ok", '
     '"throughput_per_s": -5}]}',
     '{"schema": "batchscope.report/1", "batches": [], "hardware": [1]}',
+    f'{{{EMPTY}, "batches": [], "x": NaN}}',
+    f'{{{EMPTY}, "batches": {{"a": 1}}}}',
+    f'{{{EMPTY}, "batches": [{{"batch_size": 1, "status": "fine"}}]}}',
     '[1, 2, 3]',
     'not json at all',
 ])
@@ -122,6 +135,54 @@ def test_bad_input_exits_4(tmp_path: Path, text: str) -> None:
         result = runner.invoke(tools_app, ["compare", *args])
         assert result.exit_code == 4, (text, result.output)
         assert "error:" in result.output
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # the loader's sentence (records/codec.decode_report), field by field
+    (lambda d: d["batches"][0].update(batch_size="1"),
+     "batches[0].batch_size is a string, not an integer"),
+    (lambda d: d["batches"][0].update(status=3), "batches[0].status is an integer, not a string"),
+    (lambda d: d["batches"][0].update(throughput_per_s=-5),
+     "batches[0].throughput_per_s is -5.0, not a number ≥ 0"),
+    (lambda d: d["batches"][0]["latency_s"].update(median="fast"),
+     "batches[0].latency_s.median is a string, not a number"),
+    (lambda d: d["recommendation"].update(batch_size=True),
+     "recommendation.batch_size is a boolean, not an integer"),
+    (lambda d: d.update(hardware=[1]), "hardware is a list, not an object or null"),
+    (lambda d: d["batches"][0]["ops"].insert(2, None), "batches[0].ops[2] is null, not an object"),
+    (lambda d: d["batches"][0].pop("status"), "batches[0].status is missing"),
+    (lambda d: d["model"].update(target="\ud800"),
+     "model.target holds a lone surrogate escape (not valid Unicode)"),
+])
+def test_a_bad_field_is_named_in_one_sentence(tmp_path: Path, edit: Any, message: str) -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    edit(doc)
+    head = write(tmp_path, "head.json", doc)
+    result = runner.invoke(tools_app, ["compare", str(LLM), str(head)])
+    assert result.exit_code == 4, result.output
+    assert result.stderr.strip() == f"error: {head} is not a batchscope report: {message}."
+
+
+def test_a_side_without_a_file_exits_4() -> None:
+    result = runner.invoke(tools_app, ["compare", ",", str(LLM)])
+    assert result.exit_code == 4 and "no report.json was given for the base" in result.output
+
+
+def test_a_schema_1_report_compares_with_a_schema_2_one(tmp_path: Path) -> None:
+    # The same sweep at both schemas: the comparison reads the same numbers either way.
+    same = compare_files(MLP_SCHEMA_1, MLP)
+    assert (same.gate_change, same.regression, same.base_rule) == (0.0, False, same.head_rule)
+    assert same.rows == compare_files(MLP, MLP).rows
+    assert same.verdict == compare_files(MLP, MLP).verdict
+    assert same.base_rule.startswith("smallest batch size whose throughput is at least 90%")
+    # ...and the old report holds a new one to it: 0.8 - 1 = -20%, past the 10% threshold
+    slower = write(tmp_path, "slower.json",
+                   scaled(json.loads(MLP.read_text(encoding="utf-8")), 0.8))
+    result = runner.invoke(tools_app, ["compare", str(MLP_SCHEMA_1), str(slower)])
+    assert result.exit_code == 1, result.output
+    assert "regression" in result.output and "−20.0%" in result.output
+    back = runner.invoke(tools_app, ["compare", str(MLP), str(MLP_SCHEMA_1)])
+    assert back.exit_code == 0 and "no regression" in back.output
 
 
 def test_an_oversized_file_exits_4_without_being_read(tmp_path: Path) -> None:
@@ -176,7 +237,7 @@ def test_a_drop_within_the_noise_is_inconclusive_and_a_measured_one_is_not(
     repeated = runner.invoke(tools_app, ["compare", tight_base, tight_head])
     assert repeated.exit_code == 1
     assert "100.0% sure the head is slower" in " ".join(repeated.output.split())
-    result = compare([json.loads(Path(p).read_text()) for p in tight_base.split(",")],
-                     [json.loads(Path(p).read_text()) for p in tight_head.split(",")])
+    result = compare([typed(json.loads(Path(p).read_text())) for p in tight_base.split(",")],
+                     [typed(json.loads(Path(p).read_text())) for p in tight_head.split(",")])
     assert result.runs == (3, 3) and result.regression and not result.inconclusive
-    assert result.standard_error < 0.01
+    assert result.standard_error is not None and result.standard_error < 0.01

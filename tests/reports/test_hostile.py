@@ -16,6 +16,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from batchscope.api import Options, diagnose_file
+from batchscope.reports.json_report import load_report
 from tests.reports.browser import find_chromium, open_page
 from tests.reports.test_html import parse, sha
 
@@ -80,6 +81,15 @@ def test_html_holds_it_as_text(outputs: dict[str, Any]) -> None:
     for attrs, body in page.scripts:  # the data blocks cannot close themselves
         if attrs.get("type") == "application/json":
             assert "<" not in body and json.loads(body)
+
+
+def test_report_json_reads_back_with_the_text_intact(outputs: dict[str, Any]) -> None:
+    # The typed loader (what `diagnose compare` and `diagnose serve` read) keeps the markup
+    # as the plain text it is: nothing to escape in a record, only where it is rendered.
+    report = load_report(outputs["dir"] / "report.json")
+    assert MESSAGE in report.batches[1].error
+    assert report.model.target.endswith(FILE_NAME)
+    assert report.batches[1].status.value == outputs["json"]["batches"][1]["status"]
 
 
 def test_summary_holds_it_as_text(outputs: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 import re
@@ -9,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from batchscope.reports import fmt, view
+from batchscope.records import Report
+from batchscope.reports import fmt, json_report, view
 from batchscope.reports.html import CHARTS, render_html
+from tests.reports.conftest import typed
 
 PLOTLY_BANNER = "plotly.js v"
 # A start tag, and one attribute in it (name, then an optional quoted or bare value).
@@ -76,7 +79,8 @@ def sha(script: str) -> str:
 
 
 def test_page_is_self_contained(sample_doc: dict[str, Any]) -> None:
-    html = render_html(sample_doc)
+    report = typed(sample_doc)
+    html = render_html(report)
     page = parse(html)
     assert html.count(PLOTLY_BANNER) == 1  # plotly.js inlined exactly once
     assert all(u.startswith("#") for u in page.urls), page.urls  # no external resource
@@ -85,11 +89,15 @@ def test_page_is_self_contained(sample_doc: dict[str, Any]) -> None:
     # The CSP allows exactly these two scripts and no connection at all.
     assert "default-src 'none'" in page.csp and "connect-src 'none'" in page.csp
     assert all(sha(body) in page.csp for body in code)
-    assert json_block(page, "batchscope-report") == sample_doc
+    # The page carries report.json's document, sentences included, and it reads back as
+    # the report it was rendered from.
+    embedded = json_block(page, "batchscope-report")
+    assert embedded == json_report.document(report)
+    assert typed(embedded) == report
 
 
 def test_every_chart_has_a_place_and_data(sample_doc: dict[str, Any]) -> None:
-    page = parse(render_html(sample_doc))
+    page = parse(render_html(typed(sample_doc)))
     figures = json_block(page, "batchscope-figures")
     # The samples have data for every chart but the batch × sequence grid (no SEQ_LENS;
     # tests/test_sequence_grid.py has it).
@@ -100,22 +108,23 @@ def test_every_chart_has_a_place_and_data(sample_doc: dict[str, Any]) -> None:
 
 
 def test_roofline_has_a_roof_per_dtype_and_every_op(sample_doc: dict[str, Any]) -> None:
-    figures = json_block(parse(render_html(sample_doc)), "batchscope-figures")
+    report = typed(sample_doc)
+    figures = json_block(parse(render_html(report)), "batchscope-figures")
     traces = figures["roofline"]["data"]
     roofs = {t["name"] for t in traces if t["name"].endswith(" roof")}
     assert roofs == {f"{d} roof" for d in sample_doc["hardware"]["peak_flops_per_s"]}
     points = [t for t in traces if t.get("mode") == "markers" and t.get("showlegend") is False]
-    expected = [op for b in view.measured(sample_doc) for op in b["ops"]
-                if op["flops"] and op["intensity"] and op["time_s"] > 0]
+    expected = [op for b in view.measured(report) for op in b.ops
+                if op.flops and op.intensity and op.time_s > 0]
     assert sum(len(t["x"]) for t in points) == len(expected)
     colours = [c for t in points for c in t["marker"]["color"]]
-    assert colours == [view.BOUND_COLORS[op["bound"]] for op in expected]
+    assert colours == [view.BOUND_COLORS[op.bound.value] for op in expected]
     assert figures["roofline"]["layout"]["xaxis"]["type"] == "log"
     assert figures["roofline"]["layout"]["yaxis"]["type"] == "log"
 
 
 def test_every_attribute_is_quoted(sample_doc: dict[str, Any]) -> None:
-    html = render_html(sample_doc)
+    html = render_html(typed(sample_doc))
     markup = re.sub(r"(?s)<(script|style)\b([^>]*)>.*?</\1>", r"<\1\2></\1>", html)
     tags = list(START_TAG.finditer(markup))
     assert len(tags) > 100
@@ -124,14 +133,17 @@ def test_every_attribute_is_quoted(sample_doc: dict[str, Any]) -> None:
             assert value.startswith('"'), f"{name} is not quoted in {tag.group(0)[:120]}"
 
 
-def test_the_explanation_uses_the_users_numbers(sample_docs: dict[str, dict[str, Any]]) -> None:
-    text = {name: " ".join(parse(render_html(doc)).text) for name, doc in sample_docs.items()}
+def test_the_explanation_uses_the_users_numbers(sample_reports: dict[str, Report]) -> None:
+    text = {name: " ".join(parse(render_html(report)).text)
+            for name, report in sample_reports.items()}
     llm = text["llm_decode"]
     for heading in ("Where the model sits at batch 1", "What sets the critical batch size B*",
                     "Why state such as a KV cache does not amortize",
                     "What the curve means for serving"):
         assert heading in llm
-    predicted = sample_docs["llm_decode"]["recommendation"]["predicted_critical_batch"]
+    rec = sample_reports["llm_decode"].recommendation
+    assert rec is not None
+    predicted = rec.predicted_critical_batch
     assert f"B* ≈ {fmt.number(predicted)} rows" in llm
     assert "turn compute-bound" in llm or "reach the ridge point" in llm
     assert "every row owns its own, so no batch can share it" in llm
@@ -141,7 +153,7 @@ def test_the_explanation_uses_the_users_numbers(sample_docs: dict[str, dict[str,
 
 
 def test_machine_and_method(sample_doc: dict[str, Any]) -> None:
-    text = " ".join(parse(render_html(sample_doc)).text)
+    text = " ".join(parse(render_html(typed(sample_doc))).text)
     for dtype in sample_doc["hardware"]["peak_flops_per_s"]:
         assert f"peak {dtype} matmul" in text
     assert "memory bandwidth" in text and "fixed cost of one small op" in text
@@ -194,7 +206,62 @@ def _gpu_like(doc: dict[str, Any]) -> dict[str, Any]:
 def test_partial_and_degenerate_reports_render(sample_doc: dict[str, Any], change: Any) -> None:
     doc = change(sample_doc)
     doc["partial"] = True
-    page = parse(render_html(doc))
+    page = parse(render_html(typed(doc)))
     figures = json_block(page, "batchscope-figures")
     assert all(f"fig-{key}" in page.ids for key in figures)
     assert "Partial report" in " ".join(page.text)
+
+
+def _header(html: str) -> str:
+    """The text of the page's header line (model, dtype, mode, machine)."""
+    match = re.search(r'(?s)<p class="meta">(.*?)</p>', html)
+    assert match, "no header line"
+    return " ".join(match.group(1).split())
+
+
+def test_an_amp_report_names_its_autocast_dtype_in_the_header(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # --amp bf16: float32 weights, matmuls in bfloat16. The header used to say "float32".
+    doc = copy.deepcopy(sample_docs["mlp"])
+    doc["model"]["amp"] = "bfloat16"
+    doc["run"]["options"]["amp"] = "bf16"
+    header = _header(render_html(typed(doc)))
+    assert "float32 weights, bfloat16 autocast · inference" in header
+    # Without --amp, the model's dtype alone, as before.
+    assert "· float32 · inference ·" in _header(render_html(typed(sample_docs["mlp"])))
+
+
+def _unknown_size_trace(doc: dict[str, Any]) -> Report:
+    """A trace analysed without --batch-sizes: one batch, reported as 1 for want of a size,
+    with no throughput (nothing says how many rows a step held)."""
+    doc["batches"] = [b for b in doc["batches"] if b["batch_size"] == 1]
+    doc["batches"][0]["throughput_per_s"] = None
+    doc["run"] = {"source": "trace", "batch_size_known": False}
+    doc["recommendation"] = None
+    doc["batch_response"] = {}
+    doc["prediction"] = None
+    return typed(doc)
+
+
+def test_a_trace_of_unknown_batch_size_is_never_labelled_batch_1(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    report = _unknown_size_trace(copy.deepcopy(sample_docs["mlp"]))
+    html = render_html(report)
+    figures = json_block(parse(html), "batchscope-figures")
+    # Bars against batch size: one category, "unknown", hovered as "batch unknown".
+    for key in ("time_share", "bytes"):
+        assert {x for trace in figures[key]["data"] for x in trace["x"]} == {"unknown"}
+    # The roofline's legend and every point's hover text.
+    points = [t for t in figures["roofline"]["data"] if t.get("mode") == "markers"]
+    assert points and {t["name"] for t in points} == {"batch unknown"}
+    hovers = [h for t in points for h in t.get("hovertext") or []]
+    assert hovers and all("batch unknown · " in h for h in hovers)
+    assert not re.search(r"batch 1\b", json.dumps(figures))
+    # Tables: the op table's batch column and filter, the timings table.
+    assert '<option value="unknown">unknown</option>' in html
+    rows = re.findall(r'<tr data-batch="([^"]*)"', html)
+    assert rows and set(rows) == {"unknown"}
+    assert re.search(r'<td data-v="1">unknown</td>', html)
+    timings = html[html.index("Timings and their spread"):]
+    assert re.search(r"<tr><td>unknown</td><td>ok</td>", timings)
+    assert "<tr><td>1</td>" not in timings

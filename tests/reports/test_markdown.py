@@ -6,8 +6,10 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from batchscope.records import Report
 from batchscope.reports import view
 from batchscope.reports.markdown import MAX_CHARS, render_summary
+from tests.reports.conftest import typed
 
 HOSTILE = "<script>alert(1)</script> | [x](y) @someone"
 
@@ -17,23 +19,30 @@ def render(markdown: str) -> str:
     return MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
 
 
+def note(text: str) -> dict[str, Any]:
+    """A flag as report.json holds it, of the kind that says its text as it is."""
+    return {"kind": "note", "batch_size": None, "op_id": None, "values": {"text": text}}
+
+
 def test_summary_of_each_sample(sample_doc: dict[str, Any]) -> None:
-    text = render_summary(sample_doc)
+    report = typed(sample_doc)
+    text = render_summary(report)
     rec = sample_doc["recommendation"]
     assert len(text) < MAX_CHARS
     assert f"**Recommended batch size: {rec['batch_size']}**" in text
     assert "Rule: smallest batch size" in text
     assert "```mermaid\nxychart-beta" in text
-    sizes = ", ".join(str(b["batch_size"]) for b in view.measured(sample_doc))
+    sizes = ", ".join(str(b.batch_size) for b in view.measured(report))
     assert f'x-axis "batch size" [{sizes}]' in text
     assert "#### Top ops at batch" in text
+    assert "| dtype | float32 |" in text
     html = render(text)
     assert html.count("<table>") == 3  # facts, batch sizes, top ops
     assert "<script" not in html and "<a " not in html
 
 
 def test_batch_table_has_one_row_per_batch(sample_doc: dict[str, Any]) -> None:
-    html = render(render_summary(sample_doc))
+    html = render(render_summary(typed(sample_doc)))
     batch_table = html.split("<table>")[2]
     rows = batch_table.split("<tbody>")[1].count("<tr>")
     assert rows == len(sample_doc["batches"])
@@ -44,15 +53,15 @@ def _hostile(doc: dict[str, Any]) -> dict[str, Any]:
     doc["model"]["target"] = f"models/{HOSTILE}.py"
     doc["model"]["unit"] = 'tok"]|[x](y)'
     doc["batches"][-1].update(status="model_error", error=f"RuntimeError: {HOSTILE}\n" + "x" * 5000)
-    doc["flags"] = [HOSTILE] * 3
-    op = view.ops_by_time(doc["batches"][0])[0]
+    doc["flags"] = [note(HOSTILE)] * 3
+    op = max(doc["batches"][0]["ops"], key=lambda o: o["time_s"])
     op["module"] = HOSTILE
-    op["flags"] = [HOSTILE]
+    op["flags"] = [{**note(HOSTILE), "op_id": op["op_id"]}]
     return doc
 
 
 def test_user_text_is_inert(sample_doc: dict[str, Any]) -> None:
-    text = render_summary(_hostile(sample_doc))
+    text = render_summary(typed(_hostile(sample_doc)))
     html = render(text)
     assert "<script" not in html and "<a " not in html and "<img" not in html
     assert "@someone" not in text and "@\u200bsomeone" in html  # no mention: a ZWSP breaks it
@@ -67,7 +76,7 @@ def test_user_text_is_inert(sample_doc: dict[str, Any]) -> None:
 
 
 def test_long_error_text_is_cut(sample_doc: dict[str, Any]) -> None:
-    text = render_summary(_hostile(sample_doc))
+    text = render_summary(typed(_hostile(sample_doc)))
     assert "x" * 200 not in text and "…" in text
 
 
@@ -76,8 +85,8 @@ def test_a_huge_report_stays_under_the_comment_limit(sample_doc: dict[str, Any])
     template = doc["batches"][-1]
     doc["batches"] = [dict(template, batch_size=i + 1) for i in range(300)]
     doc["recommendation"]["batch_size"] = 300  # one of the copies
-    doc["flags"] = [f"flag {i}: " + "y" * 3000 for i in range(500)]
-    text = render_summary(doc)
+    doc["flags"] = [note(f"flag {i}: " + "y" * 3000) for i in range(500)]
+    text = render_summary(typed(doc))
     assert len(text) <= MAX_CHARS
     assert text.startswith("### batchscope")
     assert "**Recommended batch size" in text
@@ -87,25 +96,54 @@ def test_nothing_measured(sample_doc: dict[str, Any]) -> None:
     for b in sample_doc["batches"]:
         b.update(status="oom", throughput_per_s=None, latency_s=None, ops=[])
     sample_doc["recommendation"] = None
-    text = render_summary(sample_doc)
+    text = render_summary(typed(sample_doc))
     assert "**No batch size could be measured**" in text and "mermaid" not in text
 
 
-def test_op_flags_are_grouped_and_ranked_by_time_at_stake() -> None:
+def test_op_flags_are_grouped_and_ranked_by_time_at_stake(
+        sample_reports: dict[str, Report]) -> None:
     # issue 13, finding 8: one line per op group and batch size (46 on the CNN sample),
     # printed twice, drowned what mattered
-    import json
-    from pathlib import Path
-
-    from batchscope.reports import view
-
-    doc = json.loads((Path(__file__).parent.parent / "data" / "reports" / "cnn.json").read_text())
-    raw, grouped = view.op_flags(doc), view.flags(doc)
+    report = sample_reports["cnn"]
+    raw, grouped = view.op_flags(report), view.flags(report)
     assert len(raw) == 46 and len(grouped) == 3
-    stakes = [float(sum(op.get("time_s") or 0.0 for b in doc["batches"] for op in b["ops"]
-                        if op["name"] == g.text.split(":")[0].split(", ")[1] and op["flags"]))
+    stakes = [float(sum(op.time_s for b in report.batches for op in b.ops
+                        if op.name == g.text.split(":")[0].split(", ")[1] and op.flags))
               for g in grouped]
     assert stakes == sorted(stakes, reverse=True)  # the most time at stake first
     assert sum(int(g.text.split(": ")[1].split(" ")[0]) for g in grouped) == 46
-    summary = render_summary(doc)
+    summary = render_summary(report)
     assert "Flags (3)" in summary and "accounting error, relu\\_: 23 op groups" in summary
+
+
+def test_a_batch_sizes_own_flag_names_its_batch_once(sample_reports: dict[str, Report]) -> None:
+    # The report's own flags carry their batch size and say it in their sentence; only an
+    # op flag shown alone is prefixed with where it is.
+    summary = render_summary(sample_reports["mlp"])
+    assert "- batch 1: noisy timing, p25-p75 spans" in summary
+    assert "batch 1 · " not in summary
+
+
+def test_an_amp_report_says_both_dtypes(sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 30: a --amp bf16 report's header said just "float32" (the weights' dtype) and
+    # quoted float32's peak beside bfloat16's ridge point
+    doc = copy.deepcopy(sample_docs["cnn"])
+    doc["model"]["amp"] = "bfloat16"
+    text = render_summary(typed(doc))
+    assert "| dtype | float32 weights, bfloat16 autocast |" in text
+    ceilings = next(line for line in text.splitlines() if line.startswith("| ceilings |"))
+    # bf16's peak (md_cell escapes the "1." that could start a list)
+    assert "1\\.96 TFLOP/s bfloat16" in ceilings and "float32" not in ceilings
+    assert "ridge 79.7 FLOP/byte" in ceilings  # 1.96e12 FLOP/s / 24.6 GB/s
+
+
+def test_a_trace_of_unknown_batch_size_names_no_batch(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 30: a trace analysed without --batch-sizes is reported as batch 1 for want of a
+    # size; its table must not call it that
+    doc = copy.deepcopy(sample_docs["mlp"])
+    doc["batches"] = doc["batches"][:1]
+    doc["run"].update(source="trace", batch_size_known=False)
+    text = render_summary(typed(doc))
+    assert "| × batch unknown |" in text and "× batch 1" not in text
+    assert "#### Top ops at the trace's batch (size unknown)" in text

@@ -6,13 +6,25 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from batchscope.classifiers.analyze import analyze
+from batchscope.assemble import Measured, assemble
 from batchscope.plan import Limits
-from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.records import (
+    BatchResult,
+    LatencyStats,
+    ModelInfo,
+    Report,
+    RunInfo,
+    Status,
+    Stop,
+    StopKind,
+)
 from batchscope.reports import fmt, narrative
 from batchscope.reports.escape import md_text
+from batchscope.reports.flag_text import rule_text
 from batchscope.reports.html import render_html
+from batchscope.reports.json_report import document
 from batchscope.reports.markdown import render_summary
+from tests.reports.conftest import typed
 from tests.reports.test_html import parse
 
 # A phrase per fact of the explanation; each must appear exactly once.
@@ -27,37 +39,40 @@ FACTS = (
 )
 
 
-def test_each_fact_is_stated_once(sample_docs: dict[str, dict[str, Any]]) -> None:
-    for name, doc in sample_docs.items():
-        text = narrative.explanation(doc)
+def test_each_fact_is_stated_once(sample_reports: dict[str, Report]) -> None:
+    for name, report in sample_reports.items():
+        text = narrative.explanation(report)
         for fact in FACTS:
             assert text.count(fact) == 1, (name, fact)
-        rec = doc["recommendation"]
-        assert text.count(rec["rule"]) == 1
-        assert f"B* ≈ {fmt.number(rec['predicted_critical_batch'])} row" in text
+        rec = report.recommendation
+        assert rec is not None
+        assert text.count(rule_text(rec.rule, report.model.unit)) == 1
+        assert f"B* ≈ {fmt.number(rec.predicted_critical_batch)} row" in text
 
 
-def test_where_the_layers_turn_compute_bound(sample_docs: dict[str, dict[str, Any]]) -> None:
-    llm = narrative.explanation(sample_docs["llm_decode"])
+def test_where_the_layers_turn_compute_bound(sample_docs: dict[str, dict[str, Any]],
+                                            sample_reports: dict[str, Report]) -> None:
+    llm = narrative.explanation(sample_reports["llm_decode"])
     terms = sample_docs["llm_decode"]["recommendation"]["prediction"]
     # moving 494.6 MB whatever the batch, each row adds 252 MFLOP and 10.7 MB (9.6 MB state)
     assert f"move {fmt.nbytes(terms['layers_fixed_bytes'])} per step" in llm
     assert f"each row adds {fmt.flops(terms['layers_flops_per_row'])}" in llm
     assert "reach the ridge point of 13.8 FLOP/byte at about 65 rows" in llm
-    assert "compute-bound from the start" in narrative.explanation(sample_docs["cnn"])
+    assert "compute-bound from the start" in narrative.explanation(sample_reports["cnn"])
     doc = copy.deepcopy(sample_docs["llm_decode"])
     doc["recommendation"].update(predicted_compute_bound_batch=None,
                                  predicted_compute_bound_infinite=True)
-    assert "never turn compute-bound" in narrative.explanation(doc)
+    assert "never turn compute-bound" in narrative.explanation(typed(doc))
 
 
-def test_the_knee_moves_by_the_efficiency_ratio(sample_docs: dict[str, dict[str, Any]]) -> None:
+def test_the_knee_moves_by_the_efficiency_ratio(sample_docs: dict[str, dict[str, Any]],
+                                                sample_reports: dict[str, Report]) -> None:
     doc = sample_docs["mlp"]
     first, last = doc["batches"][0], doc["batches"][-1]
     e0 = first["predicted_step_s"] / first["profiled_step_s"]
     e1 = last["predicted_step_s"] / last["profiled_step_s"]
     predicted = doc["recommendation"]["predicted_critical_batch"]
-    text = narrative.explanation(doc)
+    text = narrative.explanation(sample_reports["mlp"])
     assert f"batch 1 ran at {fmt.pct(e0)} of its roofline speed" in text
     assert f"batch {last['batch_size']} at {fmt.pct(e1)}" in text
     # the knee moves by e1 / e0 on its own (2.6× in the recorded run: from 64 to about 164)
@@ -67,19 +82,19 @@ def test_the_knee_moves_by_the_efficiency_ratio(sample_docs: dict[str, dict[str,
 def test_the_max_batch_hint_only_when_the_cap_stopped_a_rising_curve(
         sample_docs: dict[str, dict[str, Any]]) -> None:
     doc = copy.deepcopy(sample_docs["mlp"])
-    assert "--max-batch" not in narrative.explanation(doc)
+    assert "--max-batch" not in narrative.explanation(typed(doc))
     doc["recommendation"]["still_rising_at_cap"] = True
-    text = narrative.explanation(doc)
+    text = narrative.explanation(typed(doc))
     assert text.count("raise --max-batch") == 1
     assert "still rising at the largest batch tried (1024)" in text
 
 
 def test_html_and_markdown_show_the_explanation_once(
-        sample_docs: dict[str, dict[str, Any]]) -> None:
-    for doc in sample_docs.values():
-        page = " ".join(parse(render_html(doc)).text)
-        summary = render_summary(doc)
-        for paragraph in (p for s in narrative.sections(doc) for p in s.paragraphs):
+        sample_reports: dict[str, Report]) -> None:
+    for report in sample_reports.values():
+        page = " ".join(parse(render_html(report)).text)
+        summary = render_summary(report)
+        for paragraph in (p for s in narrative.sections(report) for p in s.paragraphs):
             assert page.count(paragraph) == 1
         for fact in FACTS:
             assert page.count(fact) == 1 and summary.count(md_text(fact)) == 1, fact
@@ -91,18 +106,20 @@ def ok(b: int, throughput: float) -> BatchResult:
                        throughput_per_s=throughput)
 
 
-def test_the_report_object_holds_the_same_text() -> None:
+def test_report_json_holds_the_same_text() -> None:
     results = [ok(1, 26.4), ok(2, 50.0), ok(4, 90.0)]
-    report = analyze({"unit": "token"}, None, results, Limits(), {},
-                     stop_reason="reached the largest batch size (4)", stopped_at_cap=True)
+    model = ModelInfo(target="m.py", unit="token")
+    report = assemble(Measured(model, RunInfo(), None, results, Limits(),
+                               stop=Stop(StopKind.CAP, values={"largest": 4}),
+                               stopped_at_cap=True))
     rec = report.recommendation
     assert rec is not None and rec.still_rising_at_cap
-    assert rec.explanation == narrative.explanation(report.to_dict())
-    assert report.to_dict()["recommendation"]["explanation"] == rec.explanation
-    assert "Batching lifts throughput 3.4× over batch 1" in rec.explanation  # 90 / 26.4
-    assert "raise --max-batch" in rec.explanation
-    stopped = analyze({"unit": "token"}, None, results, Limits(), {},
-                      stop_reason="batch 8 ran out of memory")
+    text = narrative.explanation(report)
+    assert document(report)["recommendation"]["explanation"] == text
+    assert "Batching lifts throughput 3.4× over batch 1" in text  # 90 / 26.4
+    assert "raise --max-batch" in text
+    stopped = assemble(Measured(model, RunInfo(), None, results, Limits(),
+                                stop=Stop(StopKind.FAILED, 8, {"status": "oom"})))
     assert stopped.recommendation and not stopped.recommendation.still_rising_at_cap
 
 
@@ -110,11 +127,13 @@ def test_training_and_watch_reports_say_nothing_of_serving(
         sample_docs: dict[str, dict[str, Any]]) -> None:
     # issue 13, finding 7: a training step or a watched loop carried a serving section
     inference = next(d for d in sample_docs.values() if d["model"].get("mode") != "train")
-    assert "Continuous batching" in narrative.explanation(inference)
+    assert "Continuous batching" in narrative.explanation(typed(inference))
+    watched = {"steps": 40, "timed_steps": 30, "block_steps": 1}
     for change in ({"model": {**inference["model"], "mode": "train"}},
-                   {"run": {**inference["run"], "watch": {"steps": 40}}}):
+                   {"run": {**inference["run"], "watch": watched}},
+                   {"run": {**inference["run"], "source": "watch"}}):
         doc = {**copy.deepcopy(inference), **change}
-        text = narrative.explanation(doc)
+        text = narrative.explanation(typed(doc))
         assert "Continuous batching" not in text and "static batch" not in text.lower()
         assert "Batching lifts throughput" in text  # the verdict stays
 
@@ -128,10 +147,24 @@ def test_compute_bound_prose_agrees_with_the_measured_speedup(
     rec = doc["recommendation"]
     rec.update(speedup_from_batching=3.5, predicted_compute_bound_batch=0.8,
                predicted_compute_bound_infinite=False)
-    text = narrative.explanation(doc)
+    text = narrative.explanation(typed(doc))
     assert "Most of the step's time is in compute-bound ops" in text
     assert "Batching still lifted throughput 3.5×" in text
     assert "little" not in text and "small remainder" not in text
     rec["speedup_from_batching"] = 1.1
-    text = narrative.explanation(doc)
+    text = narrative.explanation(typed(doc))
     assert "small remainder" in text and "little weight reading to share" in text
+
+
+def test_the_ridge_point_names_the_dtype_it_belongs_to(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 30: under --amp bf16 the ridge quoted is bfloat16's (the matmuls ran in it), so
+    # its dtype must say so, not the weights' float32
+    doc = copy.deepcopy(sample_docs["cnn"])
+    ridges = doc["hardware"]["ridge_flops_per_byte"]
+    fp32 = f"ridge point of {fmt.number(ridges['float32'])} FLOP/byte (float32)"
+    assert fp32 in narrative.explanation(typed(doc))
+    doc["model"]["amp"] = "bfloat16"
+    text = narrative.explanation(typed(doc))
+    assert f"ridge point of {fmt.number(ridges['bfloat16'])} FLOP/byte (bfloat16)" in text
+    assert "(float32)" not in text

@@ -6,43 +6,56 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import pytest
 from rich.console import Console
 
-from batchscope.classifiers.analyze import analyze
-from batchscope.hardware.types import Ceilings
+from batchscope.assemble import Measured, assemble
+from batchscope.errors import UsageError
 from batchscope.plan import Limits
-from batchscope.records import batch_result_from_dict
+from batchscope.records import SCHEMA, Report
 from batchscope.reports.console import print_summary
 from batchscope.reports.html import render_html
 from batchscope.reports.markdown import render_summary
+from tests.reports.conftest import typed
 
 
-def test_unmeasured_sizes_are_predicted_and_labelled(sample_docs: dict[str, dict[str, Any]]):
-    doc = sample_docs["llm_decode"]
-    measured = [batch_result_from_dict(b) for b in doc["batches"] if b["batch_size"] <= 8]
-    report = analyze(doc["model"], Ceilings.from_dict(doc["hardware"]), measured,
-                     Limits(max_batch=32), doc["run"])
-    out = report.to_dict()
-    points = {p["batch_size"]: p for p in out["prediction"]["points"]}
+def _cut_short(doc: dict[str, Any], largest: int, max_batch: int) -> Report:
+    """The sample's report as if its sweep had measured up to ``largest`` only, with the
+    plan's limit at ``max_batch`` (the step-time model predicts the sizes in between)."""
+    sample = typed(doc)  # a fresh copy: assemble must not share records with the fixture
+    measured = [b for b in sample.batches if b.batch_size <= largest]
+    return assemble(Measured(sample.model, sample.run, sample.hardware, measured,
+                             Limits(max_batch=max_batch)))
+
+
+def _console_text(report: Report, width: int) -> str:
+    out = io.StringIO()
+    print_summary(Console(file=out, width=width), report)
+    return out.getvalue()
+
+
+def test_unmeasured_sizes_are_predicted_and_labelled(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    report = _cut_short(sample_docs["llm_decode"], largest=8, max_batch=32)
+    assert report.prediction is not None
+    points = {p.batch_size: p for p in report.prediction.points}
     assert sorted(points) == [8, 16, 32]  # 8 forecast from 1, 2, 4; 16 and 32 predicted
-    assert points[16]["measured_latency_s"] is None and points[8]["error"] is not None
-    assert out["prediction"]["fitted_on"] == [2, 4, 8] == points[32]["predicted_from"]
+    assert points[16].measured_latency_s is None and points[8].error is not None
+    assert report.prediction.fitted_on == [2, 4, 8] == points[32].predicted_from
 
-    summary = render_summary(out)
+    summary = render_summary(report)
     table = summary[summary.index("#### Predicted against measured"):]
     assert "| 16 | not measured |" in table and "| 2, 4, 8 |" in table
     assert "each size forecast from the three measured before it" in table
     assert "not measured, predicted from batches 2, 4, 8: batch 16" in table
 
-    page = render_html(out)
+    page = render_html(report)
     assert "Predicted against measured" in page and "not measured: predicted" in page
 
-    console = Console(file=io.StringIO(), width=200)
-    print_summary(console, report)
-    assert "Step-time model, each size forecast" in console.file.getvalue()
+    assert "Step-time model, each size forecast" in _console_text(report, 200)
 
 
-def test_the_sentence_names_what_the_probes_timed():
+def test_the_sentence_names_what_the_probes_timed() -> None:
     from batchscope.reports.view import _probed_kinds
 
     assert _probed_kinds({"mm[[8,16],[16,4]]": 1e-4}) == "matmuls"
@@ -56,58 +69,65 @@ def test_the_sentence_names_what_the_probes_timed():
 
 
 def test_unmeasured_sizes_that_would_move_the_pick_are_said_and_hold_on_the_full_sweep(
-        sample_docs: dict[str, dict[str, Any]]):
+        sample_docs: dict[str, dict[str, Any]]) -> None:
     # Decode measured to batch 8 only (a sweep cut short), predicted to 64: the model puts
     # 64 far past batch 8 even at the low end of its band, so the report says which batch
     # the pick would be, labelled a prediction, in every format.
     doc = sample_docs["llm_decode"]
-    measured = [batch_result_from_dict(b) for b in doc["batches"] if b["batch_size"] <= 8]
-    report = analyze(doc["model"], Ceilings.from_dict(doc["hardware"]), measured,
-                     Limits(max_batch=64), doc["run"])
-    out = report.to_dict()
-    pick = out["prediction"]["pick"]
-    assert report.recommendation.batch_size == 8 and pick["instead_of"] == 8
-    assert pick["batch_size"] > 8 and not pick["measured"]
-    assert pick["margin"] == out["prediction"]["max_abs_error"] >= 0.1
+    report = _cut_short(doc, largest=8, max_batch=64)
+    assert report.prediction is not None and report.recommendation is not None
+    pick = report.prediction.pick
+    assert pick is not None
+    assert report.recommendation.batch_size == 8 and pick.instead_of == 8
+    assert pick.batch_size > 8 and not pick.measured
+    assert report.prediction.max_abs_error is not None
+    assert pick.margin == report.prediction.max_abs_error >= 0.1
     # The same sample's full sweep measured that size: it does beat batch 8 by more than
     # the rule's 1/0.9, as predicted.
     full = {b["batch_size"]: b["throughput_per_s"] for b in doc["batches"]}
-    assert full[pick["batch_size"]] > full[8] / 0.9
+    assert full[pick.batch_size] > full[8] / 0.9
 
-    sentence = f"Not measured, predicted: batch {pick['batch_size']} at"
-    assert sentence in render_summary(out)
-    assert sentence in render_html(out)
-    console = Console(file=io.StringIO(), width=400)
-    print_summary(console, report)
-    assert sentence in console.file.getvalue()
-    assert f"--batch-sizes {pick['batch_size']}" in console.file.getvalue()
+    sentence = f"Not measured, predicted: batch {pick.batch_size} at"
+    assert sentence in render_summary(report)
+    assert sentence in render_html(report)
+    console = _console_text(report, 400)
+    assert sentence in console
+    assert f"--batch-sizes {pick.batch_size}" in console
     # The full sweep itself (nothing unmeasured below its largest size) has no such pick.
-    whole = analyze(doc["model"], Ceilings.from_dict(doc["hardware"]),
-                    [batch_result_from_dict(b) for b in doc["batches"]],
-                    Limits(max_batch=max(full)), doc["run"])
+    whole = _cut_short(doc, largest=max(full), max_batch=max(full))
     assert whole.prediction is not None and whole.prediction.pick is None
 
 
-def test_a_pick_whose_fields_are_not_numbers_is_not_said():
+def _with_pick(pick: dict[str, Any]) -> dict[str, Any]:
+    """A report dict holding nothing but a predicted pick."""
+    return {"schema": SCHEMA, "model": {"target": "m", "unit": "token"}, "hardware": None,
+            "batches": [], "recommendation": None, "run": {},
+            "prediction": {"fitted_on": [], "points": [], "knee_batch": None,
+                           "max_abs_error": None, "pick": pick}}
+
+
+def test_a_pick_whose_fields_are_not_numbers_is_not_said() -> None:
     from batchscope.reports.narrative import predicted_pick_headline
 
     good = {"batch_size": 64, "throughput_per_s": 650.0, "measured": False,
             "best_batch_size": 64, "best_throughput_per_s": 650.0, "margin": 0.2,
             "instead_of": 8, "instead_of_throughput_per_s": 116.0}
-    doc = {"model": {"unit": "token"}, "batches": [], "prediction": {"pick": good}}
-    assert predicted_pick_headline(doc).startswith(
+    headline = predicted_pick_headline(typed(_with_pick(good)))
+    assert headline is not None and headline.startswith(
         "Not measured, predicted: batch 64 at 650 tokens/s, at least 542 tokens/s with its "
         "step 20% longer (the step-time model's largest miss on the sizes it forecast). If "
         "that holds, it would be recommended instead of batch 8 (116 tokens/s measured)")
-    assert predicted_pick_headline(doc).endswith("Measure to be sure: --batch-sizes 64.")
+    assert headline.endswith("Measure to be sure: --batch-sizes 64.")
     # The pick may be a smaller size than the fastest predicted: both are worth measuring.
-    doc["prediction"]["pick"] = {**good, "batch_size": 32, "throughput_per_s": 600.0}
-    assert predicted_pick_headline(doc).endswith("--batch-sizes 32,64.")
-    # "measured" must be true itself, not a string that reads as true.
-    doc["prediction"]["pick"] = {**good, "measured": "no"}
-    assert "it would be recommended instead of batch 8" in predicted_pick_headline(doc)
-    for field, bad in (("batch_size", "<b>64</b>"), ("instead_of", True), ("margin", -1),
+    smaller = predicted_pick_headline(
+        typed(_with_pick({**good, "batch_size": 32, "throughput_per_s": 600.0})))
+    assert smaller is not None and smaller.endswith("--batch-sizes 32,64.")
+    # A negative band is no prediction to quote.
+    assert predicted_pick_headline(typed(_with_pick({**good, "margin": -1}))) is None
+    # Fields of the wrong type (a string for a bool, markup for a size, a bool for a size, a
+    # non-finite or missing number) never reach a renderer: the one loader refuses them.
+    for field, bad in (("measured", "no"), ("batch_size", "<b>64</b>"), ("instead_of", True),
                        ("throughput_per_s", float("inf")), ("margin", float("nan")),
                        ("best_throughput_per_s", None)):
-        doc["prediction"]["pick"] = {**good, field: bad}
-        assert predicted_pick_headline(doc) is None
+        with pytest.raises(UsageError, match="is not a batchscope report"):
+            typed(_with_pick({**good, field: bad}))

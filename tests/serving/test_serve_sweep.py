@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +13,8 @@ from batchscope.cli import tools_app
 from batchscope.contract import load_model_file
 from batchscope.errors import ModelFileError
 from batchscope.records import Status
+from batchscope.records.serving import Policy, StepTimeSource
+from batchscope.reports.json_report import load_report
 from tests.conftest import MODELS
 from tests.serving.conftest import decode_doc
 
@@ -28,25 +31,30 @@ def decode_report(tmp_path_factory):
 
 def test_sweep_times_the_context_grid(decode_report):
     out, report = decode_report
-    assert report.model["contexts"] == [16, 64]
-    grid = report.serving["context_grid"]
-    assert {(p["batch_size"], p["context"]) for p in grid} == {
+    assert report.model.contexts == [16, 64]
+    assert report.serving is not None
+    grid = report.serving.context_grid
+    assert {(p.batch_size, p.context) for p in grid} == {
         (b, c) for b in (1, 2, 4) for c in (16, 64)}
-    assert all(p["status"] == Status.OK.value and p["latency_s"]["median"] > 0 for p in grid)
+    assert all(p.status == Status.OK and p.latency_s is not None and p.latency_s.median > 0
+               for p in grid)
     # make_inputs' KV caches: 2 layers x K and V x b x 2 heads x (c + 1) x 16 x 4 bytes,
     # plus the ids and positions (b x 8 bytes each).
     for p in grid:
-        b, c = p["batch_size"], p["context"]
-        assert p["input_bytes"] == 2 * 2 * b * 2 * (c + 1) * 16 * 4 + 2 * b * 8
-    what_if = report.serving["what_if"]
+        b, c = p.batch_size, p.context
+        assert c is not None
+        assert p.input_bytes == 2 * 2 * b * 2 * (c + 1) * 16 * 4 + 2 * b * 8
+    what_if = report.serving.what_if
+    assert what_if is not None
     # 2 x 2 x 2 heads x 16 x 4 bytes = 512 bytes of KV per token per row, from the grid.
-    assert what_if["step_time"]["kv_bytes_per_token"] == pytest.approx(512)
-    assert what_if["step_time"]["source"] == "context grid"
-    assert what_if["recommendation"]["policy"] == "continuous"
+    assert what_if.step_time.kv_bytes_per_token == pytest.approx(512)
+    assert what_if.step_time.source == StepTimeSource.CONTEXT_GRID
+    assert what_if.recommendation.policy == Policy.CONTINUOUS
+    # report.json reads back into the same section.
+    assert load_report(out / "report.json").serving == report.serving
     saved = json.loads((out / "report.json").read_text())
-    assert saved["serving"]["what_if"]["recommendation"] == what_if["recommendation"]
     assert "Simulated on these step times" in (out / "summary.md").read_text() + \
-        report.recommendation.explanation
+        saved["recommendation"]["explanation"]
 
 
 def test_serve_command_writes_its_files(decode_report, tmp_path):
@@ -56,7 +64,10 @@ def test_serve_command_writes_its_files(decode_report, tmp_path):
                                        "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "serving.json").read_text())
+    assert data["schema"] == 2
     assert data["recommendation"]["cap"] in (1, 2, 4)
+    # The pick's sentence beside its numbers, for a reader without batchscope.
+    assert "p99 TPOT ≤ 500 ms" in data["recommendation"]["sentence"]
     assert "p99 TPOT ≤ 500 ms" in result.output
     page = (tmp_path / "serving.html").read_text()
     assert "Time per output token" in page and "connect-src" in page
@@ -112,6 +123,16 @@ def test_serve_bad_inputs_exit_4(tmp_path):
     assert result.exit_code == 4
 
 
+def test_serve_refuses_a_report_that_is_not_a_decode_step(tmp_path):
+    # An MLP's report: no context to take step times at, so no what-if (exit 4, one line).
+    mlp = Path(__file__).resolve().parent.parent / "data" / "reports" / "mlp.json"
+    result = runner.invoke(tools_app, ["serve", str(mlp), "--out", str(tmp_path)])
+    assert result.exit_code == 4, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--context" in lines[0]
+    assert not (tmp_path / "serving.json").exists()
+
+
 def test_contexts_in_the_contract(tmp_path):
     model = tmp_path / "m.py"
     base = ("import torch\n"
@@ -136,8 +157,10 @@ def test_a_grid_point_that_runs_out_of_memory_ends_its_row(tmp_path):
                            Options(out_dir=str(tmp_path), min_time_s=0.05,
                                    measure_ceilings=False, op_breakdown=False))
     assert [b.status for b in report.batches] == [Status.OK] * 3  # the sweep, at context 16
-    grid = [(p["batch_size"], p["context"], p["status"]) for p in report.serving["context_grid"]]
-    assert grid == [(1, 16, "ok"), (2, 16, "ok"), (4, 16, "ok"), (1, 64, "ok"), (2, 64, "oom")]
-    assert "on cue" in report.serving["context_grid"][-1]["error"]
+    assert report.serving is not None and report.serving.what_if is not None
+    grid = [(p.batch_size, p.context, p.status) for p in report.serving.context_grid]
+    assert grid == [(1, 16, Status.OK), (2, 16, Status.OK), (4, 16, Status.OK),
+                    (1, 64, Status.OK), (2, 64, Status.OOM)]
+    assert "on cue" in report.serving.context_grid[-1].error
     # The what-if still runs from what was measured (batch 1 at two contexts).
-    assert report.serving["what_if"]["step_time"]["source"] == "context grid"
+    assert report.serving.what_if.step_time.source == StepTimeSource.CONTEXT_GRID

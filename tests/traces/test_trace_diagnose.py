@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from batchscope.cli import main
-from batchscope.records import Bound
+from batchscope.records import Bound, FlagKind, TimeBasis
+from batchscope.records.report import Mode
+from batchscope.reports.flag_text import flag_text
+from batchscope.traces.analysis import MISSING_KERNELS, MISSING_SHAPES
 from batchscope.traces.diagnose import diagnose_traces
 from batchscope.traces.kineto import load_trace
 from batchscope.traces.recorded_ops import Recorded, count_recorded
@@ -93,14 +96,15 @@ def test_h100_gemm_flops_are_2mnk_from_recorded_shapes(key: str) -> None:
         assert counted is not None
         assert counted.flops == _gemm_flops(event["args"]["Input Dims"], event["name"])
     if key == "vit":
-        first = next(e for e in gemms if e["args"]["Input Dims"][:3] == [[768], [788, 768], [768, 768]])
+        first = next(e for e in gemms
+                     if e["args"]["Input Dims"][:3] == [[768], [788, 768], [768, 768]])
         assert count_recorded(Recorded.from_event(first)).flops == 929_562_624
 
 
 def test_ddp_training_shows_backward_ops_and_nccl_as_communication(reports) -> None:
     report, folder = reports["ddp_train"]
     batch = report.batches[0]
-    assert report.model["mode"] == "train"
+    assert report.model.mode == Mode.TRAIN
     backward = [op for op in batch.ops if op.name.endswith("_backward") and op.kernels]
     assert {op.name for op in backward} >= {"tanh_backward", "native_layer_norm_backward"}
     # backward ops run on the autograd thread, not the ProfilerStep thread
@@ -110,7 +114,7 @@ def test_ddp_training_shows_backward_ops_and_nccl_as_communication(reports) -> N
     assert threads and not threads & step_thread
     comm = [op for op in batch.ops if op.bound == Bound.COMMUNICATION]
     assert comm and all(op.name.startswith("nccl:") for op in comm)
-    assert all(k["name"].lower().startswith("nccl") for op in comm for k in op.kernels)
+    assert all(k.name.lower().startswith("nccl") for op in comm for k in op.kernels)
     assert batch.time_share.communication > 0
     # fp32 GEMMs whose kernels are TF32 tensor-op kernels get the TF32 roof
     tf32 = [op for op in batch.ops if op.roof_dtype == "tfloat32"]
@@ -144,7 +148,9 @@ def test_launch_bound_inference_says_so(reports) -> None:
 def test_trace_without_shapes_says_what_is_missing(reports) -> None:
     report, _ = reports["nccl"]
     batch = report.batches[0]
-    assert any("no input shapes recorded" in f for f in batch.flags)
+    assert any("no input shapes recorded" in flag_text(f) for f in batch.flags)
+    assert any(f.kind == FlagKind.TRACE_INCOMPLETE and f.values["missing"] == MISSING_SHAPES
+               for f in batch.flags)
     assert all(op.flops is None for op in batch.ops)
     assert sum(op.time_s for op in batch.ops) > 0
 
@@ -161,8 +167,9 @@ def test_cpu_only_trace_shows_its_ops(tmp_path: Path) -> None:
     prof.export_chrome_trace(str(path))
     report = diagnose_traces([path], out_dir=str(tmp_path / "out"))
     batch = report.batches[0]
-    assert any("no GPU kernels" in f for f in batch.flags)
-    assert report.hardware is None and batch.time_basis == "cpu"
+    assert any("no GPU kernels" in flag_text(f) for f in batch.flags)
+    assert any(f.values.get("missing") == MISSING_KERNELS for f in batch.flags)
+    assert report.hardware is None and batch.time_basis == TimeBasis.CPU
     linear = next(op for op in batch.ops if op.name == "linear")
     # linear = t + addmm; addmm counts 2mnk as torch.utils.flop_counter does (bias not added)
     assert linear.flops == 2 * 8 * 64 * 128
@@ -180,7 +187,7 @@ def test_truncated_trace_is_read_up_to_the_cut(tmp_path: Path) -> None:
     cut.write_bytes(text[: int(len(text) * 0.7)])
     assert _cli(["trace", str(cut), "--out", str(tmp_path / "out")]) == 0
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert any("truncated" in f for f in doc["batches"][0]["flags"])
+    assert any("truncated" in f["text"] for f in doc["batches"][0]["flags"])
 
 
 def test_unreadable_traces_exit_4_with_one_sentence(tmp_path: Path, capsys) -> None:
@@ -193,6 +200,17 @@ def test_unreadable_traces_exit_4_with_one_sentence(tmp_path: Path, capsys) -> N
     assert _cli(["trace", str(other), "--out", str(tmp_path / "b")]) == 4
     assert "no traceEvents" in capsys.readouterr().err
     assert _cli(["trace", str(tmp_path / "missing.json"), "--out", str(tmp_path / "c")]) == 4
+
+
+def test_an_unreadable_trace_among_readable_ones_is_a_warning(tmp_path: Path, capsys) -> None:
+    junk = tmp_path / "junk.json"
+    junk.write_text("this is not a trace")
+    assert _cli(["trace", str(TRACES["nccl"]), str(junk), "--out", str(tmp_path / "out")]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "warning: not read: " in err and "is not a profiler trace" in err
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    first = doc["flags"][0]  # the front end's flags come first, as before
+    assert first["kind"] == "trace_not_read" and first["text"].startswith("not read: ")
 
 
 def test_batch_sizes_must_fit_the_traces(tmp_path: Path, capsys) -> None:
@@ -224,9 +242,11 @@ def _slower_rank(path: Path, rank: int, stretch: float, out: Path) -> Path:
 def test_ranks_are_shown_per_rank_with_the_slowest_named(tmp_path: Path) -> None:
     rank1 = _slower_rank(TRACES["nccl"], 1, 1.3, tmp_path / "rank1.json")
     report = diagnose_traces([TRACES["nccl"], rank1], out_dir=str(tmp_path / "out"))
-    rows = report.run["ranks"]["1"]
-    assert sorted(r["rank"] for r in rows) == [0, 1]
-    assert any("rank 1 is the slowest of 2 ranks" in f for f in report.batches[0].flags)
+    rows = report.run.ranks[1]
+    assert sorted(r.rank for r in rows) == [0, 1]
+    assert [r.rank for r in rows if r.slowest] == [1]
+    assert any("rank 1 is the slowest of 2 ranks" in flag_text(f)
+               for f in report.batches[0].flags)
     assert "Ranks" in (tmp_path / "out" / "summary.md").read_text()
 
 
@@ -249,9 +269,9 @@ def test_ops_served_from_cache_are_not_called_accounting_errors(reports) -> None
     from batchscope.reports import view
 
     report, folder = reports["ddp_train"]
-    raw = view.op_flags(report.to_dict())
-    cached = [f for f in raw if f.text.startswith("served from cache")]
-    assert cached and all("cache 40 MiB" in f.text for f in cached)
-    assert not any(f.text.startswith("accounting error") and "fit in cache" in f.text
-                   for f in raw)
+    raw = [flag_text(f) for _, _, f in view.op_flags(report)]
+    cached = [text for text in raw if text.startswith("served from cache")]
+    assert cached and all("cache 40 MiB" in text for text in cached)
+    assert not any(text.startswith("accounting error") and "fit in cache" in text
+                   for text in raw)
     assert "accounting error" not in (folder / "summary.md").read_text()

@@ -1,0 +1,262 @@
+"""The one assembler: what a sweep, a ``watch``, a trace or a data-parallel run measured,
+turned into a complete :class:`~batchscope.records.Report`, every section included.
+
+The front ends (``api``, ``watching``, ``traces.diagnose``, the trainer callbacks) only say
+what they measured, in a :class:`Measured`; the classification, the predictions, the
+recommendation, the flags and the sections (serving, sequence grid, allocator, data
+parallel, estimates) are made here, once, and nothing changes the report after. Numbers
+only: the sentences are the reports layer's.
+
+Example:
+    >>> report = assemble(Measured(model, run, ceilings, results, Limits()))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from batchscope.classifiers.allocator import (
+    allocator_summary,
+    page_fault_flags,
+    page_fault_share,
+    pick_without_page_faults,
+)
+from batchscope.classifiers.analyze import (
+    accumulation,
+    ceiling_flags,
+    compiled_flags,
+    dtype_hints,
+    failed_flags,
+    noise_flags,
+    run_flags,
+    unmeasured_sizes,
+    work_flags,
+    work_varies_with_inputs,
+)
+from batchscope.classifiers.critical_batch import (
+    ComputeBoundPrediction,
+    KneePrediction,
+    measured_knee,
+    predict_compute_bound_batch,
+    predict_critical_batch,
+)
+from batchscope.classifiers.data_parallel import data_parallel_summary
+from batchscope.classifiers.estimate import estimate_batch
+from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, predicted_pick, recommend
+from batchscope.classifiers.roofline import (
+    achieved_ceilings,
+    batch_response,
+    classify_batch,
+    time_share,
+)
+from batchscope.classifiers.sequence_grid import sequence_grid_section
+from batchscope.classifiers.step_model import predict
+from batchscope.hardware.types import Ceilings
+from batchscope.plan import Limits
+from batchscope.records import (
+    BatchResult,
+    Flag,
+    FlagKind,
+    GridPoint,
+    ModelInfo,
+    PredictionTerms,
+    Recommendation,
+    Report,
+    RunInfo,
+    Status,
+    Stop,
+)
+from batchscope.records.report import AllocatorSetBy, Estimate, Mode, Source
+from batchscope.serving.report_section import serving_section
+
+
+@dataclass
+class Measured:
+    """What one run measured, from whichever front end, before any judgement.
+
+    Attributes:
+        model, run: what was measured and how.
+        ceilings: the roofs (measured, cached, or a GPU's datasheet); None: unclassified.
+        results: every batch size tried, in order.
+        limits: the user's limits (and the sizes the plan would have tried).
+        stop: why the sweep ended where it did.
+        partial: interrupted (or the loop ended early): the report says so.
+        in_progress: written between batch sizes of a running sweep: no pick is made from
+            the predictions of sizes it is about to measure.
+        stopped_at_cap: the plan's largest batch size was reached (--max-batch).
+        objective: "throughput" or "energy".
+        probes_s: kernel probe times by key (the step-time model's).
+        global_batch: --global-batch.
+        flags: what the front end noticed (the ceilings failed, a trace it could not read,
+            the trainer a callback watched).
+        grid: the second axis's points (CONTEXTS or SEQ_LENS).
+        kept_buffers: the batch sizes timed again with the allocator keeping its buffers,
+            and how it was told to.
+        estimate_factors: ``watch``: estimate these multiples of the measured batch size.
+        recommends: False for a trace of unknown batch size: nothing to recommend.
+    """
+
+    model: ModelInfo
+    run: RunInfo
+    ceilings: Ceilings | None
+    results: list[BatchResult]
+    limits: Limits = field(default_factory=Limits)
+    stop: Stop | None = None
+    partial: bool = False
+    in_progress: bool = False
+    stopped_at_cap: bool = False
+    objective: str = "throughput"
+    probes_s: dict[str, float] = field(default_factory=dict)
+    global_batch: int | None = None
+    flags: list[Flag] = field(default_factory=list)
+    grid: list[GridPoint] = field(default_factory=list)
+    kept_buffers: list[BatchResult] = field(default_factory=list)
+    kept_buffers_set_by: AllocatorSetBy | None = None
+    estimate_factors: tuple[int, ...] = ()
+    recommends: bool = True
+
+
+def assemble(m: Measured) -> Report:
+    """Classify every op, predict and measure B*, recommend a batch size, flag what the
+    reader should know, and build every section that applies."""
+    model = m.model
+    ceilings = achieved_ceilings(m.ceilings, m.results) if m.ceilings is not None else None
+    # A recorded trace has time shares without roofs (a CPU-only trace, a GPU not in the
+    # datasheets); a sweep without ceilings leaves its ops unclassified.
+    shares = m.run.source == Source.TRACE
+    batches = [_classified(r, ceilings, shares) for r in m.results]
+    choice = recommend(batches, m.limits, m.objective) if m.recommends else None
+    varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
+    prediction = None
+    if ceilings is not None and not varies:
+        prediction = predict(batches, ceilings, unmeasured_sizes(batches, m.limits),
+                             m.probes_s, model.units_per_row)
+    if prediction is not None and m.objective == "throughput" and not m.in_progress:
+        prediction = dataclasses.replace(
+            prediction, pick=predicted_pick(batches, prediction, m.limits, choice))
+    report = Report(
+        model=model,
+        hardware=ceilings,
+        batches=batches,
+        recommendation=(_recommendation(m, batches, ceilings, choice, varies)
+                        if choice is not None else None),
+        run=m.run,
+        stop=m.stop,
+        partial=m.partial,
+        batch_response=batch_response(batches),
+        flags=_flags(m, batches, ceilings),
+        estimates=_estimates(m, batches, ceilings),
+        prediction=prediction,
+        distributed=data_parallel_summary(model, batches,
+                                          choice.batch_size if choice else None,
+                                          m.global_batch),
+        allocator=allocator_summary(batches, m.kept_buffers, m.limits, m.objective,
+                                    m.kept_buffers_set_by),
+        sequence_grid=sequence_grid_section(model, batches, m.grid,
+                                            m.limits.memory_budget_bytes),
+    )
+    if model.contexts and model.mode == Mode.INFERENCE:
+        # A decode model: its context grid, and (once the sweep is done) the what-if,
+        # simulated from the report's own step times.
+        report = dataclasses.replace(
+            report, serving=serving_section(report, m.grid, final=not m.partial
+                                            and not m.in_progress))
+    return report
+
+
+def _classified(result: BatchResult, ceilings: Ceilings | None, shares: bool) -> BatchResult:
+    """The result with its ops placed on the roofline, its time shares (``shares``: even
+    without roofs) and its page faults' share of the step (for the renderers)."""
+    r = classify_batch(result, ceilings) if ceilings is not None else dataclasses.replace(result)
+    if shares and r.time_share is None:
+        r.time_share = time_share(r)
+    r.page_fault_share = page_fault_share(r)
+    return r
+
+
+def _recommendation(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None,
+                    choice: Choice, varies: bool) -> Recommendation:
+    predicted = (predict_critical_batch(batches, ceilings)
+                 if ceilings is not None and not varies else None)
+    layers = (predict_compute_bound_batch(batches, ceilings, m.model.compute_dtype)
+              if ceilings is not None and not varies else None)
+    knee, knee_inside = measured_knee(batches)
+    return Recommendation(
+        batch_size=choice.batch_size,
+        rule=choice.rule,
+        speedup_from_batching=choice.speedup_from_batching,
+        speedup_baseline_batch=choice.speedup_baseline_batch,
+        predicted_critical_batch=predicted.batch if predicted else None,
+        measured_knee_batch=knee,
+        measured_knee_within_sweep=knee_inside,
+        predicted_compute_bound_batch=layers.batch if layers else None,
+        predicted_compute_bound_infinite=bool(layers and layers.batch is None),
+        near_best_share=NEAR_BEST_SHARE,
+        prediction=prediction_terms(predicted, layers),
+        best_batch_size=choice.best_batch_size,
+        best_throughput_per_s=choice.best_throughput_per_s,
+        still_rising_at_cap=_still_rising_at_cap(batches, choice, m.stopped_at_cap),
+        work_varies_with_inputs=varies,
+        batch_size_without_page_faults=pick_without_page_faults(
+            batches, m.limits, m.objective, m.kept_buffers),
+        accumulation=accumulation(m.model, batches, choice.batch_size, m.global_batch),
+    )
+
+
+def prediction_terms(knee: KneePrediction | None,
+                     layers: ComputeBoundPrediction | None) -> PredictionTerms:
+    """The numbers the predictions came from, for renderers to quote (all per step)."""
+    terms = PredictionTerms()
+    if knee is not None:
+        terms = dataclasses.replace(terms, shared_s=knee.shared_s, per_row_s=knee.per_row_s)
+    if layers is not None:
+        terms = dataclasses.replace(
+            terms,
+            layers_fixed_bytes=layers.fixed_bytes,
+            layers_bytes_per_row=layers.per_row_bytes,
+            layers_state_bytes_per_row=layers.state_bytes_per_row,
+            layers_flops_per_row=layers.flops.slope,
+            peak_flops_per_s=layers.peak_flops_per_s,
+            bandwidth_bytes_per_s=layers.bandwidth_bytes_per_s,
+        )
+    return terms
+
+
+def _still_rising_at_cap(results: list[BatchResult], choice: Choice,
+                         stopped_at_cap: bool) -> bool:
+    """True when the best throughput came at the largest batch and the plan's cap ended the
+    sweep (rather than an OOM, a limit or a plateau), so a larger batch was never tried."""
+    largest = max((r.batch_size for r in results if r.status == Status.OK), default=None)
+    return stopped_at_cap and choice.best_batch_size == largest
+
+
+def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None) -> list[Flag]:
+    """The front end's flags, each batch size's own (with its batch size), then the run's.
+    Op flags stay on their ops (renderers list them with the op's id)."""
+    flags = list(m.flags)
+    flags += [f if f.batch_size is not None else dataclasses.replace(f, batch_size=r.batch_size)
+              for r in batches for f in r.flags]
+    flags += run_flags(m.model)
+    flags += compiled_flags(m.model, batches)
+    flags += dtype_hints(m.model, ceilings, batches)
+    if m.global_batch is not None and m.model.mode != Mode.TRAIN:
+        flags.append(Flag(FlagKind.GLOBAL_BATCH_IN_INFERENCE,
+                          values={"global_batch": m.global_batch}))
+    flags += work_flags(batches)
+    flags += noise_flags(batches)
+    flags += page_fault_flags(batches)
+    flags += ceiling_flags(ceilings, m.model.compute_dtype)
+    flags += failed_flags(batches)
+    return flags
+
+
+def _estimates(m: Measured, batches: list[BatchResult],
+               ceilings: Ceilings | None) -> list[Estimate]:
+    """``watch``'s labelled estimates of larger batch sizes, from its one measured size."""
+    measured = next((r for r in batches if r.status == Status.OK), None)
+    if not m.estimate_factors or measured is None or ceilings is None:
+        return []
+    estimates = [estimate_batch(measured, ceilings, measured.batch_size * k)
+                 for k in m.estimate_factors]
+    return [e for e in estimates if e is not None]

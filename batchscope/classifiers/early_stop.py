@@ -1,0 +1,57 @@
+"""The sweep's predicted stop, as a phase in two pure steps: which kernel probes it wants,
+then a decision on their times (step_model.predicted_stop). The sweep runs the probes in
+between; nothing here calls back into it.
+
+Example:
+    >>> policy = EarlyStop(Limits())  # doctest: +SKIP
+    >>> specs = policy.probes(results, remaining, ceilings)  # doctest: +SKIP
+    >>> stop = policy.decide(results, remaining, ceilings, sweep.probe(specs))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from batchscope.classifiers.analyze import work_varies_with_inputs
+from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
+from batchscope.classifiers.roofline import achieved_ceilings, classify_batch
+from batchscope.classifiers.step_model import predicted_stop, stop_probe_specs
+from batchscope.hardware.types import Ceilings
+from batchscope.plan import Limits
+from batchscope.records import BatchResult, Stop
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """The predicted stop of one sweep: its limits and objective. Throughput only: an
+    energy pick has no step-time model."""
+
+    limits: Limits
+    objective: str = "throughput"
+
+    def applies(self, results: list[BatchResult]) -> bool:
+        return self.objective == "throughput" and not work_varies_with_inputs(results)
+
+    def probes(self, results: list[BatchResult], remaining: list[int],
+               ceilings: Ceilings) -> list[dict[str, Any]]:
+        """The kernel probes the decision reads ([] when it will not judge)."""
+        if not self.applies(results):
+            return []
+        return stop_probe_specs(results, remaining)
+
+    def decide(self, results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
+               probes_s: dict[str, float]) -> Stop | None:
+        """The stop, judged against the batch size the rule picks from ``results`` so far;
+        None to go on."""
+        if not self.applies(results):
+            return None
+        ceilings = achieved_ceilings(ceilings, results)
+        batches = [classify_batch(r, ceilings) for r in results]
+        choice = recommend(batches, self.limits, self.objective)
+        picked = next((r for r in batches if choice and r.batch_size == choice.batch_size),
+                      None)
+        if picked is None or not picked.throughput_per_s:
+            return None
+        return predicted_stop(batches, ceilings, remaining, picked.throughput_per_s,
+                              NEAR_BEST_SHARE, probes_s)

@@ -1,0 +1,85 @@
+"""Which aten ops are matmuls, convolutions, TF32-eligible or kernel-probed: one table.
+
+Ops are named as the profiler and the counting pass name them (the aten overload packet
+without ``aten::``). Every place that treats an op by its kind reads it here: the step-time
+model (its compute efficiency per family), the roofline (the dense ops whose exact FLOPs
+can raise a measured peak), GPU device time (the fp32 ops TF32 may run), the kernel probes
+(what can be timed alone, and how) and the formula registry (each formula's family). No
+torch here: the parent process of a sweep reads it too.
+
+Example:
+    >>> family("addmm"), family("convolution_backward"), family("gelu")
+    (<Family.MATMUL: 'matmul'>, <Family.CONV: 'conv'>, None)
+    >>> probe_kind("mm"), probe_kind("convolution"), probe_kind("linear")
+    (<ProbeKind.SHAPES: 'shapes'>, <ProbeKind.CONV_ARGS: 'conv_args'>, None)
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Family(str, Enum):
+    """The kernel family an op runs in."""
+
+    MATMUL = "matmul"  # a GEMM (BLAS, cuBLAS): the ceilings' F.linear path
+    CONV = "conv"  # a convolution (oneDNN, cuDNN), forward or backward
+
+
+class ProbeKind(str, Enum):
+    """How a kernel probe (profiler/probe.py) calls an op alone at its own shapes."""
+
+    SHAPES = "shapes"  # a matmul: fresh tensors of the recorded shapes are enough
+    CONV_ARGS = "conv_args"  # aten.convolution with its recorded stride, padding, ... args
+    REPLAYED = "replayed"  # any overload the recorded tensors and non-tensor args fit
+
+
+FAMILIES: dict[str, Family] = {
+    **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear",
+                     "_addmm_activation", "_scaled_mm"), Family.MATMUL),
+    **dict.fromkeys(("convolution", "_convolution", "conv1d", "conv2d", "conv3d",
+                     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                     "mkldnn_convolution", "cudnn_convolution", "cudnn_convolution_transpose",
+                     "convolution_backward"), Family.CONV),
+}
+
+PROBES: dict[str, ProbeKind] = {
+    **dict.fromkeys(("addmm", "mm", "bmm", "baddbmm"), ProbeKind.SHAPES),
+    "convolution": ProbeKind.CONV_ARGS,
+    # The per-row ops of a CNN's forward and backward steps and of a transformer's, whose
+    # time a larger batch changes by more than its work (another kernel path, buffers
+    # mapped afresh and faulted in). One name here adds an op, as long as its tensor
+    # arguments are floating point, or named ``indices`` (filled with zeros).
+    **dict.fromkeys((
+        "convolution_backward",
+        "native_batch_norm", "_native_batch_norm_legit_no_training",
+        "native_batch_norm_backward",
+        "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+        "threshold_backward", "add", "mul", "native_layer_norm", "_softmax", "gelu",
+    ), ProbeKind.REPLAYED),
+}
+
+
+def family(name: str) -> Family | None:
+    """The kernel family of the op named, or None for any other op."""
+    return FAMILIES.get(name)
+
+
+def is_dense(name: str) -> bool:
+    """A matmul or a convolution: dense kernels whose FLOPs are exact."""
+    return name in FAMILIES
+
+
+def probe_kind(name: str) -> ProbeKind | None:
+    """How a kernel probe calls the op named, or None when it is not probed."""
+    return PROBES.get(name)
+
+
+def ops_of(family_: Family) -> frozenset[str]:
+    """Every op name of one family."""
+    return frozenset(name for name, f in FAMILIES.items() if f == family_)
+
+
+def probed(kind: ProbeKind) -> frozenset[str]:
+    """Every op name probed one way."""
+    return frozenset(name for name, k in PROBES.items() if k == kind)

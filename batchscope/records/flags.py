@@ -1,0 +1,136 @@
+"""Flags and stop reasons as data: a kind from a closed set and the numbers behind it.
+
+A classifier (or the worker, or a trace reader) says *what* it noticed: a
+:class:`FlagKind`, the batch size and op it concerns, and the values a sentence needs. The
+sentence itself is written by the reports layer (``reports/flag_text.py``), once for every
+format, so a renderer never parses prose to learn what a flag is about, and a unit is
+attached where the number is shown, not where it is computed.
+
+Example:
+    >>> flag = Flag(FlagKind.NOISY_TIMING, batch_size=8, values={"spread": 0.31})
+    >>> flag.number("spread")
+    0.31
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+# What a flag's or a stop's values may hold: JSON scalars, and lists of them (kernel names,
+# batch sizes). Nothing nests deeper, so every renderer can read them without type tests.
+Scalar = str | int | float | bool | None
+Value = Scalar | list[str | int | float]
+
+
+class FlagKind(str, Enum):
+    """Every kind of flag a report may carry. Each has one sentence in reports/flag_text.py."""
+
+    # -- measuring one batch size (worker, supervisor, watch) ----------------------------
+    NO_BREAKDOWN = "no_breakdown"  # reason
+    BREAKDOWN_FAILED = "breakdown_failed"  # phase, error
+    BREAKDOWN_LOST = "breakdown_lost"  # reason
+    BREAKDOWN_INTERRUPTED = "breakdown_interrupted"
+    TIMED_BEFORE_DEATH = "timed_before_death"
+    PROFILE_RETAKEN = "profile_retaken"  # tries, first_gap, profiled_s, timed_s
+    PROFILE_DISAGREES = "profile_disagrees"  # profiled_s, timed_s, gap, cost_per_op_s, captures
+    GPU_THROTTLED = "gpu_throttled"  # reasons
+    RANKS_OUTPUT = "ranks_output"  # path
+    NON_DETERMINISTIC = "non_deterministic"
+    # -- one op ---------------------------------------------------------------------------
+    UNMATCHED_CALLS = "unmatched_calls"
+    FUSED_BY_INDUCTOR = "fused_by_inductor"  # kernels
+    SERVED_FROM_CACHE = "served_from_cache"  # time_s, roof_s, footprint_bytes, cache_bytes
+    PARTLY_FROM_CACHE = "partly_from_cache"  # time_s, roof_s, footprint_bytes, cache_bytes
+    ACCOUNTING_ERROR = "accounting_error"  # time_s, roof_s
+    # -- the run (classifiers) ------------------------------------------------------------
+    NOISY_TIMING = "noisy_timing"  # spread
+    CEILINGS_FAILED = "ceilings_failed"  # error
+    CEILINGS_ON_BUSY_MACHINE = "ceilings_on_busy_machine"  # share
+    ROOF_RAISED = "roof_raised"  # roof, before, after, op, op_id, at_batch, source, measured_at
+    CEILING_SPREAD = "ceiling_spread"  # dtype, spread, best, median
+    STAND_IN_TRAINING_STEP = "stand_in_training_step"  # optimizer, loss, zero_grad
+    COMPILED = "compiled"  # compiles, compiles_at, fused_s, fused_share, kernels, kernel_s
+    AMP_SLOWER = "amp_slower"  # amp, dtype, peak, fp32_peak, compute_share, native
+    AMP_FASTER = "amp_faster"  # dtype, ratio, compute_share
+    GLOBAL_BATCH_IN_INFERENCE = "global_batch_in_inference"  # global_batch
+    WORK_VARIES = "work_varies"  # batch_sizes, weight_bytes
+    PAGE_FAULTS = "page_faults"  # batch_sizes, faults, shares, page_bytes, cost_s
+    BATCH_FAILED = "batch_failed"  # status, error
+    # -- recorded traces ------------------------------------------------------------------
+    TRACE_NOT_READ = "trace_not_read"  # error
+    TRACES_ON_DIFFERENT_GPUS = "traces_on_different_gpus"  # gpus, roofs_of
+    GPU_NOT_IN_DATASHEETS = "gpu_not_in_datasheets"  # gpu
+    SLOWEST_RANK = "slowest_rank"  # rank, ranks, trace
+    TRACE_INCOMPLETE = "trace_incomplete"  # missing (traces.analysis.MISSING_*), events
+    # -- integrations ---------------------------------------------------------------------
+    LIGHTNING_ACCUMULATES = "lightning_accumulates"  # batches, rows
+    LIGHTNING_PROCESSES = "lightning_processes"  # world, strategy
+    TRAINER_ACCUMULATES = "trainer_accumulates"  # steps, micro_batch
+    TRAINER_PROCESSES = "trainer_processes"  # world
+    # -- a report.json of schema 1, whose flags were sentences ----------------------------
+    NOTE = "note"  # text
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something a reader of the report should know, as data.
+
+    Attributes:
+        kind: what was noticed.
+        batch_size: the batch size it concerns; None for the run as a whole.
+        op_id: the op it concerns (``join.op_ids``); None for a batch size or the run.
+        values: the numbers and names its sentence quotes (keys per kind, in FlagKind).
+    """
+
+    kind: FlagKind
+    batch_size: int | None = None
+    op_id: str | None = None
+    values: dict[str, Value] = field(default_factory=dict)
+
+    def number(self, key: str) -> float | None:
+        """A numeric value (None when absent or not a number)."""
+        value = self.values.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value)
+
+    def text(self, key: str) -> str:
+        """A text value ("" when absent)."""
+        value = self.values.get(key)
+        return "" if value is None else str(value)
+
+    def items(self, key: str) -> list[str | int | float]:
+        """A list value ([] when absent or not a list)."""
+        value = self.values.get(key)
+        return list(value) if isinstance(value, list) else []
+
+
+class StopKind(str, Enum):
+    """Why the sweep stopped going up (or why a watch or trace report ends where it does)."""
+
+    LIST_DONE = "list_done"  # every requested batch size was measured
+    CAP = "cap"  # the default sweep reached its largest size (largest)
+    SKIPPED = "skipped"  # predicted not to fit (batch_size; the batch's error says why)
+    FAILED = "failed"  # batch_size ended as status
+    OVER_LATENCY_LIMIT = "over_latency_limit"  # batch_size, latency_s, limit_s
+    OVER_MEMORY_BUDGET = "over_memory_budget"  # batch_size, peak_bytes, budget_bytes
+    PLATEAU = "plateau"  # doublings, gain
+    PREDICTED = "predicted"  # remaining, fitted_on, projected_per_s, margin, highest, gain,
+    #                          last, bar_per_s, miss (throughputs in units a second)
+    REPEATED_ERRORS = "repeated_errors"  # batch_sizes, statuses
+    INTERRUPTED = "interrupted"  # by the user
+    IN_PROGRESS = "in_progress"  # a report written while the sweep runs
+    WATCH_DONE = "watch_done"  # the watched steps are done
+    WATCH_CUT_SHORT = "watch_cut_short"  # the loop ended before they were
+    TRACES = "traces"  # a report of recorded traces: nothing was swept
+    NOTE = "note"  # a report.json of schema 1: text
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the sweep ended where it did: a kind and the values its sentence quotes."""
+
+    kind: StopKind
+    batch_size: int | None = None
+    values: dict[str, Value] = field(default_factory=dict)

@@ -1,0 +1,562 @@
+"""The report: every section a frozen dataclass, from the assembler to every renderer.
+
+``report.json`` is this object serialised (:func:`batchscope.records.codec.encode`) and read
+back by one typed decoder (:func:`batchscope.records.codec.decode`). Numbers only: the
+sentences (the explanation, a flag's or the stop's words, the rule) are written by the
+reports layer from these fields, for every format alike.
+
+Example:
+    >>> report = batchscope.diagnose_file("samples/mlp.py")  # doctest: +SKIP
+    >>> report.recommendation.batch_size  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from batchscope.hardware.types import Ceilings
+from batchscope.records.flags import Flag, Stop
+from batchscope.records.measurement import BatchResult, Status
+from batchscope.records.run import Options
+from batchscope.records.serving import ServingSection
+
+# report.json's schema; bump it to rename or retype a field. Schema 1 (flags, the stop and
+# the rule as sentences) is still read: codec.decode turns its sentences into NOTE kinds.
+SCHEMA = "batchscope.report/2"
+SCHEMA_1 = "batchscope.report/1"
+
+
+class Mode(str, Enum):
+    INFERENCE = "inference"
+    TRAIN = "train"
+
+
+class Source(str, Enum):
+    """How the report's measurements were made."""
+
+    SWEEP = "sweep"  # diagnose model.py: a worker (or torchrun's ranks) per batch size
+    WATCH = "watch"  # batchscope.watch around the user's own loop (and the callbacks)
+    TRACE = "trace"  # diagnose trace: recorded profiler traces, nothing run here
+
+
+# -- model ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingStep:
+    """What a training step runs, each part the model file's or batchscope's stand-in."""
+
+    optimizer: str
+    loss: str
+    zero_grad: str
+    defaults_used: bool
+
+
+@dataclass(frozen=True)
+class RankHost:
+    rank: int
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class BusBandwidthSize:
+    bytes: int
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class BusBandwidth:
+    """The all-reduce bus bandwidth (nccl-tests' busbw) of the ranks, measured or cached."""
+
+    busbw_bytes_per_s: float
+    sizes: list[BusBandwidthSize] = field(default_factory=list)
+    source: str = "measured"  # or "cache"
+
+
+@dataclass(frozen=True)
+class DistributedInfo:
+    """A data-parallel sweep's ranks (profiler/ranks.py)."""
+
+    world_size: int
+    backend: str
+    wrapped_by: str  # "the model file" or "batchscope"
+    allreduce_bytes_per_step: int
+    find_unused_parameters: bool = False
+    parameters_without_gradient: int = 0
+    nodes: int = 1
+    ranks: list[RankHost] = field(default_factory=list)
+    bus_bandwidth: BusBandwidth | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """report.json ``model``: what was measured, as the worker (or watch, or a trace) saw it.
+
+    ``parameter_bytes`` is the bytes of the model's parameters and buffers, wherever it is
+    measured (the weights a step reads whatever the batch)."""
+
+    target: str
+    mode: Mode = Mode.INFERENCE
+    unit: str = "sample"
+    units_per_row: int = 1  # UNITS_PER_ROW at the sweep's length
+    dtype: str | None = None  # the model's dtype ("float32"); None: a trace that names none
+    amp: str | None = None  # autocast's dtype under --amp ("bfloat16")
+    parameters: int | None = None
+    parameter_bytes: int | None = None
+    device: str = ""
+    threads: int | None = None
+    available_memory_bytes: int | None = None
+    batch_sizes: list[int] | None = None  # the model file's BATCH_SIZES
+    contexts: list[int] = field(default_factory=list)  # CONTEXTS: decode models
+    seq_lens: list[int] = field(default_factory=list)  # SEQ_LENS: sequence models
+    units_per_row_per_token: bool = False  # UNITS_PER_ROW = "seq_len"
+    compiled: bool = False
+    training_step: TrainingStep | None = None
+    distributed: DistributedInfo | None = None
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the matmuls ran in: autocast's where it ran, else the model's."""
+        return self.amp or self.dtype or "float32"
+
+
+# -- run -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WatchInfo:
+    """How many steps ``watch`` saw and timed."""
+
+    steps: int
+    timed_steps: int
+    block_steps: int
+
+
+@dataclass(frozen=True)
+class IntegrationInfo:
+    """The trainer a callback watched (integrations/)."""
+
+    name: str  # "lightning" or "transformers_trainer"
+    version: str
+    step: str  # what one watched step is: "one training batch", "one optimizer step"
+    accumulation_steps: int = 1  # accumulate_grad_batches / gradient_accumulation_steps
+    world_size: int = 1
+    strategy: str | None = None
+    micro_batch_rows: int | None = None
+    global_step_at_start: int | None = None
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    path: str
+    rank: int | None
+    world_size: int | None
+    device: str | None
+
+
+@dataclass(frozen=True)
+class TraceRank:
+    """One rank's trace of a step, beside the others of the same batch size."""
+
+    rank: int | None
+    trace: str
+    step_s: float | None
+    device_busy_s: float
+    idle_share: float | None
+    communication_share: float | None
+    device: str | None
+    slowest: bool
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """report.json ``run``: how the report was made."""
+
+    source: Source = Source.SWEEP
+    tool_version: str = ""
+    torch_version: str = ""
+    started_at: str = ""
+    wall_s: float | None = None
+    options: Options | None = None  # a sweep's options
+    watch: WatchInfo | None = None
+    integration: IntegrationInfo | None = None
+    traces: list[TraceFile] = field(default_factory=list)
+    # A trace analysed without --batch-sizes: its batch size is unknown (reported as 1).
+    batch_size_known: bool = True
+    ranks: dict[int, list[TraceRank]] = field(default_factory=dict)  # by batch size
+
+
+# -- recommendation ------------------------------------------------------------------------
+class RuleKind(str, Enum):
+    """The rule that picked the recommended batch size."""
+
+    NEAR_BEST = "near_best"  # smallest within near_best_share of the best throughput
+    ENERGY = "energy"  # smallest within reach of the lowest energy per unit
+    ENERGY_UNAVAILABLE = "energy_unavailable"  # asked for energy, none measured: NEAR_BEST
+    ONLY_ONE = "only_one"  # one batch size measured: nothing to choose from
+
+
+class LimitKind(str, Enum):
+    LATENCY = "latency"  # --latency-limit-ms
+    MEMORY = "memory"  # --memory-budget
+
+
+@dataclass(frozen=True)
+class OverLimit:
+    """A batch size over a user limit: what it measured against the limit."""
+
+    batch_size: int
+    kind: LimitKind
+    measured: float  # seconds (latency) or bytes (memory)
+    limit: float
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Which rule picked, with its numbers."""
+
+    kind: RuleKind
+    share: float  # near the best: the share of the best throughput (or energy) allowed
+    best_batch_size: int  # the best by the rule's measure
+    best_value: float  # its throughput (units/s) or energy (J per unit)
+    excluded: list[OverLimit] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PredictionTerms:
+    """The numbers B* and the compute-bound batch came from (classifiers/critical_batch.py),
+    all per step."""
+
+    shared_s: float | None = None
+    per_row_s: float | None = None
+    layers_fixed_bytes: float | None = None
+    layers_bytes_per_row: float | None = None
+    layers_state_bytes_per_row: float | None = None
+    layers_flops_per_row: float | None = None
+    peak_flops_per_s: float | None = None
+    bandwidth_bytes_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """--global-batch in one training process: the accumulation steps that reach it."""
+
+    global_batch_target: int
+    micro_batch: int
+    accumulation_steps: int
+    global_batch_reached: int
+    step_s: float
+    time_per_global_batch_s: float
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """report.json ``recommendation`` (DESIGN.md)."""
+
+    batch_size: int
+    rule: Rule
+    speedup_from_batching: float | None
+    speedup_baseline_batch: int | None
+    predicted_critical_batch: float | None  # the knee the roofline predicts (B* = t0 / c)
+    measured_knee_batch: float | None
+    measured_knee_within_sweep: bool
+    # Where the layers that read weights or state turn compute-bound; None with
+    # ``..._infinite`` True when they never do.
+    predicted_compute_bound_batch: float | None = None
+    predicted_compute_bound_infinite: bool = False
+    near_best_share: float = 0.9
+    prediction: PredictionTerms = field(default_factory=PredictionTerms)
+    best_batch_size: int | None = None
+    best_throughput_per_s: float | None = None
+    # The best throughput came at the largest batch size the sweep was allowed to try: a
+    # larger --max-batch may find a better one.
+    still_rising_at_cap: bool = False
+    # The weights read per step changed between batch sizes: the work depends on the inputs
+    # (an early exit, routing), so batch-response figures do not describe batching alone.
+    work_varies_with_inputs: bool = False
+    # What the rule picks when no step pays its page faults: measured side by side
+    # (Report.allocator) where the sweep re-timed, else estimated; None when no batch size
+    # faulted enough to be flagged.
+    batch_size_without_page_faults: int | None = None
+    accumulation: Accumulation | None = None
+
+
+# -- the step-time model's prediction --------------------------------------------------------
+@dataclass(frozen=True)
+class CurvePoint:
+    """One batch size on the step-time model's curve (``Report.prediction.points``)."""
+
+    batch_size: int
+    predicted_latency_s: float
+    predicted_throughput_per_s: float
+    # The batch sizes the predicting model was fitted on: at a measured size, the ones just
+    # before it (a forecast made without it); at an unmeasured one, the largest measured.
+    predicted_from: list[int] = field(default_factory=list)
+    measured_latency_s: float | None = None  # None: not measured, the prediction stands alone
+    error: float | None = None  # predicted / measured latency - 1
+    probed_ops: int = 0  # ops whose time here came from kernel probes of their own shape
+
+
+@dataclass(frozen=True)
+class PredictedPick:
+    """report.json ``prediction.pick``: what the recommendation's rule would pick over the
+    measured batch sizes and the unmeasured ones as the step-time model predicts them
+    (classifiers/recommend.predicted_pick), where that is not the measured pick. Each
+    unmeasured size counts at the low end of its band: a prediction, never the
+    recommendation itself."""
+
+    batch_size: int
+    throughput_per_s: float  # predicted (central) unless ``measured``
+    measured: bool
+    best_batch_size: int  # the unmeasured size that moved the pick: the fastest predicted
+    best_throughput_per_s: float
+    margin: float  # the band: the forecasts' largest miss, at least step_model.MIN_MARGIN
+    instead_of: int  # the measured pick
+    instead_of_throughput_per_s: float
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """report.json ``prediction``: the step-time model (classifiers/step_model.py), each
+    measured batch size forecast from the ones before it, and the unmeasured ones predicted."""
+
+    fitted_on: list[int]
+    points: list[CurvePoint]
+    knee_batch: float | None
+    max_abs_error: float | None  # largest |error| of the forecasts; None: none measured
+    assumptions: list[str] = field(default_factory=list)
+    # Relative change of the predicted latency at the largest batch size if each compute
+    # roof were its median repeat rather than its best; None where the ceilings record none.
+    ceiling_sensitivity: float | None = None
+    # The kernel probes the model used: seconds of one call by op, shapes and dtype.
+    probes_s: dict[str, float] = field(default_factory=dict)
+    pick: PredictedPick | None = None
+
+
+# -- other sections --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResponsePoint:
+    """An op's time per batch row at one batch size (its batch-response curve)."""
+
+    batch_size: int
+    time_per_row_s: float
+
+
+class EstimateMethod(str, Enum):
+    # Every measured op scaled by the growth of its roofline time (FLOPs, state and
+    # activations grow with the batch, weights do not), Python time between ops kept.
+    ROOFLINE_SCALED = "roofline_scaled"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """``watch``'s estimate of a larger batch size: never a measurement."""
+
+    batch_size: int
+    latency_s: float
+    throughput_per_s: float
+    method: EstimateMethod = EstimateMethod.ROOFLINE_SCALED
+
+
+@dataclass(frozen=True)
+class DataParallelBatch:
+    """One per-rank batch size of a data-parallel sweep."""
+
+    batch_size: int
+    global_batch: int
+    global_throughput_per_s: float
+    communication_exposed_s: float | None
+    communication_share: float | None
+    allreduce_at_bus_bandwidth_s: float | None
+    hidden_share: float | None
+    slowest_rank: int | None
+    straggler_lag_s: float | None
+
+
+@dataclass(frozen=True)
+class DataParallelPick:
+    """The recommendation's global batch, and the accumulation that reaches --global-batch."""
+
+    per_rank_batch: int
+    global_batch: int
+    communication_per_sample_s: float
+    global_batch_target: int | None = None
+    accumulation_steps: int | None = None
+    global_batch_reached: int | None = None
+    communication_per_sample_with_accumulation_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """report.json ``distributed`` (classifiers/data_parallel.py)."""
+
+    world_size: int
+    nodes: int
+    backend: str
+    wrapped_by: str
+    allreduce_bytes_per_step: int
+    bus_bandwidth_bytes_per_s: float | None
+    batches: list[DataParallelBatch]
+    recommendation: DataParallelPick | None = None
+
+
+class AllocatorSetBy(str, Enum):
+    """How the re-timing's allocator was told to keep its buffers."""
+
+    MALLOPT = "mallopt in the sweep's worker"
+    ENVIRONMENT = "the environment of a fresh worker"
+
+
+@dataclass(frozen=True)
+class KeptBatch:
+    """One batch size timed again with the allocator keeping its buffers, beside the sweep's."""
+
+    batch_size: int
+    status: Status
+    error: str = ""
+    latency_s: float | None = None
+    kept_latency_s: float | None = None
+    kept_timed_steps: int | None = None
+    throughput_per_s: float | None = None
+    kept_throughput_per_s: float | None = None
+    page_faults_per_step: float | None = None
+    kept_page_faults_per_step: float | None = None
+    speedup: float | None = None
+    taken: bool | None = None  # None: the size never faulted, so it cannot tell
+
+
+@dataclass(frozen=True)
+class AllocatorCheck:
+    """report.json ``allocator`` (classifiers/allocator.py): both allocators side by side."""
+
+    env: dict[str, str]  # what a user sets to keep the buffers
+    set_by: AllocatorSetBy | None
+    batches: list[KeptBatch]
+    batch_size: int | None  # the rule's pick with the buffers kept
+    throughput_per_s: float | None
+    cost_per_fault_s: float | None  # step time saved per fault avoided, where any was
+    taken: bool
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """The largest batch predicted to fit at one length, and the line it comes from."""
+
+    batch_size: int
+    bytes_per_row: float
+    fixed_bytes: float
+    capacity_bytes: int
+    measured_batch_sizes: list[int]
+
+
+@dataclass(frozen=True)
+class SequencePoint:
+    """One batch size × sequence length point."""
+
+    batch_size: int
+    seq_len: int
+    status: Status
+    latency_s: float | None
+    units_per_row: int
+    tokens_per_step: int
+    throughput_per_s: float | None
+    peak_memory_bytes: int | None
+    source: str  # "sweep" or "grid"
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class SequenceLength:
+    seq_len: int
+    measured: int
+    best_batch_size: int | None
+    best_throughput_per_s: float | None
+    memory_limit: MemoryLimit | None
+    out_of_memory_at: int | None
+
+
+@dataclass(frozen=True)
+class SequenceBest:
+    batch_size: int
+    seq_len: int
+    throughput_per_s: float
+    tokens_per_step: int
+
+
+@dataclass(frozen=True)
+class SequenceGrid:
+    """report.json ``sequence_grid`` (classifiers/sequence_grid.py)."""
+
+    seq_lens: list[int]
+    base_seq_len: int
+    units_per_row_per_token: bool
+    points: list[SequencePoint]
+    lengths: list[SequenceLength]
+    best: SequenceBest | None
+
+
+# -- the report ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Report:
+    """One diagnosis: what ``diagnose``, ``watch`` and ``diagnose trace`` return.
+
+    Example:
+        >>> report = batchscope.diagnose_file("samples/mlp.py")  # doctest: +SKIP
+        >>> report.recommendation.batch_size  # doctest: +SKIP
+        >>> report.save("out")  # doctest: +SKIP
+    """
+
+    model: ModelInfo
+    hardware: Ceilings | None
+    batches: list[BatchResult]
+    recommendation: Recommendation | None
+    run: RunInfo
+    stop: Stop | None = None
+    partial: bool = False
+    batch_response: dict[str, list[ResponsePoint]] = field(default_factory=dict)
+    flags: list[Flag] = field(default_factory=list)
+    estimates: list[Estimate] = field(default_factory=list)  # watch only; never measured
+    prediction: StepPrediction | None = None
+    distributed: DataParallel | None = None  # data-parallel sweeps
+    serving: ServingSection | None = None  # decode models (CONTEXTS)
+    allocator: AllocatorCheck | None = None  # CPU sweeps whose page faults were flagged
+    sequence_grid: SequenceGrid | None = None  # models that set SEQ_LENS
+
+    def batch(self, batch_size: int) -> BatchResult | None:
+        """The result of ``batch_size`` (None when it was not tried)."""
+        return next((b for b in self.batches if b.batch_size == batch_size), None)
+
+    def _repr_html_(self) -> str:
+        """Notebook display: the full report.html in a sandboxed iframe."""
+        import html
+
+        page = _WRITERS["html"](self)
+        return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
+                'style="width: 100%; height: 900px; border: 0"></iframe>')
+
+    def save(self, out_dir: str | os.PathLike[str]) -> dict[str, str]:
+        """Write report.json, report.html and summary.md into ``out_dir``; format -> path."""
+        paths: dict[str, str] = _WRITERS["save"](self, out_dir)
+        return paths
+
+    def explanation(self) -> str:
+        """The explanation in plain words with this report's numbers (what report.json's
+        ``recommendation.explanation`` holds)."""
+        return str(_WRITERS["explanation"](self))
+
+
+# How a Report is written and shown: registered by the reports layer when it is imported
+# (reports/__init__.py; ``import batchscope`` does), so that these conveniences work without
+# the records importing the layer above them.
+_WRITERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_writers(save: Callable[[Report, str | os.PathLike[str]], dict[str, str]],
+                     html: Callable[[Report], str], explanation: Callable[[Report], str]
+                     ) -> None:
+    """Called once by ``batchscope.reports``: the functions behind :meth:`Report.save`,
+    :meth:`Report._repr_html_` and :meth:`Report.explanation`."""
+    _WRITERS.update(save=save, html=html, explanation=explanation)

@@ -1,0 +1,459 @@
+"""Every sentence a flag, a stop or a rule says: one function per kind, from its values.
+
+The classifiers, the worker and the trace reader record *what* they noticed
+(:class:`~batchscope.records.Flag`, :class:`~batchscope.records.Stop`,
+:class:`~batchscope.records.Rule`); the words are written here, once, for report.json, the
+HTML, the Markdown and the terminal alike, each unit attached to its own number (a
+throughput in ``unit``s a second, a latency in ms). Plain strings: each renderer escapes
+them for its format.
+
+Example:
+    >>> flag_text(Flag(FlagKind.NOISY_TIMING, 8, values={"spread": 0.31}))
+    'batch 8: noisy timing, p25-p75 spans 31% of the median (was the machine busy?)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from batchscope.records import Flag, FlagKind, Rule, RuleKind, Stop, StopKind
+from batchscope.records.flags import Value
+from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
+from batchscope.records.serving import Policy, WhatIf
+from batchscope.serving.metrics import Slo
+from batchscope.serving.whatif import SAME_THROUGHPUT
+
+MIB = 2**20
+
+
+def _n(flag: Flag | Stop, key: str) -> float:
+    value = flag.values.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _t(flag: Flag | Stop, key: str) -> str:
+    value = flag.values.get(key)
+    return "" if value is None else str(value)
+
+
+def _list(flag: Flag | Stop, key: str) -> list[str | int | float]:
+    value: Value = flag.values.get(key)
+    return list(value) if isinstance(value, list) else []
+
+
+def _sizes(sizes: list[str | int | float]) -> str:
+    """``[4, 8]`` -> ``"4 and 8"``; ``[2, 4, 8]`` -> ``"2, 4 and 8"``."""
+    words = [str(s) for s in sizes]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+# -- flags ----------------------------------------------------------------------------------
+def _noisy(f: Flag) -> str:
+    return (f"noisy timing, p25-p75 spans {_n(f, 'spread'):.0%} of the median (was the "
+            "machine busy?)")
+
+
+def _roof_raised(f: Flag) -> str:
+    when = f", measured {_t(f, 'measured_at')}" if _t(f, "measured_at") else ""
+    return (f"the {_t(f, 'roof')} roof was raised from {_n(f, 'before') / 1e9:,.0f} to "
+            f"{_n(f, 'after') / 1e9:,.0f} GFLOP/s: {_t(f, 'op')} ({f.op_id}) ran that fast at "
+            f"batch {f.batch_size} in this run, so the {_t(f, 'source')} ceiling{when} was low "
+            "(a slower minute of the machine, or a slower path); ops are placed against what "
+            "ran. `diagnose hardware --recalibrate` measures it again")
+
+
+def _ceiling_spread(f: Flag) -> str:
+    return (f"the {_t(f, 'dtype')} matmul peak varied by {_n(f, 'spread'):.0%} between repeats "
+            f"(best {_n(f, 'best') / 1e9:,.0f}, median {_n(f, 'median') / 1e9:,.0f} GFLOP/s): "
+            "compute-bound ops sit that uncertainly against their roof; `diagnose hardware "
+            "--recalibrate` on a quiet machine measures it again")
+
+
+def _compiled(f: Flag) -> str:
+    compiles = ", ".join(f"{float(s):,.1f} s at batch {b}" for b, s in
+                         zip(_list(f, "compiles_at"), _list(f, "compile_s")))
+    text = ("the model is torch.compile'd: step latencies are the compiled model's; the "
+            "compile for each new shape is in the first warm-up step, outside them"
+            + (f" (that step less one step: {compiles})" if compiles else "")
+            + ". Its extern kernels (matmuls, convolutions) are profiled as aten ops and "
+            "joined to the eager ops they stand for; the kernels inductor fused are listed "
+            "apart by name (unmatched_ops_s, \"fused kernel: …\": on the CPU, inductor's "
+            "kernel profiling names the aten ops each fused, and those eager ops say so and "
+            "show no time of their own; the graph's time outside its named kernels is "
+            "\"fused kernels of torch.compile'd graphs\")")
+    if "fused_s" in f.values:
+        named = ", ".join(f"{k} {float(s) * 1e6:,.0f} µs"
+                          for k, s in zip(_list(f, "kernels"), _list(f, "kernel_s")))
+        text += (f" (at batch {int(_n(f, 'at_batch'))}: {_n(f, 'fused_s') * 1e6:,.0f} µs, "
+                 f"{_n(f, 'fused_share'):.0%} of the profiled step"
+                 + (f"; {named}" if named else "") + ")")
+    return (text + ". FLOPs and bytes are counted on the eager module: a fused op's "
+            "intermediates are counted as if they went through memory, so the compiled "
+            "model's bytes are an upper bound")
+
+
+def _amp_slower(f: Flag) -> str:
+    dtype = _t(f, "dtype")
+    why = f"; this CPU has no native {dtype} arithmetic" if f.values.get("native") is False else ""
+    peak, fp32 = _n(f, "peak"), _n(f, "fp32_peak")
+    return (f"--amp {_t(f, 'amp')} ran the matmuls in {dtype}, whose peak here is "
+            f"{peak / 1e9:,.0f} GFLOP/s against fp32's {fp32 / 1e9:,.0f} ({fp32 / peak:,.1f}x "
+            f"slower{why}): its compute-bound ops, {_n(f, 'compute_share'):.0%} of the step at "
+            f"batch {f.batch_size}, would run faster in fp32 here")
+
+
+def _amp_faster(f: Flag) -> str:
+    return (f"{_t(f, 'dtype')} matmuls peak at {_n(f, 'ratio'):,.1f}x fp32's on this machine "
+            f"and compute-bound ops take {_n(f, 'compute_share'):.0%} of the step at batch "
+            f"{f.batch_size}: `--amp {_t(f, 'amp')}` (torch.autocast) could run them up to that "
+            "much faster; its report counts each op in the dtype it ran in")
+
+
+def _work_varies(f: Flag) -> str:
+    read = ", ".join(f"{float(w) / 1e6:,.1f} MB at batch {b}"
+                     for b, w in zip(_list(f, "batch_sizes"), _list(f, "weight_bytes")))
+    return (f"the work per step changes with the inputs, not only with the batch size: the "
+            f"weights read per step were {read} (weights are read once per step whatever the "
+            "batch, unless the data decides which layers run: an early exit, routing). "
+            "Throughput differences mix batching with different work; B* and the per-row "
+            "figures are not predicted")
+
+
+def _page_faults(f: Flag) -> str:
+    page = _n(f, "page_bytes")
+    parts = ", ".join(f"batch {b}: {float(n):,.0f} ({float(n) * page / MIB:,.0f} MiB, "
+                      f"~{float(s):.0%})" for b, n, s in
+                      zip(_list(f, "batch_sizes"), _list(f, "faults"), _list(f, "shares")))
+    return (f"page faults per step, with the memory mapped afresh every step and the share of "
+            f"the step they take at ~{_n(f, 'cost_s') * 1e6:g} µs a fault: {parts}. The "
+            "allocator returns large buffers to the OS and faults them in again each step; "
+            "jemalloc or tcmalloc (LD_PRELOAD), or glibc's MALLOC_MMAP_THRESHOLD_ and "
+            "MALLOC_TRIM_THRESHOLD_ set above the largest buffer, keep them mapped")
+
+
+def _cache(f: Flag, partly: bool) -> str:
+    measured, roof = _n(f, "time_s") * 1e6, _n(f, "roof_s") * 1e6
+    footprint, cache = _n(f, "footprint_bytes") / MIB, _n(f, "cache_bytes") / MIB
+    if partly:
+        return (f"measured {measured:.1f} µs, faster than its DRAM roof of {roof:.1f} µs; of "
+                f"its {footprint:,.1f} MiB a call, up to the cache's {cache:,.0f} MiB may still "
+                "be there from the ops before it")
+    return (f"measured {measured:.1f} µs, faster than its DRAM roof of {roof:.1f} µs; its "
+            f"bytes fit in cache ({footprint:,.1f} MiB a call, cache {cache:,.0f} MiB), which "
+            "beats the DRAM bandwidth")
+
+
+def _fused(f: Flag) -> str:
+    kernels = [str(k) for k in _list(f, "kernels")]
+    more = f" and {len(kernels) - 3} more" if len(kernels) > 3 else ""
+    return (f"{', '.join(kernels[:3])}{more}: its time is the kernel's, listed apart "
+            "(unmatched_ops_s), with the ops fused with it")
+
+
+_MISSING = {
+    "truncated": "the file ends early (truncated): the {events:,} events before the cut are "
+                 "analysed, later ones are lost",
+    "no_kernels": "no GPU kernels in this trace (a CPU-only profile, or CUDA activity was not "
+                  "recorded): ops are shown with their CPU time, shapes, FLOPs and bytes, and "
+                  "no GPU roofline",
+    "no_launches": "no CUDA runtime launches recorded: kernels cannot be tied to the ops that "
+                   "launched them, so their time is shown unattributed",
+    "no_shapes": "no input shapes recorded (profile with record_shapes=True): ops are "
+                 "uncounted (no FLOPs or bytes), their device time is shown",
+    "no_steps": "no ProfilerStep#N annotations (profile with a schedule and call prof.step()): "
+                "the whole trace is analysed as one step",
+    "no_device": "no deviceProperties: the GPU is unknown, so no datasheet roofline; times, "
+                 "FLOPs and bytes are still shown",
+}
+
+
+def _incomplete(f: Flag) -> str:
+    template = _MISSING.get(_t(f, "missing"), _t(f, "missing"))
+    return template.format(events=int(_n(f, "events")))
+
+
+def _lightning_accumulates(f: Flag) -> str:
+    rows = int(_n(f, "rows"))
+    batches = int(_n(f, "batches"))
+    return (f"Lightning accumulates gradients over {batches} batches: each watched step is one "
+            f"batch{f' of {rows} rows' if rows else ''}, and the optimizer steps once every "
+            f"{batches} batches, so only some watched steps hold its update (the counted step "
+            "may not).")
+
+
+def _trainer_accumulates(f: Flag) -> str:
+    steps, rows = int(_n(f, "steps")), int(_n(f, "micro_batch"))
+    return (f"The Trainer accumulates gradients over {steps} micro-batches of {rows} rows: each "
+            f"watched step is one optimizer step of {steps * rows} rows, and its ops run at a "
+            f"micro-batch's shapes (an op's calls add up over the {steps} micro-batches).")
+
+
+_FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
+    FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {_t(f, 'reason')}",
+    FlagKind.BREAKDOWN_FAILED: lambda f: (f"op breakdown failed in {_t(f, 'phase')}: "
+                                          f"{_t(f, 'error')}"),
+    FlagKind.BREAKDOWN_LOST: lambda f: f"op breakdown lost: {_t(f, 'reason')}",
+    FlagKind.BREAKDOWN_INTERRUPTED: lambda f: "interrupted during the op breakdown",
+    FlagKind.TIMED_BEFORE_DEATH: lambda f: "the timing pass had finished before the worker died",
+    FlagKind.PROFILE_RETAKEN: lambda f: (
+        f"profile retaken {int(_n(f, 'tries'))}x: the first profiled step was "
+        f"{_n(f, 'first_gap'):.1f}x the timed one (the profiler warming up); the kept profile "
+        f"({_n(f, 'profiled_s') * 1e3:,.3g} ms) agrees with the timed "
+        f"{_n(f, 'timed_s') * 1e3:,.3g} ms"),
+    FlagKind.PROFILE_DISAGREES: lambda f: (
+        f"the profile disagrees with the timing: profiled steps took "
+        f"{_n(f, 'profiled_s') * 1e3:,.3g} ms against {_n(f, 'timed_s') * 1e3:,.3g} ms timed "
+        f"({_n(f, 'gap'):.1f}x after the profiler's ~{_n(f, 'cost_per_op_s') * 1e6:g} µs an op, "
+        f"{int(_n(f, 'captures'))} captures): the time shares and per-op times are those of "
+        "the profiled steps and may not hold for the timed ones"),
+    FlagKind.GPU_THROTTLED: lambda f: (
+        f"the GPU was throttled ({', '.join(str(r) for r in _list(f, 'reasons'))}): its "
+        "clocks were below what it can sustain"),
+    FlagKind.RANKS_OUTPUT: lambda f: f"the ranks' own output: {_t(f, 'path')}",
+    FlagKind.NON_DETERMINISTIC: lambda f: ("non-deterministic: the op sequence differed "
+                                           "between profiled steps"),
+    FlagKind.NOISY_TIMING: _noisy,
+    FlagKind.CEILINGS_FAILED: lambda f: (f"measuring the ceilings failed ({_t(f, 'error')}); "
+                                         "ops are not classified"),
+    FlagKind.CEILINGS_ON_BUSY_MACHINE: lambda f: (
+        f"the ceilings were measured while other processes took {_n(f, 'share'):.0%} of the "
+        "CPU: they are likely low, so ops may sit too close to (or beyond) their roofs; they "
+        "were not cached and will be measured again on the next run"),
+    FlagKind.ROOF_RAISED: _roof_raised,
+    FlagKind.CEILING_SPREAD: _ceiling_spread,
+    FlagKind.STAND_IN_TRAINING_STEP: lambda f: (
+        f"the training step is batchscope's, not your loop's: optimizer {_t(f, 'optimizer')}; "
+        f"loss {_t(f, 'loss')}; zero_grad {_t(f, 'zero_grad')}. Define make_optimizer(model) "
+        "and loss(outputs, inputs) in the model file to measure your own (foreach and "
+        "set_to_none change a step by a few percent)"),
+    FlagKind.COMPILED: _compiled,
+    FlagKind.AMP_SLOWER: _amp_slower,
+    FlagKind.AMP_FASTER: _amp_faster,
+    FlagKind.GLOBAL_BATCH_IN_INFERENCE: lambda f: (
+        f"--global-batch {int(_n(f, 'global_batch'))} was given, but this run is inference: "
+        "gradient accumulation applies to training (--mode train)"),
+    FlagKind.WORK_VARIES: _work_varies,
+    FlagKind.PAGE_FAULTS: _page_faults,
+    FlagKind.BATCH_FAILED: lambda f: (f"batch {f.batch_size} ended as {_t(f, 'status')}: "
+                                      f"{_t(f, 'error')}"),
+    FlagKind.TRACE_NOT_READ: lambda f: f"not read: {_t(f, 'error')}",
+    FlagKind.TRACES_ON_DIFFERENT_GPUS: lambda f: (
+        f"the traces ran on different GPUs ({', '.join(str(g) for g in _list(f, 'gpus'))}): "
+        f"roofs are those of {_t(f, 'roofs_of')}"),
+    FlagKind.GPU_NOT_IN_DATASHEETS: lambda f: (
+        f"{_t(f, 'gpu')} is not in the datasheet table: ops are not placed on a roofline; "
+        "times, FLOPs and bytes are shown"),
+    FlagKind.SLOWEST_RANK: lambda f: (
+        f"rank {_t(f, 'rank')} is the slowest of {int(_n(f, 'ranks'))} ranks "
+        f"({_t(f, 'trace')}); the report shows it"),
+    FlagKind.TRACE_INCOMPLETE: _incomplete,
+    FlagKind.LIGHTNING_ACCUMULATES: _lightning_accumulates,
+    FlagKind.LIGHTNING_PROCESSES: lambda f: (
+        f"Lightning ran {int(_n(f, 'world'))} processes ({_t(f, 'strategy')}): this report is "
+        "rank 0's, its batch size per process, and each of its steps holds the gradients' "
+        "all-reduce (counted as allreduce_, not against the memory roof)."),
+    FlagKind.TRAINER_ACCUMULATES: _trainer_accumulates,
+    FlagKind.TRAINER_PROCESSES: lambda f: (
+        f"the Trainer ran {int(_n(f, 'world'))} processes: this report is the main process's, "
+        "its batch size per process."),
+    FlagKind.NOTE: lambda f: _t(f, "text"),
+}
+
+
+# An op's flags: a label (what kind of thing it is, the same for every op it is on), then
+# the detail with that op's numbers. Renderers group op flags by label and op.
+OP_FLAG_LABELS: dict[FlagKind, str] = {
+    FlagKind.UNMATCHED_CALLS: "unmatched",
+    FlagKind.FUSED_BY_INDUCTOR: "fused by inductor into",
+    FlagKind.SERVED_FROM_CACHE: "served from cache",
+    FlagKind.PARTLY_FROM_CACHE: "partly served from cache",
+    FlagKind.ACCOUNTING_ERROR: "accounting error",
+}
+_OP_DETAILS: dict[FlagKind, Callable[[Flag], str]] = {
+    FlagKind.UNMATCHED_CALLS: lambda f: "some calls had no profiled twin, their time is missing",
+    FlagKind.FUSED_BY_INDUCTOR: _fused,
+    FlagKind.SERVED_FROM_CACHE: lambda f: _cache(f, partly=False),
+    FlagKind.PARTLY_FROM_CACHE: lambda f: _cache(f, partly=True),
+    FlagKind.ACCOUNTING_ERROR: lambda f: (
+        f"measured {_n(f, 'time_s') * 1e6:.1f} µs is faster than its roof of "
+        f"{_n(f, 'roof_s') * 1e6:.1f} µs"),
+}
+
+
+def flag_label(flag: Flag) -> str:
+    """What kind of thing a flag says, in a few words (an op flag's label, else its kind)."""
+    return OP_FLAG_LABELS.get(flag.kind, flag.kind.value.replace("_", " "))
+
+
+def flag_detail(flag: Flag) -> str:
+    """An op flag's sentence after its label (the whole sentence for other flags)."""
+    detail = _OP_DETAILS.get(flag.kind)
+    return detail(flag) if detail is not None else _FLAGS[flag.kind](flag)
+
+
+def flag_body(flag: Flag) -> str:
+    """What the flag says, without the batch size it concerns."""
+    if flag.kind in _OP_DETAILS:
+        separator = " " if flag.kind == FlagKind.FUSED_BY_INDUCTOR else ": "
+        return f"{OP_FLAG_LABELS[flag.kind]}{separator}{flag_detail(flag)}"
+    return _FLAGS[flag.kind](flag)
+
+
+def flag_text(flag: Flag) -> str:
+    """The flag's sentence; a batch size's own flag starts with it ("batch 8: ...")."""
+    body = flag_body(flag)
+    if flag.batch_size is None or flag.kind == FlagKind.NOTE or flag.op_id is not None \
+            or flag.kind in _RUN_WIDE:
+        return body
+    return f"batch {flag.batch_size}: {body}"
+
+
+# Kinds whose batch size is part of their own sentence, not a prefix.
+_RUN_WIDE = frozenset({FlagKind.ROOF_RAISED, FlagKind.AMP_SLOWER, FlagKind.AMP_FASTER,
+                       FlagKind.BATCH_FAILED})
+
+
+# -- the stop ---------------------------------------------------------------------------------
+def _predicted(s: Stop, unit: str) -> str:
+    remaining = _list(s, "remaining")
+    sizes = (f"batch {remaining[0]}" if len(remaining) == 1
+             else f"batches {', '.join(str(b) for b in remaining)}")
+    fitted = ", ".join(str(b) for b in _list(s, "fitted_on"))
+    return (f"{sizes} not measured: the step-time model, fitted on batches {fitted}, predicts "
+            f"at most {_n(s, 'projected_per_s'):,.4g} ± {_n(s, 'margin'):.0%} {unit}s/s there "
+            f"(batch {int(_n(s, 'highest'))}: {_n(s, 'gain'):.2f}× batch {int(_n(s, 'last'))}), "
+            f"under the {_n(s, 'bar_per_s'):,.4g} {unit}s/s that would change the pick; it had "
+            f"predicted batch {int(_n(s, 'last'))} within {_n(s, 'miss'):.0%} before measuring it")
+
+
+def stop_text(stop: Stop | None, unit: str = "sample") -> str:
+    """Why the sweep ended where it did, in words; "" for no stop. Throughputs in ``unit``s
+    a second (the report's own unit: a stop compares units with units)."""
+    if stop is None:
+        return ""
+    b = stop.batch_size
+    kind = stop.kind
+    if kind == StopKind.LIST_DONE:
+        return "every requested batch size was measured"
+    if kind == StopKind.CAP:
+        return f"reached the largest batch size ({int(_n(stop, 'largest'))})"
+    if kind == StopKind.SKIPPED:
+        return f"batch {b} was skipped: predicted not to fit"
+    if kind == StopKind.FAILED:
+        return f"batch {b} ended as {_t(stop, 'status')}"
+    if kind == StopKind.OVER_LATENCY_LIMIT:
+        return (f"batch {b}: latency {_n(stop, 'measured') * 1e3:.1f} ms is over the limit of "
+                f"{_n(stop, 'limit') * 1e3:.1f} ms")
+    if kind == StopKind.OVER_MEMORY_BUDGET:
+        return (f"batch {b}: peak memory {_n(stop, 'measured') / MIB:.0f} MiB is over the "
+                f"budget of {_n(stop, 'limit') / MIB:.0f} MiB")
+    if kind == StopKind.PLATEAU:
+        return (f"throughput plateaued: the last {int(_n(stop, 'doublings'))} doublings "
+                f"together added less than {_n(stop, 'gain'):.0%} over the best before them")
+    if kind == StopKind.PREDICTED:
+        return _predicted(stop, unit)
+    if kind == StopKind.REPEATED_ERRORS:
+        return (f"batches {_sizes(_list(stop, 'batch_sizes'))} in a row ended as "
+                f"{' and '.join(str(s) for s in _list(stop, 'statuses'))}; larger batch sizes "
+                "were not tried")
+    if kind == StopKind.INTERRUPTED:
+        return "interrupted by the user"
+    if kind == StopKind.IN_PROGRESS:
+        return "sweep in progress"
+    if kind == StopKind.WATCH_DONE:
+        return "watched steps done"
+    if kind == StopKind.WATCH_CUT_SHORT:
+        return "the loop ended before the watched steps were done"
+    if kind == StopKind.TRACES:
+        return "recorded traces: nothing was swept"
+    return _t(stop, "text")
+
+
+# -- the rule ----------------------------------------------------------------------------------
+def limit_text(over: OverLimit) -> str:
+    """Why a batch size is over a limit: "latency 12.0 ms is over the limit of 10.0 ms"."""
+    if over.kind == LimitKind.LATENCY:
+        return (f"latency {over.measured * 1e3:.1f} ms is over the limit of "
+                f"{over.limit * 1e3:.1f} ms")
+    return (f"peak memory {over.measured / MIB:.0f} MiB is over the budget of "
+            f"{over.limit / MIB:.0f} MiB")
+
+
+def rule_text(rule: Rule, unit: str) -> str:
+    """The rule that picked the recommended batch size, with its numbers, in ``unit``s."""
+    near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the best "
+            f"measured ({rule.best_value:,.1f} {unit}s/s at batch {rule.best_batch_size})")
+    if rule.kind == RuleKind.ENERGY:
+        text = (f"smallest batch size whose energy per {unit} is within "
+                f"{1 / rule.share - 1:.0%} of the lowest measured ({rule.best_value:.4g} "
+                f"J/{unit} at batch {rule.best_batch_size})")
+    elif rule.kind == RuleKind.ENERGY_UNAVAILABLE:
+        text = ("energy objective unavailable (no energy readings: NVML needs an NVIDIA GPU); "
+                "by throughput: " + near)
+    elif rule.kind == RuleKind.ONLY_ONE:
+        text = (f"the only batch size measured ({rule.best_value:,.1f} {unit}s/s); with one "
+                "point there is no curve to choose from")
+    else:
+        text = near
+    if rule.excluded:
+        text += "; batch sizes over a limit were not considered (" + "; ".join(
+            f"{e.batch_size}: {limit_text(e)}"
+            for e in sorted(rule.excluded, key=lambda e: e.batch_size)) + ")"
+    return text
+
+
+# -- watch's estimates ---------------------------------------------------------------------------
+ESTIMATE_METHODS: dict[EstimateMethod, str] = {
+    EstimateMethod.ROOFLINE_SCALED: (
+        "estimate: every measured op scaled by the growth of its roofline time (FLOPs, state "
+        "and activations grow with the batch, weights do not), Python time between ops kept; "
+        "not a measurement"),
+}
+
+
+def estimate_text(method: EstimateMethod) -> str:
+    """How ``watch`` estimated a batch size it did not measure, in words."""
+    return ESTIMATE_METHODS[method]
+
+
+# -- the serving what-if's pick ------------------------------------------------------------------
+def _rows(n: int | None) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def serving_pick_text(what_if: WhatIf) -> str:
+    """The policy and cap the serving what-if picks, and why: within the SLO where one was
+    given, else at the highest rate offered, continuous batching against static's best cap."""
+    slo = Slo(what_if.slo.ttft_s, what_if.slo.tpot_s)
+    pick = what_if.recommendation
+    if slo.given:
+        if pick.policy is None or pick.max_rate_per_s is None:
+            return (f"No batch cap meets {slo.describe()} under either policy, even at a light "
+                    "load: every step is slower than the target.")
+        rate = pick.max_rate_per_s
+        text = (f"The highest rate with {slo.describe()} is {rate:.3g} requests/s, with "
+                f"{pick.policy.value} batching capped at {_rows(pick.cap)}")
+        other = [r for r in what_if.max_rate_within_slo
+                 if r.policy != pick.policy and r.max_rate_per_s]
+        other_best = max((r.max_rate_per_s or 0.0 for r in other), default=None)
+        if other_best and rate > other_best:
+            text += (f"; {other[0].policy.value} batching reaches at most {other_best:.3g} "
+                     f"requests/s ({rate / other_best:.2g}x less)")
+        return text + "."
+    cont = what_if.best.get(Policy.CONTINUOUS)
+    stat = what_if.best.get(Policy.STATIC)
+    if cont is None:
+        return ""
+    ratio = (cont.throughput_tokens_per_s / stat.throughput_tokens_per_s
+             if stat is not None and stat.throughput_tokens_per_s else None)
+    text = (f"At the highest rate offered ({cont.rate_per_s:.3g} requests/s), continuous "
+            f"batching capped at {_rows(cont.cap)} serves {cont.throughput_tokens_per_s:.3g} "
+            "tokens/s")
+    if stat is not None and ratio is not None and ratio < SAME_THROUGHPUT:
+        text += (f", about what static batching serves at its best cap ({stat.cap}: "
+                 f"{stat.throughput_tokens_per_s:.3g}): with these step times the policy "
+                 "changes little")
+    elif stat is not None and ratio is not None:
+        text += (f", {ratio:.2f}x the {stat.throughput_tokens_per_s:.3g} of static batching "
+                 f"at its best cap ({stat.cap})")
+    return text + "."
