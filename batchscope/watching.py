@@ -22,8 +22,6 @@ only observes, and the counting mode runs every op exactly as it would run anywa
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -32,27 +30,20 @@ from typing import Any
 import torch
 
 from batchscope.assemble import Measured, assemble
+from batchscope.engine.policies import FixedCount
 from batchscope.errors import UsageError
-from batchscope.hardware.nvml_window import NvmlWindow
 from batchscope.profiler.capture import (
     ProfilerSession,
     ProfilerUnavailable,
     StepCapture,
 )
 from batchscope.profiler.counting import CountingSession, counting
+from batchscope.profiler.device import PushedSteps, backend
 from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
-from batchscope.profiler.measurement import (
-    NVML_WINDOW_MIN_S,
-    device_sampler,
-    device_sync,
-    nvml_samples,
-    record_timing,
-    step_monitors,
-)
-from batchscope.profiler.memory import MemoryReading, PeakMemory, available_bytes
+from batchscope.profiler.measurement import TimedSteps, record_timing
+from batchscope.profiler.memory import available_bytes
 from batchscope.profiler.model_info import parameter_bytes, parameter_count
-from batchscope.profiler.timing import BLOCK_MIN_S, block_steps_for, latency_stats
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import (
     BatchResult,
@@ -65,7 +56,6 @@ from batchscope.records import (
     Status,
     Stop,
     StopKind,
-    StoppedBy,
 )
 from batchscope.records.report import IntegrationInfo, Mode, WatchInfo
 from batchscope.tensors import iter_tensors
@@ -150,23 +140,15 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._inputs: list[torch.Tensor] = []
         self._last = 0.0
         self._device = model_device(model)
-        self._sync = device_sync(self._device)
-        # Timing, as the sweep's timing pass: blocks of fast steps, NVML, page faults.
+        # Timing, as the sweep's timing pass, through the device's backend and the engine's
+        # push mode: blocks of fast steps, NVML and its window, page faults, peak memory.
+        self._backend = backend(self._device)
+        self._clock = self._backend.host_clock
+        self._timed_samples = timed_steps
         self._warmup_s: list[float] = []
-        self._samples: list[float] = []
-        self._block = 1
-        self._in_block = 0
-        self._timed_begin = 0.0
-        self._timed_s = 0.0  # how long the timed steps ran
-        self._stopped_by = StoppedBy.NONE  # what ended them
-        self._memory = PeakMemory(self._device)
-        self._sampler = device_sampler(self._device)
-        self._monitors = step_monitors(self._device, self._sampler)
-        self._window_min_s = (NVML_WINDOW_MIN_S if nvml_samples(self._device, self._sampler)
-                              else 0.0)
-        # What observed the timed steps: peak memory, the NVML window, page faults.
-        self._observed: tuple[MemoryReading, NvmlWindow, int | None] | None = None
-        self._timing = False
+        self._pushed: PushedSteps | None = None  # while the timed steps run
+        self._timed: TimedSteps | None = None  # what they measured
+        self._block, self._timed_steps = 1, 0
         # Profiling and counting.
         self._profiling = ProfilerSession(self._device)
         self._profiling_on = False
@@ -178,11 +160,11 @@ class watch:  # noqa: N801 - used as a context manager, named like one
     def __enter__(self) -> watch:
         hook = self.model.register_forward_pre_hook(self._see_inputs, with_kwargs=True)
         self._stack.callback(hook.remove)
-        self._stack.callback(self._sampler.close)
-        self._sync()  # work queued before the first watched step is not part of it
+        self._stack.callback(self._backend.close)
+        self._backend.sync()  # work queued before the first watched step is not part of it
         self._begin_phase(self._current)
         self._begin_step(self._current)
-        self._last = time.perf_counter()
+        self._last = self._clock.now()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -204,22 +186,15 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             return
         self.index += 1
         phase = self._current
-        if phase == TIMED:
-            self._in_block += 1
-            if self._in_block < self._block:
-                return  # within a block of fast steps: no sync, no clock read
-            self._in_block = 0
-        self._sync()
-        now = time.perf_counter()
+        if self._pushed is not None and not self._pushed.timer.closes_sample():
+            return  # within a block of fast steps: no sync, no clock read
+        self._backend.sync()
+        now = self._clock.now()
         self._end_step(phase, now)
         self._left -= 1
-        if phase == TIMED:
-            self._timed_s = now - self._timed_begin
-            if self._left <= 0 and self._stopped_by == StoppedBy.NONE:
-                self._stopped_by = StoppedBy.SAMPLES
-            if self._left <= 0 and self._timed_s < self._window_min_s:
-                self._left = 1  # NVML needs a steady window of at least a second
-                self._stopped_by = StoppedBy.NVML_WINDOW
+        if self._pushed is not None:
+            # the engine's rule: the count of samples, then NVML's window if it samples
+            self._left = 0 if self._pushed.timer.add(self._last, now) else 1
         if self._left <= 0:
             self._end_phase(phase)
             self._phase += 1
@@ -229,7 +204,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             self._left = self._phases[self._phase][1]
             self._begin_phase(self._current)
         self._begin_step(self._current)
-        self._last = time.perf_counter()
+        self._last = self._clock.now()
 
     # -- phases --------------------------------------------------------------------------
     def _see_inputs(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
@@ -244,13 +219,9 @@ class watch:  # noqa: N801 - used as a context manager, named like one
 
     def _begin_phase(self, phase: str) -> None:
         if phase == TIMED:
-            later = self._warmup_s[len(self._warmup_s) // 2:]
-            if later:
-                self._block = block_steps_for(statistics.median(later), BLOCK_MIN_S)
-            self._memory.start()
-            self._monitors.start()
-            self._timing = True
-            self._timed_begin = time.perf_counter()
+            count = FixedCount(self._timed_samples, window_min_s=self._backend.window_min_s)
+            self._pushed = self._backend.push(count, self._warmup_s)
+            self._block = self._pushed.timer.block_steps
         elif phase == PROFILED:
             try:
                 self._profiling.start()
@@ -269,15 +240,12 @@ class watch:  # noqa: N801 - used as a context manager, named like one
     def _end_step(self, phase: str, now: float) -> None:
         if phase == WARMUP:
             self._warmup_s.append(now - self._last)
-        elif phase == TIMED:
-            self._samples.append((now - self._last) / self._block)
         self._step_stack.close()
 
     def _end_phase(self, phase: str) -> None:
-        if phase == TIMED and self._timing:
-            self._timing = False
-            window, faults = self._monitors.stop()
-            self._observed = (self._memory.stop(), window, faults)
+        if phase == TIMED and self._pushed is not None:
+            self._timed_steps = self._pushed.timer.steps
+            self._timed, self._pushed = self._pushed.stop(), None
         elif phase == PROFILED and self._profiling_on:
             self._profiling_on = False
             # The first step under a fresh profiler runs slow: dropped.
@@ -286,10 +254,8 @@ class watch:  # noqa: N801 - used as a context manager, named like one
     # -- the report ----------------------------------------------------------------------
     def _result(self) -> BatchResult:
         result = BatchResult(self.batch_size or 1, Status.OK)
-        if self._samples and self._observed is not None:
-            stats = latency_stats(self._samples, self._block, measured_s=self._timed_s,
-                                  stopped_by=self._stopped_by)
-            record_timing(result, stats, *self._observed)
+        if self._timed is not None:
+            record_timing(result, self._timed)
         result.available_memory_bytes = available_bytes(self._device)
         if self._no_breakdown is not None:
             result.flags.append(self._no_breakdown)
@@ -325,7 +291,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         result = self._result()
         run = RunInfo(
             source=Source.WATCH, tool_version=__version__, torch_version=torch.__version__,
-            watch=WatchInfo(steps=self.index, timed_steps=len(self._samples) * self._block,
+            watch=WatchInfo(steps=self.index, timed_steps=self._timed_steps,
                             block_steps=self._block),
             integration=self._integration)
         report = assemble(Measured(

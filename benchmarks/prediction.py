@@ -52,7 +52,7 @@ def _probes(small: list, sizes: list[int], ceilings: Ceilings, doc: dict) -> dic
     cold = ceilings.cache_bytes if params > (ceilings.cache_bytes or 0) else None
     dtype = getattr(torch, doc["model"].get("dtype") or "float32")
     return run_probes(probe_specs(small, sizes, budget_s=float("inf")), dtype,
-                      torch.device("cpu"), lambda: None, cold)["times_s"]
+                      torch.device("cpu"), lambda: None, cold).times_s
 
 
 def main() -> None:

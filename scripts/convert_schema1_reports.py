@@ -4,7 +4,8 @@ The recorded sample reports (README there) were written by batchscope 0.1.0 at s
 whose flags, stop and rule were sentences. This rewrites them in schema 2 with the same
 numbers: each sentence becomes the kind it was and the values it quoted, taken from the
 fields it quoted them from (a noisy-timing flag's spread from the batch's own quartiles, an
-accounting error's times from its op's time and roof time). Run once, from the repository
+accounting error's times from its op's time and roof time); the ceilings' per-op floor
+figures move under ``overhead.ops``. Run once, from the repository
 root: ``python scripts/convert_schema1_reports.py tests/data/reports/*.json``.
 """
 
@@ -59,6 +60,10 @@ def convert(doc: dict) -> dict:
                                                   values={"time_s": op["time_s"],
                                                           "roof_s": op["roof_time_s"]})))
             op["flags"] = converted
+    details = doc["hardware"]["details"]
+    overhead = details["overhead"]  # schema 1: one key per op beside "floor_s"
+    details["overhead"] = {"ops": {k: v for k, v in overhead.items() if k != "floor_s"},
+                           "floor_s": overhead["floor_s"]}
     rec = doc["recommendation"]
     rec["rule"] = {"kind": "near_best", "share": rec["near_best_share"],
                    "best_batch_size": rec["best_batch_size"],

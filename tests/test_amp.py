@@ -8,6 +8,7 @@ import pytest
 from batchscope.api import Options, diagnose_file, validate_options
 from batchscope.classifiers.analyze import dtype_hints
 from batchscope.errors import UsageError
+from batchscope.hardware.figures import CeilingDetails, HostInfo
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, FlagKind, ModelInfo, Status, TimeShare
 from batchscope.reports.flag_text import flag_text
@@ -42,7 +43,9 @@ def _ceilings(bf16: float, native: bool) -> Ceilings:
     return Ceilings(device="cpu", name="t", peak_flops_per_s={"float32": 100e9,
                                                               "bfloat16": bf16},
                     bandwidth_bytes_per_s=20e9, overhead_s=1e-6,
-                    details={"host": {"native_bf16": native}})
+                    details=CeilingDetails(host=HostInfo(cpu="x", cpu_capability="AVX512",
+                                                         native_bf16=native,
+                                                         interop_threads=1)))
 
 
 def _batch(compute: float) -> BatchResult:

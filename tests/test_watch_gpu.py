@@ -1,6 +1,6 @@
 """``watch`` on a GPU (issue 15, bug 5), without a GPU: a fake CUDA device behind the seams
-watch measures through (the device's sync, its NVML sampler, its peak memory, the profiler
-session's torch profiler), the user's model itself running on the CPU.
+watch measures through (its device backend's sync, host clock, NVML sampler and peak memory;
+the profiler session's torch profiler), the user's model itself running on the CPU.
 
 What must hold on a GPU: the timed steps end with the device synchronised, so a step's time
 is the device's time, not the host's launch time; the profile comes from the sweep's own
@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 import torch
 
+from batchscope.engine.clock import HostClock
 from batchscope.hardware.nvml_window import NvmlWindow
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.capture import STEP_TAG, ProfilerSession
+from batchscope.profiler.device import CudaBackend
 from batchscope.profiler.measurement import NVML_WINDOW_MIN_S
 from batchscope.profiler.memory import MemoryReading
 from batchscope.records import PeakMemoryMethod, StoppedBy, TimeBasis
@@ -35,8 +37,9 @@ US = 1e-6
 
 
 class FakeGpu:
-    """The host clock (patched in as watch's ``time``) and a device queue: ``launch`` costs
-    the host ``LAUNCH_S`` and queues a kernel; ``sync`` waits until the queue is empty."""
+    """The host clock (read through the backend's ``host_clock``) and a device queue:
+    ``launch`` costs the host ``LAUNCH_S`` and queues a kernel; ``sync`` waits until the
+    queue is empty."""
 
     def __init__(self) -> None:
         self.now = 100.0
@@ -52,7 +55,7 @@ class FakeGpu:
         self.device_free_at = max(self.now, self.device_free_at) + kernel_s
 
     def sync_of(self, device: torch.device):
-        """What ``measurement.device_sync(device)`` gives: a function that waits."""
+        """What the device backend's ``sync`` does: wait for the queue."""
         def sync() -> None:
             self.synced.append(device)
             self.log.append("sync")
@@ -142,13 +145,24 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
         seen.sampler_devices.append(device)
         return Sampler()
 
+    class FakeCudaBackend(CudaBackend):
+        """CUDA's backend (what ``backend(device)`` picks there) on the fake device: its
+        sync and host clock, an NVML sampler that samples, a peak memory reading."""
+
+        def __init__(self, device: torch.device) -> None:
+            super().__init__(device, sampler_of(device))
+            self.host_clock = HostClock(self.sync, gpu.perf_counter)
+
+        def sync(self) -> None:
+            gpu.sync_of(self.device)()
+
+        def peak_memory(self) -> Memory:
+            return Memory(self.device)
+
     ceilings = Ceilings(device="cuda", name="fake GPU", peak_flops_per_s={"float32": 50e12},
                         bandwidth_bytes_per_s=2e12, overhead_s=5e-6)
-    monkeypatch.setattr(watch_module, "time", gpu)
     monkeypatch.setattr(watch_module, "model_device", lambda model: CUDA)
-    monkeypatch.setattr(watch_module, "device_sync", gpu.sync_of)
-    monkeypatch.setattr(watch_module, "device_sampler", sampler_of)
-    monkeypatch.setattr(watch_module, "PeakMemory", Memory)
+    monkeypatch.setattr(watch_module, "backend", FakeCudaBackend)
     monkeypatch.setattr(watch_module, "ProfilerSession", RecordedSession)
     monkeypatch.setattr(watch_module, "available_bytes", lambda device: None)
     monkeypatch.setattr("batchscope.hardware.load_or_measure",

@@ -7,14 +7,13 @@ which batch sizes the step-time model predicts (:func:`unmeasured_sizes`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from batchscope.classifiers.data_parallel import accumulation_steps
-from batchscope.classifiers.roofline import ACHIEVED
 from batchscope.classifiers.step_model import PROBE_ROUND_S, probe_specs
-from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
+from batchscope.hardware.busy import BUSY_SHARE
+from batchscope.hardware.figures import MatmulSize
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
+from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -49,20 +48,11 @@ def noise_flags(results: list[BatchResult]) -> list[Flag]:
 CEILING_SPREAD_FLAG = 0.25
 
 
-def _peak_spread(ceilings: Ceilings, dtype: str) -> dict[str, Any] | None:
-    """The raw figures at the peak size of ``dtype``'s matmul, when they spread widely."""
-    matmul = (ceilings.details.get("matmul") or {}).get(dtype) or {}
-    sizes = matmul.get("sizes") if isinstance(matmul, dict) else None
-    peak = next((s for s in sizes or [] if isinstance(s, dict)
-                 and s.get("n") == matmul.get("peak_size")), None)
-    if peak is None:
-        return None
-    spread = peak.get("spread")
-    figures = [spread, peak.get("best_flops_per_s"), peak.get("median_flops_per_s")]
-    if (all(isinstance(f, (int, float)) for f in figures) and isinstance(spread, (int, float))
-            and spread > CEILING_SPREAD_FLAG):
-        return peak
-    return None
+def _peak_spread(ceilings: Ceilings, dtype: str) -> MatmulSize | None:
+    """The figures at the peak size of ``dtype``'s matmul, when they spread widely."""
+    matmul = ceilings.details.matmul.get(dtype)
+    peak = matmul.peak_row() if matmul is not None else None
+    return peak if peak is not None and peak.spread > CEILING_SPREAD_FLAG else None
 
 
 # A roof raised by what an op reached is flagged from this ratio on (smaller is noise).
@@ -75,21 +65,21 @@ def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[Fla
     if ceilings is None:
         return []
     flags = []
-    share = ceilings.details.get(OTHER_CPU_SHARE)
-    if isinstance(share, (int, float)) and share >= BUSY_SHARE:
-        flags.append(Flag(FlagKind.CEILINGS_ON_BUSY_MACHINE, values={"share": float(share)}))
-    for key, raised in (ceilings.details.get(ACHIEVED) or {}).items():
-        before, after = raised["measured_peak_flops_per_s"], raised["flops_per_s"]
+    share = ceilings.details.other_cpu_share
+    if share is not None and share >= BUSY_SHARE:
+        flags.append(Flag(FlagKind.CEILINGS_ON_BUSY_MACHINE, values={"share": share}))
+    for key, raised in ceilings.details.achieved_by_ops.items():
+        before, after = raised.measured_peak_flops_per_s, raised.flops_per_s
         if after < RAISED_FLAG_RATIO * before:
             continue
-        flags.append(Flag(FlagKind.ROOF_RAISED, raised["batch_size"], raised["op_id"], {
-            "roof": key, "before": before, "after": after, "op": raised["name"],
+        flags.append(Flag(FlagKind.ROOF_RAISED, raised.batch_size, raised.op_id, {
+            "roof": key, "before": before, "after": after, "op": raised.name,
             "source": ceilings.source, "measured_at": ceilings.measured_at}))
     peak = _peak_spread(ceilings, dtype)
     if peak is not None:
         flags.append(Flag(FlagKind.CEILING_SPREAD, values={
-            "dtype": dtype, "spread": peak["spread"], "best": peak["best_flops_per_s"],
-            "median": peak["median_flops_per_s"]}))
+            "dtype": dtype, "spread": peak.spread, "best": peak.best_flops_per_s,
+            "median": peak.median_flops_per_s}))
     return flags
 
 
@@ -129,11 +119,12 @@ def dtype_hints(model: ModelInfo, ceilings: Ceilings | None,
         peak = ceilings.peak_flops_per_s.get(amp)
         if not peak or peak * AMP_HINT_RATIO > fp32:
             return []
-        native = ((ceilings.details.get("host") or {}).get("native_bf16")
-                  if ceilings.device == "cpu" and amp == "bfloat16" else None)
+        host = ceilings.details.host
+        native = (host.native_bf16 if host is not None and ceilings.device == "cpu"
+                  and amp == "bfloat16" else None)
         return [Flag(FlagKind.AMP_SLOWER, most.batch_size, values={
             "amp": _AMP_FLAGS.get(amp, amp), "dtype": amp, "peak": peak, "fp32_peak": fp32,
-            "compute_share": compute, "native": native if isinstance(native, bool) else None})]
+            "compute_share": compute, "native": native})]
     faster = [(peak / fp32, name) for name, peak in ceilings.peak_flops_per_s.items()
               if name in _AMP_FLAGS and peak >= AMP_HINT_RATIO * fp32]
     if not faster:
@@ -249,7 +240,7 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
     return sizes
 
 
-def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[dict[str, Any]]:
+def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[ProbeSpec]:
     """The kernel probes the report's prediction uses: every matmul and convolution of the
     model (a convolution within its cost bound: step_model.probe_specs) at every measured
     batch size and every unmeasured one :func:`unmeasured_sizes` names. Under

@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from batchscope.classifiers.analyze import work_varies_with_inputs
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
@@ -19,6 +18,7 @@ from batchscope.classifiers.roofline import achieved_ceilings, classify_batch
 from batchscope.classifiers.step_model import predicted_stop, stop_probe_specs
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
+from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import BatchResult, Stop
 
 
@@ -34,7 +34,7 @@ class EarlyStop:
         return self.objective == "throughput" and not work_varies_with_inputs(results)
 
     def probes(self, results: list[BatchResult], remaining: list[int],
-               ceilings: Ceilings) -> list[dict[str, Any]]:
+               ceilings: Ceilings) -> list[ProbeSpec]:
         """The kernel probes the decision reads ([] when it will not judge)."""
         if not self.applies(results):
             return []

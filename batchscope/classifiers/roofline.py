@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from batchscope.hardware.figures import AchievedPeak
 from batchscope.hardware.types import FP32, Ceilings
 from batchscope.op_families import is_dense
 from batchscope.records import BatchResult, Bound, Flag, FlagKind, OpStat, Status, TimeShare
@@ -79,13 +80,11 @@ COLLECTIVES = frozenset({
 # shared VM, a slower BLAS path) and this run's own figure is the machine's. Only ops with
 # at least this much profiled time count: below it the timer's granularity dominates.
 ACHIEVED_MIN_TIME_S = 1e-3
-# Where the achieved peaks are recorded in ``Ceilings.details``.
-ACHIEVED = "achieved_by_ops"
 
 
 def achieved_ceilings(ceilings: Ceilings, results: list[BatchResult]) -> Ceilings:
     """``ceilings`` with each dtype's peak raised to the best FLOP/s a dense op of this run
-    reached where that beats it (``details["achieved_by_ops"]`` says which op, from what);
+    reached where that beats it (``details.achieved_by_ops`` says which op, from what);
     the same object when no op did. An op's FLOPs are exact and its profiled time can
     only be longer than its true time, so what it reached the machine can do."""
     best: dict[str, tuple[float, OpStat, int]] = {}
@@ -101,14 +100,14 @@ def achieved_ceilings(ceilings: Ceilings, results: list[BatchResult]) -> Ceiling
     if not best:
         return ceilings
     peaks = dict(ceilings.peak_flops_per_s)
-    achieved = {}
+    achieved = dict(ceilings.details.achieved_by_ops)
     for key, (rate, op, batch_size) in best.items():
-        achieved[key] = {"measured_peak_flops_per_s": peaks[key], "flops_per_s": rate,
-                         "op_id": op.op_id, "name": op.name, "batch_size": batch_size,
-                         "input_shapes": op.input_shapes}
+        achieved[key] = AchievedPeak(measured_peak_flops_per_s=peaks[key], flops_per_s=rate,
+                                     name=op.name, op_id=op.op_id, batch_size=batch_size)
         peaks[key] = rate
-    return dataclasses.replace(ceilings, peak_flops_per_s=peaks,
-                               details={**ceilings.details, ACHIEVED: achieved})
+    return dataclasses.replace(
+        ceilings, peak_flops_per_s=peaks,
+        details=dataclasses.replace(ceilings.details, achieved_by_ops=achieved))
 
 
 _ITEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}

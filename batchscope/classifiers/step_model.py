@@ -58,7 +58,6 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
@@ -72,9 +71,11 @@ from batchscope.profiler.probe import (
     PROBE_TIME_S,
     PROBED_OPS,
     REPLAYED_OPS,
+    ProbeSpec,
     probe_key,
 )
 from batchscope.records import (
+    ArgValue,
     BatchResult,
     Bound,
     CurvePoint,
@@ -254,7 +255,7 @@ class ProbeScaling:
     b_small: int
     large: list[list[int]]
     b_large: int
-    args: list[Any] | None = None
+    args: list[ArgValue] | None = None
     call_s: float = 0.0
     dtype: str = ""
 
@@ -430,11 +431,11 @@ def _roof_times(op: OpStat, roof: Roof) -> tuple[float, float]:
 def _path_factor(ceilings: Ceilings, dtype: str, kind: str) -> tuple[float, str] | None:
     """Peak over the ceilings' own measurement of the path an op of ``kind`` takes."""
     path = {"matmul": "linear", "conv": "conv2d"}.get(kind)
-    matmul = (ceilings.details.get("matmul") or {}).get(dtype) or {}
-    figures = ((matmul.get("paths") or {}).get(path) or {}) if path else {}
-    flops = figures.get("peak_flops_per_s") if isinstance(figures, dict) else None
+    matmul = ceilings.details.matmul.get(dtype)
+    figures = matmul.paths.get(path) if matmul is not None and path else None
+    flops = figures.peak_flops_per_s if figures is not None else None
     peak = ceilings.peak_for(dtype)
-    if isinstance(flops, (int, float)) and flops > 0 and peak > 0:
+    if flops is not None and flops > 0 and peak > 0:
         return max(peak / flops, 1.0), f"{path} measured at {flops / 1e9:,.0f} GFLOP/s"
     return None
 
@@ -508,7 +509,7 @@ def probe_budget_s(results: list[BatchResult]) -> float:
 
 def probe_specs(results: list[BatchResult], sizes: list[int],
                 budget_s: float | None = None,
-                bound_above: int | None = None) -> list[dict[str, Any]]:
+                bound_above: int | None = None) -> list[ProbeSpec]:
     """The kernel probes that give each matmul and convolution of the model its time at
     ``sizes`` (and at the measured ones, the reference), one per distinct shape.
 
@@ -526,32 +527,31 @@ def probe_specs(results: list[BatchResult], sizes: list[int],
     over :data:`PROBE_MAX_CALL_S` a call too, and its fit stands there.
 
     The matmuls come first, each op's sizes in ascending order with its op id as
-    ``family`` and the batch size as ``batch``: the worker skips the warm-up call of a
+    ``op_id`` and the batch size as ``batch``: the worker skips the warm-up call of a
     probe its family's smaller one says is long (:data:`~batchscope.profiler.probe.LONG_CALL_S`).
     """
     budget_s = probe_budget_s(results) if budget_s is None else budget_s
-    specs: dict[str, dict[str, Any]] = {}
+    specs: dict[str, ProbeSpec] = {}
     bounded: dict[str, float] = {}  # key -> estimated seconds of one call
     for op_id, scaling in _probe_shapes(results).items():
         for b in sorted(set(sizes)):
-            key = scaling.key(b)
-            if key is None or key in specs or scaling.too_costly(
+            shapes = scaling.shapes(b)
+            if shapes is None or scaling.too_costly(
                     b, bound_all=bound_above is not None and b > bound_above):
                 continue
-            specs[key] = {"key": key, "name": scaling.name, "shapes": scaling.shapes(b),
-                          "family": op_id, "batch": b}
-            if scaling.args is not None:
-                specs[key]["args"] = scaling.args
-            if scaling.dtype:
-                specs[key]["dtype"] = scaling.dtype
+            spec = ProbeSpec.of(scaling.name, shapes, scaling.args, scaling.dtype,
+                                op_id=op_id, batch=b)
+            if spec.key in specs:
+                continue
+            specs[spec.key] = spec
             if scaling.name in COST_BOUNDED_PROBES:
-                bounded[key] = scaling.estimated_call_s(b)
+                bounded[spec.key] = scaling.estimated_call_s(b)
     spent = 0.0
     kept = []
     for key, call_s in sorted(bounded.items(), key=lambda kv: kv[1]):
         spent += _probe_cost_s(call_s)
         if spent <= budget_s:
-            kept.append({**specs[key], "budget_s": budget_s})
+            kept.append(dataclasses.replace(specs[key], budget_s=budget_s))
     return [s for key, s in specs.items() if key not in bounded] + kept
 
 
@@ -687,16 +687,12 @@ def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
     at the peak size; None when no dtype records a spread."""
     peaks = dict(ceilings.peak_flops_per_s)
     changed = False
-    for dtype, figures in (ceilings.details.get("matmul") or {}).items():
-        if not isinstance(figures, dict) or dtype not in peaks:
+    for dtype, figures in ceilings.details.matmul.items():
+        peak = figures.peak_row()
+        if dtype not in peaks or peak is None:
             continue
-        peak = next((s for s in figures.get("sizes") or [] if isinstance(s, dict)
-                     and s.get("n") == figures.get("peak_size")), None)
-        best = peak and peak.get("best_flops_per_s")
-        median = peak and peak.get("median_flops_per_s")
-        if (isinstance(best, (int, float)) and isinstance(median, (int, float))
-                and 0 < median < best):
-            peaks[dtype] *= median / best
+        if 0 < peak.median_flops_per_s < peak.best_flops_per_s:
+            peaks[dtype] *= peak.median_flops_per_s / peak.best_flops_per_s
             changed = True
     return dataclasses.replace(ceilings, peak_flops_per_s=peaks) if changed else None
 
@@ -776,7 +772,7 @@ STOP_TOLERANCE = 0.25
 MIN_MARGIN = 0.10
 
 
-def stop_probe_specs(results: list[BatchResult], remaining: list[int]) -> list[dict[str, Any]]:
+def stop_probe_specs(results: list[BatchResult], remaining: list[int]) -> list[ProbeSpec]:
     """The kernel probes :func:`predicted_stop` reads: every probed op at the remaining
     sizes and the measured ones ([] while too few sizes are measured to judge)."""
     usable = _usable(results)

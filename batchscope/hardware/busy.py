@@ -13,8 +13,6 @@ from pathlib import Path
 # Ceilings measured while other processes took at least this share of the machine's CPU are
 # not cached, and the report flags them: on 2 cores one busy neighbour halves the roofs.
 BUSY_SHARE = 0.25
-# ``Ceilings.details`` key: other processes' share of the CPU while the ceilings were measured.
-OTHER_CPU_SHARE = "other_cpu_share"
 # /proc/stat counts in ticks of 10 ms: over less than this a single tick of a neighbour
 # reads as a large share, so shorter blocks get no share (NaN) rather than a wrong one.
 MIN_JUDGED_S = 1.0

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,11 +27,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 
 from batchscope.hardware import microbench
-from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE, OtherLoad
+from batchscope.hardware.busy import BUSY_SHARE, OtherLoad
 from batchscope.hardware.types import FP32, Ceilings
+from batchscope.typed_json import to_builtins
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,8 @@ log = logging.getLogger(__name__)
 # the CUDA index is in the key and CUDA events record on the measured device's stream.
 # 4: the peak of a dtype is the best of torch.mm, F.linear and a 3x3 convolution (issue 13).
 # 5: the bandwidth is the best of a copy and an in-place update (write-allocate; issue 13).
-CALIBRATION_FORMAT = 5
+# 6: the details are typed records (hardware/figures.py; issue 30).
+CALIBRATION_FORMAT = 6
 # Hex digits of the key's SHA-256 in the file name: short to read, ample against collisions
 # (and a collision is harmless: the full key inside is compared too).
 _HASH_DIGITS = 12
@@ -81,7 +85,7 @@ def machine_key(device: str | torch.device) -> str:
     if dev.type == "cuda":
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
-        key["gpu"] = microbench.gpu_identity(dev)
+        key["gpu"] = to_builtins(microbench.gpu_identity(dev))
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
@@ -129,7 +133,7 @@ def _read(path: Path, key: str) -> Ceilings | None:
                    ceilings.overhead_s]
         if FP32 not in ceilings.peak_flops_per_s or not all(_positive(v) for v in figures):
             raise ValueError("missing or non-positive figures")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, msgspec.ValidationError) as exc:
         log.warning("ignoring corrupt ceilings cache %s: %s", path, exc)
         return None
     ceilings.source = "cache"
@@ -191,7 +195,7 @@ def load_or_measure(device: str | torch.device = "cpu", *, recalibrate: bool = F
     ceilings.key = key
     ceilings.source = "measured"
     if math.isfinite(load.share):  # NaN: too short to judge, or no /proc/stat
-        ceilings.details[OTHER_CPU_SHARE] = load.share
+        ceilings.details = dataclasses.replace(ceilings.details, other_cpu_share=load.share)
     if load.share >= BUSY_SHARE:
         # Low figures, cached, would misplace every op of every later run on this machine
         # (a 2-core EPYC measured 14 GFLOP/s fp32 and 3.3 GB/s while tests ran beside it,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.types import BF16, FP16, FP32, TF32
 
 TERA = 1e12
@@ -86,16 +87,13 @@ class GpuSpec:
     l2_bytes: int | None = None
     family_patterns: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "product": self.product,
-            "peak_flops_per_s": dict(self.peak_flops_per_s),
-            "sparse_flops_per_s": dict(self.sparse_flops_per_s),
-            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
-            "memory_bytes": self.memory_bytes,
-            "l2_bytes": self.l2_bytes,
-            "source": self.source,
-        }
+    def datasheet(self) -> DatasheetSpec:
+        """The row as the record ceilings carry (a fresh copy of its tables)."""
+        return DatasheetSpec(product=self.product, peak_flops_per_s=dict(self.peak_flops_per_s),
+                             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+                             memory_bytes=self.memory_bytes, source=self.source,
+                             sparse_flops_per_s=dict(self.sparse_flops_per_s),
+                             l2_bytes=self.l2_bytes)
 
 
 def _sparse_sheet(fp32_tf: float, tf32_sparse_tf: float, half_sparse_tf: float,
@@ -205,7 +203,7 @@ def _matching(key: str, patterns_of: Callable[[GpuSpec], tuple[str, ...]]) -> li
     return [spec for spec in SPECS if any(re.fullmatch(p, key) for p in patterns_of(spec))]
 
 
-def lookup(name: str, memory_bytes: int | None = None) -> dict[str, Any] | None:
+def lookup(name: str, memory_bytes: int | None = None) -> DatasheetSpec | None:
     """Datasheet figures for a device name as ``torch.cuda.get_device_name()`` prints it.
 
     The whole name must match, so "NVIDIA A10" is not an A100, and a MIG slice
@@ -220,20 +218,20 @@ def lookup(name: str, memory_bytes: int | None = None) -> dict[str, Any] | None:
             .total_memory``), used only where the name leaves the row open.
 
     Returns:
-        A fresh dict (product, peak_flops_per_s, sparse_flops_per_s, bandwidth_bytes_per_s,
+        A fresh record (product, peak_flops_per_s, sparse_flops_per_s, bandwidth_bytes_per_s,
         memory_bytes, l2_bytes, source), or None where the part is not in the table.
 
     Example:
-        >>> lookup("NVIDIA A100-SXM4", memory_bytes=42505273344)["product"]
+        >>> lookup("NVIDIA A100-SXM4", memory_bytes=42505273344).product
         'A100 SXM4 40GB'
     """
     key = normalise(name)
     exact = _matching(key, lambda spec: spec.patterns)
     if exact:
-        return exact[0].to_dict()
+        return exact[0].datasheet()
     family = _matching(key, lambda spec: spec.family_patterns)
     if len(family) == 1:
-        return family[0].to_dict()
+        return family[0].datasheet()
     if not family or memory_bytes is None:
         return None
-    return min(family, key=lambda spec: abs(spec.memory_bytes - memory_bytes)).to_dict()
+    return min(family, key=lambda spec: abs(spec.memory_bytes - memory_bytes)).datasheet()

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -42,7 +43,25 @@ from typing import Any
 
 import torch
 
+from batchscope.engine.clock import Clock, HostClock, device_clock
+from batchscope.engine.policies import FixedCount, RepeatBudget
+from batchscope.engine.timer import sample
 from batchscope.hardware import gpu_specs
+from batchscope.hardware.figures import (
+    BenchPlanInfo,
+    CeilingDetails,
+    CopyFigures,
+    GpuIdentity,
+    HostInfo,
+    InPlaceFigures,
+    MatmulFigures,
+    MatmulSize,
+    OpCost,
+    OverheadFigures,
+    PathFigures,
+    PathSize,
+    Repeats,
+)
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
 
 MIB = 2**20
@@ -142,7 +161,7 @@ def cpu_has_native_bf16() -> bool:
     return bool(set(_cpuinfo("flags", "Features").split()) & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def gpu_identity(device: torch.device) -> dict[str, Any]:
+def gpu_identity(device: torch.device) -> GpuIdentity:
     """Index, name, UUID and driver version of a CUDA device (initialises CUDA here).
 
     The index keeps two GPUs of one model apart in the cache even where torch reports no
@@ -153,8 +172,8 @@ def gpu_identity(device: torch.device) -> dict[str, Any]:
     """
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    return {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "") or ""),
-            "driver": _nvidia_driver()}
+    return GpuIdentity(index=index, name=props.name,
+                       uuid=str(getattr(props, "uuid", "") or ""), driver=_nvidia_driver())
 
 
 def gpu_l2_bytes(device: torch.device) -> int | None:
@@ -227,69 +246,36 @@ def _available_memory_bytes(device: torch.device) -> int | None:
 
 
 # ---------------------------------------------------------------------------- timing
-class _Clock:
-    """Times ``inner`` back-to-back calls: host clock on the CPU, CUDA events on a GPU.
-
-    The events are recorded on ``device``'s current stream, whatever the current device:
-    a bare ``Event.record()`` records on the current device's stream, which for ``cuda:1``
-    called outside ``torch.cuda.device(1)`` would time cuda:0, not the work.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def time(self, fn: Callable[[], object], inner: int) -> float:
-        """Seconds taken by ``inner`` calls of ``fn``, the device drained at the end."""
-        if not self.cuda:
-            start = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            return time.perf_counter() - start
-        stream = torch.cuda.current_stream(self.device)
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record(stream)
-        for _ in range(inner):
-            fn()
-        end.record(stream)
-        end.synchronize()
-        return float(begin.elapsed_time(end)) / 1e3  # elapsed_time is in milliseconds
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _stats(per_call_s: list[float]) -> dict[str, float | int]:
+def _stats(per_call_s: list[float], inner: int = 1, warmup_s: float = 0.0) -> Repeats:
     """Repeats, median, best, worst and spread (interquartile range / median) of samples."""
     xs = sorted(per_call_s)
     median = statistics.median(xs)
     q1, _, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0], xs[0], xs[0])
     spread = (q3 - q1) / median
-    return {"repeats": len(xs), "median_s": median, "best_s": xs[0], "worst_s": xs[-1],
-            "spread": spread}
+    return Repeats(repeats=len(xs), median_s=median, best_s=xs[0], worst_s=xs[-1],
+                   spread=spread, inner=inner, warmup_s=warmup_s)
 
 
 def _repeat(
-    fn: Callable[[], object], clock: _Clock, plan: BenchPlan, deadline: float
-) -> dict[str, Any]:
-    """Warm ``fn`` up, then time samples until enough repeats and time (or the deadline)."""
-    warmup_s = clock.time(fn, 1)  # first call: page faults, library and kernel selection
+    fn: Callable[[], object], clock: Clock, plan: BenchPlan, deadline: float
+) -> Repeats:
+    """Warm ``fn`` up, then time samples of ``inner`` calls (enough for a sample to last
+    ``plan.min_sample_s``) under the repeat budget: enough repeats and time, or the
+    deadline (the engine's one timer and its RepeatBudget rule)."""
+    warmup_s = clock.time(fn)[0]  # first call: page faults, library and kernel selection
     inner = 1
     if warmup_s < plan.min_sample_s:
-        one_s = max(clock.time(fn, 1), _MIN_TIMED_S)
+        one_s = max(clock.time(fn)[0], _MIN_TIMED_S)
         inner = min(_MAX_INNER, math.ceil(plan.min_sample_s / one_s))
-    per_call: list[float] = []
-    start = time.perf_counter()
-    while len(per_call) < plan.max_repeats:
-        per_call.append(max(clock.time(fn, inner), _MIN_TIMED_S) / inner)
-        now = time.perf_counter()
-        if len(per_call) >= plan.min_repeats and (
-            now - start >= plan.min_time_s or now >= deadline
-        ):
-            break
-    return {"inner": inner, "warmup_s": warmup_s, **_stats(per_call)}
+    sampled, _ = sample(fn, clock, RepeatBudget(plan.min_repeats, plan.max_repeats,
+                                                plan.min_time_s, deadline=deadline),
+                        inner, floor_s=_MIN_TIMED_S)
+    return _stats(list(sampled.samples_s), inner, warmup_s)
 
 
 @contextlib.contextmanager
@@ -330,56 +316,48 @@ def _fp32_matmul_precision(device_type: str, tf32: bool) -> Iterator[None]:
 REMEASURE_SPREAD = 0.25
 
 
-def _matmul_row(n: int, device: torch.device, dtype: torch.dtype, clock: _Clock, plan: BenchPlan,
-                end: float) -> dict[str, Any]:
+def _matmul_row(n: int, device: torch.device, dtype: torch.dtype, clock: Clock, plan: BenchPlan,
+                end: float) -> MatmulSize:
     """The figures of one square ``torch.mm`` size."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     c = torch.empty(n, n, device=device, dtype=dtype)
-    timing = _repeat(lambda: torch.mm(a, b, out=c), clock, plan, end)
+    timing = _repeat(functools.partial(torch.mm, a, b, out=c), clock, plan, end)
     flops = 2 * n**3  # n×n @ n×n: n² outputs, n multiplies and n adds each
-    return {
-        "n": n,
-        "flops_per_call": flops,
-        **timing,
-        "best_flops_per_s": flops / timing["best_s"],
-        "median_flops_per_s": flops / timing["median_s"],
-    }
+    return MatmulSize(n=n, flops_per_call=flops, **dataclasses.asdict(timing),
+                      best_flops_per_s=flops / timing.best_s,
+                      median_flops_per_s=flops / timing.median_s)
 
 
-def _remeasure_spread_peak(rows: list[dict[str, Any]], device: torch.device,
-                           dtype: torch.dtype, clock: _Clock, plan: BenchPlan) -> None:
+def _remeasure_spread_peak(rows: list[MatmulSize], device: torch.device,
+                           dtype: torch.dtype, clock: Clock, plan: BenchPlan) -> None:
     """Measure the peak size again when its repeats spread past :data:`REMEASURE_SPREAD`,
     keeping the steadier row (its first spread recorded as ``first_spread``)."""
-    i = max(range(len(rows)), key=lambda k: rows[k]["best_flops_per_s"])
-    if rows[i]["spread"] <= REMEASURE_SPREAD:
+    i = max(range(len(rows)), key=lambda k: rows[k].best_flops_per_s)
+    if rows[i].spread <= REMEASURE_SPREAD:
         return
-    budget_s = (1 + plan.min_repeats) * rows[i]["median_s"] * 2
+    budget_s = (1 + plan.min_repeats) * rows[i].median_s * 2
     try:
-        again = _matmul_row(rows[i]["n"], device, dtype, clock, plan,
+        again = _matmul_row(rows[i].n, device, dtype, clock, plan,
                             time.perf_counter() + budget_s)
     except (RuntimeError, NotImplementedError):
         return
-    again["first_spread"] = rows[i]["spread"]
-    if again["spread"] < rows[i]["spread"]:
-        rows[i] = again
+    if again.spread < rows[i].spread:
+        rows[i] = dataclasses.replace(again, first_spread=rows[i].spread)
     else:
-        rows[i]["remeasured_spread"] = again["spread"]
+        rows[i] = dataclasses.replace(rows[i], remeasured_spread=again.spread)
 
 
 def measure_matmul(
     device: torch.device, dtype: torch.dtype, plan: BenchPlan, *, tf32: bool = False
-) -> dict[str, Any]:
-    """Peak ``torch.mm`` FLOP/s of one dtype over ascending square sizes, within a budget.
-
-    Returns:
-        ``{"sizes": [per-size figures], "skipped_sizes": [...], "peak_flops_per_s": ...,
-        "peak_size": n}``; ``"error"`` replaces the peak where the dtype cannot run.
-    """
-    clock = _Clock(device)
+) -> MatmulFigures:
+    """Peak ``torch.mm`` FLOP/s of one dtype over ascending square sizes, within a budget;
+    ``error`` instead of a peak where the dtype cannot run."""
+    clock = device_clock(device)
     started = time.perf_counter()
     end = started + plan.matmul_budget_s
-    rows: list[dict[str, Any]] = []
-    result: dict[str, Any] = {"sizes": rows, "skipped_sizes": []}
+    rows: list[MatmulSize] = []
+    skipped: list[int] = []
+    error: str | None = None
     previous: tuple[int, float] | None = None  # (n, median seconds per call)
     with (_fp32_matmul_precision(device.type, tf32) if dtype == torch.float32
           else contextlib.nullcontext()):
@@ -388,24 +366,24 @@ def measure_matmul(
                 # warm-up plus the minimum repeats, scaled by the n³ growth of the work
                 projected_s = (1 + plan.min_repeats) * previous[1] * (n / previous[0]) ** 3
                 if time.perf_counter() + projected_s > end:
-                    result["skipped_sizes"] = [m for m in plan.matmul_sizes if m >= n]
+                    skipped = [m for m in plan.matmul_sizes if m >= n]
                     break
             try:
                 row = _matmul_row(n, device, dtype, clock, plan, end)
             except (RuntimeError, NotImplementedError) as exc:  # dtype unsupported, or OOM
-                result["error"] = f"n={n}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                error = f"n={n}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 break
             rows.append(row)
-            previous = (n, row["median_s"])
+            previous = (n, row.median_s)
         if rows:
             _remeasure_spread_peak(rows, device, dtype, clock, plan)
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    result["wall_s"] = time.perf_counter() - started
-    if rows:
-        best = max(rows, key=lambda r: r["best_flops_per_s"])
-        result.update(peak_flops_per_s=best["best_flops_per_s"], peak_size=best["n"])
-    return result
+    best = max(rows, key=lambda r: r.best_flops_per_s) if rows else None
+    return MatmulFigures(sizes=rows, skipped_sizes=skipped,
+                         wall_s=time.perf_counter() - started,
+                         peak_flops_per_s=best.best_flops_per_s if best else None,
+                         peak_size=best.n if best else None, error=error)
 
 
 # Convolution of the paths models use: a ResNet-style 3x3, 64 to 64 channels on 56x56, at
@@ -432,7 +410,7 @@ def _cudnn_tf32(device_type: str, tf32: bool) -> Iterator[None]:
 
 
 def _linear_rows(device: torch.device, dtype: torch.dtype, plan: BenchPlan,
-                 n: int) -> dict[str, Any]:
+                 n: int) -> PathFigures:
     """F.linear of an n×n input by an n×n weight: MKL's (cuBLAS's) path of a model's matmul."""
     x = torch.randn(n, n, device=device, dtype=dtype)
     w = torch.randn(n, n, device=device, dtype=dtype)
@@ -441,7 +419,7 @@ def _linear_rows(device: torch.device, dtype: torch.dtype, plan: BenchPlan,
 
 
 def _conv_rows(device: torch.device, dtype: torch.dtype, plan: BenchPlan,
-               n: int) -> dict[str, Any]:
+               n: int) -> PathFigures:
     """A 3x3 convolution at each of _CONV_BATCHES: oneDNN's (cuDNN's) path."""
     weight = torch.randn(_CONV_CHANNELS, _CONV_CHANNELS, _CONV_KERNEL, _CONV_KERNEL,
                          device=device, dtype=dtype)
@@ -454,12 +432,12 @@ def _conv_rows(device: torch.device, dtype: torch.dtype, plan: BenchPlan,
 
 
 def _path_rows(device: torch.device, plan: BenchPlan, calls: list[tuple[int, Callable[[], Any],
-               float]]) -> dict[str, Any]:
+               float]]) -> PathFigures:
     """Time each (size, call, FLOPs) in order while the budget lasts; the best FLOP/s."""
-    clock = _Clock(device)
+    clock = device_clock(device)
     end = time.perf_counter() + plan.matmul_budget_s * _PATH_BUDGET_SHARE
-    rows: list[dict[str, Any]] = []
-    out: dict[str, Any] = {"sizes": rows}
+    rows: list[PathSize] = []
+    error: str | None = None
     previous: tuple[float, float] | None = None  # (FLOPs, median seconds per call)
     for size, call, flops in calls:
         if previous is not None:
@@ -469,19 +447,18 @@ def _path_rows(device: torch.device, plan: BenchPlan, calls: list[tuple[int, Cal
         try:
             timing = _repeat(call, clock, plan, end)
         except (RuntimeError, NotImplementedError) as exc:
-            out["error"] = f"{size}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            error = f"{size}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             break
-        rows.append({"size": size, "flops_per_call": flops, **timing,
-                     "best_flops_per_s": flops / timing["best_s"],
-                     "median_flops_per_s": flops / timing["median_s"]})
-        previous = (flops, timing["median_s"])
-    if rows:
-        out["peak_flops_per_s"] = max(r["best_flops_per_s"] for r in rows)
-    return out
+        rows.append(PathSize(size=size, flops_per_call=flops, **dataclasses.asdict(timing),
+                             best_flops_per_s=flops / timing.best_s,
+                             median_flops_per_s=flops / timing.median_s))
+        previous = (flops, timing.median_s)
+    return PathFigures(sizes=rows, error=error,
+                       peak_flops_per_s=max((r.best_flops_per_s for r in rows), default=None))
 
 
 def measure_paths(device: torch.device, dtype: torch.dtype, plan: BenchPlan, n: int, *,
-                  tf32: bool = False) -> dict[str, Any]:
+                  tf32: bool = False) -> dict[str, PathFigures]:
     """Peak FLOP/s of the other paths models take: ``F.linear`` (oneDNN where ``torch.mm``
     takes MKL: 10x faster in bf16 on an EPYC) at the matmul's largest size ``n``, and a
     3x3 convolution (oneDNN/cuDNN, faster than ``torch.mm`` in fp32 on CPUs).
@@ -489,7 +466,7 @@ def measure_paths(device: torch.device, dtype: torch.dtype, plan: BenchPlan, n: 
     Returns ``{"linear": {...}, "conv2d": {...}}``, each with its ``peak_flops_per_s``
     where it ran.
     """
-    paths: dict[str, Any] = {}
+    paths: dict[str, PathFigures] = {}
     fp32 = dtype == torch.float32
     with (_fp32_matmul_precision(device.type, tf32) if fp32 else contextlib.nullcontext()), \
             (_cudnn_tf32(device.type, tf32) if fp32 else contextlib.nullcontext()):
@@ -497,8 +474,8 @@ def measure_paths(device: torch.device, dtype: torch.dtype, plan: BenchPlan, n: 
             try:  # the tensors are freed when the function returns
                 paths[name] = rows(device, dtype, plan, n)
             except (RuntimeError, NotImplementedError) as exc:
-                paths[name] = {"error": f"{type(exc).__name__}: "
-                                        f"{str(exc).splitlines()[0][:200]}"}
+                paths[name] = PathFigures(error=f"{type(exc).__name__}: "
+                                                f"{str(exc).splitlines()[0][:200]}")
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return paths
@@ -517,7 +494,7 @@ def copy_buffer_bytes(device: torch.device, plan: BenchPlan) -> int:
     return max(MIB, size // MIB * MIB)
 
 
-def measure_copy(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
+def measure_copy(device: torch.device, plan: BenchPlan) -> CopyFigures:
     """Sustained streaming bandwidth, bytes read plus written per second, through two paths
     models take: ``dst.copy_(src)`` and an in-place update ``src.add_(1)``.
 
@@ -534,31 +511,32 @@ def measure_copy(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
     dst = torch.empty_like(src)
     deadline = time.perf_counter() + plan.copy_budget_s
     copy_fn = functools.partial(dst.copy_, src)
-    timing = _repeat(copy_fn, _Clock(device), plan, deadline)
+    timing = _repeat(copy_fn, device_clock(device), plan, deadline)
     moved = 2 * src.numel() * src.element_size()  # one read of src plus one write of dst
     del copy_fn, dst
     add_fn = functools.partial(src.add_, 1.0)
-    in_place = _repeat(add_fn, _Clock(device), plan,
+    in_place = _repeat(add_fn, device_clock(device), plan,
                        time.perf_counter() + plan.copy_budget_s)
     del add_fn, src
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    paths = {"copy": moved / timing["best_s"], "in_place": moved / in_place["best_s"]}
+    paths = {"copy": moved / timing.best_s, "in_place": moved / in_place.best_s}
     best = max(paths, key=paths.__getitem__)
-    return {
-        "buffer_bytes": buffer_bytes,
-        "bytes_per_copy": moved,
-        "llc_bytes_reported": _llc_bytes() if device.type == "cpu" else None,
-        **timing,
-        "best_bytes_per_s": moved / timing["best_s"],
-        "median_bytes_per_s": moved / timing["median_s"],
-        "in_place": {**in_place, "best_bytes_per_s": paths["in_place"],
-                     "median_bytes_per_s": moved / in_place["median_s"]},
-        "paths": paths,
-        "peak_path": best,
-        "bandwidth_bytes_per_s": paths[best],
-        "wall_s": time.perf_counter() - started,
-    }
+    return CopyFigures(
+        buffer_bytes=buffer_bytes,
+        bytes_per_copy=moved,
+        llc_bytes_reported=_llc_bytes() if device.type == "cpu" else None,
+        **dataclasses.asdict(timing),
+        best_bytes_per_s=moved / timing.best_s,
+        median_bytes_per_s=moved / timing.median_s,
+        wall_s=time.perf_counter() - started,
+        in_place=InPlaceFigures(**dataclasses.asdict(in_place),
+                                best_bytes_per_s=paths["in_place"],
+                                median_bytes_per_s=moved / in_place.median_s),
+        paths=paths,
+        peak_path=best,
+        bandwidth_bytes_per_s=paths[best],
+    )
 
 
 def _tiny_ops(device: torch.device) -> dict[str, Callable[[], Any]]:
@@ -577,7 +555,7 @@ def _tiny_ops(device: torch.device) -> dict[str, Callable[[], Any]]:
     }
 
 
-def measure_overhead(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
+def measure_overhead(device: torch.device, plan: BenchPlan) -> OverheadFigures:
     """Per-call cost of one-element ops in a tight Python loop, and their median.
 
     A single op kind would misstate the floor: a one-element ``add`` costs ~0.9 µs here
@@ -587,21 +565,23 @@ def measure_overhead(device: torch.device, plan: BenchPlan) -> dict[str, Any]:
     rate at which tiny kernels can be issued.
     """
     calls = plan.overhead_calls
-    result: dict[str, Any] = {}
+    costs: dict[str, OpCost] = {}
+
+    def sync() -> None:
+        _sync(device)
+
     for name, op in _tiny_ops(device).items():
         for _ in range(calls):  # warm-up
             op()
-        per_call: list[float] = []
-        for _ in range(plan.overhead_chunks):
-            _sync(device)
-            start = time.perf_counter()
-            for _ in range(calls):
-                op()
-            _sync(device)
-            per_call.append(max(time.perf_counter() - start, _MIN_TIMED_S) / calls)
-        result[name] = {"calls_per_chunk": calls, **_stats(per_call)}
-    result["floor_s"] = statistics.median(v["median_s"] for v in result.values())
-    return result
+        # Chunks of back-to-back calls on the host's clock, the device drained at both ends.
+        sampled, _ = sample(op, HostClock(sync), FixedCount(plan.overhead_chunks),
+                            block_steps=calls, floor_s=_MIN_TIMED_S, prepare=sync)
+        stats = _stats(list(sampled.samples_s))
+        costs[name] = OpCost(calls_per_chunk=calls, repeats=stats.repeats,
+                             median_s=stats.median_s, best_s=stats.best_s,
+                             worst_s=stats.worst_s, spread=stats.spread)
+    return OverheadFigures(ops=costs,
+                           floor_s=statistics.median(c.median_s for c in costs.values()))
 
 
 def _resolve(device: str | torch.device) -> torch.device:
@@ -616,17 +596,17 @@ def _resolve(device: str | torch.device) -> torch.device:
     return dev
 
 
-def best_path(matmul: dict[str, Any]) -> float | None:
-    """The dtype's peak: the best of ``torch.mm`` and the other paths models use, recording
-    in ``matmul["peak_path"]`` which one it was ("mm", "linear" or "conv2d")."""
-    candidates = {"mm": matmul.get("peak_flops_per_s")}
-    for path, figures in (matmul.get("paths") or {}).items():
-        candidates[path] = figures.get("peak_flops_per_s")
-    measured = {k: v for k, v in candidates.items() if isinstance(v, (int, float)) and v > 0}
+def best_path(matmul: MatmulFigures) -> tuple[str, float] | None:
+    """The dtype's peak: the best of ``torch.mm`` and the other paths models use, and which
+    one it was ("mm", "linear" or "conv2d"); None where none ran."""
+    candidates = {"mm": matmul.peak_flops_per_s}
+    for path, figures in matmul.paths.items():
+        candidates[path] = figures.peak_flops_per_s
+    measured = {k: v for k, v in candidates.items() if v is not None and v > 0}
     if not measured:
         return None
-    matmul["peak_path"] = max(measured, key=lambda k: measured[k])
-    return measured[matmul["peak_path"]]
+    path = max(measured, key=lambda k: measured[k])
+    return path, measured[path]
 
 
 def _dtypes(device: torch.device) -> tuple[tuple[str, torch.dtype, bool], ...]:
@@ -666,42 +646,46 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
             name: measure_matmul(dev, dtype, plan, tf32=tf32) for name, dtype, tf32 in _dtypes(dev)
         }
         for name, dtype, tf32 in _dtypes(dev):
-            sizes = [r["n"] for r in matmul[name].get("sizes", [])]
+            sizes = [r.n for r in matmul[name].sizes]
             if sizes:
-                matmul[name]["paths"] = measure_paths(dev, dtype, plan, max(sizes), tf32=tf32)
+                matmul[name] = dataclasses.replace(
+                    matmul[name], paths=measure_paths(dev, dtype, plan, max(sizes), tf32=tf32))
         copy = measure_copy(dev, plan)
         overhead = measure_overhead(dev, plan)
-    peaks = {name: peak for name, d in matmul.items() if (peak := best_path(d)) is not None}
+    peaks: dict[str, float] = {}
+    for name, figures in list(matmul.items()):
+        best = best_path(figures)
+        if best is not None:
+            matmul[name] = dataclasses.replace(figures, peak_path=best[0])
+            peaks[name] = best[1]
     if FP32 not in peaks:
-        raise RuntimeError(f"fp32 matmul could not be measured: {matmul[FP32].get('error')}")
+        raise RuntimeError(f"fp32 matmul could not be measured: {matmul[FP32].error}")
+    identity: GpuIdentity | None = None
     if dev.type == "cuda":
         identity = gpu_identity(dev)
         memory_bytes = int(torch.cuda.get_device_properties(dev).total_memory)
-        name, spec = identity["name"], gpu_specs.lookup(identity["name"], memory_bytes)
+        name, spec = identity.name, gpu_specs.lookup(identity.name, memory_bytes)
         cache_bytes = gpu_l2_bytes(dev)
     else:
-        identity, name, spec, cache_bytes = {}, cpu_model_name(), None, _llc_bytes()
-    details = {
-        "quick": quick,
-        "wall_s": time.perf_counter() - started,
-        "plan": {"matmul_sizes": list(plan.matmul_sizes), "matmul_budget_s": plan.matmul_budget_s},
-        "host": {
-            "cpu": cpu_model_name(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "native_bf16": cpu_has_native_bf16(),
-            "interop_threads": torch.get_num_interop_threads(),
-            **({"gpu": identity} if identity else {}),
-        },
-        "matmul": matmul,
-        "copy": copy,
-        "overhead": overhead,
-    }
+        name, spec, cache_bytes = cpu_model_name(), None, _llc_bytes()
+    details = CeilingDetails(
+        quick=quick,
+        wall_s=time.perf_counter() - started,
+        plan=BenchPlanInfo(list(plan.matmul_sizes), plan.matmul_budget_s),
+        host=HostInfo(cpu=cpu_model_name(),
+                      cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                      native_bf16=cpu_has_native_bf16(),
+                      interop_threads=torch.get_num_interop_threads(), gpu=identity),
+        matmul=matmul,
+        copy=copy,
+        overhead=overhead,
+    )
     return Ceilings(
         device=dev.type,
         name=name,
         peak_flops_per_s=peaks,
-        bandwidth_bytes_per_s=copy["bandwidth_bytes_per_s"],
-        overhead_s=overhead["floor_s"],
+        bandwidth_bytes_per_s=copy.bandwidth_bytes_per_s or copy.best_bytes_per_s,
+        overhead_s=overhead.floor_s,
         threads=torch.get_num_threads(),
         torch_version=torch.__version__,
         source="measured",

@@ -16,16 +16,15 @@ from __future__ import annotations
 import torch
 
 from batchscope.hardware.types import FP32, TF32
+from batchscope.op_families import Family, ops_of
 from batchscope.records import BatchResult, TimeBasis
 
 # aten ops (as the profiler names them, without "aten::") whose fp32 kernels use TF32 when
-# torch.backends.cuda.matmul allows it (cuBLAS) ...
-TF32_MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear",
-                             "_addmm_activation", "_scaled_mm"})
-# ... and when torch.backends.cudnn allows it (cuDNN convolutions; allowed by default).
-TF32_CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution",
-                           "cudnn_convolution_transpose", "convolution_backward",
-                           "conv1d", "conv2d", "conv3d", "conv_transpose2d"})
+# torch.backends.cuda.matmul allows it: the matmuls (cuBLAS) ...
+TF32_MATMUL_OPS = ops_of(Family.MATMUL)
+# ... and when torch.backends.cudnn allows it: the convolutions, forward and backward
+# (cuDNN; allowed by default). op_families says which ops are which.
+TF32_CONV_OPS = ops_of(Family.CONV)
 
 
 def tf32_modes() -> tuple[bool, bool]:

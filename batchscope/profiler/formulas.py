@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch.utils import flop_counter
 
+from batchscope.op_families import Family, family
+
 aten = torch.ops.aten
 
 Args = tuple[Any, ...]
@@ -61,11 +63,15 @@ class Formula:
         touched: elements really touched in some of its tensors, overriding the generic
             "every element the view spans" count for those tensors only.
         moves_bytes: False for views, metadata and bare allocations: they move 0 bytes.
+        family: the op's kernel family (:mod:`batchscope.op_families`: a matmul, a
+            convolution), set from its packet's name when it is registered; None for any
+            other op and for the generic rules.
     """
 
     flops: FlopFn
     touched: TouchFn | None = None
     moves_bytes: bool = True
+    family: Family | None = None
 
 
 REGISTRY: dict[Target, Formula] = {}
@@ -85,6 +91,13 @@ def _targets(names: Iterable[str]) -> list[Target]:
     return found
 
 
+def _formula(target: Target, flops: FlopFn, touched: TouchFn | None = None,
+             moves_bytes: bool = True) -> Formula:
+    """The formula of ``target``, tagged with its packet's family (op_families)."""
+    packet = target._overloadpacket if isinstance(target, torch._ops.OpOverload) else target
+    return Formula(flops, touched, moves_bytes, family(packet.__name__))
+
+
 def register(
     names: Iterable[str], *, touched: TouchFn | None = None, moves_bytes: bool = True
 ) -> Callable[[FlopFn], FlopFn]:
@@ -94,7 +107,7 @@ def register(
         for target in _targets(names):
             if target in REGISTRY:
                 raise RuntimeError(f"duplicate formula for {target}")
-            REGISTRY[target] = Formula(flops, touched, moves_bytes)
+            REGISTRY[target] = _formula(target, flops, touched, moves_bytes)
         return flops
 
     return deco
@@ -151,7 +164,7 @@ def _torch_formula(packet: torch._ops.OpOverloadPacket) -> FlopFn:
 
 for _packet in list(flop_counter.flop_registry):
     if isinstance(_packet, torch._ops.OpOverloadPacket):  # not higher-order ops or triton
-        REGISTRY[_packet] = Formula(_torch_formula(_packet))
+        REGISTRY[_packet] = _formula(_packet, _torch_formula(_packet))
 
 # CPU (and "overrideable") attention share the flash kernel's arithmetic and its leading
 # arguments (query, key, value / grad_out, query, key, value), so torch's flash formulas
@@ -166,7 +179,7 @@ for _name, _source in (
     ("_scaled_dot_product_fused_attention_overrideable_backward", _FLASH_BACKWARD),
 ):
     for _target in _targets([_name]):
-        REGISTRY[_target] = Formula(_torch_formula(_source))
+        REGISTRY[_target] = _formula(_target, _torch_formula(_source))
 
 
 # mv(mat: [m, n], vec: [n]) -> [m]: 2mn; addmv(bias, mat, vec) the same (bias ignored, as addmm)

@@ -1,22 +1,27 @@
-"""What the sweep's worker and ``watch`` both do around the timed steps of one batch size.
+"""What a timing pass yields, and the one place it lands in a result (``BatchResult``).
 
-The device's synchronisation, its NVML sampler, and how a timing result lands in a
-:class:`~batchscope.records.BatchResult` (latency, throughput, peak memory, NVML window,
-energy per unit, page faults) live here once, so the two ways in measure alike.
+The sweep's worker, a distributed sweep's ranks and ``watch`` all time their steps through
+the engine (:mod:`batchscope.engine.timer`) on a device backend
+(:mod:`batchscope.profiler.device`), which hands back a :class:`TimedSteps`;
+:func:`record_timing` alone turns it into a result's timed part (latency, throughput, peak
+memory, NVML window, energy per unit, the throttling flag, page faults), so the three ways in
+measure and report alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler, make_sampler
+from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler
 from batchscope.hardware.nvml_window import NvmlWindow, energy_per_unit_j
-from batchscope.profiler.memory import MemoryReading, PageFaults
-from batchscope.profiler.timing import Monitors, TimingConfig
+from batchscope.profiler.memory import MemoryReading
+from batchscope.profiler.timing import TimingConfig
 from batchscope.records import BatchResult, Flag, FlagKind, LatencyStats
+
+if TYPE_CHECKING:
+    import torch
 
 # Power readings average over ~1 s on recent GPUs and the energy counter ticks slowly: while
 # NVML samples, the timed steps of a batch size last at least this long (TimingConfig's
@@ -24,29 +29,21 @@ from batchscope.records import BatchResult, Flag, FlagKind, LatencyStats
 NVML_WINDOW_MIN_S = 1.0
 
 
-def device_sync(device: torch.device) -> Callable[[], None]:
-    """A function that waits for the device's queued work (nothing to wait for on the CPU)."""
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
+@dataclass(frozen=True)
+class TimedSteps:
+    """What one timing pass measured: the step statistics, the peak memory over its warm-up
+    and timed steps, and what its monitors saw over the timed steps (the NVML window, the
+    CPU's minor page faults; None where none watched)."""
 
-
-def cuda_identity(device: torch.device) -> tuple[int, str | None]:
-    """CUDA index and the UUID torch reports, for the NVML handle (0, None on the CPU)."""
-    if device.type != "cuda":
-        return 0, None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return index, str(torch.cuda.get_device_properties(index).uuid)
-
-
-def device_sampler(device: torch.device) -> NvmlSampler | NullSampler:
-    """The NVML sampler of ``device`` (a null one, saying why, off CUDA). Never raises."""
-    return make_sampler(device.type, *cuda_identity(device))
+    latency: LatencyStats
+    memory: MemoryReading
+    nvml: NvmlWindow | None = None
+    page_faults: int | None = None
 
 
 def nvml_samples(device: torch.device, sampler: NvmlSampler | NullSampler | None) -> bool:
     """Whether NVML samples the timed steps: on CUDA, unless ``sampler`` is a null one
-    (no NVML here); None stands for the sampler :func:`device_sampler` would make."""
+    (no NVML here); None stands for the sampler the device's backend would make."""
     return device.type == "cuda" and not isinstance(sampler, NullSampler)
 
 
@@ -60,6 +57,7 @@ def timing_for(device: torch.device, timing: TimingConfig,
     as it was.
 
     Example:
+        >>> import torch
         >>> on_gpu = timing_for(torch.device("cuda"), TimingConfig.fixed(3.0))
         >>> on_gpu.window_min_s, on_gpu.measure_min_s, on_gpu.measure_max_s
         (1.0, 3.0, 3.0)
@@ -69,30 +67,24 @@ def timing_for(device: torch.device, timing: TimingConfig,
     return dataclasses.replace(timing, window_min_s=max(timing.window_min_s, NVML_WINDOW_MIN_S))
 
 
-def step_monitors(device: torch.device, sampler: NvmlSampler | NullSampler) -> Monitors:
-    """What observes the timed steps: the NVML sampler, and on the CPU the minor page
-    faults (host page faults only matter to a step that runs on the host). Its ``stop()``
-    gives (NVML window, page faults)."""
-    return Monitors(sampler, PageFaults() if device.type == "cpu" else None)
-
-
-def record_timing(result: BatchResult, stats: LatencyStats, memory: MemoryReading,
-                  window: NvmlWindow, page_faults: int | None, units_per_row: int = 1) -> None:
+def record_timing(result: BatchResult, timed: TimedSteps, units_per_row: int = 1) -> None:
     """Store what the timing pass measured in ``result``: latency and throughput (units a
     second: ``units_per_row`` per row, UNITS_PER_ROW), peak memory, the NVML window of the
     timed steps with energy per unit (and a flag when the GPU throttled), and minor page
-    faults per step (CPU)."""
+    faults per step (CPU). The only writer of these fields."""
+    stats, memory, window = timed.latency, timed.memory, timed.nvml
     result.latency_s = stats
     result.throughput_per_s = result.batch_size * units_per_row / stats.median
     result.peak_memory_bytes = memory.peak_bytes
     result.baseline_memory_bytes = memory.baseline_bytes
     result.peak_memory_method = memory.method
-    result.nvml = window
-    result.energy_per_unit_j = energy_per_unit_j(window, result.batch_size * units_per_row,
-                                                 stats.n)
-    reasons = window.throttled_by()
-    if reasons:
-        result.flags.append(Flag(FlagKind.GPU_THROTTLED, result.batch_size,
-                                 values={"reasons": list(reasons)}))
-    if page_faults is not None:
-        result.page_faults_per_step = page_faults / stats.n
+    if window is not None:
+        result.nvml = window
+        result.energy_per_unit_j = energy_per_unit_j(window, result.batch_size * units_per_row,
+                                                     stats.n)
+        reasons = window.throttled_by()
+        if reasons:
+            result.flags.append(Flag(FlagKind.GPU_THROTTLED, result.batch_size,
+                                     values={"reasons": list(reasons)}))
+    if timed.page_faults is not None:
+        result.page_faults_per_step = timed.page_faults / stats.n

@@ -12,15 +12,15 @@ step-time model (:mod:`batchscope.classifiers.step_model`) asks for the model's 
 matmuls and convolutions, scaled to the sizes it predicts, timed here in the worker:
 milliseconds to a second each, where measuring the whole model at that size takes minutes.
 
-A spec is ``{"key", "name", "shapes"}`` and, for a convolution, ``"args"``: ``name`` one of
-:data:`PROBED_OPS`, ``shapes`` the tensor arguments' shapes in aten order, ``args`` the
-op's other arguments (``CountedOp.call_args``: stride, padding, dilation, transposed,
-output_padding, groups; a bias when ``shapes`` has a third shape). The per-row ops of
-:data:`REPLAYED_OPS` (batch norm, pooling, the backward convolution, ...) have ``args``
-too, their non-tensor arguments in schema order, and are called again through the
-overload those fit, on fresh tensors of their shapes. Every probe runs in its spec's
-``"dtype"`` where it has one (the dtype the op ran in: under ``--amp`` the matmuls of an
-fp32 model run in bfloat16), else the model's. The second matrix of a
+A spec is a :class:`ProbeSpec`: ``name`` one of :data:`PROBED_OPS`, ``shapes`` the tensor
+arguments' shapes in aten order and, for a convolution, ``args``: the op's other arguments
+(``CountedOp.call_args``: stride, padding, dilation, transposed, output_padding, groups; a
+bias when ``shapes`` has a third shape). The per-row ops of :data:`REPLAYED_OPS` (batch
+norm, pooling, the backward convolution, ...) have ``args`` too, their non-tensor arguments
+in schema order, and are called again through the overload those fit, on fresh tensors of
+their shapes. Every probe runs in its spec's ``dtype`` where it has one (the dtype the op
+ran in: under ``--amp`` the matmuls of an fp32 model run in bfloat16), else the model's.
+Which ops are probed, and how, is :data:`batchscope.op_families.PROBES`. The second matrix of a
 2-D ``addmm``/``mm`` is built as an ``nn.Linear`` weight seen transposed (``w.t()``), the
 layout ``F.linear`` passes. A convolution is called as the model calls it,
 ``aten.convolution``, which allocates its output afresh at every call as it does in the
@@ -28,35 +28,43 @@ step (never into an ``out=`` buffer): the page faults are part of its time. When
 model's weights outgrow the last-level cache (``cache_bytes`` given), the arguments rotate
 through enough copies to exceed twice it, so the weights come from memory as they do in
 its steps; a model that fits in cache is probed with its arguments hot, as it runs.
+
+Each probe is timed by the engine (:func:`batchscope.engine.timer.sample`) under a
+:class:`~batchscope.engine.policies.RepeatBudget`: a warm-up call, then at least
+:data:`MIN_REPEATS` calls (one after a long warm-up) until :data:`PROBE_TIME_S` of calls or
+:data:`MAX_REPEATS` of them. No torch at module level: the parent builds specs.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from batchscope.engine.clock import HostClock
+from batchscope.engine.policies import RepeatBudget, Spent
+from batchscope.engine.timer import sample
+from batchscope.op_families import ProbeKind, probed
+from batchscope.profiler.protocol import ProbesTimed
+from batchscope.records import ArgValue
 
 if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
     import torch
 
-MATMUL_PROBES = frozenset({"addmm", "mm", "bmm", "baddbmm"})
+# Matmuls: fresh tensors of the recorded shapes are all a call needs.
+MATMUL_PROBES = probed(ProbeKind.SHAPES)
 # Ops called again from their recorded non-tensor arguments (``CountedOp.call_args``, in
 # schema order) and tensors of their recorded shapes, whichever of the op's overloads the
 # two fit (:class:`_Replay`): the per-row ops of a CNN's forward and backward steps and of
-# a transformer's, whose time a larger batch changes by more than its work (another
-# kernel path, buffers mapped afresh and faulted in). One name here adds an op, as long as
-# its tensor arguments are floating point, or named ``indices`` (filled with zeros, a
-# valid index for any max-pool window).
-REPLAYED_OPS = frozenset({
-    "convolution_backward",
-    "native_batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm_backward",
-    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
-    "threshold_backward", "add", "mul", "native_layer_norm", "_softmax", "gelu",
-})
-PROBED_OPS = MATMUL_PROBES | {"convolution"} | REPLAYED_OPS
+# a transformer's (op_families.PROBES says which). Their tensor arguments must be floating
+# point, or named ``indices`` (filled with zeros, a valid index for any max-pool window).
+REPLAYED_OPS = probed(ProbeKind.REPLAYED)
+PROBED_OPS = MATMUL_PROBES | probed(ProbeKind.CONV_ARGS) | REPLAYED_OPS
 # A convolution's non-tensor arguments (its spec's "args"): stride, padding, dilation,
 # transposed, output_padding, groups.
 CONV_ARGS = 6
@@ -90,6 +98,45 @@ def probe_key(name: str, shapes: list[list[int]], args: list[Any] | None = None,
     if args is not None:
         key += json.dumps(args, separators=(",", ":"))
     return f"{key}@{dtype}" if dtype else key
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One kernel probe: an op called alone on its own shapes (the module docstring).
+
+    Attributes:
+        key: its one name (:func:`probe_key`), by which its time comes back.
+        name: the aten op, one of :data:`PROBED_OPS`.
+        shapes: its tensor arguments' shapes, in aten order.
+        args: its other arguments in schema order (``CountedOp.call_args``): a
+            convolution's or a replayed op's; None for a matmul.
+        dtype: the dtype the op ran in ("" for the model's).
+        op_id: the op of the model whose shapes these are (``OpStat.op_id``): its probes at
+            several sizes, smallest first, let a long one skip its warm-up.
+        batch: the batch size these shapes are at, with ``op_id``.
+        budget_s: for a cost-bounded probe, the seconds such probes may take in all: it is
+            skipped once they have (:func:`run_probes`); None: always timed.
+    """
+
+    key: str
+    name: str
+    shapes: list[list[int]]
+    args: list[ArgValue] | None = None
+    dtype: str = ""
+    op_id: str | None = None
+    batch: int | None = None
+    budget_s: float | None = None
+
+    @classmethod
+    def of(cls, name: str, shapes: list[list[int]], args: list[ArgValue] | None = None,
+           dtype: str = "", **more: Any) -> ProbeSpec:
+        """The spec of ``name`` on ``shapes``, keyed by :func:`probe_key`.
+
+        Example:
+            >>> ProbeSpec.of("mm", [[8, 16], [16, 4]]).key
+            'mm[[8,16],[16,4]]'
+        """
+        return cls(probe_key(name, shapes, args, dtype), name, shapes, args, dtype, **more)
 
 
 class _Arguments:
@@ -222,7 +269,7 @@ def _replay(name: str, tensor_count: int, other_count: int | None) -> _Replay:
                      f"{'its' if other_count is None else other_count} other arguments")
 
 
-def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
+def _caller(spec: ProbeSpec) -> Callable[[list[torch.Tensor]], Any]:
     """What one timed call runs: the aten op on one set of argument tensors.
 
     Raises:
@@ -230,19 +277,17 @@ def _caller(spec: dict[str, Any]) -> Callable[[list[torch.Tensor]], Any]:
     """
     import torch
 
-    name = spec["name"]
+    name, args = spec.name, spec.args
     if name not in PROBED_OPS:
         raise ValueError(f"{name} is not probed")
     if name in REPLAYED_OPS:
-        args = spec.get("args")
         if not isinstance(args, list):
             raise ValueError(f"{name} needs its recorded non-tensor arguments, not {args!r}")
-        replay, recorded = _Replay.of(name, spec["shapes"], args), args
+        replay, recorded = _Replay.of(name, spec.shapes, args), args
         return lambda tensors: replay.call(tensors, recorded)
     op = getattr(torch.ops.aten, name)
     if name != "convolution":
         return lambda tensors: op(*tensors)
-    args = spec.get("args")
     if not isinstance(args, list) or len(args) != CONV_ARGS:
         raise ValueError(f"convolution needs its {CONV_ARGS} non-tensor arguments, not {args!r}")
     stride, padding, dilation, transposed, output_padding, groups = args
@@ -259,12 +304,13 @@ def _float_dtype(name: Any) -> torch.dtype | None:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
 
 
-def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
+def time_probe(spec: ProbeSpec, dtype: torch.dtype, device: torch.device,
                sync: Callable[[], None], cache_bytes: int | None = None,
                arguments: _Arguments | None = None, warm_up: bool = True) -> float:
     """Median seconds of one call of ``spec``'s op (``arguments`` shares tensors between
-    the probes of a round). Without ``warm_up`` (a call known to be long: the library's
-    setup is a sliver of it) one call is timed, cold.
+    the probes of a round), on the host's clock with the device drained (``sync``). Without
+    ``warm_up`` (a call known to be long: the library's setup is a sliver of it) one call is
+    timed, cold.
 
     Raises:
         ValueError: an op outside :data:`PROBED_OPS` or shapes or args it cannot take.
@@ -272,49 +318,42 @@ def time_probe(spec: dict[str, Any], dtype: torch.dtype, device: torch.device,
     """
     import torch
 
-    name = spec["name"]
+    name = spec.name
     op = _caller(spec)
     arguments = arguments or _Arguments(dtype, device)
-    op_dtype = _float_dtype(spec.get("dtype"))
-    first = arguments.for_spec(name, spec["shapes"], 0, spec.get("args"), op_dtype)
+    op_dtype = _float_dtype(spec.dtype)
+    first = arguments.for_spec(name, spec.shapes, 0, spec.args, op_dtype)
     size = sum(t.numel() * t.element_size() for t in first)
     copies = (min(MAX_COPIES, max(1, -(-2 * cache_bytes // max(size, 1))))
               if cache_bytes and name not in REPLAYED_OPS else 1)  # no weights to keep cold
-    sets = [first] + [arguments.for_spec(name, spec["shapes"], i, spec.get("args"), op_dtype)
+    sets = [first] + [arguments.for_spec(name, spec.shapes, i, spec.args, op_dtype)
                       for i in range(1, copies)]
+    clock = HostClock(sync)
     with torch.inference_mode():
         repeats = 1
         if warm_up:
-            started = time.perf_counter()
-            op(sets[-1])  # warm-up: the library's first call sets up its kernel
-            sync()
-            # After a warm-up this long the library's setup is a small part of a call: one
-            # timed call does.
-            repeats = 1 if time.perf_counter() - started >= LONG_CALL_S else MIN_REPEATS
-        times: list[float] = []
-        spent = 0.0
-        while len(times) < repeats or (spent < PROBE_TIME_S and len(times) < MAX_REPEATS):
-            args = sets[len(times) % len(sets)]
-            sync()
-            started = time.perf_counter()
-            op(args)
-            sync()
-            times.append(time.perf_counter() - started)
-            spent += times[-1]
-    return statistics.median(times)
+            # The library's first call sets up its kernel. After a warm-up this long that
+            # setup is a small part of a call: one timed call does.
+            warmup_s, _ = clock.time(lambda: op(sets[-1]))
+            repeats = 1 if warmup_s >= LONG_CALL_S else MIN_REPEATS
+        rotation = itertools.cycle(sets)  # the copies in turn, from the first
+        sampled, _ = sample(lambda: op(next(rotation)), clock,
+                            RepeatBudget(repeats, MAX_REPEATS, PROBE_TIME_S, spent=Spent.SAMPLED),
+                            prepare=sync)
+    return statistics.median(sampled.samples_s)
 
 
-def run_probes(specs: list[dict[str, Any]], dtype: torch.dtype, device: torch.device,
+def run_probes(specs: list[ProbeSpec], dtype: torch.dtype, device: torch.device,
                sync: Callable[[], None], cache_bytes: int | None = None,
-               bounded_spent_s: float = 0.0) -> dict[str, Any]:
-    """``{"times_s": {key: seconds}, "errors": {key: why}, "skipped": [key],
-    "bounded_s": seconds}`` for the specs, in their order.
+               bounded_spent_s: float = 0.0) -> ProbesTimed:
+    """The specs' times by key, why the others failed, the cost-bounded ones skipped, and
+    the seconds the cost-bounded ones took this round, for the specs in their order.
 
     A spec with a ``budget_s`` (a cost-bounded probe) is skipped once such probes have
     taken that long: ``bounded_spent_s`` in earlier rounds plus this round's, measured
     (``bounded_s``: this round's), whatever their estimate said.
 
-    Specs of one op (``family``, at ``batch``), smallest first: where the last one timed,
+    Specs of one op (``op_id``, at ``batch``), smallest first: where the last one timed,
     scaled by the rows, says a call takes :data:`LONG_CALL_S` or more, its warm-up call is
     skipped (decode's LM head: 1.4 s a call at batch 1024, its warm-up as long).
     """
@@ -323,24 +362,23 @@ def run_probes(specs: list[dict[str, Any]], dtype: torch.dtype, device: torch.de
     skipped: list[str] = []
     bounded_s = 0.0
     arguments = _Arguments(dtype, device)
-    last: dict[str, tuple[int, float]] = {}  # family -> (batch, seconds a call)
+    last: dict[str, tuple[int, float]] = {}  # op id -> (batch, seconds a call)
     for spec in specs:
-        budget_s = spec.get("budget_s")
-        if budget_s is not None and bounded_spent_s + bounded_s >= budget_s:
-            skipped.append(spec["key"])
+        if spec.budget_s is not None and bounded_spent_s + bounded_s >= spec.budget_s:
+            skipped.append(spec.key)
             continue
-        family, batch = spec.get("family"), spec.get("batch")
-        before = last.get(family) if family is not None else None
-        long_call = (before is not None and isinstance(batch, int) and batch > before[0]
+        op_id, batch = spec.op_id, spec.batch
+        before = last.get(op_id) if op_id is not None else None
+        long_call = (before is not None and batch is not None and batch > before[0]
                      and before[1] * batch / before[0] >= LONG_CALL_S)
         started = time.perf_counter()
         try:
-            times[spec["key"]] = time_probe(spec, dtype, device, sync, cache_bytes, arguments,
-                                            warm_up=not long_call)
-            if family is not None and isinstance(batch, int):
-                last[family] = (batch, times[spec["key"]])
+            times[spec.key] = time_probe(spec, dtype, device, sync, cache_bytes, arguments,
+                                         warm_up=not long_call)
+            if op_id is not None and batch is not None:
+                last[op_id] = (batch, times[spec.key])
         except (RuntimeError, ValueError, MemoryError) as exc:
-            errors[spec["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        if budget_s is not None:
+            errors[spec.key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        if spec.budget_s is not None:
             bounded_s += time.perf_counter() - started
-    return {"times_s": times, "errors": errors, "skipped": skipped, "bounded_s": bounded_s}
+    return ProbesTimed(times, errors, skipped, bounded_s)

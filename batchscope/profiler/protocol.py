@@ -28,14 +28,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, GridPoint, ModelInfo
 
-# A kernel probe's spec (profiler/probe.py): ``{"key", "name", "shapes", ...}``, as the
-# classifiers build it.
-ProbeSpec = dict[str, Any]
+if TYPE_CHECKING:  # probe.py answers with ProbesTimed from here: the spec type only
+    from batchscope.profiler.probe import ProbeSpec
 
 
 # -- parent -> worker ----------------------------------------------------------------------
@@ -72,7 +71,8 @@ class TimeGridPoint:
 
 @dataclass(frozen=True)
 class RunProbes:
-    """Time kernel probes; ``bounded_spent_s`` is what the cost-bounded ones took before."""
+    """Time kernel probes (:class:`~batchscope.profiler.probe.ProbeSpec`, as the classifiers
+    build them); ``bounded_spent_s`` is what the cost-bounded ones took before."""
 
     specs: list[ProbeSpec]
     cache_bytes: int | None = None

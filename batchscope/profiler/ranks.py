@@ -31,6 +31,7 @@ ceilings or runs kernel probes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -48,6 +49,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from batchscope.engine.policies import FixedCount, StoppedBy
+from batchscope.engine.timer import Warmup, sample, warm_up
 from batchscope.errors import ModelFileError
 from batchscope.profiler import counting
 from batchscope.profiler.capture import (
@@ -55,9 +58,10 @@ from batchscope.profiler.capture import (
     ProfilerUnavailable,
     capture_steps,
 )
+from batchscope.profiler.device import DeviceBackend
 from batchscope.profiler.join import fill_breakdown
-from batchscope.profiler.measurement import record_timing, step_monitors
-from batchscope.profiler.memory import PeakMemory, available_bytes
+from batchscope.profiler.measurement import record_timing
+from batchscope.profiler.memory import available_bytes
 from batchscope.profiler.outcome import classify_exception
 from batchscope.profiler.protocol import (
     BatchDone,
@@ -66,7 +70,6 @@ from batchscope.profiler.protocol import (
     MeasureBatch,
     MeasureCeilings,
     Phase,
-    ProbesTimed,
     Ready,
     Reply,
     Request,
@@ -93,6 +96,11 @@ TIMED_S = 0.5
 MIN_TIMED_STEPS = 5
 MAX_TIMED_STEPS = 50
 WARMUP_STEPS = 2
+# All-reduce repeats per size of the bandwidth probe (the best one counts).
+BANDWIDTH_REPEATS = 5
+# Before the agreed count of timed steps (a FixedCount beside it, which replaces its stop
+# rule): exactly one more warm-up step, whatever the clock, and every step timed alone.
+ONE_WARMUP_STEP = TimingConfig(warmup_min_steps=1, warmup_min_s=0.0, block_min_s=0.0)
 # The command group waits this long for rank 0's next command (ceilings, probes, a slow
 # batch size on rank 0 alone); the parent's own timeouts end a run that truly hangs.
 COMMAND_TIMEOUT = timedelta(days=1)
@@ -115,27 +123,25 @@ def allreduce_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
-def allreduce_bus_bandwidth(device: torch.device, world_size: int,
+def allreduce_bus_bandwidth(device: DeviceBackend, world_size: int,
                             sizes_bytes: tuple[int, ...] = (1 << 20, 16 << 20)) -> BusBandwidth:
     """All-reduce bus bandwidth as nccl-tests define it: algbw = bytes / time, busbw = algbw
     x 2(n-1)/n (the share of the data every link carries in a ring). Run on every rank at
-    once; the best of a few repeats at each size, the largest size's figure kept."""
+    once; the best of :data:`BANDWIDTH_REPEATS` repeats at each size (each after a barrier,
+    the device drained, on its host clock), the largest size's figure kept."""
     results = []
+
+    def barrier() -> None:
+        dist.barrier()
+        device.sync()
+
     for size in sizes_bytes:
-        tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=device.device)
         dist.all_reduce(tensor)  # warm-up: sets up the connections
-        times = []
-        for _ in range(5):
-            dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            started = time.perf_counter()
-            dist.all_reduce(tensor)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - started)
+        sampled, _ = sample(functools.partial(dist.all_reduce, tensor), device.host_clock,
+                            FixedCount(BANDWIDTH_REPEATS), prepare=barrier)
         # The slowest rank's time is the collective's.
-        slowest = torch.tensor([min(times)], dtype=torch.float64)
+        slowest = torch.tensor([min(sampled.samples_s)], dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         algbw = size / slowest.item()
         results.append(BusBandwidthSize(bytes=size, time_s=slowest.item(),
@@ -145,7 +151,7 @@ def allreduce_bus_bandwidth(device: torch.device, world_size: int,
     return BusBandwidth(busbw_bytes_per_s=results[-1].busbw_bytes_per_s, sizes=results)
 
 
-def _bus_bandwidth(device: torch.device, hosts: list[str], rank: int, recalibrate: bool,
+def _bus_bandwidth(device: DeviceBackend, hosts: list[str], rank: int, recalibrate: bool,
                    group: Any) -> BusBandwidth:
     """The group's all-reduce bandwidth: node 0's cache, or measured by every rank (and
     cached by rank 0) the first time, or with ``recalibrate``."""
@@ -155,7 +161,7 @@ def _bus_bandwidth(device: torch.device, hosts: list[str], rank: int, recalibrat
         save_bus_bandwidth,
     )
 
-    key = bus_bandwidth_key(dist.get_backend(), device.type, hosts, torch.__version__)
+    key = bus_bandwidth_key(dist.get_backend(), device.device.type, hosts, torch.__version__)
     box = [load_bus_bandwidth(key) if rank == 0 and not recalibrate else None]
     dist.broadcast_object_list(box, src=0, group=group)
     if box[0] is not None:
@@ -239,24 +245,18 @@ class RankWorker(Worker):
             step = self._step(self.model, inputs)  # the training step (under --amp's autocast)
             phase = "timing"
             self.send(Phase(batch_size, phase))
-            warmup_s = []
-            for _ in range(WARMUP_STEPS):
-                t0 = time.perf_counter()
-                step()
-                self.sync()
-                warmup_s.append(time.perf_counter() - t0)
+            clock = self.backend.host_clock
+            warmup_s = warm_up(step, clock, Warmup(WARMUP_STEPS))
             slowest = torch.tensor([warmup_s[-1]], dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            config = _fixed_steps(timed_steps_for(slowest.item()))
-            memory = PeakMemory(self.device)
-            memory.start()
-            stats, _, (window, faults) = time_steps(
-                step, self.sync, config, monitor=step_monitors(self.device, self.sampler))
-            record_timing(result, stats, memory.stop(), window, faults,
-                          self.spec.units_per_row)
+            # The count every rank agreed on, not one rank's clock; recorded as "min_time",
+            # as when it was a fixed time of 0 s.
+            count = FixedCount(timed_steps_for(slowest.item()), reason=StoppedBy.MIN_TIME)
+            timed = self.backend.measure(step, ONE_WARMUP_STEP, policy=count)
+            record_timing(result, timed, self.spec.units_per_row)
             with self.ddp.no_sync():
-                no_sync, _, _ = time_steps(step, self.sync, config)
-            rank = RankResult(rank=self.rank, status=Status.OK, latency_s=stats.median,
+                no_sync, _, _ = time_steps(step, clock, ONE_WARMUP_STEP, policy=count)
+            rank = RankResult(rank=self.rank, status=Status.OK, latency_s=timed.latency.median,
                               no_sync_latency_s=no_sync.median,
                               peak_memory_bytes=result.peak_memory_bytes,
                               host=socket.gethostname())
@@ -297,12 +297,6 @@ class RankWorker(Worker):
             self.model, self.optimizer)), state=iter_tensors(inputs), root=self.ddp.module)
         if self.rank == 0:
             fill_breakdown(result, counted, capture.steps)
-
-
-def _fixed_steps(n: int) -> TimingConfig:
-    """Exactly one warm-up step and ``n`` timed steps, one per sample, whatever the clock."""
-    return TimingConfig(warmup_min_steps=1, warmup_min_s=0.0, measure_min_steps=n,
-                        measure_min_s=0.0, measure_max_s=0.0, block_min_s=0.0)
 
 
 def merge_ranks(results: list[BatchResult | None], world_size: int,
@@ -409,7 +403,7 @@ def main() -> None:
             info.distributed,
             nodes=len({host for host, _ in hosts}),
             ranks=[RankHost(rank=r, host=host, pid=pid) for r, (host, pid) in enumerate(hosts)],
-            bus_bandwidth=_bus_bandwidth(worker.device, [host for host, _ in hosts], rank,
+            bus_bandwidth=_bus_bandwidth(worker.backend, [host for host, _ in hosts], rank,
                                          config.recalibrate, commands)))
     send(Ready(info))
     _follow(worker, conn, send, rank, world_size, timeout_s, commands)
@@ -435,8 +429,8 @@ def _follow(worker: RankWorker, conn: Connection | None, send: Send, rank: int,
 
             # rank 0 alone; as before the typed protocol, without the budget the earlier
             # rounds spent (request.bounded_spent_s)
-            send(ProbesTimed(**run_probes(request.specs, worker.dtype, worker.device,
-                                          worker.sync, request.cache_bytes)))
+            send(run_probes(request.specs, worker.dtype, worker.device, worker.sync,
+                            request.cache_bytes))
         elif isinstance(request, MeasureBatch):
             mine = worker.measure_rank(request.batch_size)
             gathered = _gather_results(mine, rank, world_size, timeout_s, commands)

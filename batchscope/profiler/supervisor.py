@@ -35,6 +35,7 @@ from batchscope.profiler.launcher import (
     RanksDied,
     rendezvous_failed,
 )
+from batchscope.profiler.probe import ProbeSpec
 from batchscope.profiler.protocol import (
     BatchDone,
     BuffersKept,
@@ -46,7 +47,6 @@ from batchscope.profiler.protocol import (
     MeasureBatch,
     MeasureCeilings,
     Phase,
-    ProbeSpec,
     ProbesTimed,
     Ready,
     Reply,
@@ -495,10 +495,10 @@ class Sweep:
         """Time the kernel probes not timed yet in the worker; all times known for
         ``specs``. A probe round that fails or times out costs the worker, nothing else."""
         known = self.config.probes_s
-        wanted = [s for s in specs if s["key"] not in known and s["key"] not in self.tried]
+        wanted = [s for s in specs if s.key not in known and s.key not in self.tried]
         if self.config.distributed is not None and self.handle is None:
             wanted = []  # the ranks stopped: no relaunch of every rank for probes
-        self.tried.update(s["key"] for s in wanted)  # a probe that failed is not retried
+        self.tried.update(s.key for s in wanted)  # a probe that failed is not retried
         if wanted:
             try:
                 handle = self._worker()
@@ -512,7 +512,7 @@ class Sweep:
                     self.bounded_probe_s += reply.bounded_s
             except (WorkerDied, WorkerTimedOut, NothingMeasuredError):
                 self._drop_worker(graceful=False)
-        return {s["key"]: known[s["key"]] for s in specs if s["key"] in known}
+        return {s.key: known[s.key] for s in specs if s.key in known}
 
     def _cold_cache(self) -> int | None:
         """The cache size to keep probes out of, when the model's weights outgrow it (else

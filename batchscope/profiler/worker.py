@@ -39,6 +39,7 @@ from batchscope.contract import (
     spec_from_callables,
 )
 from batchscope.errors import ModelFileError
+from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler
 from batchscope.profiler import counting
 from batchscope.profiler.capture import (
     ProfilerUnavailable,
@@ -46,16 +47,11 @@ from batchscope.profiler.capture import (
     capture_steps,
 )
 from batchscope.profiler.count_extrapolation import CountPlan
+from batchscope.profiler.device import DeviceBackend, backend
 from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
-from batchscope.profiler.measurement import (
-    device_sampler,
-    device_sync,
-    record_timing,
-    step_monitors,
-    timing_for,
-)
-from batchscope.profiler.memory import PeakMemory, available_bytes
+from batchscope.profiler.measurement import record_timing
+from batchscope.profiler.memory import available_bytes
 from batchscope.profiler.model_info import parameter_bytes, parameter_count
 from batchscope.profiler.outcome import MISMATCH_HINT, classify_exception, is_mismatch
 from batchscope.profiler.protocol import (
@@ -69,7 +65,6 @@ from batchscope.profiler.protocol import (
     MeasureBatch,
     MeasureCeilings,
     Phase,
-    ProbesTimed,
     Ready,
     Reply,
     Request,
@@ -78,7 +73,6 @@ from batchscope.profiler.protocol import (
     Timed,
     TimeGridPoint,
 )
-from batchscope.profiler.timing import time_steps
 from batchscope.profiler.training import (
     default_optimizer,
     is_compiled,
@@ -179,11 +173,16 @@ class Worker:
             self.optimizer = self._call_user(make, "make_optimizer(model)", self.model)
         else:
             self.model.eval()
-        self.sync = device_sync(self.device)
+        self.backend: DeviceBackend = backend(self.device)
+        self.sync = self.backend.sync
         self.count_plan = CountPlan()
         self.last_coverage: float | None = None
-        self.sampler = device_sampler(self.device)
-        self.timing = timing_for(self.device, config.timing, self.sampler)
+        self.timing = self.backend.timing(config.timing)
+
+    @property
+    def sampler(self) -> NvmlSampler | NullSampler:
+        """The device's NVML sampler (its backend's)."""
+        return self.backend.sampler
 
     def _call_user(self, fn: Callable[..., Any], what: str, *args: Any) -> Any:
         try:
@@ -257,13 +256,8 @@ class Worker:
             with grad:
                 phase = "timing"
                 self.send(Phase(batch_size, phase))
-                memory = PeakMemory(self.device)
-                memory.start()  # before the warm-up: its first step allocates the most
-                stats, _, (window, faults) = time_steps(
-                    step, self.sync, self.timing,
-                    monitor=step_monitors(self.device, self.sampler))
-                record_timing(result, stats, memory.stop(), window, faults,
-                              self.spec.units_per_row)
+                timed = self.backend.measure(step, self.timing)
+                record_timing(result, timed, self.spec.units_per_row)
                 # The timing result goes out first: it survives a crash in the later passes.
                 self.send(Timed(result))
                 if self.config.op_breakdown if op_breakdown is None else op_breakdown:
@@ -318,12 +312,10 @@ class Worker:
             step = self._step(self.model, inputs)
             grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
             with grad:
-                memory = PeakMemory(self.device)
-                memory.start()
-                latency, _, _ = time_steps(step, self.sync, self.timing)
-                point.latency_s = latency
-                point.peak_memory_bytes = memory.stop().peak_bytes
-            point.throughput_per_s = batch_size * units_per_row / latency.median
+                timed = self.backend.measure(step, self.timing, monitored=False)
+                point.latency_s = timed.latency
+                point.peak_memory_bytes = timed.memory.peak_bytes
+            point.throughput_per_s = batch_size * units_per_row / timed.latency.median
         except ModelFileError as exc:
             point.status, point.error = Status.MODEL_ERROR, str(exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
@@ -426,8 +418,8 @@ def answer(worker: Worker, request: Request) -> bool:
     elif isinstance(request, RunProbes):
         from batchscope.profiler.probe import run_probes
 
-        send(ProbesTimed(**run_probes(request.specs, worker.dtype, worker.device, worker.sync,
-                                      request.cache_bytes, request.bounded_spent_s)))
+        send(run_probes(request.specs, worker.dtype, worker.device, worker.sync,
+                        request.cache_bytes, request.bounded_spent_s))
     elif isinstance(request, KeepBuffers):
         from batchscope.profiler.glibc_malloc import keep_freed_buffers
 
@@ -469,7 +461,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
         except EOFError:
             return
         if isinstance(request, StopWorker):
-            worker.sampler.close()
+            worker.backend.close()
             return
         if not answer(worker, request):
             return

@@ -17,14 +17,12 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
 import sys
 from collections.abc import Callable
-from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -33,8 +31,9 @@ from batchscope.records.flags import Flag, FlagKind, Stop, StopKind
 from batchscope.records.measurement import PeakMemoryMethod
 from batchscope.records.report import SCHEMA, SCHEMA_1, Report
 from batchscope.tracebacks import quote
+from batchscope.typed_json import decode, to_builtins
 
-T = TypeVar("T")
+__all__ = ["decode", "decode_report", "dumps", "encode", "to_builtins"]
 
 # report.json nests about 7 levels (hardware.details.matmul.float32.sizes[0].n); anything
 # far deeper is not ours, and would cost recursion depth in every reader after us.
@@ -42,27 +41,6 @@ MAX_NESTING = 32
 # A float64 tops out near 1.8e308: an integer literal longer than this cannot be a
 # measurement, and is refused before Python spends time converting it.
 MAX_INT_DIGITS = 320
-
-
-def to_builtins(obj: Any) -> Any:
-    """A record (dataclasses, enums, nested containers) as JSON-safe values: every field,
-    dict keys as strings, sets sorted, so that the same record always gives the same JSON.
-
-    (msgspec's own ``to_builtins`` leaves out the fields a decoded dataclass took from its
-    class defaults, so it is not used here.)
-    """
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_builtins(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {(k.value if isinstance(k, Enum) else str(k)): to_builtins(v)
-                for k, v in obj.items()}
-    if isinstance(obj, (set, frozenset)):
-        return sorted(to_builtins(v) for v in obj)
-    if isinstance(obj, (list, tuple)):
-        return [to_builtins(v) for v in obj]
-    return obj
 
 
 def encode(report: Report) -> dict[str, Any]:
@@ -275,15 +253,6 @@ def _check_ranges(report: Report) -> None:
             raise _Problem(f"{where} is {quote(value, MAX_QUOTED_KEY)}, not {wanted}")
 
 
-def decode(value: Any, type_: type[T]) -> T:
-    """JSON-safe values (as :func:`to_builtins` gives them) back into a typed record.
-
-    Raises:
-        msgspec.ValidationError: a field of the wrong type, with where it is.
-    """
-    return msgspec.json.decode(json.dumps(value, allow_nan=False), type=type_, strict=True)
-
-
 def decode_report(doc: Any, label: str) -> Report:
     """A report.json document (a dict or its JSON text) as a typed :class:`Report`.
 
@@ -390,10 +359,31 @@ def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
     rec = doc.get("recommendation")
     if isinstance(rec, dict):
         doc["recommendation"] = _recommendation_1(rec)
+    hardware = doc.get("hardware")
+    if isinstance(hardware, dict):
+        doc["hardware"] = _hardware_1(hardware)
     for section in ("distributed", "serving", "allocator", "sequence_grid", "estimates",
                     "prediction"):  # schema 1's shapes of these were not checked: dropped
         doc.pop(section, None)
     return doc
+
+
+def _hardware_1(hardware: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1's ceilings: the per-op floor's figures were one key per op beside
+    ``floor_s`` (now under ``overhead.ops``); a datasheet's roofs carried a sentence
+    (``note``) and their datasheet row untyped, which schema 2 leaves out."""
+    hardware = dict(hardware)
+    details = hardware.get("details")
+    if isinstance(details, dict):
+        details = {k: v for k, v in details.items() if k != "note"}
+        overhead = details.get("overhead")
+        if isinstance(overhead, dict) and "ops" not in overhead:
+            details["overhead"] = {"ops": {k: v for k, v in overhead.items() if k != "floor_s"},
+                                   "floor_s": overhead.get("floor_s")}
+        hardware["details"] = details
+    if hardware.get("source") == "datasheet":
+        hardware.pop("spec", None)
+    return hardware
 
 
 def _batch_1(batch: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from batchscope.engine.policies import StoppedBy as StoppedBy
 from batchscope.hardware.nvml_window import NvmlWindow
 from batchscope.records.flags import Flag
+
+# StoppedBy (LatencyStats.stopped_by: what ended a timing pass) is the engine's stop
+# policies' word, so it lives with them (engine/policies.py); records re-exports it as is.
 
 
 class Status(str, Enum):
@@ -58,21 +62,6 @@ class PeakMemoryMethod(str, Enum):
     WORKER_PEAK_RSS = "worker_peak_rss"  # VmHWM, reset per batch size
     LIFETIME_PEAK_RSS = "lifetime_peak_rss"  # VmHWM, not reset (clear_refs not allowed)
     LIFETIME_MAXRSS = "lifetime_maxrss"  # getrusage's ru_maxrss
-
-
-class StoppedBy(str, Enum):
-    """What ended a timing pass (profiler/timing.py): the median's 95% confidence interval
-    narrow enough, the time ceiling, a fixed time (--min-time), the most steps allowed, a
-    fixed number of samples (watch); or the window a monitor needs (NVML), when one of the
-    others came first."""
-
-    NONE = ""
-    MEDIAN_CI = "median_ci"
-    MAX_TIME = "max_time"
-    MIN_TIME = "min_time"
-    MAX_STEPS = "max_steps"
-    SAMPLES = "samples"
-    NVML_WINDOW = "nvml_window"
 
 
 class ByteKind(str, Enum):

@@ -187,17 +187,22 @@ def print_ceilings(console: Console, ceilings: Ceilings) -> None:
     table.add_column("ceiling")
     table.add_column("value", justify="right")
     for dtype, peak in ceilings.peak_flops_per_s.items():
-        path = ((ceilings.details.get("matmul") or {}).get(dtype) or {}).get("peak_path")
+        figures = ceilings.details.matmul.get(dtype)
+        path = figures.peak_path if figures is not None else None
         via = {"linear": " (via F.linear)", "conv2d": " (via a 3x3 conv2d)"}.get(path or "", "")
         table.add_row(f"peak {dtype} matmul{via}", fmt.si(peak, "FLOP/s"))
         table.add_row(f"ridge point {dtype}", f"{fmt.number(ceilings.ridge_for(dtype))} FLOP/byte")
-    path = (ceilings.details.get("copy") or {}).get("peak_path", "copy")
-    how = {"in_place": "in-place update"}.get(path, "copy")
+    copy = ceilings.details.copy
+    how = {"in_place": "in-place update"}.get(copy.peak_path if copy else "copy", "copy")
     table.add_row(f"memory bandwidth ({how}, read+write)",
                   fmt.si(ceilings.bandwidth_bytes_per_s, "B/s"))
     table.add_row("fixed cost of one small op", fmt.seconds(ceilings.overhead_s))
     console.print(table)
     console.print(escape(f"source: {ceilings.source} (torch {ceilings.torch_version}, "
                          f"measured {ceilings.measured_at})"))
-    if ceilings.spec:
-        console.print(escape(f"datasheet cross-check: {ceilings.spec}"))
+    spec = ceilings.spec
+    if spec is not None:
+        peaks = ", ".join(f"{dtype} {fmt.si(peak, 'FLOP/s')}"
+                          for dtype, peak in spec.peak_flops_per_s.items())
+        console.print(escape(f"datasheet cross-check: {spec.product}: {peaks}; "
+                             f"{fmt.si(spec.bandwidth_bytes_per_s, 'B/s')} ({spec.source})"))

@@ -9,8 +9,8 @@ is shown through :func:`~batchscope.reports.view.size_label`, so a trace analyse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from batchscope.hardware.figures import CopyFigures, MatmulFigures
 from batchscope.records import BatchResult, ByteSplit, OpStat, Report, Status
 from batchscope.reports import fmt
 from batchscope.reports import view as v
@@ -345,30 +345,29 @@ class CeilingRow:
     how: str
 
 
-def _bandwidth_paths(copy: dict[str, Any]) -> str:
+def _bandwidth_paths(copy: CopyFigures) -> str:
     """The copy and in-place figures beside each other, and which one is the ceiling."""
-    paths = copy.get("paths")
-    if not isinstance(paths, dict) or not paths:
+    if not copy.paths:
         return ""
     figures = ", ".join(f"{name.replace('_', '-')} {fmt.si(value, 'B/s')}"
-                        for name, value in paths.items() if isinstance(value, (int, float)))
-    best = str(copy.get("peak_path", "")).replace("_", "-")
-    return f"; {figures}: the ceiling is the {best}'s"
+                        for name, value in copy.paths.items())
+    return f"; {figures}: the ceiling is the {copy.peak_path.replace('_', '-')}'s"
 
 
-def _matmul_how(d: dict[str, Any], datasheet: bool) -> str:
-    """How one dtype's matmul peak was found, from the benchmark's raw figures."""
-    how = (f"best of {len(d.get('sizes') or [])} square matmul sizes, peak at n = "
-           f"{d.get('peak_size', '?')}" if d else
-           "datasheet figure, not measured" if datasheet else "measured")
-    paths = {k: f.get("peak_flops_per_s") for k, f in (d.get("paths") or {}).items()}
+def _matmul_how(d: MatmulFigures | None, datasheet: bool) -> str:
+    """How one dtype's matmul peak was found, from the benchmark's figures."""
+    if d is None:
+        return "datasheet figure, not measured" if datasheet else "measured"
+    how = (f"best of {len(d.sizes)} square matmul sizes, peak at n = "
+           f"{d.peak_size if d.peak_size is not None else '?'}")
+    paths = {k: f.peak_flops_per_s for k, f in d.paths.items()}
     if paths:
         how = (f"the best of the paths models take: torch.mm "
-               f"{fmt.si(d.get('peak_flops_per_s'), 'FLOP/s')} ({how}), "
+               f"{fmt.si(d.peak_flops_per_s, 'FLOP/s')} ({how}), "
                + ", ".join(f"{'F.linear' if k == 'linear' else '3x3 conv2d'} "
                            f"{fmt.si(val, 'FLOP/s')}" for k, val in paths.items())
-               + f"; the peak is {d.get('peak_path', 'mm')}'s")
-    spread = [s.get("spread") for s in d.get("sizes") or [] if s.get("spread") is not None]
+               + f"; the peak is {d.peak_path or 'mm'}'s")
+    spread = [s.spread for s in d.sizes]
     return how + (f"; spread {fmt.pct(max(spread), 1)}" if spread else "")
 
 
@@ -378,26 +377,26 @@ def ceiling_rows(report: Report) -> list[CeilingRow]:
     if hw is None:
         return []
     details = hw.details
-    matmul = details.get("matmul") or {}
     ridges = hw.ridge_flops_per_byte
     rows = []
     for dtype, peak in hw.peak_flops_per_s.items():
         rows.append(CeilingRow(f"peak {dtype} matmul", fmt.si(peak, "FLOP/s"),
-                               _matmul_how(matmul.get(dtype) or {}, hw.source == "datasheet")))
+                               _matmul_how(details.matmul.get(dtype),
+                                           hw.source == "datasheet")))
         rows.append(CeilingRow(f"ridge point {dtype}",
                                f"{fmt.number(ridges.get(dtype))} FLOP/byte",
                                "computed: peak / bandwidth"))
-    copy = details.get("copy") or {}
+    copy = details.copy
     rows.append(CeilingRow(
         "memory bandwidth", fmt.si(hw.bandwidth_bytes_per_s, "B/s"),
-        (f"streaming copy of {fmt.nbytes(copy.get('buffer_bytes'))}, bytes read + written, "
-         f"best of {copy.get('repeats', '?')}; spread {fmt.pct(copy.get('spread'), 1)}"
-         + _bandwidth_paths(copy)) if copy else "measured"))
-    add = (details.get("overhead") or {}).get("add") or {}
+        (f"streaming copy of {fmt.nbytes(copy.buffer_bytes)}, bytes read + written, "
+         f"best of {copy.repeats}; spread {fmt.pct(copy.spread, 1)}"
+         + _bandwidth_paths(copy)) if copy is not None else "measured"))
+    add = details.overhead.ops.get("add") if details.overhead is not None else None
     rows.append(CeilingRow(
         "fixed cost of one small op", fmt.seconds(hw.overhead_s),
-        (f"median of {add.get('repeats', '?')} chunks of {add.get('calls_per_chunk', '?')} "
-         f"one-element adds; spread {fmt.pct(add.get('spread'), 1)}") if add else "measured"))
+        (f"median of {add.repeats} chunks of {add.calls_per_chunk} one-element adds; "
+         f"spread {fmt.pct(add.spread, 1)}") if add is not None else "measured"))
     return rows
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.roofline import time_share
 from batchscope.errors import ExitCode, UsageError
+from batchscope.hardware.figures import CeilingDetails
 from batchscope.hardware.gpu_specs import lookup
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
@@ -77,20 +78,17 @@ def datasheet_ceilings(trace: KinetoTrace) -> Ceilings | None:
     return Ceilings(
         device="cuda",
         name=name,
-        peak_flops_per_s=dict(spec["peak_flops_per_s"]),
-        bandwidth_bytes_per_s=float(spec["bandwidth_bytes_per_s"]),
+        peak_flops_per_s=dict(spec.peak_flops_per_s),
+        bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s,
         overhead_s=floor_s if floor_s is not None else DEFAULT_KERNEL_FLOOR_S,
         source="datasheet",
-        key=f"datasheet:{spec['product']}",
-        details={"note": (
-            f"datasheet figures of the {spec['product']} (dense, boost clock), not measured: "
-            f"real kernels reach 60-90% of them; the per-op floor is the 5th percentile of "
-            f"the trace's kernel durations" if floor_s is not None else
-            f"datasheet figures of the {spec['product']}, not measured; the per-op floor "
-            f"is a near-empty kernel's time ({DEFAULT_KERNEL_FLOOR_S * 1e6:g} µs): the "
-            f"trace has no kernels")},
+        key=f"datasheet:{spec.product}",
+        # Dense, boost-clock figures, never measured (real kernels reach 60-90% of them);
+        # the per-op floor is the 5th percentile of the trace's kernel durations, or a
+        # near-empty kernel's time where the trace has no kernels.
+        details=CeilingDetails(kernel_floor_from_trace=floor_s is not None),
         spec=spec,
-        cache_bytes=spec.get("l2_bytes"),
+        cache_bytes=spec.l2_bytes,
     )
 
 

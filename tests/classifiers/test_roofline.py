@@ -151,7 +151,7 @@ def test_a_roof_a_dense_op_beat_is_raised_to_what_it_reached():
     fast = result("addmm", 162e9 * 2e-3, 2e-3)
     raised = achieved_ceilings(ceilings, [fast, result("add", 1e12, 2e-3)])
     assert raised.peak_flops_per_s["float32"] == pytest.approx(162e9)
-    assert raised.details["achieved_by_ops"]["float32"]["op_id"] == "0:addmm#0"
+    assert raised.details.achieved_by_ops["float32"].op_id == "0:addmm#0"
     (flag,) = ceiling_flags(raised)
     assert flag.kind == FlagKind.ROOF_RAISED and flag.op_id == "0:addmm#0"
     assert "raised from 112 to 162 GFLOP/s" in flag_text(flag)

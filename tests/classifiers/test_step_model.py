@@ -21,8 +21,10 @@ from batchscope.classifiers.step_model import (
     probe_budget_s,
     probe_specs,
 )
+from batchscope.hardware.figures import CeilingDetails, MatmulFigures, MatmulSize
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
+from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status, StopKind
 from batchscope.reports.flag_text import stop_text
 
@@ -149,11 +151,13 @@ def test_each_measured_size_is_forecast_from_the_three_before_it():
 
 
 def test_ceiling_spread_moves_the_prediction_where_the_roof_is_assumed():
+    flops = 2 * 2048**3
+    peak_row = MatmulSize(n=2048, flops_per_call=flops, repeats=5, median_s=2 * flops / PEAK,
+                          best_s=flops / PEAK, worst_s=3 * flops / PEAK, spread=0.5, inner=1,
+                          warmup_s=0.0, best_flops_per_s=PEAK, median_flops_per_s=PEAK / 2)
     spread = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": PEAK},
-                      bandwidth_bytes_per_s=BW, overhead_s=3e-6, details={"matmul": {
-                          "float32": {"peak_size": 2048, "sizes": [
-                              {"n": 2048, "best_flops_per_s": PEAK,
-                               "median_flops_per_s": PEAK / 2}]}}})
+                      bandwidth_bytes_per_s=BW, overhead_s=3e-6, details=CeilingDetails(
+                          matmul={"float32": MatmulFigures(sizes=[peak_row], peak_size=2048)}))
     results = [measured(b) for b in (1, 2, 4)]  # memory-bound under either peak
     pred = predict(results, spread, [4096])
     # At 4096 the step is mostly the assumed compute roof: half the peak, twice its time,
@@ -246,15 +250,15 @@ def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
     for r in results:
         r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
     specs = probe_specs(results, [8, 64])
-    assert [s["key"] for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]@float32",
+    assert [s.key for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]@float32",
                                          "addmm[[1000],[64,1000],[1000,1000]]@float32"]
     # --predict-to past --max-batch: a matmul's probe estimated over PROBE_MAX_CALL_S a
     # call (in proportion to the rows from batch 8) is skipped there, and only there.
     far = 2 ** 20
     assert results[-1].ops[0].time_s * far / 8 > PROBE_MAX_CALL_S
-    keys = {s["batch"] for s in probe_specs(results, [64, far])}
+    keys = {s.batch for s in probe_specs(results, [64, far])}
     assert keys == {64, far}
-    assert {s["batch"] for s in probe_specs(results, [64, far], bound_above=64)} == {64}
+    assert {s.batch for s in probe_specs(results, [64, far], bound_above=64)} == {64}
 
 
 def test_a_matmul_that_ran_in_bfloat16_is_probed_in_bfloat16():
@@ -264,8 +268,8 @@ def test_a_matmul_that_ran_in_bfloat16_is_probed_in_bfloat16():
     for r in results:
         r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
         r.ops[0].dtype = "bfloat16"
-    (spec,) = [s for s in probe_specs(results, [64]) if s["batch"] == 64]
-    assert spec["dtype"] == "bfloat16" and spec["key"].endswith("@bfloat16")
+    (spec,) = [s for s in probe_specs(results, [64]) if s.batch == 64]
+    assert spec.dtype == "bfloat16" and spec.key.endswith("@bfloat16")
 
 
 def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
@@ -342,24 +346,23 @@ def test_convolution_probes_carry_their_args_and_are_skipped_over_the_cost_bound
         return stepped(b, [conv_op(b, 10e-3 * b), addmm])
 
     specs = probe_specs([at(4), at(8)], [8, 64, 128, 1024])
-    convs = {s["shapes"][0][0]: s for s in specs if s["name"] == "convolution"}
+    convs = {s.shapes[0][0]: s for s in specs if s.name == "convolution"}
     assert sorted(convs) == [8, 64] and 64 * 10e-3 <= PROBE_MAX_CALL_S < 128 * 10e-3
-    assert convs[64] == {
-        "key": "convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]"
-               "@float32",
-        "name": "convolution", "shapes": [[64, 64, 56, 56], [64, 64, 3, 3]], "args": STRIDE_2,
-        "family": "layer:convolution#0", "batch": 64, "dtype": "float32",
-        "budget_s": PROBE_BUDGET_MIN_S}  # the worker stops them there, measured
+    assert convs[64] == ProbeSpec(
+        key="convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]@float32",
+        name="convolution", shapes=[[64, 64, 56, 56], [64, 64, 3, 3]], args=STRIDE_2,
+        op_id="layer:convolution#0", batch=64, dtype="float32",
+        budget_s=PROBE_BUDGET_MIN_S)  # the worker stops them there, measured
     # the matmuls first; the convolutions after them, cheapest first
-    assert [s["name"] for s in specs] == ["addmm"] * 4 + ["convolution"] * 2
-    assert [s["shapes"][0][0] for s in specs[4:]] == [8, 64]
-    assert "addmm[[1000],[1024,1000],[1000,1000]]@float32" in {s["key"] for s in specs}
-    assert all("args" not in s for s in specs if s["name"] == "addmm")
+    assert [s.name for s in specs] == ["addmm"] * 4 + ["convolution"] * 2
+    assert [s.shapes[0][0] for s in specs[4:]] == [8, 64]
+    assert "addmm[[1000],[1024,1000],[1000,1000]]@float32" in {s.key for s in specs}
+    assert all(s.args is None for s in specs if s.name == "addmm")
     # A convolution recorded without its args (an older report) is not probed.
     old = [at(4), at(8)]
     for r in old:
         r.ops[0].call_args = None
-    assert all(s["name"] == "addmm" for s in probe_specs(old, [8, 64]))
+    assert all(s.name == "addmm" for s in probe_specs(old, [8, 64]))
 
 
 def test_a_rounds_convolution_probes_stop_at_its_budget_cheapest_first():
@@ -370,9 +373,9 @@ def test_a_rounds_convolution_probes_stop_at_its_budget_cheapest_first():
 
     sizes = [16, 32, 64, 128, 256, 512, 1024]
     specs = probe_specs([at(4), at(8)], [8, *sizes], budget_s=PROBE_ROUND_S)
-    assert sum(_probe_cost_s(0.9 * s["shapes"][0][0] / 1024) for s in specs) <= PROBE_ROUND_S
+    assert sum(_probe_cost_s(0.9 * s.shapes[0][0] / 1024) for s in specs) <= PROBE_ROUND_S
     # every op keeps its reference size and the smaller sizes; the largest went first
-    kept = [s["shapes"][0][0] for s in specs]
+    kept = [s.shapes[0][0] for s in specs]
     assert all(kept.count(b) == 40 for b in (8, 16, 32, 64, 128))
     assert 256 in kept and 512 not in kept and 1024 not in kept
 
@@ -391,7 +394,7 @@ def test_the_probe_budget_follows_the_sweeps_own_time():
     assert probe_budget_s(measured(1e4)) == PROBE_ROUND_S
     sizes = [8, 16, 32, 64, 128, 256, 512, 1024]
     short = probe_specs(measured(0.0), sizes)
-    assert sum(_probe_cost_s(0.9 * s["shapes"][0][0] / 1024) for s in short) \
+    assert sum(_probe_cost_s(0.9 * s.shapes[0][0] / 1024) for s in short) \
         <= PROBE_BUDGET_MIN_S
     assert len(short) < len(probe_specs(measured(60.0), sizes))
 
@@ -468,11 +471,11 @@ def test_a_measured_convolution_is_probed_end_to_end():
         result.latency_s = LatencyStats(step, step, step, len(capture.steps))
         results.append(decode(to_builtins(result), BatchResult))  # as report.json holds it
     specs = probe_specs(results, [16, 8])
-    assert [(s["name"], s["shapes"], s["args"]) for s in specs] == [  # cheapest first
+    assert [(s.name, s.shapes, s.args) for s in specs] == [  # cheapest first
         ("convolution", [[b, 32, 64, 64], [64, 32, 3, 3], [64]], STRIDE_2) for b in (8, 16)]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
-    assert out["errors"] == {} and all(t > 0 for t in out["times_s"].values())
-    fitted = fit_step_model(results, CEIL, probes_s=out["times_s"])
+    assert out.errors == {} and all(t > 0 for t in out.times_s.values())
+    fitted = fit_step_model(results, CEIL, probes_s=out.times_s)
     conv = next(c for c in fitted.ops if c.name == "convolution")
     assert conv.probed(16) and conv.time_s(16) > 0
     assert fitted.probed_ops(16) >= 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import math
@@ -17,12 +16,25 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
+from batchscope.engine.clock import device_clock
 from batchscope.hardware import cache, gpu_specs, microbench
 from batchscope.hardware.cache import cache_path, load_or_measure, machine_key
+from batchscope.hardware.figures import (
+    CeilingDetails,
+    CopyFigures,
+    InPlaceFigures,
+    MatmulFigures,
+    MatmulSize,
+    OverheadFigures,
+    PathFigures,
+    Repeats,
+)
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
+from batchscope.records import FlagKind
 from batchscope.reports.flag_text import flag_text
 
 GFLOP = 1e9
@@ -57,32 +69,35 @@ def test_bf16_beats_fp32_where_the_cpu_has_native_bf16(quick: Ceilings) -> None:
 
 
 def test_details_record_raw_figures(quick: Ceilings) -> None:
-    mm = quick.details["matmul"][FP32]
-    assert mm["sizes"], "at least one size measured"
-    for row in mm["sizes"]:
-        assert row["repeats"] >= 3 and row["best_s"] <= row["median_s"] <= row["worst_s"]
-        assert row["flops_per_call"] == 2 * row["n"] ** 3  # n×n @ n×n
-        assert row["spread"] >= 0
+    mm = quick.details.matmul[FP32]
+    assert mm.sizes, "at least one size measured"
+    for row in mm.sizes:
+        assert row.repeats >= 3 and row.best_s <= row.median_s <= row.worst_s
+        assert row.flops_per_call == 2 * row.n ** 3  # n×n @ n×n
+        assert row.spread >= 0
     # The peak is the best of torch.mm's sizes and the other paths (F.linear, conv2d),
     # whichever won on this machine, and says which.
-    paths = {"mm": max(r["best_flops_per_s"] for r in mm["sizes"]),
-             **{k: v["peak_flops_per_s"] for k, v in (mm.get("paths") or {}).items()
-                if isinstance(v, dict) and "peak_flops_per_s" in v}}
-    assert quick.peak_flops_per_s[FP32] == max(paths.values()) == paths[mm["peak_path"]]
+    paths = {"mm": max(r.best_flops_per_s for r in mm.sizes),
+             **{k: v.peak_flops_per_s for k, v in mm.paths.items()
+                if v.peak_flops_per_s is not None}}
+    assert mm.peak_path is not None
+    assert quick.peak_flops_per_s[FP32] == max(paths.values()) == paths[mm.peak_path]
     # fp16 on a CPU: measured, or the error recorded and the dtype left out
-    assert FP16 in quick.peak_flops_per_s or "error" in quick.details["matmul"][FP16]
-    cp = quick.details["copy"]
-    assert cp["bytes_per_copy"] == 2 * cp["buffer_bytes"]  # read src + write dst
+    assert FP16 in quick.peak_flops_per_s or quick.details.matmul[FP16].error
+    cp = quick.details.copy
+    assert cp is not None and cp.bytes_per_copy == 2 * cp.buffer_bytes  # read src + write dst
     # the bandwidth is the better of the copy and the in-place update, and says which
-    assert cp["paths"]["copy"] == pytest.approx(cp["bytes_per_copy"] / cp["best_s"])
-    assert cp["paths"]["in_place"] == pytest.approx(cp["bytes_per_copy"]
-                                                    / cp["in_place"]["best_s"])
-    assert quick.bandwidth_bytes_per_s == max(cp["paths"].values()) == cp["paths"][cp["peak_path"]]
-    per_op = [v["median_s"] for k, v in quick.details["overhead"].items() if k != "floor_s"]
-    assert {"add", "addmm", "linear", "layer_norm"} <= set(quick.details["overhead"])
-    assert quick.overhead_s == quick.details["overhead"]["floor_s"] == statistics.median(per_op)
-    assert quick.details["quick"] is True
+    assert cp.paths["copy"] == pytest.approx(cp.bytes_per_copy / cp.best_s)
+    assert cp.paths["in_place"] == pytest.approx(cp.bytes_per_copy / cp.in_place.best_s)
+    assert quick.bandwidth_bytes_per_s == max(cp.paths.values()) == cp.paths[cp.peak_path]
+    overhead = quick.details.overhead
+    assert overhead is not None
+    per_op = [v.median_s for v in overhead.ops.values()]
+    assert {"add", "addmm", "linear", "layer_norm"} <= set(overhead.ops)
+    assert quick.overhead_s == overhead.floor_s == statistics.median(per_op)
+    assert quick.details.quick is True
     json.dumps(quick.to_dict(), allow_nan=False)  # JSON-clean, no NaN/inf anywhere
+    assert Ceilings.from_dict(json.loads(json.dumps(quick.to_dict()))) == quick  # typed back
 
 
 def test_full_run_copy_buffers_are_past_the_cache() -> None:
@@ -119,7 +134,7 @@ def fake_measure(quick: Ceilings, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     def measure(device: str = "cpu", *, quick: bool = False) -> Ceilings:
         calls.append(device)
-        return dataclasses.replace(sample, details=copy.deepcopy(sample.details))
+        return dataclasses.replace(sample)
 
     monkeypatch.setattr(microbench, "measure", measure)
     return calls
@@ -149,7 +164,7 @@ def test_cache_round_trips(fake_measure: list[str], quick: Ceilings, tmp_path: P
     assert second.peak_flops_per_s == quick.peak_flops_per_s
     assert second.bandwidth_bytes_per_s == quick.bandwidth_bytes_per_s
     assert second.overhead_s == quick.overhead_s
-    assert second.details == json.loads(json.dumps(quick.details))
+    assert second.details == quick.details
 
 
 @pytest.mark.parametrize("change", ["torch_version", "threads", "cpu_model"])
@@ -271,7 +286,7 @@ def test_machine_key_names_what_invalidates_it() -> None:
 )
 def test_lookup_matches_names_as_torch_prints_them(device_name: str, product: str) -> None:
     spec = gpu_specs.lookup(device_name)
-    assert spec is not None and spec["product"] == product
+    assert spec is not None and spec.product == product
 
 
 @pytest.mark.parametrize(
@@ -293,12 +308,12 @@ def test_lookup_refuses_parts_it_does_not_know(device_name: str) -> None:
 def test_dense_figures_not_sparse() -> None:
     h100 = gpu_specs.lookup("NVIDIA H100 80GB HBM3")
     assert h100 is not None
-    assert h100["peak_flops_per_s"][BF16] == pytest.approx(989.5 * TFLOP)  # 1979* sparse / 2
-    assert h100["peak_flops_per_s"][TF32] == pytest.approx(494.5 * TFLOP)  # 989* sparse / 2
-    assert h100["peak_flops_per_s"][FP32] == pytest.approx(67 * TFLOP)
+    assert h100.peak_flops_per_s[BF16] == pytest.approx(989.5 * TFLOP)  # 1979* sparse / 2
+    assert h100.peak_flops_per_s[TF32] == pytest.approx(494.5 * TFLOP)  # 989* sparse / 2
+    assert h100.peak_flops_per_s[FP32] == pytest.approx(67 * TFLOP)
     a100 = gpu_specs.lookup("NVIDIA A100-SXM4-80GB")
-    assert a100 is not None and a100["peak_flops_per_s"][BF16] == pytest.approx(312 * TFLOP)
-    assert a100["peak_flops_per_s"][TF32] == pytest.approx(156 * TFLOP)
+    assert a100 is not None and a100.peak_flops_per_s[BF16] == pytest.approx(312 * TFLOP)
+    assert a100.peak_flops_per_s[TF32] == pytest.approx(156 * TFLOP)
 
 
 # Names as profiler traces print them; (product, dense bf16 TFLOP/s, dense TF32, L2 MiB).
@@ -322,10 +337,10 @@ def test_trace_names_resolve_with_dense_figures_and_l2(
     device_name: str, product: str, bf16_tf: float, tf32_tf: float, l2_mib: int,
 ) -> None:
     spec = gpu_specs.lookup(device_name)
-    assert spec is not None and spec["product"] == product
-    assert spec["peak_flops_per_s"][BF16] == pytest.approx(bf16_tf * TFLOP)
-    assert spec["peak_flops_per_s"][TF32] == pytest.approx(tf32_tf * TFLOP)
-    assert spec["l2_bytes"] == l2_mib * MIB  # binary MB, as CUDA's l2CacheSize counts it
+    assert spec is not None and spec.product == product
+    assert spec.peak_flops_per_s[BF16] == pytest.approx(bf16_tf * TFLOP)
+    assert spec.peak_flops_per_s[TF32] == pytest.approx(tf32_tf * TFLOP)
+    assert spec.l2_bytes == l2_mib * MIB  # binary MB, as CUDA's l2CacheSize counts it
 
 
 @pytest.mark.parametrize(("device_name", "memory_bytes", "product"), [
@@ -341,7 +356,7 @@ def test_memory_picks_the_row_a_name_leaves_open(
     device_name: str, memory_bytes: int | None, product: str,
 ) -> None:
     spec = gpu_specs.lookup(device_name, memory_bytes=memory_bytes)
-    assert spec is not None and spec["product"] == product
+    assert spec is not None and spec.product == product
 
 
 @pytest.mark.parametrize(("device_name", "fp8_tf"), [
@@ -351,8 +366,8 @@ def test_memory_picks_the_row_a_name_leaves_open(
 def test_fp8_dense_figures_on_hopper_and_blackwell(device_name: str, fp8_tf: float) -> None:
     spec = gpu_specs.lookup(device_name)
     assert spec is not None
-    assert spec["peak_flops_per_s"][gpu_specs.FP8] == pytest.approx(fp8_tf * TFLOP)
-    assert spec["sparse_flops_per_s"][gpu_specs.FP8] == pytest.approx(2 * fp8_tf * TFLOP)
+    assert spec.peak_flops_per_s[gpu_specs.FP8] == pytest.approx(fp8_tf * TFLOP)
+    assert spec.sparse_flops_per_s[gpu_specs.FP8] == pytest.approx(2 * fp8_tf * TFLOP)
     assert str(torch.float8_e4m3fn).removeprefix("torch.") == gpu_specs.FP8
 
 
@@ -369,14 +384,15 @@ def test_every_row_is_sourced_and_sane(spec: gpu_specs.GpuSpec) -> None:
     assert 100 * GB < spec.bandwidth_bytes_per_s < 20_000 * GB
     assert 8 * 2**30 <= spec.memory_bytes <= 512 * 2**30
     assert spec.l2_bytes is None or 2 * MIB <= spec.l2_bytes <= 256 * MIB
-    assert spec.to_dict()["l2_bytes"] == spec.l2_bytes
+    assert spec.datasheet().l2_bytes == spec.l2_bytes
 
 
 def test_lookup_returns_a_fresh_copy() -> None:
     spec = gpu_specs.lookup("NVIDIA L4")
     assert spec is not None
-    spec["peak_flops_per_s"][BF16] = 0.0
-    assert gpu_specs.lookup("NVIDIA L4")["peak_flops_per_s"][BF16] == pytest.approx(121 * TFLOP)
+    spec.peak_flops_per_s[BF16] = 0.0
+    again = gpu_specs.lookup("NVIDIA L4")
+    assert again is not None and again.peak_flops_per_s[BF16] == pytest.approx(121 * TFLOP)
 
 
 # ------------------------------------------------------------------ a busy machine
@@ -397,12 +413,12 @@ def test_ceilings_measured_on_a_busy_machine_are_not_cached_and_are_flagged(
     fake_measure: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from batchscope.classifiers.analyze import ceiling_flags
-    from batchscope.hardware.busy import BUSY_SHARE, OTHER_CPU_SHARE
+    from batchscope.hardware.busy import BUSY_SHARE
 
     monkeypatch.setattr(cache, "OtherLoad", lambda: _Busy(BUSY_SHARE + 0.2))
     busy = load_or_measure("cpu")
     assert busy.source == "measured on a busy machine, not cached"
-    assert busy.details[OTHER_CPU_SHARE] == BUSY_SHARE + 0.2
+    assert busy.details.other_cpu_share == BUSY_SHARE + 0.2
     assert not cache_path("cpu").exists()
     assert "took 45% of the CPU" in flag_text(ceiling_flags(busy)[0])  # 0.25 + 0.2
     monkeypatch.setattr(cache, "OtherLoad", lambda: _Busy(0.01))
@@ -434,17 +450,26 @@ def test_a_peak_matmul_that_spread_widely_between_repeats_is_flagged(quick: Ceil
     from batchscope.classifiers.analyze import CEILING_SPREAD_FLAG, ceiling_flags
 
     # Issue 14's EPYC: fp32 best 215 GFLOP/s, median 114, spread 0.63 between repeats.
-    wide = {"n": 1024, "spread": 0.63, "best_flops_per_s": 215e9, "median_flops_per_s": 114e9}
-    ceilings = dataclasses.replace(quick, details={"matmul": {FP32: {
-        "peak_size": 1024, "peak_flops_per_s": 215e9, "sizes": [wide]}}})
-    (flag,) = ceiling_flags(ceilings, FP32)
+    flops = 2 * 1024**3
+    wide = MatmulSize(n=1024, flops_per_call=flops, repeats=5, median_s=flops / 114e9,
+                      best_s=flops / 215e9, worst_s=flops / 100e9, spread=0.63, inner=1,
+                      warmup_s=0.01, best_flops_per_s=215e9, median_flops_per_s=114e9)
+
+    def with_row(row: MatmulSize) -> Ceilings:
+        return dataclasses.replace(quick, details=CeilingDetails(matmul={FP32: MatmulFigures(
+            sizes=[row], peak_flops_per_s=215e9, peak_size=1024)}))
+
+    (flag,) = ceiling_flags(with_row(wide), FP32)
+    assert flag.kind == FlagKind.CEILING_SPREAD and flag.values["spread"] == 0.63
     assert "varied by 63% between repeats (best 215, median 114 GFLOP/s)" in flag_text(flag)
-    assert ceiling_flags(ceilings, BF16) == []  # not the model's dtype
-    narrow = dict(wide, spread=CEILING_SPREAD_FLAG / 2)
-    ceilings.details["matmul"][FP32]["sizes"] = [narrow]
-    assert ceiling_flags(ceilings, FP32) == []
-    ceilings.details["matmul"][FP32]["sizes"] = [dict(wide, best_flops_per_s="fast")]
-    assert ceiling_flags(ceilings, FP32) == []  # a hand-edited cache: no flag, no crash
+    assert ceiling_flags(with_row(wide), BF16) == []  # not the model's dtype
+    narrow = dataclasses.replace(wide, spread=CEILING_SPREAD_FLAG / 2)
+    assert ceiling_flags(with_row(narrow), FP32) == []
+    # A cache file edited by hand is refused as a whole (typed), never read half-way.
+    bad = with_row(wide).to_dict()
+    bad["details"]["matmul"][FP32]["sizes"][0]["best_flops_per_s"] = "fast"
+    with pytest.raises(msgspec.ValidationError):
+        Ceilings.from_dict(bad)
     # A real (quick) measurement reads through the same code.
     assert isinstance(ceiling_flags(quick, FP32), list)
 
@@ -525,7 +550,7 @@ class FakeCuda:
 
 def test_cuda_events_time_the_device_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeCuda(monkeypatch, [H100, A100_40])  # current device: cuda:0
-    seconds = microbench._Clock(torch.device("cuda", 1)).time(lambda: None, inner=4)
+    seconds, _ = device_clock(torch.device("cuda", 1)).time(lambda: None, inner=4)
     assert fake.recorded_on == [1, 1] and seconds == pytest.approx(2e-3)
 
 
@@ -533,24 +558,33 @@ def test_cuda_n_is_measured_on_cuda_n(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeCuda(monkeypatch, [H100, A100_40])
     seen: list[tuple[str, str, int]] = []  # (benchmark, device given, current device then)
 
-    def bench(kind: str, result: dict[str, Any]) -> Any:
-        def run(device: torch.device, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def bench(kind: str, result: Any) -> Any:
+        def run(device: torch.device, *args: Any, **kwargs: Any) -> Any:
             seen.append((kind, str(device), fake.current))
             return result
         return run
 
-    monkeypatch.setattr(microbench, "measure_matmul", bench("matmul", {"peak_flops_per_s": 1e14}))
-    monkeypatch.setattr(microbench, "measure_copy",
-                        bench("copy", {"best_bytes_per_s": 1.5e12,
-                                       "bandwidth_bytes_per_s": 1.5e12}))
-    monkeypatch.setattr(microbench, "measure_overhead", bench("overhead", {"floor_s": 5e-6}))
+    copy_figures = CopyFigures(
+        buffer_bytes=2**30, bytes_per_copy=2**31, llc_bytes_reported=None, repeats=5,
+        median_s=2**31 / 1.4e12, best_s=2**31 / 1.5e12, worst_s=2**31 / 1.3e12, spread=0.05,
+        inner=1, warmup_s=0.01, best_bytes_per_s=1.5e12, median_bytes_per_s=1.4e12,
+        in_place=InPlaceFigures(5, 2**31 / 1.2e12, 2**31 / 1.3e12, 2**31 / 1.1e12, 0.05, 1,
+                                0.01, 1.3e12, 1.2e12),
+        paths={"copy": 1.5e12, "in_place": 1.3e12}, peak_path="copy",
+        bandwidth_bytes_per_s=1.5e12, wall_s=0.5)
+    monkeypatch.setattr(microbench, "measure_matmul",
+                        bench("matmul", MatmulFigures(peak_flops_per_s=1e14)))
+    monkeypatch.setattr(microbench, "measure_copy", bench("copy", copy_figures))
+    monkeypatch.setattr(microbench, "measure_overhead",
+                        bench("overhead", OverheadFigures(ops={}, floor_s=5e-6)))
     c = microbench.measure("cuda:1", quick=True)
     assert {device for _, device, _ in seen} == {"cuda:1"}
     assert {current for _, _, current in seen} == {1}  # under torch.cuda.device(1)
     assert fake.current == 0  # and the caller's current device is left as it was
-    assert c.name == "NVIDIA A100-SXM4" and c.details["host"]["gpu"]["index"] == 1
+    assert c.details.host is not None and c.details.host.gpu is not None
+    assert c.name == "NVIDIA A100-SXM4" and c.details.host.gpu.index == 1
     assert c.cache_bytes == 40 * MIB  # cuda:1's L2, not cuda:0's 50 MiB
-    assert c.spec is not None and c.spec["product"] == "A100 SXM4 40GB"  # told by its memory
+    assert c.spec is not None and c.spec.product == "A100 SXM4 40GB"  # told by its memory
     assert Ceilings.from_dict(json.loads(json.dumps(c.to_dict()))).cache_bytes == 40 * MIB
 
 
@@ -647,20 +681,19 @@ def test_each_peak_is_the_best_of_the_paths_models_take(quick: Ceilings) -> None
     # issue 13, finding 3: oneDNN convolutions ran at 164% of an MKL torch.mm fp32 peak and
     # fp16 F.linear at 50x a slow fp16 torch.mm: the roof is the best path, whichever it is
     for dtype, peak in quick.peak_flops_per_s.items():
-        mm = quick.details["matmul"][dtype]
-        paths = mm["paths"]
-        assert set(paths) == {"linear", "conv2d"}
-        measured = [mm.get("peak_flops_per_s")] + [p.get("peak_flops_per_s")
-                                                   for p in paths.values()]
+        mm = quick.details.matmul[dtype]
+        assert set(mm.paths) == {"linear", "conv2d"}
+        measured = [mm.peak_flops_per_s] + [p.peak_flops_per_s for p in mm.paths.values()]
         assert peak == max(x for x in measured if x)
-        assert mm["peak_path"] in ("mm", "linear", "conv2d")
+        assert mm.peak_path in ("mm", "linear", "conv2d")
 
 
 def test_best_path_names_the_fastest() -> None:
-    matmul = {"peak_flops_per_s": 1.0e9, "paths": {"linear": {"peak_flops_per_s": 15e9},
-                                                   "conv2d": {"error": "unsupported"}}}
-    assert microbench.best_path(matmul) == 15e9 and matmul["peak_path"] == "linear"
-    assert microbench.best_path({"error": "no dtype"}) is None
+    matmul = MatmulFigures(peak_flops_per_s=1.0e9,
+                           paths={"linear": PathFigures(peak_flops_per_s=15e9),
+                                  "conv2d": PathFigures(error="unsupported")})
+    assert microbench.best_path(matmul) == ("linear", 15e9)
+    assert microbench.best_path(MatmulFigures(error="no dtype")) is None
 
 
 def test_a_peak_whose_repeats_spread_is_measured_again_and_the_steadier_kept(monkeypatch):
@@ -671,15 +704,15 @@ def test_a_peak_whose_repeats_spread_is_measured_again_and_the_steadier_kept(mon
 
     def scripted(fn, clock, plan, deadline):
         fn()
-        return {"repeats": 3, "median_s": 1e-3, "best_s": 0.9e-3, "worst_s": 2e-3,
-                "spread": next(spreads)}
+        return Repeats(repeats=3, median_s=1e-3, best_s=0.9e-3, worst_s=2e-3,
+                       spread=next(spreads))
 
     monkeypatch.setattr(microbench, "_repeat", scripted)
     plan = dataclasses.replace(microbench._CPU_QUICK, matmul_sizes=(32,))
     out = microbench.measure_matmul(torch.device("cpu"), torch.float32, plan)
-    (row,) = out["sizes"]
-    assert row["spread"] == 0.05 and row["first_spread"] == 0.6
+    (row,) = out.sizes
+    assert row.spread == 0.05 and row.first_spread == 0.6
     # Steady at the first try: measured once.
     spreads = iter([0.1])
     out = microbench.measure_matmul(torch.device("cpu"), torch.float32, plan)
-    assert out["sizes"][0]["spread"] == 0.1 and "first_spread" not in out["sizes"][0]
+    assert out.sizes[0].spread == 0.1 and out.sizes[0].first_spread is None

@@ -36,7 +36,7 @@ from batchscope.hardware.nvml_window import (
     energy_per_unit_j,
     trapezoid_j,
 )
-from batchscope.profiler.measurement import record_timing
+from batchscope.profiler.measurement import TimedSteps, record_timing
 from batchscope.profiler.memory import MemoryReading
 from batchscope.records import (
     BatchResult,
@@ -476,8 +476,9 @@ def test_throttled_ignores_idle_and_pinned_clocks(
     assert window.throttled_by() == (sorted(reasons) if throttled else [])
     # the timing pass flags it (the sentence is the reports layer's)
     result = BatchResult(8, Status.OK)
-    record_timing(result, LatencyStats(0.01, 0.01, 0.01, 10),
-                  MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED), window, None)
+    record_timing(result, TimedSteps(LatencyStats(0.01, 0.01, 0.01, 10),
+                                     MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED),
+                                     window))
     flags = [f for f in result.flags if f.kind == FlagKind.GPU_THROTTLED]
     assert len(flags) == int(throttled)
     if throttled:

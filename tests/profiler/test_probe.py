@@ -3,38 +3,39 @@ timed alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from batchscope.profiler.counting import count_step
-from batchscope.profiler.probe import _Arguments, _caller, probe_key, run_probes
+from batchscope.profiler.probe import ProbeSpec, _Arguments, _caller, probe_key, run_probes
 
 
 def test_probes_time_linear_shaped_products_and_say_why_one_cannot_run():
-    specs = [{"key": probe_key("addmm", [[64], [8, 32], [32, 64]]), "name": "addmm",
-              "shapes": [[64], [8, 32], [32, 64]]},
-             {"key": "mm-small", "name": "mm", "shapes": [[4, 16], [16, 8]]},
-             {"key": "bmm", "name": "bmm", "shapes": [[2, 4, 8], [2, 8, 3]]},
-             {"key": "bad", "name": "mm", "shapes": [[4, 16], [5, 8]]},
-             {"key": "pool", "name": "max_pool2d", "shapes": [[1, 3, 8, 8]]},
-             {"key": "conv", "name": "convolution", "shapes": [[1, 3, 8, 8], [4, 3, 3, 3]]}]
+    specs = [ProbeSpec(probe_key("addmm", [[64], [8, 32], [32, 64]]), "addmm",
+                       [[64], [8, 32], [32, 64]]),
+             ProbeSpec("mm-small", "mm", [[4, 16], [16, 8]]),
+             ProbeSpec("bmm", "bmm", [[2, 4, 8], [2, 8, 3]]),
+             ProbeSpec("bad", "mm", [[4, 16], [5, 8]]),
+             ProbeSpec("pool", "max_pool2d", [[1, 3, 8, 8]]),
+             ProbeSpec("conv", "convolution", [[1, 3, 8, 8], [4, 3, 3, 3]])]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None,
                      cache_bytes=1 << 16)
-    assert set(out["times_s"]) == {specs[0]["key"], "mm-small", "bmm"}
-    assert all(0 < t < 1 for t in out["times_s"].values())
-    assert set(out["errors"]) == {"bad", "pool", "conv"}
-    assert "not probed" in out["errors"]["pool"]
-    assert "non-tensor arguments" in out["errors"]["conv"]  # a convolution needs its args
+    assert set(out.times_s) == {specs[0].key, "mm-small", "bmm"}
+    assert all(0 < t < 1 for t in out.times_s.values())
+    assert set(out.errors) == {"bad", "pool", "conv"}
+    assert "not probed" in out.errors["pool"]
+    assert "non-tensor arguments" in out.errors["conv"]  # a convolution needs its args
 
 
-def conv_spec(conv: nn.Conv2d, x: torch.Tensor) -> dict:
+def conv_spec(conv: nn.Conv2d, x: torch.Tensor) -> ProbeSpec:
     """The spec of ``conv`` on ``x`` as the sweep builds it: from the counting pass."""
     with torch.inference_mode():
         (op,) = count_step(lambda: conv(x), weights=conv.parameters(), state=[x])
     assert op.name == "convolution"
-    return {"key": probe_key(op.name, op.input_shapes, op.call_args), "name": op.name,
-            "shapes": op.input_shapes, "args": op.call_args}
+    return ProbeSpec.of(op.name, op.input_shapes, op.call_args)
 
 
 def test_convolution_probes_call_the_models_own_convolution():
@@ -42,14 +43,14 @@ def test_convolution_probes_call_the_models_own_convolution():
     depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
     x = torch.randn(4, 8, 32, 32)
     specs = [conv_spec(strided, x), conv_spec(depthwise, x)]
-    assert specs[0]["key"] == ("convolution[[4,8,32,32],[16,8,3,3],[16]]"
+    assert specs[0].key == ("convolution[[4,8,32,32],[16,8,3,3],[16]]"
                                "[[2,2],[1,1],[1,1],false,[0,0],1]")
-    assert specs[1]["key"] == ("convolution[[4,8,32,32],[8,1,3,3]]"
+    assert specs[1].key == ("convolution[[4,8,32,32],[8,1,3,3]]"
                                "[[1,1],[1,1],[1,1],false,[0,0],8]")
     # The probe's call is the module's: the same output for the same tensors.
     made = _Arguments(torch.float32, torch.device("cpu"))
     for spec, conv in zip(specs, (strided, depthwise), strict=True):
-        tensors = made.for_spec(spec["name"], spec["shapes"], 0)
+        tensors = made.for_spec(spec.name, spec.shapes, 0)
         with torch.inference_mode():
             got = _caller(spec)(tensors)
             want = F.conv2d(tensors[0], tensors[1], tensors[2] if len(tensors) > 2 else None,
@@ -59,9 +60,9 @@ def test_convolution_probes_call_the_models_own_convolution():
     assert [8, 1, 3, 3] in [list(k[0]) for k in made.made]
     assert [4, 8, 32, 32] not in [list(k[0]) for k in made.made]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
-    assert out["errors"] == {}
-    assert set(out["times_s"]) == {s["key"] for s in specs}
-    assert all(t > 0 for t in out["times_s"].values())
+    assert out.errors == {}
+    assert set(out.times_s) == {s.key for s in specs}
+    assert all(t > 0 for t in out.times_s.values())
 
 
 def test_a_matmul_key_has_no_args_and_a_convolution_key_tells_strides_apart():
@@ -86,19 +87,19 @@ def test_the_bounded_probes_stop_at_their_measured_budget():
     # from earlier rounds on: set numbers here (0 s, already spent, unbounded), no speed.
     x = torch.randn(2, 4, 16, 16)
     convs = [conv_spec(nn.Conv2d(4, c, 3), x) for c in (4, 8, 16)]
-    matmul = {"key": "mm", "name": "mm", "shapes": [[4, 16], [16, 8]]}
+    matmul = ProbeSpec("mm", "mm", [[4, 16], [16, 8]])
     cpu = torch.device("cpu")
-    spent = run_probes([matmul] + [{**s, "budget_s": 0.0} for s in convs],
+    spent = run_probes([matmul] + [replace(s, budget_s=0.0) for s in convs],
                        torch.float32, cpu, lambda: None)
-    assert set(spent["times_s"]) == {"mm"}  # a matmul has no budget
-    assert spent["skipped"] == [s["key"] for s in convs] and spent["bounded_s"] == 0.0
-    earlier = run_probes([{**s, "budget_s": 5.0} for s in convs], torch.float32, cpu,
+    assert set(spent.times_s) == {"mm"}  # a matmul has no budget
+    assert spent.skipped == [s.key for s in convs] and spent.bounded_s == 0.0
+    earlier = run_probes([replace(s, budget_s=5.0) for s in convs], torch.float32, cpu,
                          lambda: None, bounded_spent_s=5.0)
-    assert earlier["times_s"] == {} and len(earlier["skipped"]) == 3
-    ample = run_probes([{**s, "budget_s": 1e9} for s in convs], torch.float32, cpu,
+    assert earlier.times_s == {} and len(earlier.skipped) == 3
+    ample = run_probes([replace(s, budget_s=1e9) for s in convs], torch.float32, cpu,
                        lambda: None)
-    assert set(ample["times_s"]) == {s["key"] for s in convs} and ample["skipped"] == []
-    assert ample["bounded_s"] >= sum(ample["times_s"].values())  # warm-ups and inputs too
+    assert set(ample.times_s) == {s.key for s in convs} and ample.skipped == []
+    assert ample.bounded_s >= sum(ample.times_s.values())  # warm-ups and inputs too
 
 
 def test_a_cnn_training_steps_per_row_ops_are_replayed_from_their_recorded_arguments():
@@ -122,10 +123,9 @@ def test_a_cnn_training_steps_per_row_ops_are_replayed_from_their_recorded_argum
     assert all(op.call_args is not None for op in replayed.values())
     bn = replayed["native_batch_norm"]
     assert bn.call_args == [True, 0.1, 1e-05]  # training, momentum, eps
-    specs = [{"key": probe_key(op.name, op.input_shapes, op.call_args), "name": op.name,
-              "shapes": op.input_shapes, "args": op.call_args} for op in replayed.values()]
+    specs = [ProbeSpec.of(op.name, op.input_shapes, op.call_args) for op in replayed.values()]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
-    assert out["errors"] == {} and set(out["times_s"]) == {s["key"] for s in specs}
+    assert out.errors == {} and set(out.times_s) == {s.key for s in specs}
     # The replay is the op itself: batch norm's output for the same tensors.
     replay = _Replay.of(bn.name, bn.input_shapes, bn.call_args)
     tensors = replay.tensors(bn.input_shapes, torch.float32, torch.device("cpu"))
@@ -133,23 +133,22 @@ def test_a_cnn_training_steps_per_row_ops_are_replayed_from_their_recorded_argum
     want = torch.native_batch_norm(*[t.clone() for t in tensors], True, 0.1, 1e-5)[0]
     assert torch.allclose(got, want)
     # An op whose recorded arguments fit no overload says so, and is not timed.
-    bad = {**specs[0], "key": "bad", "args": [*specs[0]["args"], 7]}
+    bad = replace(specs[0], key="bad", args=[*(specs[0].args or []), 7])
     assert "no overload" in run_probes([bad], torch.float32, torch.device("cpu"),
-                                       lambda: None)["errors"]["bad"]
+                                       lambda: None).errors["bad"]
 
 
 def test_a_probe_its_smaller_sibling_says_is_long_skips_its_warm_up(monkeypatch):
-    # One op (family "head") at two batch sizes: the second is estimated from the first's
+    # One op (op id "head") at two batch sizes: the second is estimated from the first's
     # time scaled by the rows; at 10**9 rows any first time makes it long. Set numbers.
     from batchscope.profiler import probe
 
     calls = []
     monkeypatch.setattr(probe, "time_probe", lambda spec, *a, warm_up=True, **k: (
-        calls.append((spec["batch"], warm_up)) or 1e-5))
-    specs = [{"key": f"mm{b}", "name": "mm", "shapes": [[b, 4], [4, 4]], "family": "head",
-              "batch": b} for b in (1, 10**9)]
-    other = {"key": "x", "name": "mm", "shapes": [[8, 4], [4, 4]], "family": "other",
-             "batch": 8}
+        calls.append((spec.batch, warm_up)) or 1e-5))
+    specs = [ProbeSpec(f"mm{b}", "mm", [[b, 4], [4, 4]], op_id="head", batch=b)
+             for b in (1, 10**9)]
+    other = ProbeSpec("x", "mm", [[8, 4], [4, 4]], op_id="other", batch=8)
     run_probes([*specs, other], torch.float32, torch.device("cpu"), lambda: None)
     assert calls == [(1, True), (10**9, False), (8, True)]
 
@@ -166,15 +165,15 @@ def test_calls_a_probe_could_not_repeat_record_no_args_and_a_spec_dtype_is_used(
     assert args[("native_batch_norm", 3)] is None
     assert args[("add", 2)] == [1]
     # A replayed op runs in the dtype its spec names (the one it ran in, under --amp).
-    bn = {"key": "bn", "name": "native_batch_norm", "args": [False, 0.1, 1e-5],
-          "shapes": [[2, 4, 8, 8], [4], [4], [4], [4]]}
+    bn = ProbeSpec("bn", "native_batch_norm", [[2, 4, 8, 8], [4], [4], [4], [4]],
+                   args=[False, 0.1, 1e-5])
     made = _Arguments(torch.float32, torch.device("cpu"))
-    assert {t.dtype for t in made.for_spec(bn["name"], bn["shapes"], 0, bn["args"],
+    assert {t.dtype for t in made.for_spec(bn.name, bn.shapes, 0, bn.args,
                                            _float_dtype("bfloat16"))} == {torch.bfloat16}
     assert _float_dtype("int64") is None and _float_dtype("") is None
-    out = run_probes([{**bn, "dtype": "bfloat16"}], torch.float32, torch.device("cpu"),
+    out = run_probes([replace(bn, dtype="bfloat16")], torch.float32, torch.device("cpu"),
                      lambda: None)
-    assert out["errors"] == {} and out["times_s"]["bn"] > 0
+    assert out.errors == {} and out.times_s["bn"] > 0
 
 
 def test_matmuls_and_convolutions_run_in_their_specs_dtype_and_their_keys_say_it():
@@ -191,7 +190,9 @@ def test_matmuls_and_convolutions_run_in_their_specs_dtype_and_their_keys_say_it
     assert {t.dtype for t in conv} == {torch.bfloat16}
     keys = [probe_key("addmm", shapes, dtype=d) for d in ("float32", "bfloat16")]
     assert keys[0] != keys[1] and keys[1].endswith("@bfloat16")
-    specs = [{"key": key, "name": "addmm", "shapes": shapes, "dtype": d}
+    specs = [ProbeSpec(key, "addmm", shapes, dtype=d)
              for key, d in zip(keys, ("float32", "bfloat16"), strict=True)]
+    assert [s.key for s in specs] == [ProbeSpec.of("addmm", shapes, dtype=d).key
+                                      for d in ("float32", "bfloat16")]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
-    assert out["errors"] == {} and set(out["times_s"]) == set(keys)
+    assert out.errors == {} and set(out.times_s) == set(keys)

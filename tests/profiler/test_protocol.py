@@ -9,6 +9,7 @@ from multiprocessing import Pipe
 import pytest
 
 from batchscope.hardware.types import Ceilings
+from batchscope.profiler.probe import ProbeSpec
 from batchscope.profiler.protocol import (
     BatchDone,
     BuffersKept,
@@ -47,8 +48,7 @@ CEILINGS = Ceilings(device="cpu", name="t", peak_flops_per_s={"float32": 1e11},
                     bandwidth_bytes_per_s=2e10, overhead_s=1e-6)
 REQUESTS: list[Request] = [
     MeasureCeilings(recalibrate=True), MeasureBatch(8, first_step=True, op_breakdown=False),
-    TimeGridPoint(4, 128), RunProbes([{"key": "mm[[2,2],[2,2]]", "name": "mm",
-                                       "shapes": [[2, 2], [2, 2]]}], 1 << 20, 0.5),
+    TimeGridPoint(4, 128), RunProbes([ProbeSpec.of("mm", [[2, 2], [2, 2]])], 1 << 20, 0.5),
     KeepBuffers(), StopWorker()]
 REPLIES: list[Reply] = [
     Ready(ModelInfo(target="m.py", mode=Mode.TRAIN, parameter_bytes=64,
@@ -93,7 +93,7 @@ def test_the_worker_answers_each_request_with_its_replies() -> None:
         assert isinstance(done, BatchDone) and done.result.status == Status.OK
         assert done.result.batch_size == 2 and done.result.latency_s is not None
         replies.clear()
-        spec = {"key": "mm-probe", "name": "mm", "shapes": [[2, 16], [16, 32]]}
+        spec = ProbeSpec("mm-probe", "mm", [[2, 16], [16, 32]])
         assert answer(worker, RunProbes([spec]))
         (probes,) = replies
         assert isinstance(probes, ProbesTimed) and probes.times_s["mm-probe"] > 0

@@ -10,7 +10,10 @@ import torch
 from torch import nn
 from torch.autograd.profiler import profile, record_function
 
-from batchscope.profiler import timing
+from batchscope.engine import policies
+from batchscope.engine.clock import HostClock
+from batchscope.engine.policies import median_ci_rel
+from batchscope.engine.timer import block_steps_for
 from batchscope.profiler.capture import (
     CAPTURE_STEPS,
     LONG_STEP_CAPTURE_STEPS,
@@ -23,12 +26,7 @@ from batchscope.profiler.capture import (
     parse_events,
     short_step_captures,
 )
-from batchscope.profiler.timing import (
-    MEASURE_MIN_STEPS,
-    TimingConfig,
-    median_ci_rel,
-    time_steps,
-)
+from batchscope.profiler.timing import MEASURE_MIN_STEPS, TimingConfig, time_steps
 from tests.conftest import ROOT
 
 
@@ -42,7 +40,8 @@ def test_median_ci_uses_order_statistics() -> None:
 
 
 class _FakeClock:
-    """Stands in for the timing module's ``time``: each step advances it by a set duration."""
+    """Stands in for the host's clock (read through a HostClock): each step advances it by
+    a set duration."""
 
     def __init__(self, durations: list[float]) -> None:
         self.now = 0.0
@@ -57,73 +56,67 @@ class _FakeClock:
         self.steps += 1
 
 
-def _timed(monkeypatch: pytest.MonkeyPatch, durations: list[float],
-           config: TimingConfig) -> tuple[list[float], float]:
+def _timed(durations: list[float], config: TimingConfig) -> tuple[list[float], float]:
     clock = _FakeClock(durations)
-    monkeypatch.setattr(timing, "time", clock)
-    _, samples, _ = time_steps(clock.step, lambda: None, config)
+    _, samples, _ = time_steps(clock.step, HostClock(read=clock.perf_counter), config)
     return samples, sum(samples)
 
 
-def test_steady_steps_stop_at_the_minimum_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_steady_steps_stop_at_the_minimum_time() -> None:
     # 1 ms steps with a ±1% wobble: the median is pinned at once, so the floor decides
-    samples, total = _timed(monkeypatch, [0.00099, 0.001, 0.00101],
+    samples, total = _timed([0.00099, 0.001, 0.00101],
                             TimingConfig(measure_min_s=0.05, measure_max_s=1.0))
-    assert 0.05 <= total < 0.05 * timing._CHECK_GROWTH + 0.002
+    assert 0.05 <= total < 0.05 * policies.CHECK_GROWTH + 0.002
     assert len(samples) >= MEASURE_MIN_STEPS
 
 
-def test_slow_steps_take_fewer_samples_once_past_the_ceiling(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    samples, _ = _timed(monkeypatch, [0.5], TimingConfig())
-    assert len(samples) == timing.LONG_MIN_STEPS  # 1.5 s is past the 1 s ceiling
-    samples, _ = _timed(monkeypatch, [0.3], TimingConfig())
+def test_slow_steps_take_fewer_samples_once_past_the_ceiling() -> None:
+    samples, _ = _timed([0.5], TimingConfig())
+    assert len(samples) == policies.LONG_MIN_STEPS  # 1.5 s is past the 1 s ceiling
+    samples, _ = _timed([0.3], TimingConfig())
     assert len(samples) == 4  # 0.9 s after three: not yet past it
     # under the ceiling the minimum count holds, and a fixed time keeps it whatever the step
-    samples, _ = _timed(monkeypatch, [0.1], TimingConfig())
+    samples, _ = _timed([0.1], TimingConfig())
     assert len(samples) == MEASURE_MIN_STEPS
-    samples, _ = _timed(monkeypatch, [0.5], TimingConfig.fixed(0.2))
+    samples, _ = _timed([0.5], TimingConfig.fixed(0.2))
     assert len(samples) == MEASURE_MIN_STEPS
 
 
-def test_fixed_time_measures_that_long(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, total = _timed(monkeypatch, [0.001], TimingConfig.fixed(0.3))
+def test_fixed_time_measures_that_long() -> None:
+    _, total = _timed([0.001], TimingConfig.fixed(0.3))
     assert 0.3 <= total < 0.302
 
 
-def test_noisy_steps_run_to_the_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_noisy_steps_run_to_the_ceiling() -> None:
     # a 4x spread between alternate steps never pins the median to ±3%
-    _, total = _timed(monkeypatch, [0.001, 0.004], TimingConfig(measure_max_s=0.4))
+    _, total = _timed([0.001, 0.004], TimingConfig(measure_max_s=0.4))
     assert 0.4 <= total < 0.405
 
 
-def test_fast_steps_are_timed_in_blocks_that_keep_their_hiccups(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fast_steps_are_timed_in_blocks_that_keep_their_hiccups() -> None:
     # 10 µs steps with a 100 µs hiccup every tenth: a loop of them sustains 19 µs a step,
     # the median single step says 10 µs
     durations = [10e-6] * 9 + [100e-6]
     clock = _FakeClock(durations)
-    monkeypatch.setattr(timing, "time", clock)
-    stats, samples, _ = time_steps(clock.step, lambda: None, TimingConfig(block_min_s=0.001))
+    stats, samples, _ = time_steps(clock.step, HostClock(read=clock.perf_counter),
+                                   TimingConfig(block_min_s=0.001))
     assert stats.block_steps == 100  # the warm-up's later half is mostly 10 µs steps
     assert stats.n == len(samples) * 100
     assert stats.median == pytest.approx(19e-6)
     assert len(samples) >= MEASURE_MIN_STEPS
 
 
-def test_steps_as_long_as_a_block_are_timed_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_steps_as_long_as_a_block_are_timed_alone() -> None:
     clock = _FakeClock([0.002])
-    monkeypatch.setattr(timing, "time", clock)
-    stats, samples, _ = time_steps(clock.step, lambda: None, TimingConfig(block_min_s=0.001))
+    stats, samples, _ = time_steps(clock.step, HostClock(read=clock.perf_counter),
+                                   TimingConfig(block_min_s=0.001))
     assert stats.block_steps == 1 and stats.n == len(samples)
-    assert timing.block_steps_for(0.0005, 0.001) == 2
+    assert block_steps_for(0.0005, 0.001) == 2
 
 
-def test_the_step_cap_never_leaves_fewer_than_the_minimum_samples(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_step_cap_never_leaves_fewer_than_the_minimum_samples() -> None:
     clock = _FakeClock([1e-6])
-    monkeypatch.setattr(timing, "time", clock)
-    stats, samples, _ = time_steps(clock.step, lambda: None,
+    stats, samples, _ = time_steps(clock.step, HostClock(read=clock.perf_counter),
                                    TimingConfig(block_min_s=0.001, measure_max_steps=2000))
     assert len(samples) == MEASURE_MIN_STEPS and stats.n == MEASURE_MIN_STEPS * 1000
 

@@ -197,7 +197,9 @@ def _gpu_like(doc: dict[str, Any]) -> dict[str, Any]:
                        "peak_flops_per_s": peaks, "bandwidth_bytes_per_s": bw,
                        "overhead_s": 4e-6, "source": "measured", "details": {},
                        "ridge_flops_per_byte": {k: p / bw for k, p in peaks.items()},
-                       "spec": {"bf16_dense_flops_per_s": 9.89e14, "source": "datasheet"}}
+                       "spec": {"product": "H100 SXM5 80GB", "peak_flops_per_s": {
+                                    "bfloat16": 9.89e14}, "bandwidth_bytes_per_s": bw,
+                                "memory_bytes": 80 * 2**30, "source": "datasheet"}}
     return doc
 
 
