@@ -16,3 +16,17 @@ def _ceilings_cache(tmp_path_factory):
     mp.setenv("BATCHSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("ceilings")))
     yield
     mp.undo()
+
+
+# Module fixtures that run real sweeps of the samples or measure this machine's ceilings
+# (tens of seconds on 2 cores): every test that uses one is slow, whatever its own call
+# costs. (Tests whose own call runs a sweep are marked where they are defined.)
+SLOW_FIXTURES = frozenset({"ceilings", "cnn_runs", "seq_report", "decode_report", "decode",
+                           "cnn", "mlp"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``pytest -m "not slow"`` (README's fast tier) leaves out the tests that sweep."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -17,6 +17,7 @@ from tests.conftest import MODELS
 FAST = {"min_time_s": 0.05, "measure_ceilings": False, "device": "cpu"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["inference", "train"])
 def test_amp_runs_the_matmuls_in_bf16_and_counts_them_so(tmp_path, mode):
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), batch_sizes=[4],

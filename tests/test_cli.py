@@ -48,6 +48,7 @@ def test_unwritable_out_exits_4(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_contract_error_exits_4_with_one_sentence(tmp_path):
     result = runner.invoke(diagnose_app, [str(MODELS / "no_make_inputs.py"),
                                           "--out", str(tmp_path)])
@@ -55,6 +56,7 @@ def test_contract_error_exits_4_with_one_sentence(tmp_path):
     assert "defines no make_inputs()" in result.output
 
 
+@pytest.mark.slow
 def test_cli_sweep_prints_summary_and_writes_json(tmp_path):
     result = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--out", str(tmp_path),
                                           "--batch-sizes", "1,2", "--min-time", "0.05",
@@ -73,6 +75,7 @@ def test_hardware_prints_ceilings():
     assert re.search(r"\d [kMGTP]?B/s", result.output)
 
 
+@pytest.mark.slow
 def test_trace_is_exported_per_batch_size(tmp_path):
     result = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--out", str(tmp_path),
                                           "--batch-sizes", "1,2", "--min-time", "0.05",
@@ -86,6 +89,7 @@ def test_trace_is_exported_per_batch_size(tmp_path):
     assert data["batches"][0]["trace_path"].endswith("trace_b1.json")
 
 
+@pytest.mark.slow
 def test_the_terminal_gets_no_profiler_chatter(tmp_path):
     # Kineto prints "USDT: ... profiler_start" around every capture unless told not to; the
     # worker's stderr is the user's terminal, so run the real command and read both streams.

@@ -47,6 +47,7 @@ def test_batch_dimension_must_match():
     check_inputs({"x": torch.zeros(2, 4), "pos": 3}, 2, "m.py")
 
 
+@pytest.mark.slow
 def test_units_per_row_scales_throughput_and_is_checked(tmp_path):
     # issue 18: a prefill row yields its tokens, so throughput reads in tokens/s
     from batchscope.api import Options, diagnose_file

@@ -73,6 +73,7 @@ def ranks_left(grace_s: float = 5.0) -> list[str]:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
     proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "2,16",
                          "--global-batch", "100")
@@ -116,6 +117,7 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
     assert not ranks_left()
 
 
+@pytest.mark.slow
 def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
     # One process per "node", as a job scheduler would start them, rendezvous on 127.0.0.1.
     from batchscope.profiler.launcher import _free_port
@@ -144,6 +146,7 @@ def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
     assert not ranks_left()
 
 
+@pytest.mark.slow
 def test_a_killed_rank_ends_the_sweep_as_rank_failed_and_leaves_no_process(tmp_path):
     proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "1,4,8",
                          "--no-ops", env={"BATCHSCOPE_TEST_FAULT": "kill:1:4"})
@@ -154,6 +157,7 @@ def test_a_killed_rank_ends_the_sweep_as_rank_failed_and_leaves_no_process(tmp_p
     assert not ranks_left()
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_named_within_the_batch_timeout(tmp_path):
     started = time.monotonic()
     proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "1,4",
@@ -166,6 +170,7 @@ def test_a_hung_rank_is_named_within_the_batch_timeout(tmp_path):
     assert not ranks_left()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_keeps_the_partial_report(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -187,6 +192,7 @@ def test_ctrl_c_stops_every_rank_and_keeps_the_partial_report(tmp_path):
     assert not ranks_left()
 
 
+@pytest.mark.slow
 def test_a_rendezvous_that_cannot_form_gets_one_sentence(tmp_path):
     # Two nodes asked for, one started: node 0 waits for its peer, then says why.
     proc, _ = diagnose(tmp_path, "--nproc-per-node", "1", "--nnodes", "2",
@@ -206,6 +212,7 @@ def test_a_rendezvous_that_cannot_form_gets_one_sentence(tmp_path):
     (["--nnodes", "2"], "need --nproc-per-node"),
     (["--nproc-per-node", "2", "--global-batch", "0"], "--global-batch must be at least 1"),
 ])
+@pytest.mark.slow
 def test_bad_distributed_options_get_one_sentence_and_exit_4(tmp_path, args, message):
     proc, _ = diagnose(tmp_path, *args, timeout_s=60)
     assert proc.returncode == ExitCode.USAGE

@@ -45,6 +45,7 @@ def stop_reason(report) -> str:
     ("cublas", "OOM-like (cuBLAS"),
     ("cudnn", "OOM-like (cuDNN"),
 ])
+@pytest.mark.slow
 def test_cuda_oom_and_oom_like_errors_stop_the_sweep(monkeypatch, tmp_path, kind, label):
     report = on_cue(monkeypatch, tmp_path, kind, "2,4")
     assert statuses(report) == [(1, Status.OK), (2, Status.OOM)]
@@ -52,6 +53,7 @@ def test_cuda_oom_and_oom_like_errors_stop_the_sweep(monkeypatch, tmp_path, kind
     assert exit_code(report) == ExitCode.OK  # an OOM at the top is a normal stop
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["illegal", "launch"])
 def test_device_errors_get_their_own_status_and_a_fresh_worker(monkeypatch, tmp_path, kind):
     report = on_cue(monkeypatch, tmp_path, kind, "2")
@@ -73,6 +75,7 @@ def final_report(out) -> dict:
     return on_disk
 
 
+@pytest.mark.slow
 def test_inputs_failing_in_a_replacement_worker_are_model_errors(tmp_path):
     # Batch 4 fails, so batch 8 gets a fresh worker that has measured nothing itself; the
     # run has, so make_inputs(8) raising is batch 8's model_error, not a contract error.
@@ -90,6 +93,7 @@ def test_inputs_failing_in_a_replacement_worker_are_model_errors(tmp_path):
     assert [b["status"] for b in on_disk["batches"]] == ["ok", "ok", "model_error", "model_error"]
 
 
+@pytest.mark.slow
 def test_a_contract_error_at_the_first_step_is_still_exit_4(tmp_path):
     with pytest.raises(ModelFileError, match=r"make_inputs\(4\) raised ValueError") as info:
         diagnose_file(MODELS / "inputs_fail_from_4.py",
@@ -98,6 +102,7 @@ def test_a_contract_error_at_the_first_step_is_still_exit_4(tmp_path):
     assert not (tmp_path / "report.json").exists()  # nothing was swept
 
 
+@pytest.mark.slow
 def test_inputs_failing_after_a_failed_first_step_are_model_errors(tmp_path):
     # The first step got past make_inputs and failed in the model: the contract was checked
     # there. make_inputs(2) raising is then batch 2's model_error; two in a row stop the sweep.
@@ -158,6 +163,7 @@ def test_a_cuda_worker_leaves_its_config_alone():
     assert worker.timing.measure_min_s == 0.05
 
 
+@pytest.mark.slow
 def test_model_that_does_not_fit_at_batch_one_exits_5(monkeypatch, tmp_path):
     report = on_cue(monkeypatch, tmp_path, "cuda_oom", "1,2,4")
     assert statuses(report) == [(1, Status.OOM)]
@@ -166,12 +172,14 @@ def test_model_that_does_not_fit_at_batch_one_exits_5(monkeypatch, tmp_path):
     assert "parameters and buffers take 0 MiB" in message and "MiB was free" in message
 
 
+@pytest.mark.slow
 def test_model_that_cannot_even_be_built_exits_5(tmp_path):
     with pytest.raises(NothingMeasuredError, match=r"does not fit on cpu.*MiB was free") as info:
         diagnose_file(MODELS / "build_oom.py", Options(out_dir=str(tmp_path), **FAST))
     assert info.value.exit_code == ExitCode.NOTHING_MEASURED
 
 
+@pytest.mark.slow
 def test_worker_volunteers_for_the_oom_killer(monkeypatch, tmp_path):
     out = tmp_path / "score"
     monkeypatch.setenv("BATCHSCOPE_TEST_OUT", str(out))
@@ -179,6 +187,7 @@ def test_worker_volunteers_for_the_oom_killer(monkeypatch, tmp_path):
     assert out.read_text().strip() == "1000"
 
 
+@pytest.mark.slow
 def test_batch_predicted_over_the_memory_budget_is_skipped(tmp_path):
     # ~64 MiB of state per row: batches 1 and 2 run; 4 is predicted at ~+128 MiB over 2.
     report = diagnose_file(MODELS / "memory_hungry.py",
@@ -206,12 +215,14 @@ def test_extrapolation_against_free_memory():
     assert predicted_not_to_fit(results, 8) == ""
 
 
+@pytest.mark.slow
 def test_dtype_mismatch_is_a_contract_error_with_a_hint(tmp_path):
     with pytest.raises(ModelFileError, match="disagree on device or dtype") as info:
         diagnose_file(MODELS / "dtype_mismatch.py", Options(out_dir=str(tmp_path), **FAST))
     assert "same dtype" in str(info.value) and info.value.exit_code == ExitCode.USAGE
 
 
+@pytest.mark.slow
 def test_profiler_already_running_keeps_the_timings(tmp_path):
     report = diagnose_file(MODELS / "profiler_running.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 2], min_time_s=0.05,
@@ -223,12 +234,14 @@ def test_profiler_already_running_keeps_the_timings(tmp_path):
                for f in report.flags)
 
 
+@pytest.mark.slow
 def test_nondeterministic_op_sequence_is_flagged(tmp_path):
     report = diagnose_file(MODELS / "nondeterministic.py",
                            Options(out_dir=str(tmp_path), min_time_s=0.05, measure_ceilings=False))
     assert any(f.kind == FlagKind.NON_DETERMINISTIC for f in report.flags)
 
 
+@pytest.mark.slow
 def test_very_long_exception_text_is_truncated(monkeypatch, tmp_path):
     report = on_cue(monkeypatch, tmp_path, "long", "2")
     error = report.batches[1].error
@@ -256,6 +269,7 @@ def wait_for_first_batch(report, timeout_s=120):
     raise AssertionError("no batch size finished")
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_partial_report_and_exits_2(tmp_path):
     proc, report = run_cli(tmp_path, "--batch-sizes", ",".join(str(2**i) for i in range(12)),
                            "--min-time", "0.3", "--no-ops")
@@ -267,6 +281,7 @@ def test_sigterm_writes_a_partial_report_and_exits_2(tmp_path):
     assert data["partial"] is True and data["batches"][0]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_exits_at_once(tmp_path):
     # The worker hangs at batch 2 and ignores nothing; the first Ctrl-C starts the orderly
     # stop, the second must end the process right away with exit 2.
@@ -281,6 +296,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_a_replacement_worker_that_cannot_start_costs_one_batch(monkeypatch, tmp_path):
     monkeypatch.setenv("BATCHSCOPE_TEST_COUNTER", str(tmp_path / "loads"))
     report = diagnose_file(MODELS / "second_load_fails.py",
@@ -292,6 +308,7 @@ def test_a_replacement_worker_that_cannot_start_costs_one_batch(monkeypatch, tmp
     assert [b["status"] for b in on_disk["batches"]] == ["ok", "model_error", "killed"]
 
 
+@pytest.mark.slow
 def test_work_that_varies_with_the_inputs_is_not_explained_as_batching(tmp_path):
     # issue 13, finding 5: an early-exit model read 8.4, 50.4 and 42 MB of weights at
     # batches 1, 2 and 4, and the report still said what each row adds
@@ -308,6 +325,7 @@ def test_work_that_varies_with_the_inputs_is_not_explained_as_batching(tmp_path)
     assert "changed with the inputs" in words
 
 
+@pytest.mark.slow
 def test_the_same_work_at_every_batch_size_is_not_flagged(tmp_path):
     report = diagnose_file(MODELS / "tiny.py", Options(
         out_dir=None, batch_sizes=[1, 2, 4], min_time_s=0.05, device="cpu"))

@@ -35,6 +35,7 @@ def mlp(tmp_path_factory):
     return sweep(tmp_path_factory, "mlp.py", [1, 8], 0.2)
 
 
+@pytest.mark.slow
 def test_decode_batch_one_is_memory_bound(decode):
     first = decode.batches[0]
     matmuls = [op for op in first.ops if op.name in MATMULS]
@@ -74,6 +75,7 @@ def test_decode_has_a_predicted_and_a_measured_critical_batch(decode):
     assert terms.shared_s / terms.per_row_s == pytest.approx(rec.predicted_critical_batch)
 
 
+@pytest.mark.slow
 def test_cnn_convolutions_are_compute_bound_at_batch_one(cnn):
     first = cnn.batches[0]
     convs = [op for op in first.ops if op.name == "convolution"]
@@ -86,6 +88,7 @@ def test_cnn_convolutions_are_compute_bound_at_batch_one(cnn):
     assert cnn.recommendation.predicted_compute_bound_batch == 1.0
 
 
+@pytest.mark.slow
 def test_mlp_batch_one_is_mostly_overhead(mlp):
     share = mlp.batches[0].time_share
     assert share.overhead + share.framework >= 0.5

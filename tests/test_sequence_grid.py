@@ -39,6 +39,7 @@ def seq_report(tmp_path_factory):
     return out, report
 
 
+@pytest.mark.slow
 def test_sweep_times_every_length_at_the_measured_batch_sizes(seq_report):
     _, report = seq_report
     assert report.model.seq_lens == [16, 32, 64]

@@ -30,6 +30,7 @@ def statuses(report):
     return [(b.batch_size, b.status) for b in report.batches]
 
 
+@pytest.mark.slow
 def test_tiny_sweep_writes_a_complete_report(tmp_path):
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=4,
                                                        min_time_s=0.1))
@@ -69,6 +70,7 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     assert all(t > 0 for t in pred["probes_s"].values())
 
 
+@pytest.mark.slow
 def test_sizes_are_forecast_from_the_ones_before_with_kernel_probes(tmp_path):
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), min_time_s=0.05,
                                                        batch_sizes=[1, 2, 4, 8, 16, 64]))
@@ -92,6 +94,7 @@ def test_sizes_are_forecast_from_the_ones_before_with_kernel_probes(tmp_path):
     assert report.prediction is not None
 
 
+@pytest.mark.slow
 def test_model_error_keeps_smaller_batches(tmp_path):
     report = diagnose_file(MODELS / "raises_at_4.py", Options(out_dir=str(tmp_path), **FAST))
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.MODEL_ERROR)]
@@ -101,6 +104,7 @@ def test_model_error_keeps_smaller_batches(tmp_path):
     assert [b["status"] for b in on_disk["batches"]] == ["ok", "ok", "model_error"]
 
 
+@pytest.mark.slow
 def test_killed_worker_costs_one_batch(tmp_path):
     report = diagnose_file(MODELS / "killed_at_4.py", Options(out_dir=str(tmp_path), **FAST))
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.KILLED)]
@@ -110,6 +114,7 @@ def test_killed_worker_costs_one_batch(tmp_path):
     assert exit_code(report) == ExitCode.SOME_FAILED
 
 
+@pytest.mark.slow
 def test_host_oom_stops_going_up_and_is_a_normal_stop(tmp_path):
     report = diagnose_file(MODELS / "oom_at_4.py", Options(out_dir=str(tmp_path), **FAST))
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.OOM)]
@@ -117,6 +122,7 @@ def test_host_oom_stops_going_up_and_is_a_normal_stop(tmp_path):
     assert exit_code(report) == ExitCode.OK
 
 
+@pytest.mark.slow
 def test_hanging_step_times_out(tmp_path):
     started = time.monotonic()
     report = diagnose_file(MODELS / "hangs_at_2.py",
@@ -126,11 +132,13 @@ def test_hanging_step_times_out(tmp_path):
     assert exit_code(report) == ExitCode.SOME_FAILED
 
 
+@pytest.mark.slow
 def test_contract_error_is_raised_before_any_sweep(tmp_path):
     with pytest.raises(ModelFileError, match="shape"):
         diagnose_file(MODELS / "wrong_batch_dim.py", Options(out_dir=str(tmp_path), **FAST))
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_a_partial_report_and_exits_2(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -156,6 +164,7 @@ def test_ctrl_c_writes_a_partial_report_and_exits_2(tmp_path):
     assert len(data["batches"]) < 12
 
 
+@pytest.mark.slow
 def test_predict_to_predicts_past_the_measured_sizes_and_says_any_pick_they_would_make(
         tmp_path):
     # A model too slow to sweep far: measure 1-8, predict to 64, never measure it. Whether
@@ -218,6 +227,7 @@ class StopAfter:
         return Stop(StopKind.PREDICTED, values={"remaining": list(remaining)})
 
 
+@pytest.mark.slow
 def test_the_early_stop_policy_is_asked_before_each_size_and_obeyed(monkeypatch):
     # The sweep's predicted-stop phase: before each batch size (once one is measured and
     # the ceilings are known) the policy's probes, then its decision; a stop ends the plan.

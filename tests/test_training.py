@@ -41,6 +41,7 @@ def cnn_runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_training_flops_are_about_three_times_inference(cnn_runs):
     train, infer = cnn_runs["train"].batches[0], cnn_runs["inference"].batches[0]
     assert train.status == infer.status == Status.OK
@@ -70,6 +71,7 @@ def test_training_peak_memory_holds_gradients_and_optimizer_state(cnn_runs):
     assert train.model.mode == Mode.TRAIN
 
 
+@pytest.mark.slow
 def test_train_cnn_sample_loss_is_unchanged_by_watch(tmp_path):
     sample = load_sample("train_cnn")
     out = tmp_path / "report"
@@ -88,6 +90,7 @@ def test_train_cnn_sample_loss_is_unchanged_by_watch(tmp_path):
                for e in data["estimates"])
 
 
+@pytest.mark.slow
 def test_watch_estimates_larger_batches_from_the_measured_one():
     # What holds on any machine: each estimate scales the measured ops by the growth of
     # their roofline time, which is at most the growth of the batch (weights do not grow),
@@ -116,6 +119,7 @@ def test_watch_estimates_larger_batches_from_the_measured_one():
         assert "not a measurement" in estimate_text(e.method)
 
 
+@pytest.mark.slow
 def test_python_api_runs_functions_in_the_worker(tmp_path):
     report = batchscope.diagnose(tiny.build_model, tiny.make_inputs, batch_sizes=[1, 2],
                                  min_time_s=0.05, measure_ceilings=False, op_breakdown=False,
@@ -174,6 +178,7 @@ def test_the_stand_in_training_step_is_said(cnn_runs):
                    for f in cnn_runs["inference"].flags)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports
 def test_a_compiled_model_is_detected():
     from batchscope.profiler.training import is_compiled
@@ -185,6 +190,7 @@ def test_a_compiled_model_is_detected():
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="inductor compiles C++ kernels for the CPU")
+@pytest.mark.slow
 def test_a_compiled_model_stays_compiled_and_its_kernels_are_attributed(tmp_path):
     # issue 13, finding 12: 0% coverage at batch 1, and (found here) every batch size after
     # the first counting pass ran eager, since the counting mode went through the compiled
@@ -260,6 +266,7 @@ def test_watch_sees_keyword_inputs_and_says_estimates(tmp_path):
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="inductor compiles C++ kernels for the CPU")
+@pytest.mark.slow
 def test_compile_option_compiles_and_separates_compile_time(tmp_path):
     # issue 18: --compile runs the model under torch.compile; compile time is the first
     # warm-up step's, apart from the step time
@@ -285,6 +292,7 @@ def test_an_unknown_compile_mode_is_refused():
         validate_options(Options(compile_mode="fastest"))
 
 
+@pytest.mark.slow
 def test_global_batch_in_one_process_gives_the_accumulation_steps(tmp_path):
     # issue 18: gradient-accumulation advice without data parallelism
     from batchscope.reports import narrative

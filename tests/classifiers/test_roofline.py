@@ -28,6 +28,7 @@ def counted_op(fn, *tensors) -> OpStat:
     return stat
 
 
+@pytest.mark.slow
 def test_large_fp32_matmul_is_compute_bound(ceilings):
     a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
     op = classify_op(counted_op(lambda: torch.mm(a, b), a, b), ceilings)

@@ -50,6 +50,7 @@ def quick() -> Ceilings:
 
 
 # ------------------------------------------------------------------ a real measurement
+@pytest.mark.slow
 def test_quick_cpu_measurement_is_plausible(quick: Ceilings) -> None:
     assert quick.device == "cpu" and quick.name and quick.source == "measured"
     assert 1 * GFLOP < quick.peak_flops_per_s[FP32] < 10 * TFLOP

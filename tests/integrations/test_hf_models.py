@@ -48,6 +48,7 @@ def _sweep(tmp_path, target: str, *args: str, batch_sizes: str = "1") -> dict:
     ("gpt2", "causal-lm-prefill", "token", "inference"),
     ("t5", "seq2seq-train", "sequence", "train"),
 ])
+@pytest.mark.slow
 def test_each_family_sweeps_from_its_config(configs, tmp_path, family, task, unit, mode):
     doc = _sweep(tmp_path, f"hf:{configs / family}", "--task", task)
     assert doc["model"]["unit"] == unit and doc["model"]["mode"] == mode
@@ -63,6 +64,7 @@ def test_each_family_sweeps_from_its_config(configs, tmp_path, family, task, uni
                                                       / b["latency_s"]["median"])
 
 
+@pytest.mark.slow
 def test_decode_counts_the_kv_cache_as_state(configs, tmp_path):
     doc = _sweep(tmp_path, f"hf:{configs / 'gpt2'}", "--task", "causal-lm-decode",
                  "--context", "64", batch_sizes="1,2")
@@ -73,6 +75,7 @@ def test_decode_counts_the_kv_cache_as_state(configs, tmp_path):
     assert doc["serving"]["what_if"] is not None  # a decode report feeds the what-if
 
 
+@pytest.mark.slow
 def test_seq_lens_grid_a_causal_lm_over_batch_and_length(configs, tmp_path):
     # The 2-D sweep: batches 1 and 2 at 16 tokens, then both again at 8.
     doc = _sweep(tmp_path, f"hf:{configs / 'gpt2'}", "--task", "causal-lm-train",

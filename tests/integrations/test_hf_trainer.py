@@ -64,6 +64,7 @@ def train(tmp_path, cb: BatchscopeTrainerCallback, max_steps: int, model=None, *
     return model, output
 
 
+@pytest.mark.slow
 def test_callback_reports_the_batch_size_the_trainer_steps(tmp_path):
     cb = BatchscopeTrainerCallback(out_dir=tmp_path / "report", unit="sequence", **FEW)
     model, output = train(tmp_path, cb, max_steps=30)

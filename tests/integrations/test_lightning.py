@@ -148,6 +148,7 @@ def test_without_the_library_the_import_says_what_to_install(monkeypatch):
         importlib.import_module("batchscope.integrations.lightning")
 
 
+@pytest.mark.slow
 def test_under_ddp_rank_0_reports_its_steps_with_the_all_reduce(tmp_path, quick_ceilings,
                                                                  monkeypatch):
     # Two CPU processes under Lightning's own DDP strategy (ddp_spawn: the test cannot be
@@ -185,6 +186,7 @@ def test_under_ddp_rank_0_reports_its_steps_with_the_all_reduce(tmp_path, quick_
     assert any("Lightning ran 2 processes" in f["text"] for f in doc["flags"])
 
 
+@pytest.mark.slow
 def test_lightning_task_sweeps_the_training_step_at_every_batch_size(tmp_path):
     from batchscope.api import Options, diagnose_file
     from batchscope.records import Status
@@ -234,6 +236,7 @@ def test_lightning_task_takes_the_first_optimizer_and_refuses_an_iterable_set():
         LightningTask(TinyMLP)
 
 
+@pytest.mark.slow
 def test_importing_the_watch_module_first_leaves_batchscope_watch_the_class():
     # A submodule named watch was bound to the package's name by the first import of it
     # (the callbacks' import did): batchscope.watch(...) then called a module. A fresh

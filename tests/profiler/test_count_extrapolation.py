@@ -3,6 +3,7 @@ counting pass itself on real models, and refused where the counts are not linear
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from batchscope.contract import load_model_file
@@ -24,6 +25,7 @@ def counts_of(path: str, batch_size: int) -> list[CountedOp]:
                           state=iter_tensors(inputs), root=model)
 
 
+@pytest.mark.slow
 def test_counts_carried_to_a_larger_batch_are_the_counted_ones():
     # The decode sample (a KV cache that grows with the batch, weights that do not) at
     # 1, 2, 4 fixes the line; at 16 the carried counts match the counting pass op by op.

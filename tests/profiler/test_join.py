@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -61,6 +62,7 @@ def test_an_op_that_runs_only_at_some_batch_sizes_shifts_no_other_op() -> None:
     assert [p.batch_size for p in curves["(top level):addmm#0"]] == [8]
 
 
+@pytest.mark.slow
 def test_a_bert_shaped_training_step_joins_at_batch_1() -> None:
     # issue 13, finding 2: HF BERT/T5 training at batch 1 joined 37-51% of its time (AdamW's
     # sqrt/div/addcdiv_ and backward mm "without a FLOP formula"): a view in the counting

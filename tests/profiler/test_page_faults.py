@@ -48,6 +48,7 @@ def test_counter_sees_memory_touched_for_the_first_time() -> None:
     assert faults.stop() >= 256
 
 
+@pytest.mark.slow
 def test_sweep_counts_a_fresh_buffer_per_step_and_flags_it(tmp_path) -> None:
     report = diagnose_file(MODELS / "fresh_buffer.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 2], **FAST))
@@ -59,6 +60,7 @@ def test_sweep_counts_a_fresh_buffer_per_step_and_flags_it(tmp_path) -> None:
     assert "batch 1: 16," in flag and "batch 2: 16," in flag and "MALLOC_MMAP_THRESHOLD_" in flag
 
 
+@pytest.mark.slow
 def test_sweep_of_a_model_that_reuses_its_memory_faults_little(tmp_path) -> None:
     report = diagnose_file(MODELS / "tiny.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 4], **FAST))
@@ -116,6 +118,7 @@ def test_page_faults_that_change_the_pick_are_said_first() -> None:
     assert quiet.recommendation.batch_size_without_page_faults is None
 
 
+@pytest.mark.slow
 def test_flagged_faults_are_timed_again_with_the_buffers_kept(tmp_path) -> None:
     # issue 13, finding 1: both allocators measured side by side on a real CNN stem whose
     # activations at batch 8 (49 MiB) sit above glibc's mmap ceiling
@@ -155,6 +158,7 @@ def _glibc_version() -> tuple[int, ...]:
         return (0,)
 
 
+@pytest.mark.slow
 def test_mallopt_keeps_freed_buffers_in_a_running_process() -> None:
     # In a fresh interpreter (the setting would stay in pytest's): a 64 MiB buffer freed
     # and made again faults its pages in again by default, and not once mallopt took.
@@ -193,6 +197,7 @@ print(taken, default, faults())
             assert taken
 
 
+@pytest.mark.slow
 def test_a_libc_that_refuses_mallopt_gets_a_fresh_worker(tmp_path, monkeypatch) -> None:
     # The sweep's worker refusing the setting (glibc before 2.35, musl): the batch sizes
     # are timed again in a fresh worker started with KEPT_BUFFERS_ENV (which glibc 2.36
@@ -216,6 +221,7 @@ def test_a_libc_that_refuses_mallopt_gets_a_fresh_worker(tmp_path, monkeypatch) 
         assert row.kept_page_faults_per_step < 0.5 * row.page_faults_per_step
 
 
+@pytest.mark.slow
 def test_the_allocator_check_can_be_turned_off(tmp_path) -> None:
     report = diagnose_file(MODELS / "fresh_buffer.py",
                            Options(out_dir=str(tmp_path), batch_sizes=[1],

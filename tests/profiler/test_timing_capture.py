@@ -192,6 +192,7 @@ def test_dtype_names_are_the_workers_dtypes() -> None:
     assert set(DTYPE_NAMES) == set(DTYPES)
 
 
+@pytest.mark.slow
 def test_neither_pass_imports_dynamo() -> None:
     code = """
 import sys, torch

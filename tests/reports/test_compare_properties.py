@@ -240,6 +240,7 @@ def assert_clean(result: Result) -> None:
         assert any(v in result.stdout for v in verdicts) and result.stderr == ""
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=RANDOM_EXAMPLES)
 @given(doc=json_values)
 def test_any_json_is_compared_or_refused(folder: Path, doc: Any) -> None:
@@ -247,12 +248,14 @@ def test_any_json_is_compared_or_refused(folder: Path, doc: Any) -> None:
     assert_clean(compare(folder, dump(doc), MLP))
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=RANDOM_EXAMPLES)
 @given(base=report_like, head=report_like)
 def test_report_shaped_json_is_compared_or_refused(folder: Path, base: Any, head: Any) -> None:
     assert_clean(compare(folder, dump(base), dump(head)))
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=RANDOM_EXAMPLES)
 @given(base=plausible_reports, head=plausible_reports)
 def test_plausible_reports_of_either_schema_are_compared(folder: Path, base: Any,
@@ -268,6 +271,7 @@ def test_plausible_reports_of_either_schema_are_compared(folder: Path, base: Any
 @settings(SETTINGS, max_examples=MUTATION_EXAMPLES)
 @given(path=st.sampled_from(REAL_PATHS), value=hostile_values, as_head=st.booleans())
 # What the properties found in the reader before it checked the shape (kept as regressions):
+@pytest.mark.slow
 @example(path=("batches", GATE_INDEX, "ops", 0), value=None, as_head=False)  # AttributeError
 @example(path=("batches", GATE_INDEX, "throughput_per_s"), value=10**309, as_head=False)
 @example(path=("batches", GATE_INDEX, "latency_s", "p25"), value=10**309, as_head=True)
@@ -279,6 +283,7 @@ def test_a_real_report_with_one_hostile_field(folder: Path, path: tuple[Any, ...
     assert_clean(compare(folder, MLP, text) if as_head else compare(folder, text, MLP))
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=SCHEMA_1_MUTATION_EXAMPLES)
 @given(path=st.sampled_from(REAL_1_PATHS), value=hostile_values, as_head=st.booleans())
 @example(path=("recommendation", "rule"), value=None, as_head=False)
@@ -293,6 +298,7 @@ def test_a_schema_1_report_with_one_hostile_field(folder: Path, path: tuple[Any,
 @settings(SETTINGS, max_examples=DICT_EXAMPLES)
 @given(path=st.sampled_from(REAL_PATHS), value=hostile_values | python_only,
        schema_1=st.booleans())
+@pytest.mark.slow
 @example(path=("model", "target"), value=float("nan"), schema_1=False)
 @example(path=("hardware", "name"), value={1, 2}, schema_1=False)
 @example(path=("batches",), value=[{"batch_size": 10**5000, "status": "ok"}], schema_1=True)

@@ -65,6 +65,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "json": json.loads((out / "report.json").read_text(encoding="utf-8"))}
 
 
+@pytest.mark.slow
 def test_html_holds_it_as_text(outputs: dict[str, Any]) -> None:
     html = outputs["html"]
     page = parse(html)

@@ -205,6 +205,7 @@ def _gpu_like(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("change", [_without_ceilings, _nothing_measured, _no_ops, _one_batch,
                                     _gpu_like])
+@pytest.mark.slow
 def test_partial_and_degenerate_reports_render(sample_doc: dict[str, Any], change: Any) -> None:
     doc = change(sample_doc)
     doc["partial"] = True

@@ -4,6 +4,7 @@ import copy
 import re
 from typing import Any
 
+import pytest
 from markdown_it import MarkdownIt
 
 from batchscope.records import Report
@@ -80,6 +81,7 @@ def test_long_error_text_is_cut(sample_doc: dict[str, Any]) -> None:
     assert "x" * 200 not in text and "…" in text
 
 
+@pytest.mark.slow
 def test_a_huge_report_stays_under_the_comment_limit(sample_doc: dict[str, Any]) -> None:
     doc = copy.deepcopy(sample_doc)
     template = doc["batches"][-1]

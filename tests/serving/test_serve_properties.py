@@ -48,6 +48,7 @@ def folder() -> Iterator[Path]:
         yield Path(name)
 
 
+@pytest.mark.slow
 @settings(SETTINGS, max_examples=80)
 @given(path=st.sampled_from(PATHS), value=hostile_values)
 def test_a_decode_report_with_one_hostile_field(folder: Path, path: tuple[Any, ...],

@@ -29,6 +29,7 @@ def decode_report(tmp_path_factory):
     return out, report
 
 
+@pytest.mark.slow
 def test_sweep_times_the_context_grid(decode_report):
     out, report = decode_report
     assert report.model.contexts == [16, 64]
@@ -152,6 +153,7 @@ def test_contexts_in_the_contract(tmp_path):
     assert load_model_file(model).contexts is None
 
 
+@pytest.mark.slow
 def test_a_grid_point_that_runs_out_of_memory_ends_its_row(tmp_path):
     report = diagnose_file(MODELS / "decode_oom_at_long_context.py",
                            Options(out_dir=str(tmp_path), min_time_s=0.05,

@@ -89,6 +89,7 @@ def test_continuous_serves_more_than_static_at_high_load():
     assert result.kv_memory_bytes == int(0.9 * 9 * 10**8)
 
 
+@pytest.mark.slow
 def test_slo_names_the_cap_and_the_rate():
     result = what_if(decode_model(), small(slo=Slo(tpot_s=0.2)))
     rec = result.recommendation
@@ -197,6 +198,7 @@ def test_a_section_without_a_measured_batch_says_why():
                                      "times from.")
 
 
+@pytest.mark.slow
 def test_the_renderer_words_the_pick_and_the_sources():
     from batchscope.reports.serving_render import document, explain, recommendation_sentence
 

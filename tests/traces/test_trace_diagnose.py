@@ -39,6 +39,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object,
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(TRACES))
 def test_each_trace_writes_the_three_files(reports, key: str) -> None:
     _, folder = reports[key]
@@ -62,6 +63,7 @@ def _device_time_in_span_s(path: Path) -> float:
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(TRACES))
 def test_kernel_time_is_attributed_to_ops(reports, key: str) -> None:
     report, _ = reports[key]
@@ -101,6 +103,7 @@ def test_h100_gemm_flops_are_2mnk_from_recorded_shapes(key: str) -> None:
         assert count_recorded(Recorded.from_event(first)).flops == 929_562_624
 
 
+@pytest.mark.slow
 def test_ddp_training_shows_backward_ops_and_nccl_as_communication(reports) -> None:
     report, folder = reports["ddp_train"]
     batch = report.batches[0]
@@ -239,6 +242,7 @@ def _slower_rank(path: Path, rank: int, stretch: float, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_ranks_are_shown_per_rank_with_the_slowest_named(tmp_path: Path) -> None:
     rank1 = _slower_rank(TRACES["nccl"], 1, 1.3, tmp_path / "rank1.json")
     report = diagnose_traces([TRACES["nccl"], rank1], out_dir=str(tmp_path / "out"))
