@@ -76,6 +76,8 @@ from batchscope.profiler.probe import (
 )
 from batchscope.records import (
     ArgValue,
+    Assumption,
+    AssumptionKind,
     BatchResult,
     Bound,
     CurvePoint,
@@ -392,7 +394,7 @@ class StepModel:
     idle: PowerFit  # GPU: the device waiting on the host
     profiler_gap_s: float  # profiled step minus timed latency: the profiler's own cost
     fitted_on: list[int]
-    assumptions: list[str] = field(default_factory=list)
+    assumptions: list[Assumption] = field(default_factory=list)
 
     def profiled_s(self, b: float) -> float:
         return (sum(op.time_s(b) for op in self.ops) + self.framework(b) + self.unmatched(b)
@@ -428,15 +430,17 @@ def _roof_times(op: OpStat, roof: Roof) -> tuple[float, float]:
     return op.bytes.total / roof.bandwidth_bytes_per_s, (op.flops or 0) / roof.peak_flops_per_s
 
 
-def _path_factor(ceilings: Ceilings, dtype: str, kind: str) -> tuple[float, str] | None:
-    """Peak over the ceilings' own measurement of the path an op of ``kind`` takes."""
+def _path_factor(ceilings: Ceilings, dtype: str, kind: str
+                 ) -> tuple[float, str, float] | None:
+    """Peak over the ceilings' own measurement of the path an op of ``kind`` takes: (that
+    factor, the path, its FLOP/s)."""
     path = {"matmul": "linear", "conv": "conv2d"}.get(kind)
     matmul = ceilings.details.matmul.get(dtype)
     figures = matmul.paths.get(path) if matmul is not None and path else None
     flops = figures.peak_flops_per_s if figures is not None else None
     peak = ceilings.peak_for(dtype)
-    if flops is not None and flops > 0 and peak > 0:
-        return max(peak / flops, 1.0), f"{path} measured at {flops / 1e9:,.0f} GFLOP/s"
+    if path is not None and flops is not None and flops > 0 and peak > 0:
+        return max(peak / flops, 1.0), path, flops
     return None
 
 
@@ -639,9 +643,9 @@ def _grows_with_work(roof_s: list[float], times: list[float]) -> bool:
     return math.log(times[-1] / times[0]) >= PACE * math.log(roof_s[-1] / roof_s[0])
 
 
-def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[str]:
+def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[Assumption]:
     """Compute factors of ops measured only under the memory roof, and the memory factor
-    past the kernel step; returns what was assumed, in words."""
+    past the kernel step; returns what was assumed."""
     measured: dict[str, list[float]] = defaultdict(list)
     memory: dict[str, list[float]] = defaultdict(list)
     for c in curves:
@@ -652,7 +656,7 @@ def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[
         if c.measured_sides:
             memory[_kind(c.name)].append(c.memory_factor)
     everything = [f for factors in memory.values() for f in factors]
-    assumptions: dict[str, str] = {}
+    assumptions: dict[str, Assumption] = {}
     for c in curves:
         if c.roof is None:
             continue
@@ -667,18 +671,17 @@ def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[
             continue  # its intensity does not grow with b: the compute roof never binds
         if measured[kind]:
             c.compute_factor = statistics.median(measured[kind])
-            assumptions.setdefault(kind, f"{kind}: compute efficiency of the {kind} ops "
-                                         f"measured above the ridge")
+            assumptions.setdefault(kind, Assumption(AssumptionKind.MEASURED_ABOVE_RIDGE,
+                                                    kind))
             continue
         path = _path_factor(ceilings, c.dtype, kind)
         if path is not None:
             c.compute_factor = path[0]
-            assumptions.setdefault(kind, f"{kind}: never measured compute-bound; at the "
-                                         f"speed of its path in the ceilings ({path[1]})")
+            assumptions.setdefault(kind, Assumption(AssumptionKind.PATH_SPEED, kind, {
+                "path": path[1], "flops_per_s": path[2]}))
         else:
             c.compute_factor = 1.0
-            assumptions.setdefault(kind, f"{kind}: never measured compute-bound; assumed at "
-                                         f"the compute roof")
+            assumptions.setdefault(kind, Assumption(AssumptionKind.AT_ROOF, kind))
     return [assumptions[k] for k in sorted(assumptions)]
 
 
@@ -749,20 +752,16 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
     )
 
 
-def _unprobed(model: StepModel, sizes: list[int]) -> list[str]:
+def _unprobed(model: StepModel, sizes: list[int]) -> list[Assumption]:
     """Where ``model``'s convolutions or replayed ops had no probe of their own (skipped
-    for cost), in words."""
-    skipped = [b for b in sizes if any(c.scaled_from(b) is not None for c in model.ops)]
+    for cost)."""
+    skipped: list[str | int | float] = [
+        b for b in sizes if any(c.scaled_from(b) is not None for c in model.ops)]
     if not skipped:
         return []
-    where = (f"batch {skipped[0]}" if len(skipped) == 1
-             else f"batches {', '.join(map(str, skipped))}")
-    return [(f"convolutions and other per-row ops: not probed at {where} (skipped for "
-             f"cost: a call estimated over "
-             f"{PROBE_MAX_CALL_S:g} s, or past the probes' budget, half the sweep's time "
-             f"within {PROBE_BUDGET_MIN_S:g}-{PROBE_ROUND_S:g} s, {PROBE_ROUND_S:g} s under "
-             f"--predict-to); its time grows in "
-             f"proportion to the rows from the largest size it was probed at")]
+    return [Assumption(AssumptionKind.NOT_PROBED, values={
+        "batch_sizes": skipped, "max_call_s": PROBE_MAX_CALL_S,
+        "budget_min_s": PROBE_BUDGET_MIN_S, "round_s": PROBE_ROUND_S})]
 
 
 # The early stop trusts the model only after it predicted the last measured batch size

@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from batchscope.hardware.types import Ceilings
-from batchscope.records.flags import Flag, Stop
+from batchscope.records.flags import Flag, Stop, Value
 from batchscope.records.measurement import BatchResult, Status
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
@@ -285,6 +285,31 @@ class Recommendation:
 
 
 # -- the step-time model's prediction --------------------------------------------------------
+class AssumptionKind(str, Enum):
+    """What the step-time model assumed where the sweep did not measure it."""
+
+    # A family's compute efficiency (matmul, conv) taken from the ops of it that were
+    # measured above the ridge.
+    MEASURED_ABOVE_RIDGE = "measured_above_ridge"
+    # Never measured compute-bound: at the speed of its path in the ceilings (path,
+    # flops_per_s).
+    PATH_SPEED = "path_speed"
+    # Never measured compute-bound and no path measured: at the compute roof.
+    AT_ROOF = "at_roof"
+    # Convolutions and per-row ops without a probe of their own at these sizes (batch_sizes;
+    # the probes' bounds: max_call_s, budget_min_s, round_s): grown in proportion to the rows.
+    NOT_PROBED = "not_probed"
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One thing the step-time model assumed, with the numbers its sentence quotes."""
+
+    kind: AssumptionKind
+    family: str | None = None  # the kernel family (op_families) it concerns
+    values: dict[str, Value] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class CurvePoint:
     """One batch size on the step-time model's curve (``Report.prediction.points``)."""
@@ -327,7 +352,7 @@ class StepPrediction:
     points: list[CurvePoint]
     knee_batch: float | None
     max_abs_error: float | None  # largest |error| of the forecasts; None: none measured
-    assumptions: list[str] = field(default_factory=list)
+    assumptions: list[Assumption] = field(default_factory=list)
     # Relative change of the predicted latency at the largest batch size if each compute
     # roof were its median repeat rather than its best; None where the ceilings record none.
     ceiling_sensitivity: float | None = None

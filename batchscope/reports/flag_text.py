@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from batchscope.records import Flag, FlagKind, Rule, RuleKind, Stop, StopKind
+from batchscope.records import (
+    Assumption,
+    AssumptionKind,
+    Flag,
+    FlagKind,
+    Rule,
+    RuleKind,
+    Stop,
+    StopKind,
+)
 from batchscope.records.flags import Value
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.serving import Policy, WhatIf
@@ -26,17 +35,17 @@ from batchscope.serving.whatif import SAME_THROUGHPUT
 MIB = 2**20
 
 
-def _n(flag: Flag | Stop, key: str) -> float:
+def _n(flag: Flag | Stop | Assumption, key: str) -> float:
     value = flag.values.get(key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def _t(flag: Flag | Stop, key: str) -> str:
+def _t(flag: Flag | Stop | Assumption, key: str) -> str:
     value = flag.values.get(key)
     return "" if value is None else str(value)
 
 
-def _list(flag: Flag | Stop, key: str) -> list[str | int | float]:
+def _list(flag: Flag | Stop | Assumption, key: str) -> list[str | int | float]:
     value: Value = flag.values.get(key)
     return list(value) if isinstance(value, list) else []
 
@@ -457,3 +466,25 @@ def serving_pick_text(what_if: WhatIf) -> str:
         text += (f", {ratio:.2f}x the {stat.throughput_tokens_per_s:.3g} of static batching "
                  f"at its best cap ({stat.cap})")
     return text + "."
+
+
+# -- what the step-time model assumed ---------------------------------------------------------
+def assumption_text(assumption: Assumption) -> str:
+    """One thing the step-time model assumed, in words."""
+    a, family = assumption, assumption.family or "ops"
+    if a.kind == AssumptionKind.MEASURED_ABOVE_RIDGE:
+        return f"{family}: compute efficiency of the {family} ops measured above the ridge"
+    if a.kind == AssumptionKind.PATH_SPEED:
+        return (f"{family}: never measured compute-bound; at the speed of its path in the "
+                f"ceilings ({_t(a, 'path')} measured at "
+                f"{_n(a, 'flops_per_s') / 1e9:,.0f} GFLOP/s)")
+    if a.kind == AssumptionKind.AT_ROOF:
+        return f"{family}: never measured compute-bound; assumed at the compute roof"
+    sizes = _list(a, "batch_sizes")
+    where = (f"batch {sizes[0]}" if len(sizes) == 1
+             else f"batches {', '.join(str(b) for b in sizes)}")
+    return (f"convolutions and other per-row ops: not probed at {where} (skipped for cost: a "
+            f"call estimated over {_n(a, 'max_call_s'):g} s, or past the probes' budget, half "
+            f"the sweep's time within {_n(a, 'budget_min_s'):g}-{_n(a, 'round_s'):g} s, "
+            f"{_n(a, 'round_s'):g} s under --predict-to); its time grows in proportion to the "
+            f"rows from the largest size it was probed at")

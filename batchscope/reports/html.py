@@ -27,7 +27,7 @@ from batchscope.reports import fmt, json_report, narrative, roofline_chart, swee
 from batchscope.reports import html_rows as rows
 from batchscope.reports import view as v
 from batchscope.reports.escape import json_for_script
-from batchscope.reports.flag_text import limit_text, rule_text, stop_text
+from batchscope.reports.flag_text import assumption_text, limit_text, rule_text, stop_text
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = "report.html.j2"
@@ -114,7 +114,8 @@ def _method(report: Report) -> dict[str, object]:
         "peak_memory_label": v.peak_memory_label(report),
         "prediction_rows": rows.prediction_rows(report),
         "prediction_summary": v.prediction_summary(report), "counts_note": v.counts_note(report),
-        "prediction_assumptions": report.prediction.assumptions if report.prediction else [],
+        "prediction_assumptions": [assumption_text(a) for a in
+                                   (report.prediction.assumptions if report.prediction else [])],
         "stop_reason": stop_text(report.stop, v.unit(report)),
         "excluded": [(v.size_label(report, e.batch_size), limit_text(e)) for e in
                      sorted(rec.rule.excluded if rec else [], key=lambda e: e.batch_size)],

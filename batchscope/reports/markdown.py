@@ -17,7 +17,7 @@ from batchscope.records import PeakMemoryMethod, Report
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
 from batchscope.reports.escape import md_cell, md_text, mermaid_label
-from batchscope.reports.flag_text import estimate_text, rule_text, stop_text
+from batchscope.reports.flag_text import assumption_text, estimate_text, rule_text, stop_text
 
 MAX_CHARS = 60_000
 TOP_OPS = 10
@@ -215,7 +215,7 @@ def _prediction(report: Report) -> str:
           fmt.si(p.predicted_throughput_per_s),
           ", ".join(str(b) for b in p.predicted_from)] for p, was_measured in rows], "rrrrrl")
     notes = [md_text(v.prediction_summary(report), 600)]
-    notes += [f"Assumed: {md_text(a, 200)}." for a in pred.assumptions]
+    notes += [f"Assumed: {md_text(assumption_text(a), 200)}." for a in pred.assumptions]
     return "#### Predicted against measured\n\n" + table + "\n\n" + " ".join(notes)
 
 

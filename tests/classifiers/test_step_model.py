@@ -26,7 +26,8 @@ from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status, StopKind
-from batchscope.reports.flag_text import stop_text
+from batchscope.records.report import Assumption, AssumptionKind
+from batchscope.reports.flag_text import assumption_text, stop_text
 
 PEAK, BW = 200e9, 40e9  # ridge 5 FLOP/byte
 CEIL = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": PEAK},
@@ -68,8 +69,9 @@ def test_fit_recovers_a_memory_bound_op_and_predicts_where_it_turns_compute_boun
     assert curve.fixed_s == pytest.approx(20e-6, rel=1e-4)
     assert curve.measured_sides == ("memory",)
     assert curve.compute_factor == 1.0
-    assert model.assumptions == ["matmul: never measured compute-bound; assumed at the "
-                                 "compute roof"]
+    assert model.assumptions == [Assumption(AssumptionKind.AT_ROOF, "matmul")]
+    assert assumption_text(model.assumptions[0]) == ("matmul: never measured compute-bound; "
+                                                     "assumed at the compute roof")
     # At 1024 the compute roof (1e-5 s a row) has long overtaken: the kernel-step rule
     # takes the memory factor to the fastest of its kind (2 here, the only one), and the
     # compute time at the roof is what binds.
@@ -414,7 +416,8 @@ def test_a_convolution_past_its_largest_probe_grows_with_the_rows():
     assert curve.time_s(64) == pytest.approx(2 * curve.time_s(32))
     assert curve.time_s(32) == pytest.approx(results[-1].ops[0].time_s * 50 / 8)
     pred = predict(results, CEIL, [16, 32, 64], probes)
-    assert any("not probed at batch 64" in a for a in pred.assumptions)
+    assert any(a.kind == AssumptionKind.NOT_PROBED and "not probed at batch 64"
+               in assumption_text(a) for a in pred.assumptions)
     assert {p.batch_size: p.probed_ops for p in pred.points} == {16: 1, 32: 1, 64: 0}
 
 
