@@ -351,7 +351,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     writer.run = dataclasses.replace(run, wall_s=time.time() - started)
     report = assemble(writer.measured(
         outcome.results, stop=outcome.stop, partial=outcome.interrupted,
-        stopped_at_cap=outcome.stopped_at_cap, flags=outcome.flags, grid=outcome.grid,
+        flags=outcome.flags, grid=outcome.grid,
         kept_buffers=outcome.kept_buffers, kept_buffers_set_by=outcome.kept_buffers_set_by))
     if options.out_dir is not None:
         write_all(report, options.out_dir)

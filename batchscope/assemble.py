@@ -66,6 +66,7 @@ from batchscope.records import (
     RunInfo,
     Status,
     Stop,
+    StopKind,
 )
 from batchscope.records.report import AllocatorSetBy, Estimate, Mode, Source
 from batchscope.serving.report_section import serving_section
@@ -84,7 +85,6 @@ class Measured:
         partial: interrupted (or the loop ended early): the report says so.
         in_progress: written between batch sizes of a running sweep: no pick is made from
             the predictions of sizes it is about to measure.
-        stopped_at_cap: the plan's largest batch size was reached (--max-batch).
         objective: "throughput" or "energy".
         probes_s: kernel probe times by key (the step-time model's).
         global_batch: --global-batch.
@@ -105,7 +105,6 @@ class Measured:
     stop: Stop | None = None
     partial: bool = False
     in_progress: bool = False
-    stopped_at_cap: bool = False
     objective: str = "throughput"
     probes_s: dict[str, float] = field(default_factory=dict)
     global_batch: int | None = None
@@ -196,7 +195,8 @@ def _recommendation(m: Measured, batches: list[BatchResult], ceilings: Ceilings 
         prediction=prediction_terms(predicted, layers),
         best_batch_size=choice.best_batch_size,
         best_throughput_per_s=choice.best_throughput_per_s,
-        still_rising_at_cap=_still_rising_at_cap(batches, choice, m.stopped_at_cap),
+        still_rising_at_cap=_still_rising_at_cap(
+            batches, choice, m.stop is not None and m.stop.kind == StopKind.CAP),
         work_varies_with_inputs=varies,
         batch_size_without_page_faults=pick_without_page_faults(
             batches, m.limits, m.objective, m.kept_buffers),
@@ -257,6 +257,6 @@ def _estimates(m: Measured, batches: list[BatchResult],
     measured = next((r for r in batches if r.status == Status.OK), None)
     if not m.estimate_factors or measured is None or ceilings is None:
         return []
-    estimates = [estimate_batch(measured, ceilings, measured.batch_size * k)
-                 for k in m.estimate_factors]
+    estimates = [estimate_batch(measured, ceilings, measured.batch_size * k,
+                                m.model.units_per_row) for k in m.estimate_factors]
     return [e for e in estimates if e is not None]

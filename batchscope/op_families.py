@@ -60,6 +60,13 @@ PROBES: dict[str, ProbeKind] = {
 }
 
 
+# Ops whose probe needs the call's recorded non-tensor arguments (a convolution's stride,
+# padding, ...; a replayed op's in schema order): the counting pass records them, and
+# their probes are the cost-bounded ones (a matmul's probe is its shapes alone).
+ARGS_PROBED = frozenset(name for name, kind in PROBES.items()
+                        if kind in (ProbeKind.CONV_ARGS, ProbeKind.REPLAYED))
+
+
 def family(name: str) -> Family | None:
     """The kernel family of the op named, or None for any other op."""
     return FAMILIES.get(name)

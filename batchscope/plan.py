@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscope.errors import UsageError
-from batchscope.records import BatchResult, Status, Stop, StopKind
+from batchscope.records import BatchResult, Flag, FlagKind, Status, Stop, StopKind
+from batchscope.records.flags import Value
 from batchscope.records.report import LimitKind, OverLimit
 from batchscope.records.run import DEFAULT_MAX_BATCH
 
@@ -117,7 +118,11 @@ class Plan:
         else:
             self.candidates = default_batch_sizes(limits.max_batch)
         self.stop: Stop | None = None
-        self.stopped_at_cap = False  # True when the default sweep ran out of batch sizes
+
+    @property
+    def stopped_at_cap(self) -> bool:
+        """True when the default sweep ran out of batch sizes (--max-batch ended it)."""
+        return self.stop is not None and self.stop.kind == StopKind.CAP
 
     @property
     def may_stop_early(self) -> bool:
@@ -148,7 +153,6 @@ class Plan:
             if b not in done:
                 self.stop = repeated_errors(results)
                 return None if self.stop else b
-        self.stopped_at_cap = not self.explicit
         self.stop = (Stop(StopKind.LIST_DONE) if self.explicit
                      else Stop(StopKind.CAP, values={"largest": self.candidates[-1]}))
         return None
@@ -156,7 +160,8 @@ class Plan:
     def _stop_rule(self, results: list[BatchResult]) -> Stop | None:
         last = results[-1]
         if last.status == Status.SKIPPED:
-            return Stop(StopKind.SKIPPED, last.batch_size)
+            why = next((f for f in last.flags if f.kind == FlagKind.PREDICTED_NOT_TO_FIT), None)
+            return Stop(StopKind.SKIPPED, last.batch_size, dict(why.values) if why else {})
         if last.status in _STOP_GOING_UP:
             return Stop(StopKind.FAILED, last.batch_size, {"status": last.status.value})
         limit = over_limits(last, self.limits)
@@ -196,31 +201,28 @@ def _plateaued(results: list[BatchResult]) -> bool:
 
 
 def predicted_not_to_fit(results: list[BatchResult], batch_size: int,
-                         budget_bytes: int | None = None) -> str:
+                         budget_bytes: int | None = None) -> Flag | None:
     """Why ``batch_size`` would not fit, extrapolated linearly from the last two measured
     batch sizes: over the free memory of the device, or over ``budget_bytes`` (the
-    --memory-budget). "" when it should fit or there is too little to extrapolate from."""
+    --memory-budget), as a PREDICTED_NOT_TO_FIT flag of that batch size; None when it
+    should fit or there is too little to extrapolate from."""
     ok = [r for r in results if r.status == Status.OK and r.peak_memory_bytes is not None]
     if len(ok) < 2:
-        return ""
+        return None
     a, b = ok[-2], ok[-1]
     peak_a, peak_b = a.peak_memory_bytes or 0, b.peak_memory_bytes or 0
     slope = max((peak_b - peak_a) / (b.batch_size - a.batch_size), 0.0)
     predicted = peak_b + slope * (batch_size - b.batch_size)
-    basis = f"extrapolated from batches {a.batch_size} and {b.batch_size}"
+    values: dict[str, Value] = {"predicted_bytes": predicted,
+                                "from_batches": [a.batch_size, b.batch_size]}
     if budget_bytes is not None and predicted > budget_bytes:
-        return (
-            f"skipped: its peak memory, {basis}, would be {predicted / 2**20:,.0f} MiB, over "
-            f"the budget of {budget_bytes / 2**20:,.0f} MiB"
-        )
+        return Flag(FlagKind.PREDICTED_NOT_TO_FIT, batch_size,
+                    values={**values, "budget_bytes": budget_bytes})
     available = b.available_memory_bytes
     if available is not None and predicted - peak_b > MEMORY_HEADROOM * available:
-        return (
-            f"skipped: its peak memory, {basis}, would be {predicted / 2**20:,.0f} MiB, "
-            f"{(predicted - peak_b) / 2**20:,.0f} MiB more than batch {b.batch_size} needed, "
-            f"and only {available / 2**20:,.0f} MiB was free"
-        )
-    return ""
+        return Flag(FlagKind.PREDICTED_NOT_TO_FIT, batch_size, values={
+            **values, "more_bytes": predicted - peak_b, "free_bytes": available})
+    return None
 
 
 # The context grid (CONTEXTS) times at most this many batch sizes at each context: enough

@@ -3,8 +3,8 @@
 :func:`to_builtins` writes every field (enums as their values, dict keys as strings, sets
 sorted: the same record always gives the same JSON); :func:`decode` reads such values back
 into the typed record, each field checked against its annotation by msgspec. report.json
-(records/codec.py), the ceilings' cache (hardware/cache.py) and the worker's messages use
-them; nothing here knows any record.
+(records/codec.py) and the ceilings' cache (hardware/cache.py) use them (the worker's
+messages are pickled: profiler/protocol.py); nothing here knows any record.
 
 Example:
     >>> from batchscope.hardware.figures import OpCost

@@ -21,7 +21,7 @@ from batchscope.errors import ExitCode
 from batchscope.profiler.launcher import DistributedConfig, launcher_command, root_cause
 from batchscope.profiler.ranks import _ranks_missing, merge_ranks, timed_steps_for
 from batchscope.records import BatchResult, LatencyStats, ModelInfo, RankResult, Status
-from batchscope.records.report import BusBandwidth, DistributedInfo
+from batchscope.records.report import BusBandwidth, DistributedInfo, WrappedBy
 from tests.conftest import MODELS, ROOT
 
 TINY = str(MODELS / "ddp_tiny.py")
@@ -274,7 +274,7 @@ def test_the_summary_amortizes_communication_and_counts_accumulation_steps():
         return r
 
     model = ModelInfo(target="m", distributed=DistributedInfo(
-        world_size=2, backend="gloo", wrapped_by="batchscope",
+        world_size=2, backend="gloo", wrapped_by=WrappedBy.BATCHSCOPE,
         allreduce_bytes_per_step=4_000_000, bus_bandwidth=BusBandwidth(1e9)))
     out = data_parallel_summary(model, [batch(1, 0.010, 0.006), batch(8, 0.050, 0.046)],
                                 recommended=8, global_batch=100)

@@ -199,7 +199,12 @@ def test_batch_predicted_over_the_memory_budget_is_skipped(tmp_path):
                            Options(out_dir=str(tmp_path), batch_sizes=[1, 2, 4, 8],
                                    memory_budget_bytes=budget, **FAST))
     assert statuses(report) == [(1, Status.OK), (2, Status.OK), (4, Status.SKIPPED)]
-    assert "over the budget" in report.batches[2].error
+    (why,) = report.batches[2].flags
+    assert why.kind == FlagKind.PREDICTED_NOT_TO_FIT and why.values["budget_bytes"] == budget
+    assert "over the budget" in flag_text(why)
+    assert report.stop is not None and report.stop.kind == StopKind.SKIPPED
+    assert stop_text(report.stop).startswith("batch 4 skipped: its peak memory, extrapolated "
+                                             "from batches 1 and 2, would be")
     assert exit_code(report) == ExitCode.OK
 
 
@@ -210,9 +215,15 @@ def test_extrapolation_against_free_memory():
     gib = 2**30
     # 1 GiB per row: batch 8 would need 4 GiB more than batch 4; with 3 GiB free it is skipped.
     results = [ok(2, 2 * gib, 3 * gib), ok(4, 4 * gib, 3 * gib)]
-    assert "only 3,072 MiB was free" in predicted_not_to_fit(results, 8)
+    skip = predicted_not_to_fit(results, 8)
+    assert skip is not None and skip.kind == FlagKind.PREDICTED_NOT_TO_FIT
+    assert skip.values == {"predicted_bytes": 8 * gib, "from_batches": [2, 4],
+                           "more_bytes": 4 * gib, "free_bytes": 3 * gib}
+    assert flag_text(skip) == ("batch 8: skipped: its peak memory, extrapolated from batches "
+                               "2 and 4, would be 8,192 MiB, 4,096 MiB more than batch 4 "
+                               "needed, and only 3,072 MiB was free")
     results[-1].available_memory_bytes = 10 * gib
-    assert predicted_not_to_fit(results, 8) == ""
+    assert predicted_not_to_fit(results, 8) is None
 
 
 @pytest.mark.slow

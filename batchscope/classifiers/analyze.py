@@ -90,8 +90,8 @@ def run_flags(model: ModelInfo) -> list[Flag]:
     if step is None or not step.defaults_used:
         return []
     return [Flag(FlagKind.STAND_IN_TRAINING_STEP, values={
-        "optimizer": step.optimizer, "loss": step.loss,
-        "zero_grad": step.zero_grad.split(" (")[0]})]
+        "optimizer_from_file": step.optimizer_from_file,
+        "loss_from_file": step.loss_from_file, "default_lr": step.default_lr})]
 
 
 # A lower precision whose matmul peak differs from fp32's by this factor or more is worth a
@@ -233,8 +233,8 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
             break
         if b in measured:
             continue
-        if b > max(measured, default=0) and predicted_not_to_fit(results, b,
-                                                                 limits.memory_budget_bytes):
+        if b > max(measured, default=0) and predicted_not_to_fit(
+                results, b, limits.memory_budget_bytes) is not None:
             break
         sizes.append(b)
     return sizes

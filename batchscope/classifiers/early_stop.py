@@ -35,8 +35,9 @@ class EarlyStop:
 
     def probes(self, results: list[BatchResult], remaining: list[int],
                ceilings: Ceilings) -> list[ProbeSpec]:
-        """The kernel probes the decision reads ([] when it will not judge)."""
-        if not self.applies(results):
+        """The kernel probes the decision reads ([] when it will not judge: nothing is
+        timed for a decision that cannot stop)."""
+        if not self.applies(results) or self._pick(results, ceilings) is None:
             return []
         return stop_probe_specs(results, remaining)
 
@@ -46,12 +47,22 @@ class EarlyStop:
         None to go on."""
         if not self.applies(results):
             return None
-        ceilings = achieved_ceilings(ceilings, results)
-        batches = [classify_batch(r, ceilings) for r in results]
+        picked = self._pick(results, ceilings)
+        if picked is None:
+            return None
+        batches, pick_per_s = picked
+        return predicted_stop(batches, achieved_ceilings(ceilings, results), remaining,
+                              pick_per_s, NEAR_BEST_SHARE, probes_s)
+
+    def _pick(self, results: list[BatchResult], ceilings: Ceilings
+              ) -> tuple[list[BatchResult], float] | None:
+        """The results classified and the throughput of the batch size the rule picks from
+        them so far; None without a pick."""
+        achieved = achieved_ceilings(ceilings, results)
+        batches = [classify_batch(r, achieved) for r in results]
         choice = recommend(batches, self.limits, self.objective)
         picked = next((r for r in batches if choice and r.batch_size == choice.batch_size),
                       None)
         if picked is None or not picked.throughput_per_s:
             return None
-        return predicted_stop(batches, ceilings, remaining, picked.throughput_per_s,
-                              NEAR_BEST_SHARE, probes_s)
+        return batches, picked.throughput_per_s

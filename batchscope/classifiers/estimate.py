@@ -20,8 +20,10 @@ def _roof(op: OpStat, scale: float, ceilings: Ceilings) -> float:
     return Roof.of_op(ceilings, op).floored_s((op.flops or 0) * scale, moved, op.calls)
 
 
-def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int) -> Estimate | None:
-    """Estimate latency and throughput at ``batch_size`` from a measured, profiled ``result``."""
+def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int,
+                   units_per_row: int = 1) -> Estimate | None:
+    """Estimate latency and throughput (units a second, ``units_per_row`` a row) at
+    ``batch_size`` from a measured, profiled ``result``."""
     if not result.ops or not result.profiled_step_s or result.latency_s is None:
         return None
     scale = batch_size / result.batch_size
@@ -35,4 +37,4 @@ def estimate_batch(result: BatchResult, ceilings: Ceilings, batch_size: int) -> 
     profiled = op_time + (result.framework_s or 0.0)
     # Profiled times carry the profiler's overhead; the ratio carries over to the latency.
     latency = result.latency_s.median * profiled / result.profiled_step_s
-    return Estimate(batch_size, latency, batch_size / latency)  # method: ROOFLINE_SCALED
+    return Estimate(batch_size, latency, batch_size * units_per_row / latency)

@@ -63,7 +63,7 @@ from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
-from batchscope.op_families import family
+from batchscope.op_families import ARGS_PROBED, family
 from batchscope.profiler.probe import (
     LONG_CALL_S,
     MAX_REPEATS,
@@ -111,7 +111,7 @@ PROBE_MIN_S = 50e-6
 # (154 MB of weights, ~8-10 ms a call at batch 1-8) would be estimated at 1-10 s a call at
 # 1024 from the sizes the early stop first sees; it takes 1.2 s, and its probe there takes
 # decode's prediction at 1024 from -18% to -10% (docs/benchmarks.md, table 9).
-COST_BOUNDED_PROBES = frozenset({"convolution"}) | REPLAYED_OPS
+COST_BOUNDED_PROBES = ARGS_PROBED
 # A replayed op (batch norm, pooling, a backward convolution, ...; probe.REPLAYED_OPS) is
 # probed only where it took at least this share of the profiled step at the larger of the
 # two sizes its shapes scale from: the probes share one budget, cheapest first, and a

@@ -175,12 +175,14 @@ def sample(work: Callable[[], object], clock: Clock, policy: StopPolicy, block_s
     # No gc.collect() first (timeit does none either): with torch loaded a full collection
     # takes ~75 ms, longer than measuring a small model's batch size.
     gc_was_enabled = pause_gc and gc.isenabled()
-    if pause_gc:
-        gc.disable()
     observed = None
-    if monitor is not None:
-        monitor.start()
-    try:
+    started = False
+    try:  # a monitor that fails to start leaves garbage collection as it found it
+        if pause_gc:
+            gc.disable()
+        if monitor is not None:
+            monitor.start()
+            started = True
         run = Run(policy, clock.now(), block_steps)
         while True:
             if prepare is not None:
@@ -189,7 +191,7 @@ def sample(work: Callable[[], object], clock: Clock, policy: StopPolicy, block_s
             if run.add(max(seconds, floor_s), ended_at):
                 break
     finally:
-        if monitor is not None:
+        if started and monitor is not None:
             observed = monitor.stop()
         if gc_was_enabled:
             gc.enable()

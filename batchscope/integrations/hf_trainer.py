@@ -25,7 +25,7 @@ from typing import Any
 
 from batchscope.integrations.watched_run import WatchedCallback
 from batchscope.records import Flag, FlagKind
-from batchscope.records.report import IntegrationInfo
+from batchscope.records.report import IntegrationInfo, WatchedStep
 
 try:
     import transformers
@@ -84,7 +84,7 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
         micro_rows = int(getattr(state, "train_batch_size", None) or args.train_batch_size)
         accumulate = max(1, int(args.gradient_accumulation_steps))
         about = IntegrationInfo(name=INTEGRATION, version=transformers.__version__,
-                                step="one optimizer step", accumulation_steps=accumulate,
+                                step=WatchedStep.OPTIMIZER_STEP, accumulation_steps=accumulate,
                                 micro_batch_rows=micro_rows,
                                 global_step_at_start=int(state.global_step))
         flags = ([Flag(FlagKind.TRAINER_ACCUMULATES,

@@ -29,7 +29,7 @@ from typing import Any
 from batchscope.errors import UsageError
 from batchscope.integrations.watched_run import WatchedCallback
 from batchscope.records import Flag, FlagKind
-from batchscope.records.report import IntegrationInfo
+from batchscope.records.report import IntegrationInfo, WatchedStep
 from batchscope.tensors import iter_tensors
 
 try:
@@ -113,7 +113,7 @@ class BatchscopeCallback(WatchedCallback, pl.Callback):
         strategy = type(trainer.strategy).__name__
         version = str(getattr(pl, "__version__", ""))  # not re-exported in its stubs
         about = IntegrationInfo(name=INTEGRATION, version=version,
-                                step="one training batch", accumulation_steps=accumulate,
+                                step=WatchedStep.TRAINING_BATCH, accumulation_steps=accumulate,
                                 world_size=world, strategy=strategy,
                                 global_step_at_start=int(trainer.global_step))
         flags = []

@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
+from batchscope.op_families import ARGS_PROBED
 from batchscope.profiler.formulas import (
     Formula,
     formula_for,
@@ -82,7 +83,7 @@ _PASS_THROUGH = {
 # Ops whose non-tensor arguments are recorded (CountedOp.call_args): the kernel-probed ops
 # (profiler/probe.py) that need more than their tensors' shapes to be called again.
 # nn.Conv1d/2d/3d and the transposed ones all reach the counting mode as ``convolution``.
-_CALL_ARGS_RECORDED = frozenset({"convolution"}) | REPLAYED_OPS
+_CALL_ARGS_RECORDED = ARGS_PROBED
 
 
 def _plain(value: Any) -> Any:

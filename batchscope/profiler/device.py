@@ -3,8 +3,8 @@
 A :class:`DeviceBackend` holds what timing a step on a device needs, so no caller asks
 ``device.type == "cuda"`` again: how to wait for the device (:meth:`~DeviceBackend.sync`),
 the clock the timing pass reads (:attr:`~DeviceBackend.host_clock`: the host's, the device
-drained before it stops) and the one its benchmarks read (:attr:`~DeviceBackend.clock`:
-CUDA events on the device's stream on a GPU), its peak memory
+drained before it stops; a benchmark of the device reads ``engine.clock.device_clock``),
+its peak memory
 (:class:`~batchscope.profiler.memory.PeakMemory`), page faults (the CPU only: host faults
 only matter to a step that runs on the host), and its NVML sampler (a null one off CUDA, or
 where NVML is missing, saying why). :meth:`~DeviceBackend.measure` runs the timing pass
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from batchscope.engine.clock import Clock, CudaEventClock, HostClock
+from batchscope.engine.clock import HostClock
 from batchscope.engine.policies import StopPolicy
 from batchscope.engine.timer import Monitors, PushTimer, block_for
 from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler, make_sampler
@@ -68,11 +68,6 @@ class DeviceBackend:
 
     def sync(self) -> None:
         """Wait for the device's queued work (nothing to wait for on the CPU)."""
-
-    @property
-    def clock(self) -> Clock:
-        """The clock a benchmark of the device reads (the ceilings'): the host's here."""
-        return self.host_clock
 
     def peak_memory(self) -> PeakMemory:
         """A fresh peak-memory reading of the device, not started."""
@@ -137,10 +132,6 @@ class CudaBackend(DeviceBackend):
 
     def sync(self) -> None:
         torch.cuda.synchronize(self.device)
-
-    @property
-    def clock(self) -> Clock:
-        return CudaEventClock(self.device)
 
 
 def backend(device: torch.device,

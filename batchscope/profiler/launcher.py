@@ -18,7 +18,6 @@ When a rank dies, torch's launcher stops the others and prints which rank failed
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -29,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from batchscope.profiler.protocol import (
     WorkerDied,
     WorkerTimedOut,
 )
-from batchscope.profiler.worker_config import WorkerConfig
+from batchscope.profiler.worker_config import WorkerConfig, worker_config_to_json
 from batchscope.records import ModelInfo
 
 log = logging.getLogger(__name__)
@@ -163,7 +162,7 @@ class LaunchedRanks:
             prefix="batchscope-ranks-", suffix=".log", delete=False)
         env = dict(os.environ)
         env.update({
-            "BATCHSCOPE_WORKER_CONFIG": json.dumps(asdict(worker)),
+            "BATCHSCOPE_WORKER_CONFIG": worker_config_to_json(worker),
             "BATCHSCOPE_AUTHKEY": self.authkey.hex(),
             "BATCHSCOPE_COLLECTIVE_TIMEOUT_S": str(
                 max(batch_timeout_s * COLLECTIVE_SHARE_OF_BATCH_TIMEOUT, 1.0)),

@@ -82,7 +82,13 @@ from batchscope.profiler.worker import Send, Step, Worker
 from batchscope.profiler.worker_config import WorkerConfig, worker_config_from_json
 from batchscope.records import BatchResult, Flag, FlagKind, ModelInfo, RankResult, Status
 from batchscope.records.codec import decode
-from batchscope.records.report import BusBandwidth, BusBandwidthSize, DistributedInfo, RankHost
+from batchscope.records.report import (
+    BusBandwidth,
+    BusBandwidthSize,
+    DistributedInfo,
+    RankHost,
+    WrappedBy,
+)
 from batchscope.tensors import iter_tensors
 from batchscope.tracebacks import describe_exception, user_frames
 
@@ -226,7 +232,7 @@ class RankWorker(Worker):
         return dataclasses.replace(super().info(), distributed=DistributedInfo(
             world_size=self.world_size,
             backend=dist.get_backend(),
-            wrapped_by="the model file" if self.wrapped_by_file else "batchscope",
+            wrapped_by=WrappedBy.MODEL_FILE if self.wrapped_by_file else WrappedBy.BATCHSCOPE,
             allreduce_bytes_per_step=self.allreduce_bytes,
             find_unused_parameters=self.unused_parameters > 0,
             parameters_without_gradient=self.unused_parameters,
@@ -427,10 +433,9 @@ def _follow(worker: RankWorker, conn: Connection | None, send: Send, rank: int,
         elif isinstance(request, RunProbes) and rank == 0:
             from batchscope.profiler.probe import run_probes
 
-            # rank 0 alone; as before the typed protocol, without the budget the earlier
-            # rounds spent (request.bounded_spent_s)
+            # rank 0 alone, within what the earlier rounds left of the probes' budget
             send(run_probes(request.specs, worker.dtype, worker.device, worker.sync,
-                            request.cache_bytes))
+                            request.cache_bytes, request.bounded_spent_s))
         elif isinstance(request, MeasureBatch):
             mine = worker.measure_rank(request.batch_size)
             gathered = _gather_results(mine, rank, world_size, timeout_s, commands)

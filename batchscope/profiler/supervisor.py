@@ -139,7 +139,6 @@ class SweepOutcome:
         stop: why the sweep ended where it did (None: it never got to the plan).
         interrupted: the user stopped it; what was measured is kept.
         flags: what the sweep noticed about the run (the ceilings failed).
-        stopped_at_cap: the plan's largest batch size was reached (--max-batch).
         grid: the second axis's points (CONTEXTS or SEQ_LENS).
         kept_buffers: batch sizes timed again with the allocator keeping its buffers, and
             how it was told to (None when nothing was re-timed).
@@ -151,7 +150,6 @@ class SweepOutcome:
     stop: Stop | None
     interrupted: bool = False
     flags: list[Flag] = field(default_factory=list)
-    stopped_at_cap: bool = False
     grid: list[GridPoint] = field(default_factory=list)
     kept_buffers: list[BatchResult] = field(default_factory=list)
     kept_buffers_set_by: AllocatorSetBy | None = None
@@ -341,8 +339,7 @@ class Sweep:
             stop = self.plan.stop if self.plan else None
         return SweepOutcome(
             model=self.model, ceilings=self.ceilings, results=self.results, stop=stop,
-            interrupted=interrupted, flags=list(self.flags),
-            stopped_at_cap=bool(self.plan and self.plan.stopped_at_cap), grid=self.grid,
+            interrupted=interrupted, flags=list(self.flags), grid=self.grid,
             kept_buffers=self.kept_buffers, kept_buffers_set_by=self.kept_buffers_set_by)
 
     # -- phase: the ceilings -----------------------------------------------------------------
@@ -375,7 +372,8 @@ class Sweep:
                 plan.stop_early(stop)
                 break
             skip = predicted_not_to_fit(self.results, b, self.config.limits.memory_budget_bytes)
-            result = BatchResult(b, Status.SKIPPED, error=skip) if skip else self._measure(b)
+            result = (BatchResult(b, Status.SKIPPED, flags=[skip]) if skip is not None
+                      else self._measure(b))
             self.results.append(result)
             self.callbacks.on_result(result, self.results)
         return plan

@@ -49,17 +49,10 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 def step_description(spec: ModelSpec) -> TrainingStep:
-    """What the training step runs, for the report: the optimizer, the loss and how the
-    gradients are zeroed, each saying whether it is the model file's or batchscope's own."""
-    return TrainingStep(
-        optimizer=("make_optimizer from the model file" if spec.make_optimizer else
-                   f"batchscope's default: AdamW(lr={DEFAULT_LR:g}, foreach=False)"),
-        loss=("loss from the model file" if spec.loss else
-              "batchscope's stand-in: the mean square of the outputs"),
-        zero_grad="set_to_none=False (gradients keep one storage, so they are counted "
-                  "with the weights)",
-        defaults_used=not (spec.make_optimizer and spec.loss),
-    )
+    """What the training step runs, for the report: the model file's optimizer and loss,
+    or batchscope's stand-ins."""
+    return TrainingStep(optimizer_from_file=spec.make_optimizer is not None,
+                        loss_from_file=spec.loss is not None, default_lr=DEFAULT_LR)
 
 
 def is_compiled(model: torch.nn.Module) -> bool:

@@ -7,10 +7,12 @@ the other, cost ~1.5 s of every run on a 2-core CPU.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from batchscope.profiler.timing import TimingConfig
+from batchscope.typed_json import decode, to_builtins
 
 # glibc's malloc keeps what it frees mapped, in its heap, when these exceed the largest
 # buffer: the environment of the worker that times the batch sizes again side by side
@@ -46,11 +48,13 @@ class WorkerConfig:
     compile_mode: str | None = None  # --compile: torch.compile(model, mode=...) in the worker
 
 
-def worker_config_from_json(text: str) -> WorkerConfig:
-    """The :class:`WorkerConfig` that ``json.dumps(dataclasses.asdict(config))`` wrote (a
-    distributed sweep passes it to its ranks in the environment; model files only)."""
-    import json
+def worker_config_to_json(config: WorkerConfig) -> str:
+    """``config`` as JSON text (a distributed sweep passes it to its ranks in the
+    environment; model files only: ``callables`` cannot cross)."""
+    return json.dumps(to_builtins(config))
 
-    fields = json.loads(text)
-    fields["timing"] = TimingConfig(**fields.get("timing") or {})
-    return WorkerConfig(**fields)
+
+def worker_config_from_json(text: str) -> WorkerConfig:
+    """The :class:`WorkerConfig` that :func:`worker_config_to_json` wrote, every field
+    typed."""
+    return decode(json.loads(text), WorkerConfig)

@@ -215,6 +215,7 @@ def _one_line(text: str) -> str:
 _SIZE = ("an integer ≥ 1", lambda v: v >= 1)
 _NON_NEGATIVE = ("a number ≥ 0", lambda v: v >= 0)
 _POSITIVE = ("a number > 0", lambda v: v > 0)
+_SHARE = ("a share in (0, 1]", lambda v: 0 < v <= 1)
 _Range = tuple[str, Callable[[float], bool]]
 
 
@@ -241,7 +242,10 @@ def _check_ranges(report: Report) -> None:
         checks += [(f"{at}.ops[{j}].time_s", op.time_s, _NON_NEGATIVE)
                    for j, op in enumerate(b.ops)]
     if report.recommendation is not None:
-        checks.append(("recommendation.batch_size", report.recommendation.batch_size, _SIZE))
+        rec = report.recommendation
+        checks += [("recommendation.batch_size", rec.batch_size, _SIZE),
+                   ("recommendation.near_best_share", rec.near_best_share, _SHARE),
+                   ("recommendation.rule.share", rec.rule.share, _SHARE)]
     hw = report.hardware
     if hw is not None:
         checks += [("hardware.bandwidth_bytes_per_s", hw.bandwidth_bytes_per_s, _POSITIVE),

@@ -8,7 +8,7 @@ attached where the number is shown, not where it is computed.
 
 Example:
     >>> flag = Flag(FlagKind.NOISY_TIMING, batch_size=8, values={"spread": 0.31})
-    >>> flag.number("spread")
+    >>> flag.values["spread"]
     0.31
 """
 
@@ -47,15 +47,21 @@ class FlagKind(str, Enum):
     NOISY_TIMING = "noisy_timing"  # spread
     CEILINGS_FAILED = "ceilings_failed"  # error
     CEILINGS_ON_BUSY_MACHINE = "ceilings_on_busy_machine"  # share
-    ROOF_RAISED = "roof_raised"  # roof, before, after, op, op_id, at_batch, source, measured_at
+    ROOF_RAISED = "roof_raised"  # roof, before, after, op, source, measured_at (+ op_id, batch)
     CEILING_SPREAD = "ceiling_spread"  # dtype, spread, best, median
-    STAND_IN_TRAINING_STEP = "stand_in_training_step"  # optimizer, loss, zero_grad
-    COMPILED = "compiled"  # compiles, compiles_at, fused_s, fused_share, kernels, kernel_s
+    STAND_IN_TRAINING_STEP = "stand_in_training_step"  # optimizer_from_file, loss_from_file,
+    #                                                    default_lr
+    COMPILED = "compiled"  # compiles_at, compile_s; at_batch, fused_s, fused_share, kernels,
+    #                        kernel_s
     AMP_SLOWER = "amp_slower"  # amp, dtype, peak, fp32_peak, compute_share, native
     AMP_FASTER = "amp_faster"  # dtype, ratio, compute_share
     GLOBAL_BATCH_IN_INFERENCE = "global_batch_in_inference"  # global_batch
     WORK_VARIES = "work_varies"  # batch_sizes, weight_bytes
     PAGE_FAULTS = "page_faults"  # batch_sizes, faults, shares, page_bytes, cost_s
+    # A batch size skipped: its peak memory, extrapolated from two measured sizes, would be
+    # over the budget or the free memory (predicted_bytes, from_batches; budget_bytes, or
+    # more_bytes and free_bytes).
+    PREDICTED_NOT_TO_FIT = "predicted_not_to_fit"
     BATCH_FAILED = "batch_failed"  # status, error
     # -- recorded traces ------------------------------------------------------------------
     TRACE_NOT_READ = "trace_not_read"  # error
@@ -67,7 +73,6 @@ class FlagKind(str, Enum):
     LIGHTNING_ACCUMULATES = "lightning_accumulates"  # batches, rows
     LIGHTNING_PROCESSES = "lightning_processes"  # world, strategy
     TRAINER_ACCUMULATES = "trainer_accumulates"  # steps, micro_batch
-    TRAINER_PROCESSES = "trainer_processes"  # world
     # -- a report.json of schema 1, whose flags were sentences ----------------------------
     NOTE = "note"  # text
 
@@ -88,22 +93,17 @@ class Flag:
     op_id: str | None = None
     values: dict[str, Value] = field(default_factory=dict)
 
-    def number(self, key: str) -> float | None:
-        """A numeric value (None when absent or not a number)."""
-        value = self.values.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        return float(value)
 
-    def text(self, key: str) -> str:
-        """A text value ("" when absent)."""
-        value = self.values.get(key)
-        return "" if value is None else str(value)
 
-    def items(self, key: str) -> list[str | int | float]:
-        """A list value ([] when absent or not a list)."""
-        value = self.values.get(key)
-        return list(value) if isinstance(value, list) else []
+class TraceGap(str, Enum):
+    """What a recorded trace lacks (FlagKind.TRACE_INCOMPLETE's ``missing``)."""
+
+    TRUNCATED = "truncated"  # the file ends early; ``events``: how many were read
+    NO_KERNELS = "no_kernels"  # no device events: a CPU-only profile
+    NO_LAUNCHES = "no_launches"  # kernels without the CUDA runtime calls that launched them
+    NO_SHAPES = "no_shapes"  # recorded without record_shapes=True
+    NO_STEPS = "no_steps"  # no ProfilerStep#N annotations
+    NO_DEVICE = "no_device"  # no deviceProperties: the GPU is unknown
 
 
 class StopKind(str, Enum):
@@ -111,10 +111,10 @@ class StopKind(str, Enum):
 
     LIST_DONE = "list_done"  # every requested batch size was measured
     CAP = "cap"  # the default sweep reached its largest size (largest)
-    SKIPPED = "skipped"  # predicted not to fit (batch_size; the batch's error says why)
+    SKIPPED = "skipped"  # predicted not to fit: PREDICTED_NOT_TO_FIT's values
     FAILED = "failed"  # batch_size ended as status
-    OVER_LATENCY_LIMIT = "over_latency_limit"  # batch_size, latency_s, limit_s
-    OVER_MEMORY_BUDGET = "over_memory_budget"  # batch_size, peak_bytes, budget_bytes
+    OVER_LATENCY_LIMIT = "over_latency_limit"  # measured, limit (seconds)
+    OVER_MEMORY_BUDGET = "over_memory_budget"  # measured, limit (bytes)
     PLATEAU = "plateau"  # doublings, gain
     PREDICTED = "predicted"  # remaining, fitted_on, projected_per_s, margin, highest, gain,
     #                          last, bar_per_s, miss (throughputs in units a second)

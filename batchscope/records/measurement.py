@@ -1,8 +1,9 @@
 """What is measured at one batch size: the records the worker sends and the classifiers read.
 
-Plain dataclasses with units in the field names. They cross the worker pipe as JSON-safe
-values (:func:`batchscope.records.codec.to_builtins`) and come back through the one typed
-decoder (:func:`batchscope.records.codec.decode`), which is also how report.json is read.
+Plain dataclasses with units in the field names. They cross the worker pipe as themselves,
+pickled inside the typed messages of :mod:`batchscope.profiler.protocol`, and land in
+report.json through :func:`batchscope.records.codec.encode` (read back by
+:func:`batchscope.records.codec.decode_report`).
 """
 
 from __future__ import annotations

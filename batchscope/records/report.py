@@ -1,7 +1,7 @@
 """The report: every section a frozen dataclass, from the assembler to every renderer.
 
 ``report.json`` is this object serialised (:func:`batchscope.records.codec.encode`) and read
-back by one typed decoder (:func:`batchscope.records.codec.decode`). Numbers only: the
+back by one typed loader (:func:`batchscope.records.codec.decode_report`). Numbers only: the
 sentences (the explanation, a flag's or the stop's words, the rule) are written by the
 reports layer from these fields, for every format alike.
 
@@ -25,7 +25,7 @@ from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
 
 # report.json's schema; bump it to rename or retype a field. Schema 1 (flags, the stop and
-# the rule as sentences) is still read: codec.decode turns its sentences into NOTE kinds.
+# the rule as sentences) is still read: codec.decode_report keeps them as NOTE kinds.
 SCHEMA = "batchscope.report/2"
 SCHEMA_1 = "batchscope.report/1"
 
@@ -46,12 +46,26 @@ class Source(str, Enum):
 # -- model ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TrainingStep:
-    """What a training step runs, each part the model file's or batchscope's stand-in."""
+    """What a training step runs: the model file's optimizer and loss, or batchscope's
+    stand-ins (AdamW at ``default_lr``, foreach off; the mean square of the outputs). The
+    gradients are zeroed with set_to_none=False either way (one storage each, counted with
+    the weights)."""
 
-    optimizer: str
-    loss: str
-    zero_grad: str
-    defaults_used: bool
+    optimizer_from_file: bool
+    loss_from_file: bool
+    default_lr: float
+
+    @property
+    def defaults_used(self) -> bool:
+        """Either part is batchscope's stand-in."""
+        return not (self.optimizer_from_file and self.loss_from_file)
+
+
+class WrappedBy(str, Enum):
+    """Who wrapped a data-parallel model in DistributedDataParallel."""
+
+    MODEL_FILE = "model_file"
+    BATCHSCOPE = "batchscope"
 
 
 @dataclass(frozen=True)
@@ -84,7 +98,7 @@ class DistributedInfo:
 
     world_size: int
     backend: str
-    wrapped_by: str  # "the model file" or "batchscope"
+    wrapped_by: WrappedBy
     allreduce_bytes_per_step: int
     find_unused_parameters: bool = False
     parameters_without_gradient: int = 0
@@ -135,13 +149,20 @@ class WatchInfo:
     block_steps: int
 
 
+class WatchedStep(str, Enum):
+    """What one step a trainer's callback watched is."""
+
+    TRAINING_BATCH = "training_batch"  # Lightning: one training batch
+    OPTIMIZER_STEP = "optimizer_step"  # the HF Trainer: one optimizer step, all its micro-batches
+
+
 @dataclass(frozen=True)
 class IntegrationInfo:
     """The trainer a callback watched (integrations/)."""
 
     name: str  # "lightning" or "transformers_trainer"
     version: str
-    step: str  # what one watched step is: "one training batch", "one optimizer step"
+    step: WatchedStep
     accumulation_steps: int = 1  # accumulate_grad_batches / gradient_accumulation_steps
     world_size: int = 1
     strategy: str | None = None
@@ -421,7 +442,7 @@ class DataParallel:
     world_size: int
     nodes: int
     backend: str
-    wrapped_by: str
+    wrapped_by: WrappedBy
     allreduce_bytes_per_step: int
     bus_bandwidth_bytes_per_s: float | None
     batches: list[DataParallelBatch]
@@ -431,8 +452,8 @@ class DataParallel:
 class AllocatorSetBy(str, Enum):
     """How the re-timing's allocator was told to keep its buffers."""
 
-    MALLOPT = "mallopt in the sweep's worker"
-    ENVIRONMENT = "the environment of a fresh worker"
+    MALLOPT = "mallopt"  # glibc's mallopt in the sweep's own worker
+    ENVIRONMENT = "environment"  # MALLOC_* variables in a fresh worker's environment
 
 
 @dataclass(frozen=True)

@@ -131,8 +131,8 @@ def print_summary(console: Console, report: Report) -> None:
     for b in report.batches:
         median, spread = _latency_cells(b.latency_s)
         status = b.status.value
-        if b.status != Status.OK and b.error:
-            status += ": " + b.error.splitlines()[0][:48]
+        if b.status != Status.OK and v.failure_text(b):
+            status += ": " + v.failure_text(b).splitlines()[0][:48]
         mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
             f"{b.batch_size}{mark}" if v.batch_size_known(report) else "?", median, spread,

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from batchscope.records import (
+    FUSED_KERNEL_PREFIX,
+    FUSED_KERNELS,
     Assumption,
     AssumptionKind,
     Flag,
@@ -26,7 +28,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
-from batchscope.records.flags import Value
+from batchscope.records.flags import TraceGap, Value
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.serving import Policy, WhatIf
 from batchscope.serving.metrics import Slo
@@ -86,10 +88,10 @@ def _compiled(f: Flag) -> str:
             + (f" (that step less one step: {compiles})" if compiles else "")
             + ". Its extern kernels (matmuls, convolutions) are profiled as aten ops and "
             "joined to the eager ops they stand for; the kernels inductor fused are listed "
-            "apart by name (unmatched_ops_s, \"fused kernel: …\": on the CPU, inductor's "
+            f"apart by name (unmatched_ops_s, \"{FUSED_KERNEL_PREFIX}…\": on the CPU, inductor's "
             "kernel profiling names the aten ops each fused, and those eager ops say so and "
             "show no time of their own; the graph's time outside its named kernels is "
-            "\"fused kernels of torch.compile'd graphs\")")
+            f"\"{FUSED_KERNELS}\")")
     if "fused_s" in f.values:
         named = ", ".join(f"{k} {float(s) * 1e6:,.0f} µs"
                           for k, s in zip(_list(f, "kernels"), _list(f, "kernel_s")))
@@ -101,12 +103,24 @@ def _compiled(f: Flag) -> str:
             "model's bytes are an upper bound")
 
 
+def _stand_in_step(f: Flag) -> str:
+    optimizer = ("make_optimizer from the model file" if f.values.get("optimizer_from_file")
+                 else f"batchscope's default: AdamW(lr={_n(f, 'default_lr'):g}, foreach=False)")
+    loss = ("loss from the model file" if f.values.get("loss_from_file")
+            else "batchscope's stand-in: the mean square of the outputs")
+    return (f"the training step is batchscope's, not your loop's: optimizer {optimizer}; "
+            f"loss {loss}; zero_grad set_to_none=False. Define make_optimizer(model) and "
+            "loss(outputs, inputs) in the model file to measure your own (foreach and "
+            "set_to_none change a step by a few percent)")
+
+
 def _amp_slower(f: Flag) -> str:
     dtype = _t(f, "dtype")
     why = f"; this CPU has no native {dtype} arithmetic" if f.values.get("native") is False else ""
     peak, fp32 = _n(f, "peak"), _n(f, "fp32_peak")
     return (f"--amp {_t(f, 'amp')} ran the matmuls in {dtype}, whose peak here is "
-            f"{peak / 1e9:,.0f} GFLOP/s against fp32's {fp32 / 1e9:,.0f} ({fp32 / peak:,.1f}x "
+            f"{peak / 1e9:,.0f} GFLOP/s against fp32's {fp32 / 1e9:,.0f} "
+            f"({fp32 / peak if peak else float('inf'):,.1f}x "
             f"slower{why}): its compute-bound ops, {_n(f, 'compute_share'):.0%} of the step at "
             f"batch {f.batch_size}, would run faster in fp32 here")
 
@@ -160,25 +174,46 @@ def _fused(f: Flag) -> str:
 
 
 _MISSING = {
-    "truncated": "the file ends early (truncated): the {events:,} events before the cut are "
-                 "analysed, later ones are lost",
-    "no_kernels": "no GPU kernels in this trace (a CPU-only profile, or CUDA activity was not "
-                  "recorded): ops are shown with their CPU time, shapes, FLOPs and bytes, and "
-                  "no GPU roofline",
-    "no_launches": "no CUDA runtime launches recorded: kernels cannot be tied to the ops that "
-                   "launched them, so their time is shown unattributed",
-    "no_shapes": "no input shapes recorded (profile with record_shapes=True): ops are "
-                 "uncounted (no FLOPs or bytes), their device time is shown",
-    "no_steps": "no ProfilerStep#N annotations (profile with a schedule and call prof.step()): "
-                "the whole trace is analysed as one step",
-    "no_device": "no deviceProperties: the GPU is unknown, so no datasheet roofline; times, "
-                 "FLOPs and bytes are still shown",
+    TraceGap.TRUNCATED.value: (
+        "the file ends early (truncated): the {events:,} events before the cut are analysed, "
+        "later ones are lost"),
+    TraceGap.NO_KERNELS.value: (
+        "no GPU kernels in this trace (a CPU-only profile, or CUDA activity was not "
+        "recorded): ops are shown with their CPU time, shapes, FLOPs and bytes, and no GPU "
+        "roofline"),
+    TraceGap.NO_LAUNCHES.value: (
+        "no CUDA runtime launches recorded: kernels cannot be tied to the ops that launched "
+        "them, so their time is shown unattributed"),
+    TraceGap.NO_SHAPES.value: (
+        "no input shapes recorded (profile with record_shapes=True): ops are uncounted (no "
+        "FLOPs or bytes), their device time is shown"),
+    TraceGap.NO_STEPS.value: (
+        "no ProfilerStep#N annotations (profile with a schedule and call prof.step()): the "
+        "whole trace is analysed as one step"),
+    TraceGap.NO_DEVICE.value: (
+        "no deviceProperties: the GPU is unknown, so no datasheet roofline; times, FLOPs and "
+        "bytes are still shown"),
 }
 
 
 def _incomplete(f: Flag) -> str:
-    template = _MISSING.get(_t(f, "missing"), _t(f, "missing"))
+    template = _MISSING.get(_t(f, "missing"))
+    if template is None:  # a kind this version does not know (a newer report): as it is
+        return f"the trace lacks: {_t(f, 'missing')}"
     return template.format(events=int(_n(f, "events")))
+
+
+def _not_to_fit(f: Flag | Stop) -> str:
+    """Why a batch size was skipped, without "batch N": its predicted peak against what it
+    would not fit in."""
+    sizes = _list(f, "from_batches")
+    basis = f"extrapolated from batches {_sizes(sizes)}" if sizes else "extrapolated"
+    text = f"skipped: its peak memory, {basis}, would be {_n(f, 'predicted_bytes') / MIB:,.0f} MiB"
+    if "budget_bytes" in f.values:
+        return text + f", over the budget of {_n(f, 'budget_bytes') / MIB:,.0f} MiB"
+    return (text + f", {_n(f, 'more_bytes') / MIB:,.0f} MiB more than batch "
+            f"{sizes[-1] if sizes else '?'} needed, and only {_n(f, 'free_bytes') / MIB:,.0f} MiB "
+            "was free")
 
 
 def _lightning_accumulates(f: Flag) -> str:
@@ -230,11 +265,7 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         "were not cached and will be measured again on the next run"),
     FlagKind.ROOF_RAISED: _roof_raised,
     FlagKind.CEILING_SPREAD: _ceiling_spread,
-    FlagKind.STAND_IN_TRAINING_STEP: lambda f: (
-        f"the training step is batchscope's, not your loop's: optimizer {_t(f, 'optimizer')}; "
-        f"loss {_t(f, 'loss')}; zero_grad {_t(f, 'zero_grad')}. Define make_optimizer(model) "
-        "and loss(outputs, inputs) in the model file to measure your own (foreach and "
-        "set_to_none change a step by a few percent)"),
+    FlagKind.STAND_IN_TRAINING_STEP: _stand_in_step,
     FlagKind.COMPILED: _compiled,
     FlagKind.AMP_SLOWER: _amp_slower,
     FlagKind.AMP_FASTER: _amp_faster,
@@ -243,6 +274,7 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         "gradient accumulation applies to training (--mode train)"),
     FlagKind.WORK_VARIES: _work_varies,
     FlagKind.PAGE_FAULTS: _page_faults,
+    FlagKind.PREDICTED_NOT_TO_FIT: _not_to_fit,
     FlagKind.BATCH_FAILED: lambda f: (f"batch {f.batch_size} ended as {_t(f, 'status')}: "
                                       f"{_t(f, 'error')}"),
     FlagKind.TRACE_NOT_READ: lambda f: f"not read: {_t(f, 'error')}",
@@ -262,9 +294,6 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         "rank 0's, its batch size per process, and each of its steps holds the gradients' "
         "all-reduce (counted as allreduce_, not against the memory roof)."),
     FlagKind.TRAINER_ACCUMULATES: _trainer_accumulates,
-    FlagKind.TRAINER_PROCESSES: lambda f: (
-        f"the Trainer ran {int(_n(f, 'world'))} processes: this report is the main process's, "
-        "its batch size per process."),
     FlagKind.NOTE: lambda f: _t(f, "text"),
 }
 
@@ -347,15 +376,14 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
     if kind == StopKind.CAP:
         return f"reached the largest batch size ({int(_n(stop, 'largest'))})"
     if kind == StopKind.SKIPPED:
-        return f"batch {b} was skipped: predicted not to fit"
+        return f"batch {b} {_not_to_fit(stop)}" if stop.values else f"batch {b} skipped"
     if kind == StopKind.FAILED:
         return f"batch {b} ended as {_t(stop, 'status')}"
-    if kind == StopKind.OVER_LATENCY_LIMIT:
-        return (f"batch {b}: latency {_n(stop, 'measured') * 1e3:.1f} ms is over the limit of "
-                f"{_n(stop, 'limit') * 1e3:.1f} ms")
-    if kind == StopKind.OVER_MEMORY_BUDGET:
-        return (f"batch {b}: peak memory {_n(stop, 'measured') / MIB:.0f} MiB is over the "
-                f"budget of {_n(stop, 'limit') / MIB:.0f} MiB")
+    if kind in (StopKind.OVER_LATENCY_LIMIT, StopKind.OVER_MEMORY_BUDGET):
+        limit = (LimitKind.LATENCY if kind == StopKind.OVER_LATENCY_LIMIT
+                 else LimitKind.MEMORY)
+        over = OverLimit(b or 0, limit, _n(stop, "measured"), _n(stop, "limit"))
+        return f"batch {b}: {limit_text(over)}"
     if kind == StopKind.PLATEAU:
         return (f"throughput plateaued: the last {int(_n(stop, 'doublings'))} doublings "
                 f"together added less than {_n(stop, 'gain'):.0%} over the best before them")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscope.hardware.figures import CopyFigures, MatmulFigures
-from batchscope.records import BatchResult, ByteSplit, OpStat, Report, Status
+from batchscope.records import BatchResult, OpStat, Report, Status
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.escape import truncate_text
@@ -179,11 +179,6 @@ def data_parallel(report: Report) -> DataParallelView | None:
     return DataParallelView(dp.world_size, rows, ranks)
 
 
-def _bytes_of(split: ByteSplit | None, kind: str) -> int:
-    """Bytes of one kind (``view.BYTE_KINDS``) in a split; 0 without one."""
-    return int(getattr(split, kind)) if split is not None else 0
-
-
 @dataclass(frozen=True)
 class OpRow:
     """One op group at one batch size in the op table: sort keys and shown text."""
@@ -332,7 +327,8 @@ def timing_rows(report: Report) -> list[TimingRow]:
             min=fmt.seconds(lat.min if lat else None), max=fmt.seconds(lat.max if lat else None),
             iqr=fmt.pct(iqr, 1), faults=f"{faults:,.0f}" if faults is not None else fmt.MISSING,
             kept=kept.get(b.batch_size, fmt.MISSING), profiled=fmt.seconds(b.profiled_step_s),
-            coverage=fmt.pct(b.coverage), error=truncate_text(b.error, MAX_ERROR_CHARS)))
+            coverage=fmt.pct(b.coverage),
+            error=truncate_text(v.failure_text(b), MAX_ERROR_CHARS)))
     return rows
 
 

@@ -128,8 +128,8 @@ def _batch_rows(report: Report) -> str:
         if not v.batch_size_known(report):
             mark = "?"
         status = md_cell(b.status.value)
-        if b.error:
-            status += ": " + md_cell(b.error, ERROR_CELL_CHARS)
+        if v.failure_text(b):
+            status += ": " + md_cell(v.failure_text(b), ERROR_CELL_CHARS)
         gain = (b.throughput_per_s / first.throughput_per_s
                 if first is not None and first.throughput_per_s and b.throughput_per_s
                 and v.is_measured(b) else None)

@@ -37,6 +37,7 @@ from batchscope.records.report import (
     KeptBatch,
     Mode,
     SequencePoint,
+    WrappedBy,
 )
 from batchscope.reports import fmt
 from batchscope.reports import view as v
@@ -481,14 +482,15 @@ def serving(report: Report) -> Section | None:
     sec.paragraphs.append(
         f"Every throughput here is for a full batch: {n} rows in every step. At batch {n} "
         f"that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}, so each row gets "
-        f"{fmt.rate(1 / step if step else None, unit)}.")
+        f"{fmt.rate(report.model.units_per_row / step if step else None, unit)}.")
     if step and thr:
         half = max(n // 2, 1)
         half_batch = v.batch_of(report, half)
         text = (f"A static batch starts {n} requests together and runs until the last one is "
                 "done; slots whose requests finish early sit idle. Half full on average, it "
-                f"still pays {fmt.seconds(step)} per step but yields {half} {unit}s: "
-                f"{fmt.rate(half / step, unit)}")
+                f"still pays {fmt.seconds(step)} per step but yields "
+                f"{half * report.model.units_per_row} {unit}s: "
+                f"{fmt.rate(half * report.model.units_per_row / step, unit)}")
         if half_batch:
             text += (f", no better than batch {half} kept full "
                      f"({fmt.rate(half_batch.throughput_per_s, unit)} measured)")
@@ -659,6 +661,11 @@ def trace_headline(report: Report) -> str | None:
     return text + "."
 
 
+def _per_unit(seconds_per_row: float | None, report: Report) -> float | None:
+    """Seconds per row as seconds per unit (UNITS_PER_ROW units a row)."""
+    return None if seconds_per_row is None else seconds_per_row / report.model.units_per_row
+
+
 def _accumulation_steps(n: int | None) -> str:
     return f"{n} gradient-accumulation step{'s' if n != 1 else ''}"
 
@@ -721,7 +728,7 @@ def data_parallel(report: Report) -> Section | None:
     unit, world = v.unit(report), dp.world_size
     nodes = dp.nodes or 1
     sec = Section("data_parallel", "Data parallel: communication against the per-rank batch")
-    wrapped = dp.wrapped_by or "batchscope"
+    wrapped = "the model file" if dp.wrapped_by == WrappedBy.MODEL_FILE else "batchscope"
     sec.paragraphs.append(
         f"{world} ranks on {nodes} node{'s' if nodes != 1 else ''} ({dp.backend}, "
         f"DistributedDataParallel applied by {wrapped}); every batch size here is per rank, "
@@ -736,15 +743,15 @@ def data_parallel(report: Report) -> Section | None:
     if rec is not None:
         text = (f"At the recommended per-rank batch {rec.per_rank_batch} the global batch is "
                 f"{rec.global_batch}, and communication costs "
-                f"{fmt.seconds(rec.communication_per_sample_s)} per {unit}.")
+                f"{fmt.seconds(_per_unit(rec.communication_per_sample_s, report))} per {unit}.")
         if rec.accumulation_steps:
+            accumulated_s = _per_unit(rec.communication_per_sample_with_accumulation_s, report)
             text += (f" To reach a global batch of {rec.global_batch_target}: "
                      f"{_accumulation_steps(rec.accumulation_steps)} of "
                      f"{rec.global_batch} (no_sync() on all but the last), "
-                     f"{rec.global_batch_reached} {unit}s per optimizer step, one all-reduce "
-                     "for all of them: "
-                     f"{fmt.seconds(rec.communication_per_sample_with_accumulation_s)} "
-                     f"per {unit}.")
+                     f"{(rec.global_batch_reached or 0) * report.model.units_per_row} {unit}s per "
+                     "optimizer step, one all-reduce for all of them: "
+                     f"{fmt.seconds(accumulated_s)} per {unit}.")
         sec.paragraphs.append(text)
     lagging = max(rows, key=lambda r: r.straggler_lag_s or 0.0)
     if lagging.straggler_lag_s is not None and lagging.slowest_rank is not None:

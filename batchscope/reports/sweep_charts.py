@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from batchscope.records import BatchResult, ByteSplit, LatencyStats, Report, Status
+from batchscope.records import BatchResult, LatencyStats, Report, Status
 from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports import view as v
@@ -264,11 +264,6 @@ def _byte_hover(unit_name: str, what: str) -> list[str]:
             for kind in v.BYTE_KINDS]
 
 
-def _bytes_of(split: ByteSplit | None, kind: str) -> int:
-    """Bytes of one kind (``view.BYTE_KINDS``) in a split; 0 without one."""
-    return int(getattr(split, kind)) if split is not None else 0
-
-
 def bytes_per_step(report: Report) -> st.Figure | None:
     """Bytes per step split by kind, with a toggle to bytes per batch row."""
     ok = [b for b in v.analysed(report) if v.step_bytes(b)]
@@ -278,8 +273,8 @@ def bytes_per_step(report: Report) -> st.Figure | None:
     row_div, row_name = fmt.byte_scale(
         max((v.step_bytes(b) or 0.0) / b.batch_size for b in ok))
     xs = [v.size_label(report, b.batch_size) for b in ok]
-    per_step = [[_bytes_of(b.bytes, k) / div for b in ok] for k in v.BYTE_KINDS]
-    per_row = [[_bytes_of(b.bytes, k) / b.batch_size / row_div for b in ok]
+    per_step = [[v.bytes_of(b.bytes, k) / div for b in ok] for k in v.BYTE_KINDS]
+    per_row = [[v.bytes_of(b.bytes, k) / b.batch_size / row_div for b in ok]
                for k in v.BYTE_KINDS]
     step_hover, row_hover = _byte_hover(name, "per step"), _byte_hover(row_name, "per row")
     data = [{"type": "bar", "name": kind, "x": xs, "y": per_step[i],

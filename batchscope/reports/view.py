@@ -15,6 +15,7 @@ from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ProbeKind, probed
 from batchscope.records import (
     BatchResult,
+    ByteSplit,
     Flag,
     FlagKind,
     OpStat,
@@ -28,7 +29,7 @@ from batchscope.records import (
 )
 from batchscope.records.report import CurvePoint, SequenceGrid, StepPrediction
 from batchscope.reports import fmt
-from batchscope.reports.flag_text import flag_detail, flag_label, flag_text
+from batchscope.reports.flag_text import flag_body, flag_detail, flag_label, flag_text
 
 # Op names whose kernel probes time matmuls from their shapes.
 MATMUL_PROBE_NAMES = probed(ProbeKind.SHAPES)
@@ -175,6 +176,14 @@ def failed(report: Report) -> list[BatchResult]:
     return [b for b in report.batches if b.status != Status.OK]
 
 
+def failure_text(batch: BatchResult) -> str:
+    """Why a batch size did not finish: its error, or why it was skipped."""
+    if batch.error:
+        return batch.error
+    return "; ".join(flag_body(f) for f in batch.flags
+                     if f.kind == FlagKind.PREDICTED_NOT_TO_FIT)
+
+
 def recommendation(report: Report) -> Recommendation | None:
     """The recommendation, or None when there is none."""
     return report.recommendation
@@ -236,6 +245,11 @@ def peak_memory_method(report: Report) -> PeakMemoryMethod:
 def peak_memory_label(report: Report) -> str:
     """What the report's peak memory counts, in words."""
     return memory_method_label(peak_memory_method(report))
+
+
+def bytes_of(split: ByteSplit | None, kind: str) -> int:
+    """Bytes of one kind (:data:`BYTE_KINDS`) in a split; 0 without one."""
+    return int(getattr(split, kind)) if split is not None else 0
 
 
 def step_bytes(batch: BatchResult) -> float | None:

@@ -3,6 +3,7 @@ end latency at p50 and p99, and goodput under an SLO (requests per second that m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -84,16 +85,8 @@ class ServingMetrics:
 
     def row(self, policy: Policy, cap: int, rate_per_s: float) -> ServingRun:
         """This run as one row of the what-if (report.json ``serving.what_if.runs``)."""
-        return ServingRun(
-            policy=policy, cap=cap, rate_per_s=rate_per_s, requests=self.requests,
-            completed=self.completed, rejected=self.rejected, duration_s=self.duration_s,
-            throughput_tokens_per_s=self.throughput_tokens_per_s,
-            throughput_requests_per_s=self.throughput_requests_per_s,
-            ttft_p50_s=self.ttft_p50_s, ttft_p99_s=self.ttft_p99_s,
-            tpot_p50_s=self.tpot_p50_s, tpot_p99_s=self.tpot_p99_s,
-            e2e_p50_s=self.e2e_p50_s, e2e_p99_s=self.e2e_p99_s, mean_batch=self.mean_batch,
-            goodput_requests_per_s=self.goodput_requests_per_s, slo_met=self.slo_met,
-            keeps_up=self.keeps_up, idle_slot_share=self.idle_slot_share)
+        return ServingRun(policy=policy, cap=cap, rate_per_s=rate_per_s,
+                          **dataclasses.asdict(self))
 
 
 def keeps_up(served: Sequence[Served]) -> bool | None:

@@ -34,7 +34,7 @@ from batchscope.records import (
     Status,
     TimeBasis,
 )
-from batchscope.records.flags import Value
+from batchscope.records.flags import TraceGap, Value
 from batchscope.traces.kineto import KinetoTrace
 from batchscope.traces.recorded_ops import DTYPES, Recorded, count_recorded
 from batchscope.traces.timeline import (
@@ -54,14 +54,14 @@ KERNELS_KEPT = 3  # per op, the longest kernels named in the report
 KERNEL_NAME_CHARS = 200
 _BACKWARD = re.compile(r"Backward|autograd::engine")
 
-# What a trace may lack (a TRACE_INCOMPLETE flag's ``missing``; reports/flag_text.py says
-# what each costs the analysis).
-MISSING_TRUNCATED = "truncated"  # the file ends early; ``events``: how many were read
-MISSING_KERNELS = "no_kernels"  # no device events: a CPU-only profile
-MISSING_LAUNCHES = "no_launches"  # kernels without the CUDA runtime calls that launched them
-MISSING_SHAPES = "no_shapes"  # recorded without record_shapes=True
-MISSING_STEPS = "no_steps"  # no ProfilerStep#N annotations
-MISSING_DEVICE = "no_device"  # no deviceProperties: the GPU is unknown
+# What a trace may lack is a records.flags.TraceGap (a TRACE_INCOMPLETE flag's ``missing``;
+# reports/flag_text.py says what each costs the analysis).
+MISSING_TRUNCATED = TraceGap.TRUNCATED
+MISSING_KERNELS = TraceGap.NO_KERNELS
+MISSING_LAUNCHES = TraceGap.NO_LAUNCHES
+MISSING_SHAPES = TraceGap.NO_SHAPES
+MISSING_STEPS = TraceGap.NO_STEPS
+MISSING_DEVICE = TraceGap.NO_DEVICE
 
 
 @dataclass
@@ -293,8 +293,8 @@ def kernel_floor_s(trace: KinetoTrace) -> float | None:
     return durations[int(KERNEL_FLOOR_PERCENTILE * (len(durations) - 1))]
 
 
-def _incomplete(missing: str, **values: Value) -> Flag:
-    return Flag(FlagKind.TRACE_INCOMPLETE, values={"missing": missing, **values})
+def _incomplete(missing: TraceGap, **values: Value) -> Flag:
+    return Flag(FlagKind.TRACE_INCOMPLETE, values={"missing": missing.value, **values})
 
 
 def missing_pieces(trace: KinetoTrace, timeline: Timeline) -> list[Flag]:

@@ -482,7 +482,7 @@ def test_throttled_ignores_idle_and_pinned_clocks(
     flags = [f for f in result.flags if f.kind == FlagKind.GPU_THROTTLED]
     assert len(flags) == int(throttled)
     if throttled:
-        assert flags[0].items("reasons") == sorted(reasons)
+        assert flags[0].values["reasons"] == sorted(reasons)
         assert next(iter(reasons)) in flag_text(flags[0])
 
 

@@ -76,7 +76,7 @@ def test_callback_reports_the_batch_size_the_trainer_steps(tmp_path):
     assert batch["flops"] > 0 and batch["bytes"]["state"] > 0  # input_ids and labels
     run = doc["run"]["integration"]
     assert run["name"] == "transformers_trainer" and run["micro_batch_rows"] == MICRO
-    assert run["step"] == "one optimizer step" and run["accumulation_steps"] == 1
+    assert run["step"] == "optimizer_step" and run["accumulation_steps"] == 1
     assert output.training_loss < torch.log(torch.tensor(float(VOCAB))).item() + 0.5
 
 

@@ -84,7 +84,7 @@ def test_callback_reports_the_batch_size_lightning_trains(tmp_path):
     assert batch["bytes"]["state"] > 0  # the batch, seen through self(x)
     run = doc["run"]["integration"]
     assert run["name"] == "lightning" and run["version"] == L.__version__
-    assert run["step"] == "one training batch" and run["accumulation_steps"] == 1
+    assert run["step"] == "training_batch" and run["accumulation_steps"] == 1
     assert all(f["kind"] != "lightning_accumulates" for f in doc["flags"])
 
 
@@ -201,8 +201,7 @@ def test_lightning_task_sweeps_the_training_step_at_every_batch_size(tmp_path):
     assert report.model.mode == Mode.TRAIN
     step = report.model.training_step
     assert step is not None
-    assert step.optimizer == "make_optimizer from the model file"
-    assert step.loss == "loss from the model file"
+    assert step.optimizer_from_file and step.loss_from_file and not step.defaults_used
     for batch in report.batches:
         b = batch.batch_size
         # The first layer's forward product, 32 -> 64 features for every row drawn.

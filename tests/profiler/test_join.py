@@ -138,7 +138,7 @@ def test_fused_kernels_named_by_inductor_are_listed_apart_and_their_ops_say_so()
         assert op.time_s == 0.0
         (flag,) = [f for f in op.flags if f.kind == FlagKind.FUSED_BY_INDUCTOR]
         assert flag.op_id == op.op_id and flag.batch_size == 2
-        assert flag.items("kernels") == ["cpp_fused_gelu_native_layer_norm_0"]
+        assert flag.values["kernels"] == ["cpp_fused_gelu_native_layer_norm_0"]
         assert flag_text(flag).startswith(
             "fused by inductor into cpp_fused_gelu_native_layer_norm_0: its time is the kernel's")
     assert not any(f.kind == FlagKind.FUSED_BY_INDUCTOR for f in result.ops[0].flags)

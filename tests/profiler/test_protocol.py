@@ -52,7 +52,7 @@ REQUESTS: list[Request] = [
     KeepBuffers(), StopWorker()]
 REPLIES: list[Reply] = [
     Ready(ModelInfo(target="m.py", mode=Mode.TRAIN, parameter_bytes=64,
-                    training_step=TrainingStep("adamw", "mse", "kept", True))),
+                    training_step=TrainingStep(False, True, 1e-4))),
     ContractError("m.py: make_inputs(1) raised ValueError: no", "  File m.py, line 3"),
     LoadOom("host OOM: no memory", "cpu", parameter_bytes=2**30, available_memory_bytes=2**20),
     CeilingsMeasured(CEILINGS), Phase(8, "timing"),

@@ -110,8 +110,7 @@ def test_report_json_holds_the_same_text() -> None:
     results = [ok(1, 26.4), ok(2, 50.0), ok(4, 90.0)]
     model = ModelInfo(target="m.py", unit="token")
     report = assemble(Measured(model, RunInfo(), None, results, Limits(),
-                               stop=Stop(StopKind.CAP, values={"largest": 4}),
-                               stopped_at_cap=True))
+                               stop=Stop(StopKind.CAP, values={"largest": 4})))
     rec = report.recommendation
     assert rec is not None and rec.still_rising_at_cap
     text = narrative.explanation(report)
