@@ -348,7 +348,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         retime_sizes=retime_sizes if options.allocator_check else None,
     )
     outcome = Sweep(config, writer).run()
-    writer.run = dataclasses.replace(run, wall_s=time.time() - started)
+    writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift)
     report = assemble(writer.measured(
         outcome.results, stop=outcome.stop, partial=outcome.interrupted,
         flags=outcome.flags, grid=outcome.grid,

@@ -51,7 +51,8 @@ from batchscope.classifiers.roofline import (
     time_share,
 )
 from batchscope.classifiers.sequence_grid import sequence_grid_section
-from batchscope.classifiers.step_model import predict
+from batchscope.classifiers.step_model import median_peaks, predict
+from batchscope.classifiers.uncertainty import drift_allowance, knee_interval, with_intervals
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.records import (
@@ -59,6 +60,7 @@ from batchscope.records import (
     Flag,
     FlagKind,
     GridPoint,
+    Interval,
     ModelInfo,
     PredictionTerms,
     Recommendation,
@@ -124,34 +126,43 @@ def assemble(m: Measured) -> Report:
     # A recorded trace has time shares without roofs (a CPU-only trace, a GPU not in the
     # datasheets); a sweep without ceilings leaves its ops unclassified.
     shares = m.run.source == Source.TRACE
-    batches = [_classified(r, ceilings, shares) for r in m.results]
-    choice = recommend(batches, m.limits, m.objective) if m.recommends else None
+    allowance = drift_allowance(m.run.drift)
+    run = dataclasses.replace(m.run, drift_allowance=allowance)
+    batches = [with_intervals(_classified(r, ceilings, shares), allowance) for r in m.results]
+    choice = recommend(batches, m.limits, m.objective, allowance) if m.recommends else None
     varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
     prediction = None
     if ceilings is not None and not varies:
         prediction = predict(batches, ceilings, unmeasured_sizes(batches, m.limits),
                              m.probes_s, model.units_per_row)
-    if prediction is not None and m.objective == "throughput" and not m.in_progress:
+    distributed = data_parallel_summary(model, batches, choice.batch_size if choice else None,
+                                        m.global_batch, drift_allowance=allowance,
+                                        prediction=prediction)
+    # The step-time model has no term for the all-reduce: on a data-parallel sweep its
+    # pick stands only where every size it predicts lies inside the band the measured
+    # neighbours and all-reduces give (data_parallel.predicted_band).
+    trusted = distributed is None or all(p.step_model_inside is not False
+                                         for p in distributed.predictions)
+    if prediction is not None and m.objective == "throughput" and not m.in_progress \
+            and trusted:
         prediction = dataclasses.replace(
             prediction, pick=predicted_pick(batches, prediction, m.limits, choice))
     report = Report(
         model=model,
         hardware=ceilings,
         batches=batches,
-        recommendation=(_recommendation(m, batches, ceilings, choice, varies)
+        recommendation=(_recommendation(m, batches, ceilings, choice, varies, allowance)
                         if choice is not None else None),
-        run=m.run,
+        run=run,
         stop=m.stop,
         partial=m.partial,
         batch_response=batch_response(batches),
         flags=_flags(m, batches, ceilings),
         estimates=_estimates(m, batches, ceilings),
         prediction=prediction,
-        distributed=data_parallel_summary(model, batches,
-                                          choice.batch_size if choice else None,
-                                          m.global_batch),
+        distributed=distributed,
         allocator=allocator_summary(batches, m.kept_buffers, m.limits, m.objective,
-                                    m.kept_buffers_set_by),
+                                    m.kept_buffers_set_by, allowance),
         sequence_grid=sequence_grid_section(model, batches, m.grid,
                                             m.limits.memory_budget_bytes),
     )
@@ -175,9 +186,11 @@ def _classified(result: BatchResult, ceilings: Ceilings | None, shares: bool) ->
 
 
 def _recommendation(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None,
-                    choice: Choice, varies: bool) -> Recommendation:
+                    choice: Choice, varies: bool, allowance: float) -> Recommendation:
     predicted = (predict_critical_batch(batches, ceilings)
                  if ceilings is not None and not varies else None)
+    lowered = median_peaks(ceilings) if ceilings is not None and predicted else None
+    at_median = predict_critical_batch(batches, lowered) if lowered is not None else None
     layers = (predict_compute_bound_batch(batches, ceilings, m.model.compute_dtype)
               if ceilings is not None and not varies else None)
     knee, knee_inside = measured_knee(batches)
@@ -189,6 +202,17 @@ def _recommendation(m: Measured, batches: list[BatchResult], ceilings: Ceilings 
         predicted_critical_batch=predicted.batch if predicted else None,
         measured_knee_batch=knee,
         measured_knee_within_sweep=knee_inside,
+        equivalent_batch_sizes=choice.equivalent_batch_sizes,
+        speedup_interval=choice.speedup_interval,
+        pick_share_of_best=choice.pick_share_of_best,
+        pick_share_of_best_interval=choice.pick_share_of_best_interval,
+        # B* under the ceilings' best repeats and under their medians: its exact counts
+        # carry no noise, the roofs they are divided by do.
+        predicted_critical_batch_interval=(
+            Interval(min(predicted.batch, at_median.batch), max(predicted.batch, at_median.batch))
+            if predicted and at_median else
+            Interval(predicted.batch, predicted.batch) if predicted else None),
+        measured_knee_interval=knee_interval(batches, allowance) if knee is not None else None,
         predicted_compute_bound_batch=layers.batch if layers else None,
         predicted_compute_bound_infinite=bool(layers and layers.batch is None),
         near_best_share=NEAR_BEST_SHARE,
@@ -199,7 +223,7 @@ def _recommendation(m: Measured, batches: list[BatchResult], ceilings: Ceilings 
             batches, choice, m.stop is not None and m.stop.kind == StopKind.CAP),
         work_varies_with_inputs=varies,
         batch_size_without_page_faults=pick_without_page_faults(
-            batches, m.limits, m.objective, m.kept_buffers),
+            batches, m.limits, m.objective, m.kept_buffers, allowance),
         accumulation=accumulation(m.model, batches, choice.batch_size, m.global_batch),
     )
 

@@ -405,31 +405,35 @@ def compare(
     base: Annotated[
         str,
         typer.Argument(
-            help="report.json of the base (e.g. the main branch); several runs comma-separated."
+            help="report.json of the base (e.g. the main branch); several runs comma-separated. "
+            "With --ab: the base's model file.",
         ),
     ],
     head: Annotated[
         str,
         typer.Argument(
-            help="report.json of the head (e.g. the pull request); several runs comma-separated."
+            help="report.json of the head (e.g. the pull request); several runs comma-separated. "
+            "With --ab: the head's model file.",
         ),
     ],
     threshold: Annotated[
         float,
         typer.Option(
             "--threshold",
-            help="Fail (exit 1) when throughput at the base's recommended batch size falls by "
-            "more than this many percent, beyond the noise between runs.",
+            help="Fail (exit 1) when the head does this many percent more work per step (counted "
+            "FLOPs, bytes, op calls) at the base's recommended batch size, or its throughput there "
+            "falls by more than this many percent beyond the noise between runs.",
         ),
     ] = 10.0,
     run_drift: Annotated[
         float,
         typer.Option(
             "--run-drift",
-            help="Run-to-run noise, in percent, assumed for a side given as a single report "
-            "(repeated runs measure it).",
+            help="Run-to-run drift, in percent (one standard deviation of a run's throughput), "
+            "assumed for a side given as a single report (repeated runs measure it; a report's "
+            "own drift control may raise it).",
         ),
-    ] = 5.0,
+    ] = 15.0,
     markdown: Annotated[
         Path | None,
         typer.Option("--markdown", help="Also write the comparison as Markdown to this file."),
@@ -437,14 +441,63 @@ def compare(
     output_format: Annotated[
         str, typer.Option("--format", help="What to print: text (a table) or markdown.")
     ] = "text",
+    ab: Annotated[
+        bool,
+        typer.Option(
+            "--ab",
+            help="BASE and HEAD are model files: time both in one run, in interleaved pairs of "
+            "short blocks (random order in each pair), and count each side's work.",
+        ),
+    ] = False,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", help="With --ab: the batch size to time (default 1)."),
+    ] = None,
+    pairs: Annotated[
+        int | None,
+        typer.Option("--pairs", help="With --ab: pairs of timing blocks (default 30, at least 6)."),
+    ] = None,
+    block_time: Annotated[
+        float | None,
+        typer.Option(
+            "--block-time", help="With --ab: seconds of timed steps per block (default 0.2)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="With --ab: seed of the order within each pair.")
+    ] = 0,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="With --ab: folder for ab.json and ab.md (default "
+                     "batchscope-ab/)."),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="With --ab: auto, cpu, cuda or cuda:N.")
+    ] = "auto",
+    dtype: Annotated[str, typer.Option("--dtype", help="With --ab: fp32, bf16 or fp16.")] = "fp32",
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="With --ab: inference or train (default: each file's MODE)."),
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option("--threads", help="With --ab: torch intra-op threads.")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="With --ab: seconds allowed per block.")
+    ] = 600.0,
 ) -> None:
-    """Compare two report.json files: throughput, latency, recommendation, op classes.
+    """Compare two report.json files: work per step, throughput, latency, recommendation, op
+    classes; or, with --ab, time two model files against each other in one run.
 
     Exit 0: no regression (or an inconclusive drop the noise between runs can explain); 1:
-    throughput at the base's recommended batch size fell by more than --threshold percent
-    beyond that noise (or the head could not measure it); 4: unreadable input.
+    the head does more than --threshold percent more work per step at the base's recommended
+    batch size, or its throughput there fell by more than --threshold percent beyond that noise
+    (or the head could not measure it); 4: unreadable input or a bad option; 5 (--ab): a model
+    could not be loaded or run.
 
+    \b
     Example: diagnose compare main/report.json,main2/report.json pr/report.json --format markdown
+             diagnose compare --ab main/model.py pr/model.py --batch-size 8 --threads 1
     """
     from batchscope.reports.compare import REGRESSION_EXIT_CODE, compare_files
     from batchscope.reports.compare_render import print_comparison, render_markdown
@@ -457,12 +510,22 @@ def compare(
             raise UsageError(
                 f"--threshold must be a percentage between 0 and 100, not {threshold:g}."
             )
+        if ab:
+            _compare_ab(base, head, threshold / 100, markdown, output_format, batch_size, pairs,
+                        block_time, seed, out, device, dtype, mode, threads, timeout)
+            return
+        given = [name for name, value in (("--batch-size", batch_size), ("--pairs", pairs),
+                                          ("--block-time", block_time), ("--out", out))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} time two model files: add --ab (and give "
+                             "model files), or drop them to compare two reports.")
         if not 0 <= run_drift < 100:
             raise UsageError(f"--run-drift must be a percentage from 0 to 100, not {run_drift:g}.")
         result = compare_files([p for p in base.split(",") if p],
                                [p for p in head.split(",") if p], threshold / 100,
                                run_drift / 100)
-    except UsageError as exc:
+    except BatchscopeError as exc:
         raise fail(exc) from None
     text = render_markdown(result)
     if markdown is not None:
@@ -476,6 +539,83 @@ def compare(
         sys.stdout.write(text)
     else:
         print_comparison(out_console, result)
+    raise typer.Exit(code=REGRESSION_EXIT_CODE if result.regression else 0)
+
+
+def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
+                output_format: str, batch_size: int | None, pairs: int | None,
+                block_time: float | None, seed: int, out: Path | None, device: str, dtype: str,
+                mode: str | None, threads: int | None, timeout: float) -> None:
+    """``diagnose compare --ab``: run the A/B, write ab.json and ab.md, print, exit."""
+    from batchscope.api import check_writable
+    from batchscope.profiler.ab_run import (
+        DEFAULT_BLOCK_S,
+        DEFAULT_PAIRS,
+        INTERRUPTED,
+        MIN_PAIRS,
+        ABConfig,
+        run_ab,
+    )
+    from batchscope.profiler.worker_config import DTYPE_NAMES, WorkerConfig
+    from batchscope.reports.ab_compare import judge, write_ab
+    from batchscope.reports.compare import REGRESSION_EXIT_CODE
+    from batchscope.reports.compare_render import print_ab, render_ab_markdown
+    from batchscope.reports.json_report import atomic_write_text
+
+    b = 1 if batch_size is None else batch_size
+    k = DEFAULT_PAIRS if pairs is None else pairs
+    block_s = DEFAULT_BLOCK_S if block_time is None else block_time
+    for label, path in (("base", base), ("head", head)):
+        if not Path(path).is_file():
+            raise UsageError(f"--ab times two model files; the {label} {path!r} is not a file.")
+    if b < 1:
+        raise UsageError(f"--batch-size must be at least 1, not {b}.")
+    if k < MIN_PAIRS:
+        raise UsageError(f"--pairs must be at least {MIN_PAIRS}, not {k}: fewer pairs give no "
+                         "interval to judge.")
+    if not 0 < block_s <= 60:
+        raise UsageError(f"--block-time must be between 0 and 60 seconds, not {block_s:g}.")
+    if timeout <= 0:
+        raise UsageError("--timeout must be positive.")
+    if not re.match(r"^(auto|cpu|cuda(:\d+)?)$", device):
+        raise UsageError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N.")
+    if dtype not in DTYPE_NAMES:
+        raise UsageError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16.")
+    if mode not in (None, "inference", "train"):
+        raise UsageError(f"--mode must be inference or train, not {mode!r}.")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, not {threads}.")
+    folder = out if out is not None else Path("batchscope-ab")
+    check_writable(folder)
+    config = ABConfig(base, head, WorkerConfig(base, device=device, dtype=dtype, mode=mode,
+                                               threads=threads),
+                      batch_size=b, pairs=k, block_s=block_s, seed=seed, timeout_s=timeout)
+
+    def progress(done: int, total: int) -> None:
+        if done == 0:
+            err_console.print(f"work counted; timing {total} pairs of blocks at batch {b}")
+
+    err_console.print(f"starting two workers: {base} and {head}")
+    try:
+        measurement = run_ab(config, progress)
+    except KeyboardInterrupt:
+        err_console.print("interrupted before any pair was timed: nothing written", markup=False)
+        raise typer.Exit(code=int(ExitCode.INTERRUPTED)) from None
+    result = judge(measurement, threshold)
+    text = render_ab_markdown(result)
+    try:
+        for written in write_ab(result, folder, text):
+            err_console.print(f"wrote {written}", markup=False)
+        if markdown is not None:
+            atomic_write_text(markdown, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write the A/B results: {exc.strerror or exc}.") from None
+    if output_format == "markdown":
+        sys.stdout.write(text)
+    else:
+        print_ab(out_console, result)
+    if measurement.stopped == INTERRUPTED:
+        raise typer.Exit(code=int(ExitCode.INTERRUPTED))
     raise typer.Exit(code=REGRESSION_EXIT_CODE if result.regression else 0)
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscope.errors import UsageError
+from batchscope.page_faults import fault_share
 from batchscope.records import BatchResult, Flag, FlagKind, Status, Stop, StopKind
 from batchscope.records.flags import Value
+from batchscope.records.noise import DRIFT_FLOOR, throughput_interval
 from batchscope.records.report import LimitKind, OverLimit
 from batchscope.records.run import DEFAULT_MAX_BATCH
 
@@ -22,6 +24,14 @@ PLATEAU_GAIN = 0.10
 # One doubling is not enough either: MKL runs 2-8 fp32 rows on a slow path, so batch 2 is
 # barely faster than batch 1 on CPUs (CPU-TRIALS.md).
 PLATEAU_PATIENCE = 2
+# The rule reads the recent sizes' intervals, not their medians: it stops only where even
+# the top of their throughput intervals stays under the bar set from the best median before
+# them, so one noisy low point (a slow sample, a drift) never stops the sweep. (The bottom
+# of the best's interval would never let a flat curve stop: two intervals of ±5% overlap.) A
+# recent size whose step pays page faults counts at what it would run without them (its top
+# at least that): the allocator slows it, not the batch, and the sweep's own re-timing tells
+# them apart later. During the sweep no control has run yet: the intervals carry
+# noise.DRIFT_FLOOR of drift.
 # Statuses after which larger batch sizes would fail the same way (or worse); a failed rank
 # also leaves its process group unusable.
 _STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT, Status.SKIPPED, Status.RANK_FAILED}
@@ -118,6 +128,7 @@ class Plan:
         else:
             self.candidates = default_batch_sizes(limits.max_batch)
         self.stop: Stop | None = None
+        self.overruled_at = 0  # results judged when the plateau stop was last overruled
 
     @property
     def stopped_at_cap(self) -> bool:
@@ -134,6 +145,12 @@ class Plan:
         done = {r.batch_size for r in results}
         top = max(done, default=0)
         return [b for b in self.candidates if b > top and b not in done]
+
+    def overrule(self, results: list[BatchResult]) -> None:
+        """Take back the plateau stop just made (the step-time model overruled it): the plan
+        goes on, and judges the plateau again from the next result on."""
+        self.stop = None
+        self.overruled_at = len(results)
 
     def stop_early(self, stop: Stop) -> None:
         """End the plan before :meth:`next_batch` runs out: the sweep's predicted stop."""
@@ -170,9 +187,10 @@ class Plan:
                     else StopKind.OVER_MEMORY_BUDGET)
             return Stop(kind, last.batch_size, {"measured": limit.measured,
                                                 "limit": limit.limit})
-        if self.may_stop_early and _plateaued(results):
+        if self.may_stop_early and len(results) > self.overruled_at and plateaued(results):
             return Stop(StopKind.PLATEAU, values={"doublings": PLATEAU_PATIENCE,
-                                                  "gain": PLATEAU_GAIN})
+                                                  "gain": PLATEAU_GAIN,
+                                                  "bar_per_s": plateau_bar(results)})
         return None
 
 
@@ -192,12 +210,43 @@ def repeated_errors(results: list[BatchResult]) -> Stop | None:
         "statuses": list(dict.fromkeys(r.status.value for r in last))})
 
 
-def _plateaued(results: list[BatchResult]) -> bool:
-    ok = [r.throughput_per_s for r in results if r.status == Status.OK and r.throughput_per_s]
+def plateaued(results: list[BatchResult], allowance: float = DRIFT_FLOOR) -> bool:
+    """Whether the last PLATEAU_PATIENCE measured sizes, at the top of their intervals,
+    failed to lift the best median before them by PLATEAU_GAIN.
+
+    Example:
+        >>> from batchscope.records import LatencyStats
+        >>> def ok(b, s):
+        ...     return BatchResult(b, Status.OK, latency_s=LatencyStats(s, s, s, 50, median_low=s,
+        ...                        median_high=s), throughput_per_s=b / s)
+        >>> plateaued([ok(1, 0.010), ok(2, 0.020), ok(4, 0.040)])  # flat: stop
+        True
+        >>> plateaued([ok(1, 0.010), ok(2, 0.020), ok(4, 0.034)])  # +18% at 4: go on
+        False
+    """
+    ok = [(r, iv) for r in results if r.status == Status.OK
+          and (iv := throughput_interval(r, allowance)) is not None]
     if len(ok) <= PLATEAU_PATIENCE:
         return False
-    best_before = max(ok[:-PLATEAU_PATIENCE])
-    return max(ok[-PLATEAU_PATIENCE:]) < best_before * (1 + PLATEAU_GAIN)
+    best_before = max(r.throughput_per_s or 0.0 for r, _ in ok[:-PLATEAU_PATIENCE])
+    recent_high = max(max(iv.high, _without_page_faults(r)) for r, iv in ok[-PLATEAU_PATIENCE:])
+    return recent_high < best_before * (1 + PLATEAU_GAIN)
+
+
+def plateau_bar(results: list[BatchResult]) -> float:
+    """The plateau rule's bar: the best throughput before the recent sizes, lifted by
+    PLATEAU_GAIN (0 with too few sizes)."""
+    ok = [r.throughput_per_s for r in results if r.status == Status.OK and r.throughput_per_s]
+    if len(ok) <= PLATEAU_PATIENCE:
+        return 0.0
+    return max(ok[:-PLATEAU_PATIENCE]) * (1 + PLATEAU_GAIN)
+
+
+def _without_page_faults(result: BatchResult) -> float:
+    """The throughput ``result`` would have without its page faults (its own without any)."""
+    share = fault_share(result.page_faults_per_step,
+                        result.latency_s.median if result.latency_s is not None else None)
+    return (result.throughput_per_s or 0.0) / (1 - min(share or 0.0, 0.9))
 
 
 def predicted_not_to_fit(results: list[BatchResult], batch_size: int,

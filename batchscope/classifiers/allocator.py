@@ -16,18 +16,16 @@ from __future__ import annotations
 import dataclasses
 
 from batchscope.classifiers.recommend import recommend
+from batchscope.classifiers.uncertainty import DRIFT_FLOOR, latency_interval
+from batchscope.page_faults import PAGE_BYTES as PAGE_BYTES
+from batchscope.page_faults import PAGE_FAULT_COST_S as PAGE_FAULT_COST_S
+from batchscope.page_faults import fault_share
 from batchscope.plan import Limits
 from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV
-from batchscope.records import BatchResult, Flag, FlagKind, Status
+from batchscope.records import BatchResult, Flag, FlagKind, Interval, LatencyStats, Status
 from batchscope.records.report import AllocatorCheck, AllocatorSetBy, KeptBatch
+from batchscope.stats import ratio_interval
 
-# Cost of one minor page fault (trap, zeroing a 4 KiB page, mapping it): measured ~1.0 µs on
-# this project's 2-core Xeon VM as the step-time difference with and without glibc returning
-# the CNN sample's activations to the OS (batch 16: 59,526 faults, 372 vs 314 ms; batch 4:
-# 7,024 faults, 89.7 vs 81.9 ms). An estimate for other machines, labelled as such; the
-# side-by-side re-timing measures the machine's own (``allocator.cost_per_fault_s``).
-PAGE_FAULT_COST_S = 1.0e-6
-PAGE_BYTES = 4096
 # Flag a batch size whose page faults would take at least this share of its step.
 PAGE_FAULT_FLAG_SHARE = 0.05
 # A batch size whose kept-buffers run still faults more than this share of the default
@@ -37,10 +35,8 @@ NOT_TAKEN_SHARE = 0.5
 
 def page_fault_share(r: BatchResult) -> float | None:
     """The estimated share of a batch size's step its page faults take, or None."""
-    faults, lat = r.page_faults_per_step, r.latency_s
-    if faults and lat is not None and lat.median > 0:
-        return faults * PAGE_FAULT_COST_S / lat.median
-    return None
+    return fault_share(r.page_faults_per_step,
+                       r.latency_s.median if r.latency_s is not None else None)
 
 
 def page_fault_flags(results: list[BatchResult]) -> list[Flag]:
@@ -73,7 +69,8 @@ def _with_estimated_savings(results: list[BatchResult]) -> list[BatchResult]:
     for r in results:
         share = page_fault_share(r) or 0.0
         out.append(dataclasses.replace(r, throughput_per_s=r.throughput_per_s
-                                       / max(1.0 - min(share, 0.9), 0.1))
+                                       / max(1.0 - min(share, 0.9), 0.1),
+                                       latency_interval_s=None, throughput_interval_per_s=None)
                    if r.throughput_per_s else r)
     return out
 
@@ -83,12 +80,14 @@ def _with_kept(results: list[BatchResult], kept: list[BatchResult]) -> list[Batc
     whose re-timing failed (or never ran: the sweep was stopped) keeps its own figures."""
     by_size = {k.batch_size: k for k in kept if k.status == Status.OK and k.throughput_per_s}
     return [dataclasses.replace(r, throughput_per_s=by_size[r.batch_size].throughput_per_s,
-                                latency_s=by_size[r.batch_size].latency_s)
+                                latency_s=by_size[r.batch_size].latency_s,
+                                latency_interval_s=None, throughput_interval_per_s=None)
             if r.batch_size in by_size and r.status == Status.OK else r for r in results]
 
 
 def pick_without_page_faults(results: list[BatchResult], limits: Limits, objective: str,
-                             kept: list[BatchResult] | None = None) -> int | None:
+                             kept: list[BatchResult] | None = None,
+                             allowance: float = DRIFT_FLOOR) -> int | None:
     """The batch size the rule picks for a process whose allocator keeps its buffers: from
     the kept-buffers re-timing where it ran, else estimated at ``PAGE_FAULT_COST_S`` a fault;
     None when no batch size faults enough to be flagged."""
@@ -96,17 +95,18 @@ def pick_without_page_faults(results: list[BatchResult], limits: Limits, objecti
         return None
     ok_kept = [k for k in kept or [] if k.status == Status.OK]
     alternative = _with_kept(results, ok_kept) if ok_kept else _with_estimated_savings(results)
-    choice = recommend(alternative, limits, objective)
+    choice = recommend(alternative, limits, objective, allowance)
     return choice.batch_size if choice else None
 
 
 def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limits: Limits,
-                      objective: str, set_by: AllocatorSetBy | None = None
-                      ) -> AllocatorCheck | None:
+                      objective: str, set_by: AllocatorSetBy | None = None,
+                      allowance: float = DRIFT_FLOOR) -> AllocatorCheck | None:
     """report.json ``allocator``: both allocators side by side at every re-timed batch size,
     the pick with the buffers kept and the cost of a fault measured on this machine; None
     when nothing was re-timed. ``set_by``: how the re-timing's allocator was told to keep
-    its buffers (mallopt in the sweep's worker, or a fresh worker's environment)."""
+    its buffers (mallopt in the sweep's worker, or a fresh worker's environment); each
+    size's gain comes with its 95% interval, both timings widened by ``allowance``."""
     if not kept:
         return None
     default = {r.batch_size: r for r in results}
@@ -128,12 +128,13 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
             throughput_per_s=d.throughput_per_s, kept_throughput_per_s=k.throughput_per_s,
             page_faults_per_step=faults_d, kept_page_faults_per_step=faults_k,
             speedup=d.latency_s.median / k.latency_s.median if k.latency_s.median > 0 else None,
+            speedup_interval=_gain_interval(d.latency_s, k.latency_s, allowance),
             taken=taken))
         if taken and faults_d - faults_k > 0:
             saved_s += d.latency_s.median - k.latency_s.median
             saved_faults += faults_d - faults_k
     merged = _with_kept(results, [k for k in kept if k.status == Status.OK])
-    choice = recommend(merged, limits, objective)
+    choice = recommend(merged, limits, objective, allowance)
     chosen = next((r for r in merged if choice and r.batch_size == choice.batch_size), None)
     return AllocatorCheck(
         env=dict(KEPT_BUFFERS_ENV),  # what a user sets to keep them
@@ -146,3 +147,9 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
         cost_per_fault_s=saved_s / saved_faults if saved_faults > 0 and saved_s > 0 else None,
         taken=any(r.taken for r in rows),
     )
+
+
+def _gain_interval(default: LatencyStats, kept: LatencyStats, allowance: float) -> Interval:
+    """The 95% interval of the kept buffers' speedup (default step over kept step)."""
+    d, k = latency_interval(default, allowance), latency_interval(kept, allowance)
+    return Interval(*ratio_interval((d.low, d.high), (k.low, k.high)))

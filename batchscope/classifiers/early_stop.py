@@ -15,11 +15,16 @@ from dataclasses import dataclass
 from batchscope.classifiers.analyze import work_varies_with_inputs
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
 from batchscope.classifiers.roofline import achieved_ceilings, classify_batch
-from batchscope.classifiers.step_model import predicted_stop, stop_probe_specs
+from batchscope.classifiers.step_model import (
+    plateau_overruled,
+    predicted_stop,
+    stop_probe_specs,
+)
+from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.probe import ProbeSpec
-from batchscope.records import BatchResult, Stop
+from batchscope.records import BatchResult, Flag, Stop
 
 
 @dataclass(frozen=True)
@@ -54,15 +59,28 @@ class EarlyStop:
         return predicted_stop(batches, achieved_ceilings(ceilings, results), remaining,
                               pick_per_s, NEAR_BEST_SHARE, probes_s)
 
+    def overrules_plateau(self, results: list[BatchResult], remaining: list[int],
+                          ceilings: Ceilings, bar_per_s: float,
+                          probes_s: dict[str, float]) -> Flag | None:
+        """Why the plateau rule's stop is overruled (step_model.plateau_overruled), or None
+        to let it stand; the kernel probes of :meth:`probes` are its inputs too."""
+        if not self.applies(results):
+            return None
+        achieved = achieved_ceilings(ceilings, results)
+        batches = [classify_batch(r, achieved) for r in results]
+        return plateau_overruled(batches, achieved, remaining, bar_per_s, probes_s)
+
     def _pick(self, results: list[BatchResult], ceilings: Ceilings
               ) -> tuple[list[BatchResult], float] | None:
-        """The results classified and the throughput of the batch size the rule picks from
-        them so far; None without a pick."""
+        """The results classified and the top of the throughput interval of the batch size
+        the rule picks from them so far (the pick moves once a larger size's median passes
+        it over the rule's share); None without a pick."""
         achieved = achieved_ceilings(ceilings, results)
         batches = [classify_batch(r, achieved) for r in results]
         choice = recommend(batches, self.limits, self.objective)
         picked = next((r for r in batches if choice and r.batch_size == choice.batch_size),
                       None)
-        if picked is None or not picked.throughput_per_s:
+        interval = throughput_interval(picked) if picked is not None else None
+        if interval is None:
             return None
-        return batches, picked.throughput_per_s
+        return batches, interval.high

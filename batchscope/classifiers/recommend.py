@@ -1,29 +1,27 @@
-"""The recommended batch size (DESIGN.md): the smallest b within 90% of the best throughput."""
+"""The recommended batch size (DESIGN.md): the smallest b whose throughput, within noise,
+reaches 90% of the best's (classifiers/uncertainty.py), and every size noise cannot tell
+from that pick."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from batchscope.classifiers.step_model import MIN_MARGIN
+from batchscope.classifiers.uncertainty import (
+    DRIFT_FLOOR,
+    Figure,
+    equivalent_batch_sizes,
+    figures,
+    pick_within_noise,
+    ratio,
+)
 from batchscope.plan import Limits, over_limits
-from batchscope.records import BatchResult, PredictedPick, Status, StepPrediction
+from batchscope.records import BatchResult, Interval, PredictedPick, Status, StepPrediction
 from batchscope.records.report import OverLimit, Rule, RuleKind
 
 # Within this share of the best throughput a smaller batch wins: it gives lower latency and
 # memory for a throughput loss inside the noise of a busy machine.
 NEAR_BEST_SHARE = 0.90
-
-
-def smallest_near_best(throughputs: dict[int, float]) -> int:
-    """The rule: the smallest batch size whose throughput is at least
-    :data:`NEAR_BEST_SHARE` of the best.
-
-    Example:
-        >>> smallest_near_best({8: 100.0, 16: 180.0, 32: 195.0, 64: 199.0})
-        16
-    """
-    best_t = max(throughputs.values())
-    return min(b for b, t in throughputs.items() if t >= NEAR_BEST_SHARE * best_t)
 
 
 @dataclass
@@ -36,6 +34,12 @@ class Choice:
     best_throughput_per_s: float
     speedup_from_batching: float | None
     speedup_baseline_batch: int | None
+    # The sizes noise cannot tell from the pick (uncertainty.equivalent_batch_sizes), and
+    # the 95% intervals of the speedup and of the pick's throughput over the best's.
+    equivalent_batch_sizes: list[int] = field(default_factory=list)
+    speedup_interval: Interval | None = None
+    pick_share_of_best: float | None = None
+    pick_share_of_best_interval: Interval | None = None
 
     @property
     def excluded(self) -> set[int]:
@@ -60,47 +64,62 @@ def _by_energy(allowed: list[BatchResult]) -> tuple[BatchResult, BatchResult] | 
 
 
 def recommend(results: list[BatchResult], limits: Limits,
-              objective: str = "throughput") -> Choice | None:
+              objective: str = "throughput", allowance: float = DRIFT_FLOOR) -> Choice | None:
     """Pick the batch size to run; None when no batch size was measured.
 
-    ``objective`` "energy" picks by NVML energy per unit (J/token) where it was measured,
-    and falls back to throughput, saying so, where it was not (a CPU, no NVML).
+    The throughput rule reads intervals (each result's own, else its latency's widened by
+    ``allowance``): the pick is the smallest batch size whose interval reaches
+    :data:`NEAR_BEST_SHARE` of the best median, and every size whose interval reaches that
+    share of the bottom of the best's is equivalent to it within noise. ``objective``
+    "energy" picks by NVML energy per unit (J/token) where it was measured, and falls back
+    to throughput, saying so, where it was not (a CPU, no NVML).
     """
     measured = [r for r in results if r.status == Status.OK and r.throughput_per_s]
     excluded: list[OverLimit] = [e for r in measured if (e := over_limits(r, limits))]
     allowed = [r for r in measured if r.batch_size not in {e.batch_size for e in excluded}]
-    if not allowed:
+    points = figures(allowed, allowance)
+    if not points:
         return None
-    best = max(allowed, key=lambda r: r.throughput_per_s or 0.0)
-    best_t = best.throughput_per_s or 0.0
-    by_size = {r.batch_size: r for r in allowed}
-    chosen = by_size[smallest_near_best({b: r.throughput_per_s or 0.0
-                                         for b, r in by_size.items()})]
-    rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best.batch_size, best_t, excluded)
+    best_size = max(points, key=lambda b: points[b][0])
+    best_t = points[best_size][0]
+    chosen = pick_within_noise(points, NEAR_BEST_SHARE)
+    equivalent = equivalent_batch_sizes(points, NEAR_BEST_SHARE)
+    rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, best_t, excluded)
     if objective == "energy":
         by_energy = _by_energy(allowed)
         if by_energy is None:
-            rule = Rule(RuleKind.ENERGY_UNAVAILABLE, NEAR_BEST_SHARE, best.batch_size, best_t,
+            rule = Rule(RuleKind.ENERGY_UNAVAILABLE, NEAR_BEST_SHARE, best_size, best_t,
                         excluded)
         else:
-            chosen, lowest = by_energy
+            energy_pick, lowest = by_energy
+            chosen, equivalent = energy_pick.batch_size, [energy_pick.batch_size]
             rule = Rule(RuleKind.ENERGY, NEAR_BEST_SHARE, lowest.batch_size,
                         lowest.energy_per_unit_j or 0.0, excluded)
     if len(measured) == 1:  # nothing to compare with: no speedup, no choice made
-        rule = Rule(RuleKind.ONLY_ONE, NEAR_BEST_SHARE, best.batch_size, best_t, excluded)
-    smallest = min(measured, key=lambda r: r.batch_size)
-    speedup = None
-    if smallest.throughput_per_s and len(measured) > 1:
-        best_any = max(r.throughput_per_s or 0.0 for r in measured)
-        speedup = best_any / smallest.throughput_per_s
+        rule = Rule(RuleKind.ONLY_ONE, NEAR_BEST_SHARE, best_size, best_t, excluded)
+    share = ratio(points[chosen], points[best_size]) if chosen in points else None
+    speedup = _speedup(figures(measured, allowance))
     return Choice(
-        batch_size=chosen.batch_size,
+        batch_size=chosen,
         rule=rule,
-        best_batch_size=best.batch_size,
+        best_batch_size=best_size,
         best_throughput_per_s=best_t,
-        speedup_from_batching=speedup,
-        speedup_baseline_batch=smallest.batch_size,
+        speedup_from_batching=speedup[0] if speedup else None,
+        speedup_baseline_batch=min(r.batch_size for r in measured),
+        equivalent_batch_sizes=equivalent,
+        speedup_interval=speedup[1] if speedup else None,
+        pick_share_of_best=share[0] if share else None,
+        pick_share_of_best_interval=share[1] if share else None,
     )
+
+
+def _speedup(points: dict[int, Figure]) -> tuple[float, Interval] | None:
+    """The best throughput over the smallest batch size's, with its interval; None with
+    one size."""
+    if len(points) < 2:
+        return None
+    best = max(points, key=lambda b: points[b][0])
+    return ratio(points[best], points[min(points)])
 
 
 def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None,
@@ -108,9 +127,10 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     """What the rule would pick were the unmeasured batch sizes as the step-time model
     predicts them, where that is not ``choice``; None where it is, or where nothing says.
 
-    An unmeasured size (``prediction.points`` with no measurement: past a sweep stopped by
-    the plateau rule or interrupted, or a gap in an explicit list) counts at the low end
-    of its band: its predicted step longer by the forecasts' largest miss (at least
+    The rule is :func:`recommend`'s, the measured sizes with their intervals. An unmeasured
+    size (``prediction.points`` with no measurement: past a sweep stopped by the plateau
+    rule or interrupted, or a gap in an explicit list) counts at the low end of its band,
+    as a point: its predicted step longer by the forecasts' largest miss (at least
     :data:`~batchscope.classifiers.step_model.MIN_MARGIN`), and, under a latency limit,
     within it there. Sizes from the smallest that failed (out of memory, a timeout, ...)
     up are left out: a timed-out size is still a predicted point in the report, but what
@@ -126,9 +146,8 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     # nothing from it up is a pick.
     failed = min((r.batch_size for r in results
                   if r.status not in (Status.OK, Status.INTERRUPTED)), default=None)
-    allowed = {r.batch_size: r.throughput_per_s or 0.0 for r in results
-               if r.status == Status.OK and r.throughput_per_s
-               and r.batch_size not in choice.excluded}
+    points = figures([r for r in results if r.batch_size not in choice.excluded])
+    allowed = {b: t for b, (t, _) in points.items()}
     predicted = {p.batch_size: p for p in prediction.points if p.measured_latency_s is None
                  and p.batch_size not in allowed and (failed is None or p.batch_size < failed)
                  and (
@@ -137,7 +156,8 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     if not allowed or not predicted:
         return None
     low = {b: p.predicted_throughput_per_s / (1 + margin) for b, p in predicted.items()}
-    chosen = smallest_near_best({**allowed, **low})
+    chosen = pick_within_noise({**points, **{b: (t, Interval(t, t)) for b, t in low.items()}},
+                               NEAR_BEST_SHARE)
     if chosen == choice.batch_size:
         return None
     best = max(predicted, key=low.__getitem__)

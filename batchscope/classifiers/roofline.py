@@ -8,6 +8,7 @@ estimates of ``watch`` (:mod:`.estimate`). Definitions as in DESIGN.md.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 
 from batchscope.hardware.figures import AchievedPeak
@@ -189,8 +190,14 @@ def time_share(result: BatchResult) -> TimeShare | None:
     if result.communication_exposed_s and result.time_basis == "cpu":
         # A data-parallel CPU step (gloo): DDP waits for its all-reduce at the end of
         # backward in C++ with no aten op around it, so the profile shows the wait as time
-        # between ops; what the timed steps say it costs moves from there to communication.
-        moved = min(result.communication_exposed_s, framework)
+        # between ops; what the timed steps say it costs moves from there to communication,
+        # as the same share of the step data_parallel reports (the median of each timed
+        # step's exposed share), so the report has one communication figure, not two.
+        shares = [e / s for e, s in zip(result.communication_exposed_samples_s,
+                                        result.communication_step_samples_s) if s > 0]
+        cost_s = (statistics.median(shares) * step if shares
+                  else result.communication_exposed_s)
+        moved = min(cost_s, framework)
         exposed, framework = exposed + moved, framework - moved
     return TimeShare(
         memory=by_bound[Bound.MEMORY] / step,

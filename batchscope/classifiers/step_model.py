@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
+from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ARGS_PROBED, family
 from batchscope.profiler.probe import (
@@ -81,6 +82,8 @@ from batchscope.records import (
     BatchResult,
     Bound,
     CurvePoint,
+    Flag,
+    FlagKind,
     OpStat,
     Status,
     StepPrediction,
@@ -685,7 +688,7 @@ def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[
     return [assumptions[k] for k in sorted(assumptions)]
 
 
-def _median_peaks(ceilings: Ceilings) -> Ceilings | None:
+def median_peaks(ceilings: Ceilings) -> Ceilings | None:
     """``ceilings`` with each compute roof lowered by its matmul's median/best repeat ratio
     at the peak size; None when no dtype records a spread."""
     peaks = dict(ceilings.peak_flops_per_s)
@@ -731,7 +734,7 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
     points.sort(key=lambda p: p.batch_size)
     errors = [abs(p.error) for p in points if p.error is not None]
     sensitivity = None
-    lowered = _median_peaks(ceilings)
+    lowered = median_peaks(ceilings)
     if points and lowered is not None and (
             refit := fit_step_model(results, lowered, model.fitted_on, probes_s)):
         largest = points[-1].batch_size
@@ -780,19 +783,53 @@ def stop_probe_specs(results: list[BatchResult], remaining: list[int]) -> list[P
     return probe_specs(results, [*remaining, *(r.batch_size for r in usable)])
 
 
+def plateau_overruled(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
+                      bar_per_s: float, probes_s: dict[str, float] | None = None
+                      ) -> Flag | None:
+    """Why the plateau rule must not stop the sweep, or None when it may.
+
+    The plateau rule reads only the measured throughputs, which a busy machine can bend
+    (GPT-2 decode on a 2-core VM: 169, 96.8, 132 tokens/s at 1, 2, 4, then 649 at 32). The
+    step-time model reads the exact FLOPs and bytes of each op: where, fitted on every
+    measured size, the gain it predicts for a remaining size over the last, applied to the
+    top of the last's throughput interval, reaches ``bar_per_s`` (the plateau rule's bar:
+    the best before the recent sizes lifted by PLATEAU_GAIN), the sweep goes on, and the
+    report says so in a PLATEAU_OVERRULED flag.
+    """
+    usable = _usable(results)
+    if not remaining or len(usable) < 2:
+        return None
+    last = usable[-1]
+    model = fit_step_model(results, ceilings, probes_s=probes_s)
+    if model is None or not last.throughput_per_s:
+        return None
+    gain = {b: model.throughput_per_s(b) / model.throughput_per_s(last.batch_size)
+            for b in remaining}
+    highest = max(remaining, key=gain.__getitem__)
+    last_interval = throughput_interval(last)
+    last_high = last_interval.high if last_interval is not None else last.throughput_per_s
+    projected = last_high * gain[highest]
+    if projected < bar_per_s:
+        return None
+    return Flag(FlagKind.PLATEAU_OVERRULED, last.batch_size, values={
+        "highest": highest, "projected_per_s": projected, "bar_per_s": bar_per_s,
+        "gain": gain[highest], "fitted_on": list(model.fitted_on)})
+
+
 def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
                    pick_throughput_per_s: float, near_best_share: float,
                    probes_s: dict[str, float] | None = None) -> Stop | None:
     """Why the sweep may stop before ``remaining``, or None when it must go on.
 
-    The pick (the smallest batch within ``near_best_share`` of the best) only moves if a
-    larger batch beats ``pick_throughput_per_s / near_best_share`` (units a second, as
-    every throughput of a result). The model fitted on the measured sizes before the last
-    must have predicted the last within :data:`STOP_TOLERANCE`; refitted with it, the gain
-    it predicts for each remaining size over the last, applied to the last's measured
-    throughput and widened by that miss (at least :data:`MIN_MARGIN`), must stay under the
-    bar. The model's throughput never falls with b, so this stops a sweep whose measured
-    curve has levelled off or turned down. ``probes_s``: the times of
+    The pick (the smallest batch whose interval reaches ``near_best_share`` of the best) only
+    moves if a larger batch beats ``pick_throughput_per_s / near_best_share`` (the top of the
+    pick's interval, units a second, as every throughput of a result). The model fitted on the
+    measured sizes before the last must have predicted the last within :data:`STOP_TOLERANCE`;
+    refitted with it, the gain it predicts for each remaining size over the last, applied to the
+    last's measured throughput and widened by that miss (at least :data:`MIN_MARGIN`), must stay
+    under the bar, from the top of the last size's throughput interval: one noisy low point does
+    not stop the sweep. The model's throughput never falls with b, so this stops a sweep whose
+    measured curve has levelled off or turned down. ``probes_s``: the times of
     :func:`stop_probe_specs`' probes that ran.
     """
     usable = _usable(results)
@@ -819,7 +856,9 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     gain = {b: model.throughput_per_s(b) / model.throughput_per_s(last.batch_size)
             for b in remaining}
     highest = max(remaining, key=gain.__getitem__)
-    projected = last.throughput_per_s * gain[highest]
+    last_interval = throughput_interval(last)
+    last_high = last_interval.high if last_interval is not None else last.throughput_per_s
+    projected = last_high * gain[highest]
     if projected * (1 + margin) >= bar:
         return None
     return Stop(StopKind.PREDICTED, values={

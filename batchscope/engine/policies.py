@@ -20,11 +20,11 @@ Example:
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
+
+from batchscope.stats import median_ci_rel as median_ci_rel
 
 
 class StoppedBy(str, Enum):
@@ -46,31 +46,9 @@ class StoppedBy(str, Enum):
 # three steps of 0.4 s or more already span it, and each further one of the decode sample's
 # 2.5-5 s steps at batch 512-1024 costs more than all its steps up to batch 32.
 LONG_MIN_STEPS = 3
-# z of a two-sided 95% interval; the median's interval spans ranks n/2 ± z·sqrt(n)/2.
-_Z95 = 1.96
 # Re-check the median's interval after the sample count grows by this factor (sorting is
 # O(n log n)).
 CHECK_GROWTH = 1.25
-
-
-def median_ci_rel(sorted_values: Sequence[float]) -> float:
-    """Half-width of the distribution-free 95% confidence interval of the median, relative
-    to the median: the order statistics at ranks n/2 ± 1.96·sqrt(n)/2 (inf below 2 values).
-
-    Example:
-        >>> round(median_ci_rel([1.0, 1.0, 1.1, 1.2, 1.2]), 3)  # ranks 0..4: (1.2 - 1.0) / 2 / 1.1
-        0.091
-    """
-    n = len(sorted_values)
-    if n < 2:
-        return math.inf
-    half = _Z95 * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half))
-    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
-    median = statistics.median(sorted_values)
-    if median <= 0:
-        return math.inf
-    return (sorted_values[hi] - sorted_values[lo]) / 2 / median
 
 
 class Progress:

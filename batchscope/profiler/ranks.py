@@ -21,6 +21,12 @@ how many steps run may depend on one rank's clock: the timed steps are a count a
 the slowest rank's warm-up, the capture a fixed number of steps, and counting runs at every
 size.
 
+The gradient all-reduce is measured in the timed steps themselves, by a DDP communication
+hook (:class:`CommunicationRecorder`) that runs DDP's default all-reduce and stamps, per
+step, when each bucket's hook was called (its gradients ready) and when its all-reduce
+completed: the exposed time is the last completion past the last bucket's call (the end of
+backward's gradient compute), the part of the all-reduce backward did not hide.
+
 Two process groups: the default one (``ENV_COLLECTIVE_TIMEOUT`` seconds, a third of the
 per-batch timeout) carries DDP's all-reduces and the results, so a rank that dies or hangs
 surfaces as an error on the others while the parent still waits; a second one with no
@@ -37,9 +43,11 @@ import os
 import re
 import signal
 import socket
+import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from multiprocessing.connection import Client, Connection
 from typing import Any, NoReturn
@@ -47,6 +55,7 @@ from typing import Any, NoReturn
 import msgspec
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
 from batchscope.engine.policies import FixedCount, StoppedBy
@@ -76,7 +85,7 @@ from batchscope.profiler.protocol import (
     RunProbes,
     StopWorker,
 )
-from batchscope.profiler.timing import TimingConfig, time_steps
+from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.training import default_loss, persistent_tensors
 from batchscope.profiler.worker import Send, Step, Worker
 from batchscope.profiler.worker_config import WorkerConfig, worker_config_from_json
@@ -122,6 +131,89 @@ def timed_steps_for(step_s: float) -> int:
     if step_s <= 0:
         return MAX_TIMED_STEPS
     return max(MIN_TIMED_STEPS, min(MAX_TIMED_STEPS, math.ceil(TIMED_S / step_s)))
+
+
+def step_communication(called: Sequence[float], completed: Sequence[float | None]
+                       ) -> tuple[float, float] | None:
+    """(exposed, in flight) of one step's all-reduce from its buckets' stamps: ``called``,
+    when DDP called the hook for each bucket (its gradients were ready), ``completed``,
+    when that bucket's all-reduce finished. Exposed: the last completion past the last
+    call (the end of backward's gradient compute), 0 when every all-reduce finished
+    before it; in flight: the time any bucket's all-reduce ran (the union of the
+    intervals, so buckets queued behind each other count once). None: no bucket, or one
+    never completed.
+
+    Example:
+        >>> step_communication([0.0, 1.0, 2.0], [1.5, 2.5, 3.0])
+        (1.0, 3.0)
+        >>> step_communication([0.0, 2.0], [0.5, 2.0])
+        (0.0, 0.5)
+    """
+    if not called or len(called) != len(completed) or any(c is None for c in completed):
+        return None
+    spans = sorted((c, d) for c, d in zip(called, completed) if d is not None)
+    exposed = max(max(d for _, d in spans) - max(called), 0.0)
+    in_flight, end = 0.0, -math.inf
+    for start, stop in spans:
+        if stop > end:
+            in_flight += stop - max(start, end)
+            end = stop
+    return exposed, in_flight
+
+
+class CommunicationRecorder:
+    """A DDP communication hook that runs DDP's default all-reduce and stamps each
+    bucket's call and completion (the host clock; on CUDA the completion callback waits
+    for the all-reduce's stream first), and a wrapper that turns each step's stamps into
+    one sample: (exposed, in flight, step), see :func:`step_communication`.
+
+    Registered once, right after DDP is built; a model file's DDP that registered a hook
+    of its own keeps it, and the sweep then has no communication figures."""
+
+    def __init__(self, ddp: DistributedDataParallel, sync: Callable[[], None],
+                 cuda: bool) -> None:
+        self.sync, self.cuda = sync, cuda
+        self.called: list[float] = []
+        self.completed: list[float | None] = []
+        self.samples: list[tuple[float, float, float]] = []
+        # DDP checks a hook's annotations against its own classes, which postponed
+        # annotations (strings here) never equal: a lambda has none.
+        ddp.register_comm_hook(None, lambda state, bucket: self._hook(state, bucket))
+
+    def _hook(self, state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        called = time.perf_counter()
+        fut = allreduce_hook(state, bucket)
+        # This step's lists, even if a later step rebinds them before the callback runs.
+        calls, completions = self.called, self.completed
+        index = len(calls)
+        calls.append(called)
+        completions.append(None)
+        cuda = self.cuda
+
+        def stamp(done: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            if cuda:  # the callback runs on the all-reduce's stream: wait for it
+                torch.cuda.current_stream().synchronize()
+            completions[index] = time.perf_counter()
+            return done.value()
+
+        return fut.then(stamp)
+
+    def recorded(self, step: Step) -> Step:
+        """``step`` with one sample appended to :attr:`samples` per call (none for a step
+        that all-reduced nothing, as under ``no_sync()``)."""
+
+        def run() -> Any:
+            self.called, self.completed = [], []
+            started = time.perf_counter()
+            out = step()
+            self.sync()
+            ended = time.perf_counter()
+            figures = step_communication(self.called, self.completed)
+            if figures is not None:
+                self.samples.append((*figures, ended - started))
+            return out
+
+        return run
 
 
 def allreduce_bytes(model: torch.nn.Module) -> int:
@@ -207,6 +299,15 @@ class RankWorker(Worker):
                 self.model, device_ids=ids, find_unused_parameters=self.unused_parameters > 0)
             self.model = self.ddp
         self.allreduce_bytes = allreduce_bytes(self.model)
+        self.communication = self._communication_recorder()
+
+    def _communication_recorder(self) -> CommunicationRecorder | None:
+        """The hook that measures the all-reduce; None where the file's DDP registered a
+        hook of its own (DDP takes one): the sweep then has no communication figures."""
+        try:
+            return CommunicationRecorder(self.ddp, self.sync, self.device.type == "cuda")
+        except RuntimeError:
+            return None
 
     def _parameters_without_gradient(self) -> int:
         """Trainable parameters one forward and backward at batch 1 leave without a
@@ -258,16 +359,24 @@ class RankWorker(Worker):
             # The count every rank agreed on, not one rank's clock; recorded as "min_time",
             # as when it was a fixed time of 0 s.
             count = FixedCount(timed_steps_for(slowest.item()), reason=StoppedBy.MIN_TIME)
-            timed = self.backend.measure(step, ONE_WARMUP_STEP, policy=count)
+            comm = self.communication
+            if comm is not None:
+                comm.samples = []
+            timed = self.backend.measure(comm.recorded(step) if comm is not None else step,
+                                         ONE_WARMUP_STEP, policy=count)
             record_timing(result, timed, self.spec.units_per_row)
-            with self.ddp.no_sync():
-                no_sync, _, _ = time_steps(step, clock, ONE_WARMUP_STEP, policy=count)
             rank = RankResult(rank=self.rank, status=Status.OK, latency_s=timed.latency.median,
-                              no_sync_latency_s=no_sync.median,
                               peak_memory_bytes=result.peak_memory_bytes,
                               host=socket.gethostname())
             result.ranks = [rank]
-            result.communication_exposed_s = rank.communication_exposed_s
+            if comm is not None and comm.samples:
+                # The timed steps' samples (the first step was the warm-up).
+                samples = comm.samples[-timed.latency.n:]
+                result.communication_exposed_samples_s = [s[0] for s in samples]
+                result.communication_in_flight_samples_s = [s[1] for s in samples]
+                result.communication_step_samples_s = [s[2] for s in samples]
+                result.communication_exposed_s = statistics.median(
+                    result.communication_exposed_samples_s)
             if self.config.op_breakdown:
                 phase = "profiling"
                 self.send(Phase(batch_size, phase))

@@ -70,6 +70,8 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.interval import DriftControl
+from batchscope.records.noise import drift_control
 from batchscope.records.report import AllocatorSetBy, Mode
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 
@@ -99,6 +101,10 @@ class EarlyStopPolicy(Protocol):
 
     def decide(self, results: list[BatchResult], remaining: list[int], ceilings: Ceilings,
                probes_s: dict[str, float]) -> Stop | None: ...
+
+    def overrules_plateau(self, results: list[BatchResult], remaining: list[int],
+                          ceilings: Ceilings, bar_per_s: float,
+                          probes_s: dict[str, float]) -> Flag | None: ...
 
 
 @dataclass
@@ -142,6 +148,8 @@ class SweepOutcome:
         grid: the second axis's points (CONTEXTS or SEQ_LENS).
         kept_buffers: batch sizes timed again with the allocator keeping its buffers, and
             how it was told to (None when nothing was re-timed).
+        drift: the sweep's control: its reference batch size timed again once the plan
+            ended (None: it did not run).
     """
 
     model: ModelInfo
@@ -153,6 +161,7 @@ class SweepOutcome:
     grid: list[GridPoint] = field(default_factory=list)
     kept_buffers: list[BatchResult] = field(default_factory=list)
     kept_buffers_set_by: AllocatorSetBy | None = None
+    drift: DriftControl | None = None
 
 
 class Callbacks:
@@ -309,6 +318,8 @@ class Sweep:
         self.grid: list[GridPoint] = []
         self.kept_buffers: list[BatchResult] = []
         self.kept_buffers_set_by: AllocatorSetBy | None = None
+        self.drift: DriftControl | None = None
+        self.measured_at: dict[int, float] = {}  # monotonic seconds each size finished
         self.worker_config = config.worker  # what the next worker started is told
         self.plan: Plan | None = None
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
@@ -325,6 +336,7 @@ class Sweep:
             if self.config.measure_ceilings:
                 self.ceilings = self.measure_ceilings()
             self.plan = self.measure_batches()
+            self.drift = self.time_control()
             self.final_probes()
             self.grid = self.time_grid()
             self.kept_buffers_set_by = self.retime_keeping_buffers()
@@ -340,7 +352,8 @@ class Sweep:
         return SweepOutcome(
             model=self.model, ceilings=self.ceilings, results=self.results, stop=stop,
             interrupted=interrupted, flags=list(self.flags), grid=self.grid,
-            kept_buffers=self.kept_buffers, kept_buffers_set_by=self.kept_buffers_set_by)
+            kept_buffers=self.kept_buffers, kept_buffers_set_by=self.kept_buffers_set_by,
+            drift=self.drift)
 
     # -- phase: the ceilings -----------------------------------------------------------------
     def measure_ceilings(self) -> Ceilings | None:
@@ -366,7 +379,9 @@ class Sweep:
         each one, the predicted stop may end the plan. Returns the plan (its ``stop``)."""
         explicit = self.config.batch_sizes or self.model.batch_sizes
         plan = self.plan = Plan(explicit, self.config.limits, self.config.measure_all)
-        while (b := plan.next_batch(self.results)) is not None:
+        while (b := plan.next_batch(self.results)) is not None or self._overrule(plan):
+            if b is None:
+                continue  # the plateau stop was overruled: ask the plan again
             stop = self.predicted_stop(plan)
             if stop is not None:
                 plan.stop_early(stop)
@@ -375,8 +390,48 @@ class Sweep:
             result = (BatchResult(b, Status.SKIPPED, flags=[skip]) if skip is not None
                       else self._measure(b))
             self.results.append(result)
+            self.measured_at[b] = time.monotonic()
             self.callbacks.on_result(result, self.results)
         return plan
+
+    # -- phase: the control ---------------------------------------------------------------------
+    def time_control(self) -> DriftControl | None:
+        """Time the sweep's reference batch size (the first measured) again, timing only,
+        once the plan has ended: how far the machine's speed drifted while the other sizes
+        were measured (classifiers/uncertainty.py widens every interval by it). None where
+        fewer than two sizes were measured (nothing came between), on ranks (their timing
+        is a fixed count under torch's launcher), or when the re-timing failed."""
+        ok = [r for r in self.results if r.status == Status.OK and r.latency_s is not None]
+        if len(ok) < 2 or self.config.distributed is not None:
+            return None
+        reference = ok[0]
+        self.callbacks.on_phase(reference.batch_size, "control: timed again for drift")
+        control = self._timed_only(reference.batch_size)
+        if control.status != Status.OK or control.latency_s is None \
+                or reference.latency_s is None:
+            return None
+        apart = time.monotonic() - self.measured_at.get(reference.batch_size, time.monotonic())
+        return drift_control(reference.batch_size, reference.latency_s, control.latency_s,
+                             apart)
+
+    def _overrule(self, plan: Plan) -> bool:
+        """Whether the early-stop policy overrules the plan's plateau stop (the step-time
+        model predicts a gain the measured curve, bent by a busy machine, does not show);
+        the plan then goes on, and a PLATEAU_OVERRULED flag says why."""
+        policy, ceilings, stop = self.config.early_stop, self.ceilings, plan.stop
+        if policy is None or ceilings is None or stop is None or stop.kind != StopKind.PLATEAU:
+            return False
+        remaining = plan.remaining(self.results)
+        bar = stop.values.get("bar_per_s")
+        if not remaining or not isinstance(bar, float):
+            return False
+        probes_s = self.probe(policy.probes(self.results, remaining, ceilings))
+        flag = policy.overrules_plateau(self.results, remaining, ceilings, bar, probes_s)
+        if flag is None:
+            return False
+        self.flags.append(flag)
+        plan.overrule(self.results)
+        return True
 
     def predicted_stop(self, plan: Plan) -> Stop | None:
         """The early-stop policy's decision before the next batch size: only where the plan

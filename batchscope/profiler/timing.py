@@ -24,6 +24,7 @@ from batchscope.engine.clock import Clock
 from batchscope.engine.policies import Adaptive, FixedTime, StopPolicy
 from batchscope.engine.timer import Monitor, Warmup, block_for, sample, warm_up
 from batchscope.records import LatencyStats, StoppedBy
+from batchscope.stats import median_interval
 
 # Warm-up until both hold: caches, allocator pools and oneDNN/cuDNN kernel choices are keyed
 # on shape, so each batch size warms up anew. The first step at a new shape carries that
@@ -120,8 +121,10 @@ def latency_stats(samples_s: list[float], block_steps: int = 1, measured_s: floa
                   stopped_by: StoppedBy = StoppedBy.NONE) -> LatencyStats:
     """Median, quartiles, min and max of per-step latencies, each sample the mean step of a
     block of ``block_steps`` steps; ``n`` counts the steps. ``measured_s`` (the time the
-    timed steps spanned) and ``stopped_by`` are passed through."""
+    timed steps spanned) and ``stopped_by`` are passed through; the median's 95% interval is
+    :func:`batchscope.stats.median_interval`'s."""
     values = sorted(samples_s)
+    low, high = median_interval(values)
     return LatencyStats(
         median=statistics.median(values),
         p25=quantile(values, 0.25),
@@ -132,6 +135,8 @@ def latency_stats(samples_s: list[float], block_steps: int = 1, measured_s: floa
         block_steps=block_steps,
         measured_s=measured_s,
         stopped_by=stopped_by,
+        median_low=low,
+        median_high=high,
     )
 
 

@@ -13,6 +13,7 @@ Nothing here imports torch, the profiler, the classifiers or the reports.
 from __future__ import annotations
 
 from batchscope.records.flags import Flag, FlagKind, Stop, StopKind
+from batchscope.records.interval import DriftControl, Interval
 from batchscope.records.measurement import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -72,10 +73,12 @@ __all__ = [
     "CountedOp",
     "CurvePoint",
     "DataParallel",
+    "DriftControl",
     "Estimate",
     "Flag",
     "FlagKind",
     "GridPoint",
+    "Interval",
     "KernelStat",
     "LatencyStats",
     "ModelInfo",

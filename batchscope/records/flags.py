@@ -28,6 +28,9 @@ class FlagKind(str, Enum):
 
     # -- measuring one batch size (worker, supervisor, watch) ----------------------------
     NO_BREAKDOWN = "no_breakdown"  # reason
+    # The plateau rule would have stopped the sweep after this batch size; the step-time
+    # model overruled it (highest, projected_per_s, bar_per_s, gain, fitted_on).
+    PLATEAU_OVERRULED = "plateau_overruled"
     BREAKDOWN_FAILED = "breakdown_failed"  # phase, error
     BREAKDOWN_LOST = "breakdown_lost"  # reason
     BREAKDOWN_INTERRUPTED = "breakdown_interrupted"

@@ -14,6 +14,7 @@ from enum import Enum
 from batchscope.engine.policies import StoppedBy as StoppedBy
 from batchscope.hardware.nvml_window import NvmlWindow
 from batchscope.records.flags import Flag
+from batchscope.records.interval import Interval
 
 # StoppedBy (LatencyStats.stopped_by: what ended a timing pass) is the engine's stop
 # policies' word, so it lives with them (engine/policies.py); records re-exports it as is.
@@ -209,6 +210,11 @@ class LatencyStats:
     # The first warm-up step at this batch size: for a torch.compile'd model, the compile
     # (or recompile) for the new shape plus one step.
     first_step_s: float | None = None
+    # The median's distribution-free 95% interval from the samples' order statistics
+    # (stats.median_interval): the noise inside this timing pass alone. None: read from a
+    # report that predates it.
+    median_low: float | None = None
+    median_high: float | None = None
 
 
 @dataclass
@@ -259,6 +265,11 @@ class BatchResult:
     status: Status
     latency_s: LatencyStats | None = None
     throughput_per_s: float | None = None
+    # 95% intervals of the median step and the throughput: the timing pass's own interval
+    # widened by the drift the run showed (classifiers/uncertainty.py); what every decision
+    # between batch sizes reads.
+    latency_interval_s: Interval | None = None
+    throughput_interval_per_s: Interval | None = None
     peak_memory_bytes: int | None = None
     peak_memory_method: PeakMemoryMethod = PeakMemoryMethod.NONE
     baseline_memory_bytes: int | None = None
@@ -281,7 +292,7 @@ class BatchResult:
     energy_per_unit_j: float | None = None  # J per token/image/sample, from nvml
     # Minor page faults per timed step on the CPU (memory mapped afresh and touched each step).
     page_faults_per_step: float | None = None
-    # The share of the step those faults take at classifiers.allocator.PAGE_FAULT_COST_S each:
+    # The share of the step those faults take at page_faults.PAGE_FAULT_COST_S each:
     # memory the allocator hands back to the OS and faults in again every step.
     page_fault_share: float | None = None
     trace_path: str = ""
@@ -293,12 +304,20 @@ class BatchResult:
     # (profiler/count_extrapolation.py); [] when its counting pass ran.
     counts_extrapolated_from: list[int] = field(default_factory=list)
     # Distributed sweeps (profiler/ranks.py): ``batch_size`` is per rank; every rank's own
-    # figures, the step's exposed all-reduce time (rank 0's latency minus its latency under
-    # DDP's no_sync()), and the gradient bytes all-reduced per step.
+    # figures, the step's exposed all-reduce time (the median over rank 0's timed steps of
+    # the samples below), and the gradient bytes all-reduced per step.
     world_size: int | None = None
     ranks: list[RankResult] = field(default_factory=list)
     communication_exposed_s: float | None = None
     allreduce_bytes_per_step: int | None = None
+    # Per timed step on rank 0, from DDP's communication hook: the all-reduce's exposed time
+    # (its last completion past the last bucket's hook call), the time any bucket's
+    # all-reduce was in flight, and the step itself; [] when not measured (a single process,
+    # a file's DDP with a hook of its own, a report that predates them). The intervals come
+    # from these (classifiers/data_parallel.communication_figures).
+    communication_exposed_samples_s: list[float] = field(default_factory=list)
+    communication_in_flight_samples_s: list[float] = field(default_factory=list)
+    communication_step_samples_s: list[float] = field(default_factory=list)
 
     @property
     def framework_s(self) -> float | None:

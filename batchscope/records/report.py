@@ -20,6 +20,7 @@ from typing import Any
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records.flags import Flag, Stop, Value
+from batchscope.records.interval import DriftControl, Interval
 from batchscope.records.measurement import BatchResult, Status
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
@@ -208,6 +209,12 @@ class RunInfo:
     # A trace analysed without --batch-sizes: its batch size is unknown (reported as 1).
     batch_size_known: bool = True
     ranks: dict[int, list[TraceRank]] = field(default_factory=dict)  # by batch size
+    # The sweep's control: its reference batch size timed again at the end (None: not a
+    # sweep, or the control did not run). Its drift widens every interval of the run.
+    drift: DriftControl | None = None
+    # The relative drift every interval was widened by: the control's, never below
+    # classifiers.uncertainty.DRIFT_FLOOR (the floor alone where no control ran).
+    drift_allowance: float | None = None
 
 
 # -- recommendation ------------------------------------------------------------------------
@@ -303,6 +310,18 @@ class Recommendation:
     # faulted enough to be flagged.
     batch_size_without_page_faults: int | None = None
     accumulation: Accumulation | None = None
+    # Every allowed batch size whose throughput cannot be told from the pick's rule within
+    # noise (classifiers/uncertainty.equivalent_batch_sizes), the pick among them: two runs
+    # of the same code land in each other's set.
+    equivalent_batch_sizes: list[int] = field(default_factory=list)
+    # 95% intervals: of the speedup (best over the smallest batch), of the pick's throughput
+    # as a share of the best's (the margin the rule gave up), of the predicted B* and of the
+    # measured knee.
+    speedup_interval: Interval | None = None
+    pick_share_of_best: float | None = None
+    pick_share_of_best_interval: Interval | None = None
+    predicted_critical_batch_interval: Interval | None = None
+    measured_knee_interval: Interval | None = None
 
 
 # -- the step-time model's prediction --------------------------------------------------------
@@ -409,7 +428,14 @@ class Estimate:
 
 @dataclass(frozen=True)
 class DataParallelBatch:
-    """One per-rank batch size of a data-parallel sweep."""
+    """One per-rank batch size of a data-parallel sweep.
+
+    The communication figures are rank 0's gradient all-reduce per timed step, from DDP's
+    communication hook in the same steps that are timed (profiler/ranks.py): ``exposed``
+    is the part backward did not hide, ``share`` that time over the step it was in (the
+    median of the per-step ratios); each with its 95% interval (the median's, from the
+    per-step samples' order statistics, widened by the run's drift allowance). A low end
+    of 0 with a high end at the clock's resolution means "too small to see", never 0."""
 
     batch_size: int
     global_batch: int
@@ -417,9 +443,14 @@ class DataParallelBatch:
     communication_exposed_s: float | None
     communication_share: float | None
     allreduce_at_bus_bandwidth_s: float | None
-    hidden_share: float | None
+    hidden_share: float | None  # 1 - exposed / in flight (or / the bus-bandwidth time)
     slowest_rank: int | None
     straggler_lag_s: float | None
+    communication_exposed_interval_s: Interval | None = None
+    communication_share_interval: Interval | None = None
+    # Median time per step any bucket's all-reduce was running (hidden or not).
+    communication_in_flight_s: float | None = None
+    communication_steps: int | None = None  # timed steps the figures come from
 
 
 @dataclass(frozen=True)
@@ -433,6 +464,34 @@ class DataParallelPick:
     accumulation_steps: int | None = None
     global_batch_reached: int | None = None
     communication_per_sample_with_accumulation_s: float | None = None
+    communication_per_sample_interval_s: Interval | None = None
+    communication_per_sample_with_accumulation_interval_s: Interval | None = None
+
+
+class CommunicationTrend(str, Enum):
+    """How the communication share moves from the smallest per-rank batch to the largest:
+    ``falls`` or ``rises`` only where the two 95% intervals do not overlap."""
+
+    FALLS = "falls"
+    RISES = "rises"
+    WITHIN_NOISE = "within_noise"
+
+
+@dataclass(frozen=True)
+class DataParallelPrediction:
+    """A per-rank batch size the sweep did not measure (one the step-time model predicts):
+    the band a measurement there falls inside, built from the measured neighbours' step
+    intervals and every measured all-reduce interval (classifiers/data_parallel.py)."""
+
+    batch_size: int
+    global_batch: int
+    step_interval_s: Interval
+    global_throughput_interval_per_s: Interval
+    from_batches: list[int] = field(default_factory=list)  # the measured sizes it rests on
+    # The step-time model's own latency there (it has no term for the all-reduce), and
+    # whether it lies inside the band; None where the model gave none.
+    step_model_latency_s: float | None = None
+    step_model_inside: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -447,6 +506,9 @@ class DataParallel:
     bus_bandwidth_bytes_per_s: float | None
     batches: list[DataParallelBatch]
     recommendation: DataParallelPick | None = None
+    # None: fewer than two sizes with an interval (or a report that predates them).
+    communication_trend: CommunicationTrend | None = None
+    predictions: list[DataParallelPrediction] = field(default_factory=list)
 
 
 class AllocatorSetBy(str, Enum):
@@ -471,6 +533,7 @@ class KeptBatch:
     page_faults_per_step: float | None = None
     kept_page_faults_per_step: float | None = None
     speedup: float | None = None
+    speedup_interval: Interval | None = None  # 95%, from both timings' intervals
     taken: bool | None = None  # None: the size never faulted, so it cannot tell
 
 

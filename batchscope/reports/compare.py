@@ -1,19 +1,36 @@
 """``diagnose compare BASE.json HEAD.json``: what changed between two reports, and a CI gate.
 
-The gate is throughput at the batch size the *base* recommends: a change that makes that
-batch more than ``threshold`` slower, by more than the noise between runs can explain, is a
-regression (exit 1), and so is a head that could not measure it at all.
+The gate holds the head to the batch size the *base* recommends, on two kinds of evidence.
 
-The noise is judged, not assumed away. The same code drifts between runs on a shared
-machine by more than its spread inside one run. Issue 13 measured BERT at batch 1 at 139,
-171, 170 and 141 ms, each run tight. So each side may be several runs (repeated reports):
-their mean throughput is compared, and the standard error comes from their scatter. A side
-with a single run is given :data:`RUN_DRIFT` (``--run-drift``) of run-to-run noise. A drop
-beyond the threshold but within ~2 standard errors is *inconclusive*, not a regression, and
-the verdict says how confident it is. Reports are read with
-:func:`~batchscope.reports.json_report.load_report` (the typed loader,
-:func:`~batchscope.records.codec.decode_report`), so a foreign file is a usage error
-(exit 4), never a crash, and everything here reads typed fields.
+**Work first, exact.** Each report counted the work of a step at every batch size it
+measured with the op breakdown: FLOPs, bytes, op calls (and GPU kernel launches where a trace
+gave them; records/work.py). Two runs of the same code count exactly the same, so no drift
+explains a difference. A head that does more of any of them than ``threshold`` (default 10%)
+at the gate is a regression (exit 1), whatever the clock says, as instruction counts are in
+CI benchmarking. More work at another batch size both measured is a warning, not a failure
+(the gate is the base's pick, as for time); less work is reported too.
+
+**Time second, with its noise.** The same code drifts between runs on a shared machine far
+more than inside one run: on the 2-core VMs of issue 31 two runs of identical code differed
+by 22%, and the speed drifts 10-30% over minutes (issue 13: BERT at batch 1 ran 139, 171,
+170 and 141 ms, each run tight). So a side may be several runs (repeated reports): their
+mean throughput is compared, and the noise comes from their scatter (Welch's t on the log
+throughputs; the Mann-Whitney U test's p-value, Google Benchmark's, is shown beside it). A
+side with a single run says nothing of run-to-run drift, so it is given the largest of
+:data:`RUN_DRIFT` (``--run-drift``, 15%: one relative standard deviation per run, chosen so
+that identical code whose runs differ by 22-30% stays within ~1.5 standard errors of a pair
+of runs), the drift its own control measured (``run.drift``) and its gate throughput's
+interval. A drop is a regression only past the threshold *and* beyond the 95% one-sided
+bound of that noise; a drop past the threshold within the noise is *inconclusive* (exit 0),
+and the verdict says how large a drop this noise could tell (about 34% for one run a side at
+the default). Identical code then fails the gate in well under 5% of ordered pairs of runs
+(tests/reports/test_compare_noise.py simulates it). For a real time gate on such a machine,
+repeat the runs or time both sides in one run: ``diagnose compare --ab``
+(reports/ab_compare.py).
+
+Reports are read with :func:`~batchscope.reports.json_report.load_report` (the typed loader,
+:func:`~batchscope.records.codec.decode_report`), so a foreign file is a usage error (exit
+4), never a crash, and everything here reads typed fields.
 
 Example:
     >>> result = compare_files("base/report.json", "head/report.json")  # doctest: +SKIP
@@ -31,23 +48,37 @@ from dataclasses import dataclass, field
 
 from batchscope.errors import UsageError
 from batchscope.records import BatchResult, Report
+from batchscope.records.work import WorkChange, WorkDelta, WorkMeasure, work_count, work_delta
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.flag_text import rule_text
 from batchscope.reports.json_report import load_report
+from batchscope.stats import Z95, mann_whitney_u, student_t_cdf, student_t_quantile
 
 DEFAULT_THRESHOLD = 0.10
 REGRESSION_EXIT_CODE = 1
-# A timing spread (IQR over median) above this share of the threshold makes the verdict
-# fragile: the reader is told to rerun with a longer --min-time.
+# A timing spread (IQR over median) above this share of the threshold makes a single run's
+# time fragile: the reader is told how it compares with the threshold and to rerun.
 NOISE_SHARE_OF_THRESHOLD = 0.5
 MAX_CLASS_CHANGES = 40
 # Run-to-run noise of one run's throughput (a relative standard deviation) on a side with a
-# single report: the per-round scatter of docs/benchmarks.md table 1 on these 2-core VMs is
-# ~5% (0.89-1.20 of Timer's median at worst); repeated runs replace it with their own.
-RUN_DRIFT = 0.05
-# A drop is a regression only this many standard errors beyond noise (~97.5% one-sided).
-Z_CONFIDENT = 1.96
+# single report. Issue 31: on a shared 2-core cloud VM two runs of identical code differed by
+# 22%, and the machine's speed drifts 10-30% over minutes; issue 13's four BERT runs (139,
+# 171, 170, 141 ms) scatter by 11%. 15% a run puts a pair of runs' difference at ±21% (one
+# standard deviation), so a 22-30% gap between identical runs is within 1.5 standard errors,
+# never past the 1.96 the gate asks. (The old 5% came from the scatter *inside* one timing
+# round, docs/benchmarks.md table 1: it called identical code 99.9% slower.) Repeated runs
+# measure it instead; a dedicated quiet machine may pass a smaller --run-drift.
+RUN_DRIFT = 0.15
+# A drop is a regression only beyond this one-sided confidence (the 95% two-sided bound).
+CONFIDENCE = 0.975
+Z_CONFIDENT = Z95
+# Sides of several runs: the Mann-Whitney U test's p-value is shown below this many runs on
+# either side only as a caution (3 against 3 cannot reach p < 0.05).
+U_TEST_MIN_RUNS = 2
+# One run's relative standard deviation is never taken above this (1000%): a hostile report's
+# drift or interval must not overflow the statistics.
+MAX_RUN_NOISE = 10.0
 
 
 @dataclass
@@ -89,6 +120,22 @@ class ClassChange:
     head_bound: str
 
 
+@dataclass(frozen=True)
+class SideNoise:
+    """The noise of one side's mean throughput at the gate, in natural-log units (a
+    relative standard deviation): ``per_run`` the standard deviation of one run,
+    ``standard_error`` of the side's mean, ``dof`` its degrees of freedom (inf: assumed, not
+    estimated), ``source`` where ``per_run`` came from: "scatter" (several runs),
+    "run_drift" (the --run-drift floor), "control" (the report's own drift control) or
+    "interval" (its gate throughput's 95% interval)."""
+
+    runs: int
+    per_run: float
+    standard_error: float
+    dof: float
+    source: str
+
+
 @dataclass
 class Comparison:
     """Everything ``compare`` found; :attr:`regression` decides the exit code."""
@@ -108,26 +155,151 @@ class Comparison:
     class_changes: list[ClassChange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     runs: tuple[int, int] = (1, 1)  # reports on each side (repeated runs)
-    standard_error: float | None = None  # of the relative throughput change
+    standard_error: float | None = None  # of the log throughput ratio at the gate
     confidence: float | None = None  # that the head is slower at the gate (one-sided)
     inconclusive: bool = False  # a drop past the threshold that the noise can explain
+    # The work per step at every batch size both first reports counted (records/work.py),
+    # and at the gate; the gate's more work is a regression on its own.
+    work: list[WorkDelta] = field(default_factory=list)
+    work_gate: WorkDelta | None = None
+    work_regression: bool = False
+    time_regression: bool = False
+    noise: tuple[SideNoise, SideNoise] | None = None  # base, head
+    dof: float | None = None  # Welch-Satterthwaite degrees of freedom of the time test
+    # The smallest throughput drop this noise lets fail the gate (never below the threshold).
+    detectable_drop: float | None = None
+    u_test_p: float | None = None  # Mann-Whitney U, sides of several runs only
+    work_verdict: str = ""
+    time_verdict: str = ""
 
 
+# -- the statistics ------------------------------------------------------------------------------
 def run_noise(throughputs: Sequence[float], run_drift: float) -> float:
     """The relative standard error of the mean throughput of one side's runs: from their
     scatter when there are several, else ``run_drift`` (one run says nothing of drift)."""
     if len(throughputs) < 2:
         return run_drift
-    mean = statistics.fmean(throughputs)
-    return statistics.stdev(throughputs) / mean / math.sqrt(len(throughputs))
+    logs = _logs(throughputs)
+    return statistics.stdev(logs) / math.sqrt(len(logs))
 
 
-def slower_confidence(change: float, standard_error: float) -> float:
-    """How sure we are that the head is slower: the one-sided normal probability."""
-    z = -change / standard_error if standard_error > 0 else math.inf
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))) if math.isfinite(z) else 1.0
+def slower_confidence(change: float, standard_error: float, dof: float = math.inf) -> float:
+    """How sure we are that the head is slower: the one-sided probability of Student's t
+    (the normal's at infinite ``dof``) of the relative ``change``'s log over its standard
+    error."""
+    if change <= -1:
+        return 1.0
+    if standard_error <= 0:
+        return 1.0 if change < 0 else 0.0 if change > 0 else 0.5
+    return student_t_cdf(-math.log1p(change) / standard_error, dof)
 
 
+def welch_dof(noises: Sequence[SideNoise]) -> float:
+    """Welch-Satterthwaite's degrees of freedom of the difference of the sides' means (inf
+    where every side's noise is assumed, not estimated)."""
+    total = sum(n.standard_error ** 2 for n in noises)
+    spread = sum(n.standard_error ** 4 / n.dof for n in noises if math.isfinite(n.dof))
+    if total <= 0 or spread <= 0:
+        return math.inf
+    return total ** 2 / spread
+
+
+def _logs(values: Sequence[float]) -> list[float]:
+    return [math.log(x) for x in values if x > 0]
+
+
+def side_noise(reports: Sequence[Report], throughputs: Sequence[float], gate: int,
+               run_drift: float) -> SideNoise:
+    """One side's noise at the gate (:class:`SideNoise`): the scatter of its runs' log
+    throughputs when it has several; for a single run the largest of ``run_drift``, the
+    drift its own control measured and its gate throughput interval's half-width over 1.96."""
+    logs = _logs(throughputs)
+    if len(logs) >= 2:
+        sd = statistics.stdev(logs)
+        return SideNoise(len(logs), sd, sd / math.sqrt(len(logs)), len(logs) - 1.0, "scatter")
+    per_run, source = run_drift, "run_drift"
+    report = reports[0] if reports else None
+    control = report.run.drift if report is not None else None
+    if control is not None and math.isfinite(control.drift) and control.drift > per_run:
+        per_run, source = min(control.drift, MAX_RUN_NOISE), "control"
+    batch = v.batch_of(report, gate) if report is not None else None
+    interval = batch.throughput_interval_per_s if batch is not None else None
+    if interval is not None and batch is not None and batch.throughput_per_s \
+            and interval.low > 0 and math.isfinite(interval.high):
+        t = batch.throughput_per_s
+        half = max(math.log(t) - math.log(interval.low), math.log(interval.high) - math.log(t),
+                   0.0) / Z95
+        if half > per_run:
+            per_run, source = min(half, MAX_RUN_NOISE), "interval"
+    return SideNoise(1, per_run, per_run, math.inf, source)
+
+
+# -- the work ------------------------------------------------------------------------------------
+def work_deltas(base: Report, head: Report, threshold: float) -> list[WorkDelta]:
+    """The work per step at every batch size both reports measured and counted."""
+    out = []
+    heads: dict[int, BatchResult] = {}
+    for h in v.measured(head):
+        heads.setdefault(h.batch_size, h)  # the first, as view.batch_of reads it
+    for b in v.measured(base):
+        base_work = work_count(b)
+        head_work = work_count(heads.get(b.batch_size))
+        if base_work is not None and head_work is not None:
+            delta = work_delta(b.batch_size, base_work, head_work, threshold)
+            if delta.changes:
+                out.append(delta)
+    return out
+
+
+MEASURE_WORDS = {WorkMeasure.FLOPS: "FLOPs", WorkMeasure.BYTES: "bytes",
+                 WorkMeasure.OP_CALLS: "op calls", WorkMeasure.KERNEL_CALLS: "kernel launches"}
+
+
+def change_text(c: WorkChange) -> str:
+    """``"FLOPs +30.0% (1.0 MFLOP → 1.3 MFLOP)"``."""
+    return f"{MEASURE_WORDS[c.measure]} {work_change_pct(c)} ({work_value(c.measure, c.base)} " \
+           f"→ {work_value(c.measure, c.head)})"
+
+
+def work_change_pct(c: WorkChange) -> str:
+    """The change as a signed percentage, "new" where the base counted none."""
+    if c.change is None:
+        return "new"
+    return fmt.signed_pct(c.change)
+
+
+def work_value(measure: WorkMeasure, value: float) -> str:
+    """A count in its unit."""
+    if measure == WorkMeasure.FLOPS:
+        return fmt.flops(value)
+    if measure == WorkMeasure.BYTES:
+        return fmt.nbytes(value)
+    return fmt.number(value)
+
+
+def work_sentence(gate: int, delta: WorkDelta | None, threshold: float,
+                  where: str = " (the base's recommendation)") -> str:
+    """The work verdict at the gate in words."""
+    if delta is None:
+        return (f"the work per step at batch {gate} was not counted on both sides (a "
+                "timing-only run, or the head did not measure it): the gate rests on time")
+    if delta.more_work:
+        return (f"the head does more work per step at batch {gate}{where}: "
+                + ", ".join(change_text(c) for c in delta.more_work)
+                + f" — past the {fmt.pct(threshold)} threshold, and counted, so no drift "
+                "explains it")
+    names = ", ".join(MEASURE_WORDS[c.measure] for c in delta.changes)
+    if delta.less_work:
+        return (f"the head does less work per step at batch {gate}: "
+                + ", ".join(change_text(c) for c in delta.less_work))
+    if delta.same:
+        return f"the work per step at batch {gate} is the same ({names} counted alike)"
+    moved = max(delta.changes, key=lambda c: abs(c.change or 0.0))
+    return (f"the work per step at batch {gate} is within the {fmt.pct(threshold)} threshold "
+            f"(the largest move: {change_text(moved)})")
+
+
+# -- the comparison -------------------------------------------------------------------------------
 def _mean(values: Sequence[float]) -> float:
     """The mean of finite throughputs, without overflowing where their sum would."""
     try:
@@ -179,6 +351,18 @@ def _class_changes(base: Report, head: Report) -> list[ClassChange]:
     return out
 
 
+def spread_warning(label: str, gate: int, spread: float, threshold: float) -> str:
+    """The sentence for a timing spread past half the threshold, worded by how the two
+    numbers compare (a 27% spread is *wider than* a 10% threshold, not close to it)."""
+    if spread >= threshold:
+        relation = f"wider than the {fmt.pct(threshold)} threshold itself"
+    else:
+        relation = f"more than half the {fmt.pct(threshold)} threshold"
+    return (f"the {label}'s step latency at batch {gate} spreads {fmt.pct(spread, 1)} (p25 to "
+            f"p75), {relation}: its time says little about a change of that size; rerun with "
+            "a longer --min-time on a quiet machine, or time both sides with --ab")
+
+
 def _warnings(base: Report, head: Report, gate: int, threshold: float) -> list[str]:
     out = []
     hb, hh = base.hardware, head.hardware
@@ -196,9 +380,7 @@ def _warnings(base: Report, head: Report, gate: int, threshold: float) -> list[s
     for label, report in (("base", base), ("head", head)):
         spread = _iqr_share(v.batch_of(report, gate))
         if spread is not None and spread > NOISE_SHARE_OF_THRESHOLD * threshold:
-            out.append(f"the {label}'s step latency at batch {gate} spreads {fmt.pct(spread, 1)} "
-                       f"(p25 to p75), close to the {fmt.pct(threshold)} threshold: rerun with a "
-                       "longer --min-time on a quiet machine")
+            out.append(spread_warning(label, gate, spread, threshold))
         if report.partial:
             out.append(f"the {label} report is partial (the sweep was interrupted)")
     return out
@@ -216,15 +398,78 @@ def _throughputs(reports: Sequence[Report], gate: int) -> list[float]:
             if (b := v.batch_of(report, gate)) is not None and b.throughput_per_s is not None]
 
 
+@dataclass(frozen=True)
+class _TimeVerdict:
+    change: float | None
+    regression: bool
+    inconclusive: bool
+    sentence: str
+    se: float | None = None
+    confidence: float | None = None
+    noise: tuple[SideNoise, SideNoise] | None = None
+    dof: float | None = None
+    detectable: float | None = None
+    u_test_p: float | None = None
+
+
+def _time_verdict(bases: Sequence[Report], heads: Sequence[Report], gate: int, unit: str,
+                  threshold: float, run_drift: float) -> _TimeVerdict:
+    base_runs, head_runs = _throughputs(bases, gate), _throughputs(heads, gate)
+    base_t = _mean(base_runs)
+    if not head_runs:
+        status = next((b.status.value for b in heads[0].batches if b.batch_size == gate),
+                      "not tried")
+        return _TimeVerdict(None, True, False,
+                            f"the head did not measure batch {gate}, the base's recommendation "
+                            f"({status}); the base ran it at {fmt.rate(base_t, unit)}")
+    head_t = _mean(head_runs)
+    change = head_t / base_t - 1.0
+    noise = (side_noise(bases, base_runs, gate, run_drift),
+             side_noise(heads, head_runs, gate, run_drift))
+    se = math.hypot(noise[0].standard_error, noise[1].standard_error)
+    dof = welch_dof(noise)
+    critical = student_t_quantile(CONFIDENCE, dof) if se > 0 else 0.0
+    confidence = slower_confidence(change, se, dof)
+    log_change = math.log1p(change) if change > -1 else -math.inf
+    beyond_noise = se == 0 or log_change <= -critical * se
+    regression = change < -threshold and beyond_noise
+    inconclusive = change < -threshold and not beyond_noise
+    detectable = max(threshold, -math.expm1(-critical * se))
+    u_p = (mann_whitney_u(base_runs, head_runs)
+           if min(len(base_runs), len(head_runs)) >= U_TEST_MIN_RUNS else None)
+    runs = ("" if len(base_runs) == len(head_runs) == 1 else
+            f", means of {len(base_runs)} base and {len(head_runs)} head runs")
+    single = len(base_runs) == 1 or len(head_runs) == 1
+    kind = "drift between runs" if single else "noise between runs"
+    sentence = (f"throughput at batch {gate} (the base's recommendation) went from "
+                f"{fmt.rate(base_t, unit)} to {fmt.rate(head_t, unit)} "
+                f"({fmt.signed_pct(change)}; the threshold is −{fmt.pct(threshold)}{runs}); "
+                f"{kind} ±{fmt.pct(-math.expm1(-critical * se), 1)} at 95%, "
+                f"{fmt.pct(confidence, 1)} sure the head is slower")
+    if u_p is not None:
+        sentence += f" (Mann-Whitney U p = {u_p:.3g})"
+    if inconclusive:
+        sentence += (" — the drop is within that noise: repeat each side's run (give "
+                     "several reports, comma-separated) or time both sides in one run (--ab) "
+                     "to decide")
+    return _TimeVerdict(change, regression, inconclusive, sentence, se, confidence, noise,
+                        dof, detectable, u_p)
+
+
+def _label(regression: bool, inconclusive: bool) -> str:
+    return "regression" if regression else "inconclusive" if inconclusive else "no regression"
+
+
 def compare(base: Report | Sequence[Report], head: Report | Sequence[Report],
             threshold: float = DEFAULT_THRESHOLD, base_label: str = "base",
             head_label: str = "head", run_drift: float = RUN_DRIFT) -> Comparison:
-    """Compare typed reports; ``threshold`` is the largest tolerated throughput drop.
+    """Compare typed reports; ``threshold`` is the largest tolerated throughput drop and the
+    largest tolerated growth of the work per step.
 
     ``base`` and ``head`` are each one report or several runs of the same code (repeated
-    reports); the first of each is the one shown row by row. Reports from outside come
-    through :func:`~batchscope.records.codec.decode_report` (or :func:`load_report`), so
-    every field here has its type.
+    reports); the first of each is the one shown row by row, and whose work is compared.
+    Reports from outside come through :func:`~batchscope.records.codec.decode_report` (or
+    :func:`load_report`), so every field here has its type.
 
     Raises:
         UsageError: a side holds no report, the threshold is out of range, or the base
@@ -246,50 +491,44 @@ def compare(base: Report | Sequence[Report], head: Report | Sequence[Report],
         raise UsageError(f"{base_label} has no recommended batch size, so there is nothing to "
                          "hold the head to.")
     unit = v.unit(first_base)
-    base_runs, head_runs = _throughputs(bases, gate), _throughputs(heads, gate)
-    base_t = _mean(base_runs)
-    se = confidence = None
-    inconclusive = False
-    if not head_runs:
-        status = next((b.status.value for b in first_head.batches if b.batch_size == gate),
-                      "not tried")
-        change, regression = None, True
-        verdict = (f"regression: the head did not measure batch {gate}, the base's "
-                   f"recommendation ({status}); the base ran it at {fmt.rate(base_t, unit)}")
-    else:
-        head_t = _mean(head_runs)
-        change = head_t / base_t - 1.0
-        se = math.hypot(run_noise(base_runs, run_drift), run_noise(head_runs, run_drift))
-        confidence = slower_confidence(change, se)
-        beyond_noise = se == 0 or change / se <= -Z_CONFIDENT
-        regression = change < -threshold and beyond_noise
-        inconclusive = change < -threshold and not beyond_noise
-        what = ("regression" if regression else
-                "inconclusive" if inconclusive else "no regression")
-        runs = ("" if len(base_runs) == len(head_runs) == 1 else
-                f", means of {len(base_runs)} base and {len(head_runs)} head runs")
-        verdict = (f"{what}: throughput at batch {gate} (the base's recommendation) went from "
-                   f"{fmt.rate(base_t, unit)} to {fmt.rate(head_t, unit)} "
-                   f"({fmt.signed_pct(change)}; the threshold is −{fmt.pct(threshold)}{runs}); "
-                   f"noise between runs ±{fmt.pct(Z_CONFIDENT * se, 1)} at 95%, "
-                   f"{fmt.pct(confidence, 1)} sure the head is slower")
-        if inconclusive:
-            verdict += (" — the drop is within that noise: repeat each side's run (give "
-                        "several reports, comma-separated) to decide")
+    time = _time_verdict(bases, heads, gate, unit, threshold, run_drift)
+    work = work_deltas(first_base, first_head, threshold)
+    work_gate = next((d for d in work if d.batch_size == gate), None)
+    work_regression = work_gate is not None and bool(work_gate.more_work)
+    regression = time.regression or work_regression
+    inconclusive = time.inconclusive and not regression
+    work_text = work_sentence(gate, work_gate, threshold)
+    parts = [work_text, time.sentence] if work_regression else [time.sentence, work_text]
+    verdict = f"{_label(regression, inconclusive)}: " + "; ".join(parts)
     head_rec = first_head.recommendation
     warnings = _warnings(first_base, first_head, gate, threshold)
-    if len(base_runs) == 1 or len(head_runs) == 1:
-        warnings.append(f"a side with a single run is given ±{fmt.pct(run_drift)} of "
-                        "run-to-run drift (--run-drift); repeated runs measure it instead")
+    elsewhere = [d for d in work if d.batch_size != gate and d.more_work]
+    if elsewhere:
+        warnings.append("the head does more work per step at other batch sizes (the gate "
+                        "holds it at the base's recommendation only): "
+                        + "; ".join(f"batch {d.batch_size}: "
+                                    + ", ".join(change_text(c) for c in d.more_work)
+                                    for d in elsewhere[:6])
+                        + (f"; and {len(elsewhere) - 6} more" if len(elsewhere) > 6 else ""))
+    if time.noise is not None and any(n.runs == 1 for n in time.noise):
+        per_run = max(n.per_run for n in time.noise if n.runs == 1)
+        warnings.append(f"a side with a single run is given ±{fmt.pct(per_run, 1)} of "
+                        f"run-to-run drift (--run-drift {fmt.pct(run_drift)}, or the run's own "
+                        "drift control where larger), so its time fails the gate only past a "
+                        f"{fmt.pct(time.detectable or 0.0, 1)} drop; repeated runs measure the "
+                        "drift instead, and --ab cancels it")
     return Comparison(
         base_target=v.target(first_base), head_target=v.target(first_head), unit=unit,
         threshold=threshold, rows=_rows(first_base, first_head), base_recommended=gate,
         head_recommended=head_rec.batch_size if head_rec is not None else None,
-        base_rule=_rule(first_base), head_rule=_rule(first_head), gate_change=change,
+        base_rule=_rule(first_base), head_rule=_rule(first_head), gate_change=time.change,
         regression=regression, verdict=verdict,
         class_changes=_class_changes(first_base, first_head), warnings=warnings,
-        runs=(len(bases), len(heads)), standard_error=se, confidence=confidence,
-        inconclusive=inconclusive,
+        runs=(len(bases), len(heads)), standard_error=time.se, confidence=time.confidence,
+        inconclusive=inconclusive, work=work, work_gate=work_gate,
+        work_regression=work_regression, time_regression=time.regression, noise=time.noise,
+        dof=time.dof, detectable_drop=time.detectable, u_test_p=time.u_test_p,
+        work_verdict=work_text, time_verdict=time.sentence,
     )
 
 

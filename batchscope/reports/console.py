@@ -28,6 +28,7 @@ from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
 from batchscope.records import (
     BatchResult,
+    Interval,
     LatencyStats,
     ModelInfo,
     PeakMemoryMethod,
@@ -91,13 +92,13 @@ class ProgressCallbacks(Callbacks):
             f"  batch {result.batch_size:>5}: {result.status.value:<11} {thr}"))
 
 
-def _latency_cells(lat: LatencyStats | None) -> tuple[str, str]:
-    """The median and the p25-p75 range in one unit, the median's."""
+def _latency_cells(batch: BatchResult) -> tuple[str, str]:
+    """The median with its 95% interval, and the p25-p75 range in the median's unit."""
+    lat: LatencyStats | None = batch.latency_s
     if lat is None:
         return fmt.MISSING, fmt.MISSING
-    scale, unit = fmt.time_scale(lat.median)
-    return (f"{lat.median / scale:,.3g} {unit}",
-            f"{lat.p25 / scale:,.3g}-{lat.p75 / scale:,.3g}")
+    spread = fmt.seconds_band(lat.median, Interval(lat.p25, lat.p75))
+    return v.latency_text(batch), spread[spread.index("(") + 1:-1]
 
 
 def _recommendation_lines(console: Console, report: Report, rec: Recommendation) -> None:
@@ -105,7 +106,13 @@ def _recommendation_lines(console: Console, report: Report, rec: Recommendation)
     unit = v.unit(report)
     console.print(escape(f"* recommended batch size: {rec.batch_size} "
                          f"({rule_text(rec.rule, unit)})"))
-    console.print(escape(f"speedup from batching: {fmt.ratio(rec.speedup_from_batching)}"))
+    speedup = narrative.speedup_band(rec)
+    if v.speedup_within_noise(rec):
+        speedup += ": within noise"
+    console.print(escape(f"speedup from batching: {speedup}"))
+    if len(rec.equivalent_batch_sizes) > 1:
+        console.print(escape("equivalent within noise: batch sizes "
+                             + ", ".join(str(b) for b in rec.equivalent_batch_sizes)))
     parallel = (narrative.data_parallel_headline(report)
                 or narrative.accumulation_headline(report))
     if parallel:
@@ -126,17 +133,24 @@ def print_summary(console: Console, report: Report) -> None:
     rec = report.recommendation
     title = "batchscope trace" if v.from_trace(report) else "batchscope sweep"
     table = Table(title=title, title_justify="left", padding=(0, 1))
-    for col in ("batch", "latency", "p25-p75", f"{unit}s/s", "peak mem", "status"):
+    # Latency and throughput with their 95% intervals (fmt's *_band: "686 k (629–748 k)");
+    # the p25-p75 spread only for a report written before intervals (summary.md and
+    # report.html keep both), so the table fits a terminal of 80 columns.
+    spread_column = not any(b.latency_interval_s for b in report.batches)
+    columns = ["batch", "latency (95%)", *(["p25-p75"] if spread_column else []),
+               escape(f"{unit}s/s (95%)"), "peak mem", "status"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "status" else "right")
     for b in report.batches:
-        median, spread = _latency_cells(b.latency_s)
+        median, spread = _latency_cells(b)
         status = b.status.value
         if b.status != Status.OK and v.failure_text(b):
             status += ": " + v.failure_text(b).splitlines()[0][:48]
         mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
-            f"{b.batch_size}{mark}" if v.batch_size_known(report) else "?", median, spread,
-            fmt.si(b.throughput_per_s), fmt.nbytes(b.peak_memory_bytes), escape(status),
+            f"{b.batch_size}{mark}" if v.batch_size_known(report) else "?", median,
+            *([spread] if spread_column else []),
+            escape(v.throughput_text(b)), fmt.nbytes(b.peak_memory_bytes), escape(status),
         )
     console.print(table)
     if v.peak_memory_method(report) != PeakMemoryMethod.NONE:

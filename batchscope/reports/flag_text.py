@@ -147,8 +147,13 @@ def _page_faults(f: Flag) -> str:
     parts = ", ".join(f"batch {b}: {float(n):,.0f} ({float(n) * page / MIB:,.0f} MiB, "
                       f"~{float(s):.0%})" for b, n, s in
                       zip(_list(f, "batch_sizes"), _list(f, "faults"), _list(f, "shares")))
+    # The cost of a fault: measured side by side on this machine where the allocator check
+    # ran (view.shown_flag restates the shares at it), else the estimate.
+    cost = (f"~{_n(f, 'cost_s') * 1e6:.2g} µs a fault, measured side by side on this machine"
+            if f.values.get("measured") else
+            f"~{_n(f, 'cost_s') * 1e6:g} µs a fault, an estimate")
     return (f"page faults per step, with the memory mapped afresh every step and the share of "
-            f"the step they take at ~{_n(f, 'cost_s') * 1e6:g} µs a fault: {parts}. The "
+            f"the step they take at {cost}: {parts}. The "
             "allocator returns large buffers to the OS and faults them in again each step; "
             "jemalloc or tcmalloc (LD_PRELOAD), or glibc's MALLOC_MMAP_THRESHOLD_ and "
             "MALLOC_TRIM_THRESHOLD_ set above the largest buffer, keep them mapped")
@@ -234,6 +239,12 @@ def _trainer_accumulates(f: Flag) -> str:
 
 _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {_t(f, 'reason')}",
+    FlagKind.PLATEAU_OVERRULED: lambda f: (
+        f"the measured throughput levelled off by batch {f.batch_size}, but the step-time "
+        f"model, fitted on batches {_sizes(_list(f, 'fitted_on'))} from their exact FLOPs and "
+        f"bytes, predicts {_n(f, 'gain'):.3g}× more at batch {int(_n(f, 'highest'))} "
+        f"(up to {_n(f, 'projected_per_s'):,.4g}/s against the plateau's bar of "
+        f"{_n(f, 'bar_per_s'):,.4g}/s): the sweep went on"),
     FlagKind.BREAKDOWN_FAILED: lambda f: (f"op breakdown failed in {_t(f, 'phase')}: "
                                           f"{_t(f, 'error')}"),
     FlagKind.BREAKDOWN_LOST: lambda f: f"op breakdown lost: {_t(f, 'reason')}",
@@ -419,7 +430,8 @@ def limit_text(over: OverLimit) -> str:
 def rule_text(rule: Rule, unit: str) -> str:
     """The rule that picked the recommended batch size, with its numbers, in ``unit``s."""
     near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the best "
-            f"measured ({rule.best_value:,.1f} {unit}s/s at batch {rule.best_batch_size})")
+            f"measured ({rule.best_value:,.1f} {unit}s/s at batch {rule.best_batch_size}) "
+            "within noise: the top of its 95% interval reaches that")
     if rule.kind == RuleKind.ENERGY:
         text = (f"smallest batch size whose energy per {unit} is within "
                 f"{1 / rule.share - 1:.0%} of the lowest measured ({rule.best_value:.4g} "

@@ -7,9 +7,18 @@ same wherever it is shown. Bytes are decimal (1 MB = 1e6 bytes) everywhere, as b
 
 Every formatter takes ``None`` (a value the report does not have) and returns ``"–"``, so a
 renderer never has to branch on missing data to print it.
+
+A figure with its 95% interval reads the same in every format: the figure, then its interval
+in brackets, both ends in the figure's own unit and scale (``"638 k (479–843 k)"``,
+``"746 µs (685–815 µs)"``, ``"82.4× (68.2–97.1×)"``); a figure without one (a report
+written before intervals) is the figure alone. The ``*_band`` formatters below.
 """
 
 from __future__ import annotations
+
+import math
+
+from batchscope.records.interval import Interval
 
 MISSING = "–"
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -123,3 +132,100 @@ def shapes(input_shapes: list[list[int]] | None) -> str:
     if not input_shapes:
         return ""
     return " ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in input_shapes)
+
+
+# -- a figure with its 95% interval ---------------------------------------------------------
+def _scaled(value: float, digits: int = 3) -> str:
+    """One end of an interval, already divided by its scale: 3 significant digits, whole
+    numbers with thousands separators from 1,000 up (never ``"1.2e+03"``)."""
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _band(text: str, interval: Interval | None, scale: float, suffix: str) -> str:
+    """``text`` and the interval's ends divided by ``scale``, each followed by ``suffix``."""
+    if interval is None or math.isnan(interval.low) or math.isnan(interval.high):
+        return text
+    low = _scaled(interval.low / scale)
+    if not math.isfinite(interval.high):
+        return f"{text} (≥ {low}{suffix})"
+    return f"{text} ({low}–{_scaled(interval.high / scale)}{suffix})"
+
+
+def si_band(value: float | None, interval: Interval | None, unit: str = "") -> str:
+    """A quantity and its interval, both ends at the quantity's SI prefix.
+
+    Example:
+        >>> si_band(638_000, Interval(479_000, 843_000))
+        '638 k (479–843 k)'
+        >>> si_band(638_000, None)
+        '638 k'
+    """
+    if value is None:
+        return MISSING
+    scale, prefix = next(((s, p) for s, p in _SI if abs(value) >= s), (1.0, ""))
+    suffix = f" {prefix}{unit}".rstrip()
+    return _band(si(value, unit), interval, scale, suffix)
+
+
+def rate_band(value: float | None, interval: Interval | None, unit: str) -> str:
+    """A throughput and its interval: ``"686 k (629–748 k) samples/s"``."""
+    if value is None:
+        return MISSING
+    return f"{si_band(value, interval)} {unit}s/s"
+
+
+def seconds_band(value: float | None, interval: Interval | None) -> str:
+    """A duration and its interval, both ends in the duration's unit.
+
+    Example:
+        >>> seconds_band(746e-6, Interval(685e-6, 815e-6))
+        '746 µs (685–815 µs)'
+    """
+    if value is None:
+        return MISSING
+    if value >= 1:
+        return _band(seconds(value), interval, 1.0, " s")
+    scale, unit = time_scale(value)
+    return _band(seconds(value), interval, scale, f" {unit}")
+
+
+def ratio_band(value: float | None, interval: Interval | None) -> str:
+    """A speedup and its interval.
+
+    Example:
+        >>> ratio_band(82.36, Interval(68.18, 97.06))
+        '82.4× (68.2–97.1×)'
+    """
+    if value is None:
+        return MISSING
+    if interval is None or math.isnan(interval.low) or math.isnan(interval.high):
+        return ratio(value)
+    low = ratio(interval.low)[:-1]
+    if not math.isfinite(interval.high):
+        return f"{ratio(value)} (≥ {low}×)"
+    return f"{ratio(value)} ({low}–{ratio(interval.high)})"
+
+
+def pct_band(value: float | None, interval: Interval | None) -> str:
+    """A share and its interval, in percent.
+
+    Example:
+        >>> pct_band(0.93, Interval(0.81, 1.06))
+        '93% (81–106%)'
+    """
+    if value is None:
+        return MISSING
+    if interval is None or math.isnan(interval.low) or math.isnan(interval.high):
+        return pct(value)
+    if not math.isfinite(interval.high):
+        return f"{pct(value)} (≥ {pct(interval.low)})"
+    return f"{pct(value)} ({interval.low * 100:.0f}–{pct(interval.high)})"
+
+
+def number_band(value: float | None, interval: Interval | None) -> str:
+    """A plain quantity and its interval: ``"46.2 (30.1–62.5)"``."""
+    if value is None:
+        return MISSING
+    return _band(number(value), interval, 1.0, "")

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from batchscope.hardware.figures import CopyFigures, MatmulFigures
 from batchscope.records import BatchResult, OpStat, Report, Status
-from batchscope.reports import fmt
+from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
 from batchscope.reports.escape import truncate_text
 from batchscope.reports.flag_text import flag_text
+from batchscope.reports.narrative import dp_seconds, dp_share
 
 # Longest error text shown per failed batch size in the page.
 MAX_ERROR_CHARS = 1200
@@ -32,31 +33,63 @@ class Card:
     value: str
     sub: str
     unit: str = ""
+    band: str = ""  # the value's 95% interval, "(629–748 k)", shown beside it
+
+
+def _band(with_band: str, plain: str) -> str:
+    """The bracketed interval of a ``fmt.*_band`` text: ``"(629–748 k)"``; "" without one."""
+    return with_band[len(plain):].strip() if with_band.startswith(plain) else ""
 
 
 def cards(report: Report) -> list[Card]:
-    """The recommendation's figures: throughput, speedup, latency, B*."""
+    """The recommendation's figures, each with its 95% interval: throughput, speedup,
+    latency, B*, the batch sizes noise cannot tell apart and the drift control."""
     rec, batch = report.recommendation, v.recommended(report)
     unit = v.unit(report)
     out: list[Card] = []
     if rec is not None and batch is not None:
         lat = batch.latency_s
-        out.append(Card(f"throughput at batch {batch.batch_size}",
-                        fmt.si(batch.throughput_per_s),
+        thr = fmt.si(batch.throughput_per_s)
+        out.append(Card(f"throughput at batch {batch.batch_size}", thr,
                         f"best measured: {fmt.rate(rec.best_throughput_per_s, unit)}"
-                        f" at batch {rec.best_batch_size}", unit=f"{unit}s/s"))
-        out.append(Card("speedup from batching", fmt.ratio(rec.speedup_from_batching),
-                        f"best throughput over batch {rec.speedup_baseline_batch}"))
-        out.append(Card(f"step latency at batch {batch.batch_size}",
-                        fmt.seconds(lat.median if lat else None),
+                        f" at batch {rec.best_batch_size}", unit=f"{unit}s/s",
+                        band=_band(v.throughput_text(batch), thr)))
+        speedup = fmt.ratio(rec.speedup_from_batching)
+        noise = "; within noise" if v.speedup_within_noise(rec) else ""
+        out.append(Card("speedup from batching", speedup,
+                        f"best throughput over batch {rec.speedup_baseline_batch}{noise}",
+                        band=_band(narrative.speedup_band(rec), speedup)))
+        median = fmt.seconds(lat.median if lat else None)
+        out.append(Card(f"step latency at batch {batch.batch_size}", median,
                         f"p25–p75 {fmt.seconds(lat.p25 if lat else None)} – "
-                        f"{fmt.seconds(lat.p75 if lat else None)}"))
+                        f"{fmt.seconds(lat.p75 if lat else None)}",
+                        band=_band(v.latency_text(batch), median)))
     if rec is not None:
         knee = rec.measured_knee_batch
         where = "" if knee is None else (" (in the sweep)" if rec.measured_knee_within_sweep
                                          else " (beyond the sweep)")
-        out.append(Card("critical batch B*, predicted", fmt.number(rec.predicted_critical_batch),
-                        f"knee measured: {fmt.number(knee)}{where}"))
+        predicted = fmt.number(rec.predicted_critical_batch)
+        out.append(Card("critical batch B*, predicted", predicted,
+                        f"knee measured: {fmt.number_band(knee, rec.measured_knee_interval)}"
+                        f"{where}",
+                        band=_band(fmt.number_band(rec.predicted_critical_batch,
+                                                   rec.predicted_critical_batch_interval),
+                                   predicted)))
+        if len(rec.equivalent_batch_sizes) > 1:
+            out.append(Card("equivalent within noise",
+                            ", ".join(str(b) for b in rec.equivalent_batch_sizes),
+                            f"the rule picks the smallest whose throughput could be within "
+                            f"{fmt.pct(rec.near_best_share)} of the best"))
+    drift, allowance = report.run.drift, report.run.drift_allowance
+    if rec is not None and drift is not None:
+        out.append(Card("drift over the sweep", fmt.pct(drift.drift),
+                        f"batch {drift.batch_size}: {fmt.seconds(drift.first_latency_s)} at the "
+                        f"start, {fmt.seconds(drift.control_latency_s)} "
+                        f"{drift.seconds_apart:,.0f} s later; every interval allows "
+                        f"{fmt.pct(allowance if allowance is not None else drift.drift)}"))
+    elif rec is not None and allowance is not None:
+        out.append(Card("drift allowance", fmt.pct(allowance),
+                        "no drift control ran: every interval carries this floor"))
     return out
 
 
@@ -136,13 +169,12 @@ class DataParallelRow:
 
 @dataclass(frozen=True)
 class SyncRow:
-    """One rank at one batch size: its step with and without the gradient all-reduce."""
+    """One rank at one batch size: its median step, the gradient all-reduce included."""
 
     rank: int
     host: str
     status: str
     step: str
-    no_sync: str
     memory: str
     error: str
 
@@ -170,11 +202,13 @@ def data_parallel(report: Report) -> DataParallelView | None:
     unit = v.unit(report)
     rows = [DataParallelRow(r.batch_size, r.global_batch,
                             fmt.rate(r.global_throughput_per_s, unit),
-                            fmt.seconds(r.communication_exposed_s), fmt.pct(r.communication_share),
+                            dp_seconds(r.communication_exposed_s,
+                                       r.communication_exposed_interval_s),
+                            dp_share(r.communication_share, r.communication_share_interval),
                             r.slowest_rank, fmt.seconds(r.straggler_lag_s)) for r in dp.batches]
     ranks = [SyncTable(b.batch_size, [
         SyncRow(r.rank, r.host, r.status.value, fmt.seconds(r.latency_s),
-                fmt.seconds(r.no_sync_latency_s), fmt.nbytes(r.peak_memory_bytes), r.error)
+                fmt.nbytes(r.peak_memory_bytes), r.error)
         for r in b.ranks]) for b in report.batches if b.ranks]
     return DataParallelView(dp.world_size, rows, ranks)
 
@@ -284,8 +318,13 @@ def kept_cells(report: Report) -> dict[int, str]:
             cells[r.batch_size] = r.status.value
             continue
         faults = r.kept_page_faults_per_step
-        cells[r.batch_size] = (f"{fmt.seconds(r.kept_latency_s)} · {faults:,.0f} faults"
-                               if faults is not None else fmt.seconds(r.kept_latency_s))
+        cell = (f"{fmt.seconds(r.kept_latency_s)} · {faults:,.0f} faults"
+                if faults is not None else fmt.seconds(r.kept_latency_s))
+        if r.speedup is not None:  # the gain with its 95% interval
+            cell += f" · {fmt.ratio_band(r.speedup, r.speedup_interval)}"
+            if v.within_noise(r.speedup_interval):
+                cell += ", within noise"
+        cells[r.batch_size] = cell
     return cells
 
 
@@ -297,7 +336,8 @@ class TimingRow:
     status: str
     n: int | None
     block: int
-    median: str
+    median: str  # with its 95% interval
+    throughput: str  # with its 95% interval
     p25: str
     p75: str
     min: str
@@ -322,7 +362,9 @@ def timing_rows(report: Report) -> list[TimingRow]:
         rows.append(TimingRow(
             batch=v.size_label(report, b.batch_size), status=b.status.value,
             n=lat.n if lat else None, block=(lat.block_steps if lat else 0) or 1,
-            median=fmt.seconds(med), p25=fmt.seconds(lat.p25 if lat else None),
+            median=v.latency_text(b) if lat else fmt.MISSING,
+            throughput=v.throughput_text(b) if v.is_measured(b) else fmt.MISSING,
+            p25=fmt.seconds(lat.p25 if lat else None),
             p75=fmt.seconds(lat.p75 if lat else None),
             min=fmt.seconds(lat.min if lat else None), max=fmt.seconds(lat.max if lat else None),
             iqr=fmt.pct(iqr, 1), faults=f"{faults:,.0f}" if faults is not None else fmt.MISSING,

@@ -20,6 +20,7 @@ from batchscope.records import Report
 from batchscope.records.codec import decode_report, dumps, encode
 from batchscope.reports.flag_text import flag_text, rule_text, stop_text
 from batchscope.reports.narrative import explanation
+from batchscope.reports.view import shown_flag
 
 # report.json of a long sweep of a large model stays well under this; anything bigger is
 # not ours (or hostile) and is refused before parsing.
@@ -47,7 +48,7 @@ def document(report: Report) -> dict[str, Any]:
     doc = encode(report)
     unit = report.model.unit or "sample"
     for flag, shown in zip(report.flags, doc["flags"], strict=True):
-        shown["text"] = flag_text(flag)
+        shown["text"] = flag_text(shown_flag(report, flag))  # one page-fault figure
     for batch, shown in zip(report.batches, doc["batches"], strict=True):
         for flag, f in zip(batch.flags, shown["flags"], strict=True):
             f["text"] = flag_text(flag)

@@ -49,13 +49,15 @@ def _headline(report: Report) -> str:
         why = md_text(stop_text(report.stop, unit) or "no batch size finished", 300)
         lines.append(f"**No batch size could be measured** ({why}).")
     else:
-        lat = v.latency_median(batch)
+        speedup = narrative.speedup_text(rec)
         lines += [f"**Recommended batch size: {batch.batch_size}**: "
-                  f"{md_text(fmt.rate(batch.throughput_per_s, unit))} at "
-                  f"{fmt.seconds(lat)} per step; batching lifts throughput "
-                  f"{fmt.ratio(rec.speedup_from_batching)} over batch "
-                  f"{rec.speedup_baseline_batch}.",
+                  f"{md_text(v.throughput_text(batch) + f' {unit}s/s')} at "
+                  f"{v.latency_text(batch)} per step"
+                  + (f"; {md_text(speedup[0].lower() + speedup[1:], 400)}." if speedup else "."),
                   "", f"Rule: {md_text(rule_text(rec.rule, unit), 400)}."]
+        equivalent = narrative.equivalence_text(rec)
+        if equivalent:
+            lines += ["", md_text(equivalent, 400)]
     parallel = (narrative.data_parallel_headline(report)
                 or narrative.accumulation_headline(report))
     if parallel:
@@ -79,8 +81,12 @@ def _facts(report: Report) -> str:
     knee = rec.measured_knee_batch if rec else None
     where = "" if rec is None or knee is None else (
         " (in the sweep)" if rec.measured_knee_within_sweep else " (beyond the sweep)")
+    if rec is not None:
+        predicted = fmt.number_band(rec.predicted_critical_batch,
+                                    rec.predicted_critical_batch_interval)
+    knee_text = fmt.number_band(knee, rec.measured_knee_interval if rec else None)
     rows = [["critical batch B*, predicted", predicted],
-            ["knee of the throughput curve, measured", fmt.number(knee) + where],
+            ["knee of the throughput curve, measured (95%)", knee_text + where],
             ["layers turn compute-bound from batch", crossing]]
     if v.from_trace(report):
         rows = [r for r in rows if r[1] != fmt.MISSING]
@@ -130,21 +136,19 @@ def _batch_rows(report: Report) -> str:
         status = md_cell(b.status.value)
         if v.failure_text(b):
             status += ": " + md_cell(v.failure_text(b), ERROR_CELL_CHARS)
-        gain = (b.throughput_per_s / first.throughput_per_s
-                if first is not None and first.throughput_per_s and b.throughput_per_s
-                and v.is_measured(b) else None)
+        gain, gain_band = v.gain_over(b, first)
         rows.append([
-            mark, status, fmt.seconds(lat.median if lat is not None else None),
+            mark, status, v.latency_text(b) if lat is not None else fmt.MISSING,
             (f"{fmt.seconds(lat.p25)} – {fmt.seconds(lat.p75)}" if lat is not None
              else fmt.MISSING),
-            fmt.si(b.throughput_per_s), fmt.ratio(gain),
+            v.throughput_text(b), fmt.ratio_band(gain, gain_band),
             fmt.nbytes(b.peak_memory_bytes),
             (" / ".join(fmt.pct(v.share_of(share, k)) for k in keys) if share is not None
              else fmt.MISSING),
         ])
     # The batch every gain is against; a trace of unknown batch size has none to name.
     base = v.size_label(report, first.batch_size if first is not None else 1)
-    header = ["batch", "status", "step (median)", "p25 – p75", md_cell(f"{unit}s/s"),
+    header = ["batch", "status", "step (median, 95%)", "p25 – p75", md_cell(f"{unit}s/s (95%)"),
               f"× batch {base}", "peak memory", " / ".join(SHARE_HEADS[k] for k in keys)]
     table = md_table(header, rows, "rlrrrrrr")
     carried = v.counts_note(report)

@@ -22,18 +22,23 @@ from dataclasses import dataclass, field
 from batchscope.records import (
     BatchResult,
     Bound,
+    Interval,
     OpStat,
     PredictionTerms,
     Recommendation,
     Report,
+    RuleKind,
     Source,
     Status,
     TimeBasis,
     TimeShare,
 )
+from batchscope.records.noise import DRIFT_FLOOR
 from batchscope.records.report import (
     AllocatorCheck,
+    CommunicationTrend,
     DataParallelBatch,
+    DataParallelPrediction,
     KeptBatch,
     Mode,
     SequencePoint,
@@ -124,12 +129,30 @@ def _amortized_remainder(report: Report) -> str:
     the measured speedup: little when it is small, the fixed costs when it is large."""
     rec = report.recommendation
     speedup = rec.speedup_from_batching if rec is not None else None
-    if speedup is not None and speedup >= NOTABLE_SPEEDUP:
-        return (f" Batching still lifted throughput {fmt.ratio(speedup)}: what it shares is "
+    if rec is not None and v.speedup_within_noise(rec):
+        return (" Batching can only amortize the small remainder (overhead and memory-bound "
+                f"ops), and here its gain, {speedup_band(rec)}, was within noise.")
+    if rec is not None and speedup is not None and speedup >= NOTABLE_SPEEDUP:
+        return (f" Batching still lifted throughput {speedup_band(rec)}: what it shares is "
                 "the fixed cost of every op and the time between ops, which a small batch "
                 "pays per row and a large one spreads.")
     return (" Batching can only amortize the small remainder (overhead and memory-bound "
             "ops).")
+
+
+def speedup_band(rec: Recommendation) -> str:
+    """The speedup from batching with its 95% interval: ``"82.4× (68.2–97.1×)"``."""
+    return fmt.ratio_band(rec.speedup_from_batching, rec.speedup_interval)
+
+
+def _noise_note(report: Report) -> str:
+    """A sentence after a reading that says batching lifts throughput, where the measured
+    speedup could not be told from noise; "" otherwise."""
+    rec = report.recommendation
+    if rec is None or not v.speedup_within_noise(rec):
+        return ""
+    return (f" Here, though, the best throughput over batch {rec.speedup_baseline_batch}'s "
+            f"was {speedup_band(rec)}: within noise, so this run shows no gain.")
 
 
 def _bound_reading(report: Report, batch: BatchResult) -> str:
@@ -141,7 +164,7 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
     if dominant == "memory" and weight_share >= WEIGHT_DOMINATED_SHARE:
         return ("So the step waits on memory, and mostly on weights. Weights are read once per "
                 "step whatever the batch, so every extra row gets them for free: this is the "
-                "case batching is made for.")
+                "case batching is made for." + _noise_note(report))
     if dominant == "memory":
         return ("So the step waits on memory, but mostly not on weights: bytes that grow with "
                 "every row cannot be shared by a batch, so batching helps less than the "
@@ -160,7 +183,8 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
                 f"(this machine's measured cost of one small op is "
                 f"{fmt.seconds(hw.overhead_s if hw is not None else None)}), and the Python "
                 "between ops adds more. Batching spreads fixed costs over more rows, which "
-                "lifts throughput through amortized overhead rather than weight reuse.")
+                "lifts throughput through amortized overhead rather than weight reuse."
+                + _noise_note(report))
     if dominant == "uncounted":
         return ("Most of the step is in ops without a FLOP formula, which the roofline cannot "
                 "place; the flags below list them.")
@@ -168,7 +192,7 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
         return ("The step is launch-bound: the GPU sits idle most of the time, waiting for the "
                 "host to launch the next kernel. Faster kernels would not help; fewer, larger "
                 "ones would: a larger batch (the same launches do more work), CUDA graphs or "
-                "torch.compile.")
+                "torch.compile." + _noise_note(report))
     if dominant == "communication":
         return ("The step waits mostly on communication (NCCL collectives that no other kernel "
                 "hides). A larger per-rank batch does more compute per collective, which "
@@ -277,7 +301,17 @@ def _prediction(rec: Recommendation, terms: PredictionTerms) -> str:
             "that the whole batch shares (reading the weights once, fixed per-op costs) plus "
             f"{fmt.seconds(terms.per_row_s)} for every row (its FLOPs, activations and "
             "state). Batching pays until the per-row time catches up with the shared time: "
-            f"B* ≈ {_rows(predicted)}.")
+            f"B* ≈ {_rows(predicted)}{_bstar_band(rec)}.")
+
+
+def _bstar_band(rec: Recommendation) -> str:
+    """B*'s interval in words: from the ceilings' best repeats to their medians (its counts
+    are exact; the roofs they are divided by carry the noise)."""
+    band = rec.predicted_critical_batch_interval
+    if band is None or band.low == band.high:
+        return ""
+    return (f" ({fmt.number(band.low)}–{fmt.number(band.high)} from the ceilings' best "
+            "repeats to their medians)")
 
 
 def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
@@ -302,8 +336,11 @@ def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
         speedup = rec.speedup_from_batching
         shared = ("a larger batch has little weight reading to share" if speedup is None
                   or speedup < NOTABLE_SPEEDUP else
-                  f"the {fmt.ratio(speedup)} that batching measured comes from fixed per-op "
+                  f"the {speedup_band(rec)} that batching measured comes from fixed per-op "
                   "costs and time between ops, not from sharing weight reads")
+        if v.speedup_within_noise(rec):
+            shared = (f"a larger batch has little weight reading to share: batching's gain, "
+                      f"{speedup_band(rec)}, is within noise")
         return ("The layers do more FLOPs per byte than the ridge point of "
                 f"{ridge_text} already at batch 1 (moving the {fixed} they read whatever the "
                 f"batch takes less time than their FLOPs): they are compute-bound from the start "
@@ -320,13 +357,22 @@ def _knee(report: Report, rec: Recommendation) -> str:
                                  v.measured(report))
     if knee is None or not measured:
         return ""
+    band = rec.measured_knee_interval
+    knee_band = (f" ({fmt.number(band.low)}–{fmt.number(band.high)} at 95%)"
+                 if band is not None else "")
     if rec.measured_knee_within_sweep:
-        text = f"Measured, the throughput curve bends at a knee of about {_rows(knee)}"
+        text = f"Measured, the throughput curve bends at a knee of about {_rows(knee)}{knee_band}"
     else:
         text = (f"Measured, the latency was still flat at the largest batch "
                 f"({measured[-1].batch_size}): the throughput knee lies beyond the sweep "
-                f"(the fit puts it near {fmt.number(knee)})")
-    text += f", against the predicted {fmt.number(predicted)}." if predicted else "."
+                f"(the fit puts it near {fmt.number(knee)}{knee_band})")
+    predicted_band = rec.predicted_critical_batch_interval
+    if predicted and band is not None and predicted_band is not None:
+        agree = ("the two agree within their intervals" if band.overlaps(predicted_band)
+                 else "further apart than their intervals")
+        text += f", against the predicted {fmt.number(predicted)}: {agree}."
+    else:
+        text += f", against the predicted {fmt.number(predicted)}." if predicted else "."
     eff = [(b.batch_size, e) for b in measured if (e := v.step_efficiency(b))]
     if predicted is None or len(eff) < 2:
         return text
@@ -430,23 +476,128 @@ def state(report: Report) -> Section | None:
     return sec
 
 
+def speedup_text(rec: Recommendation) -> str:
+    """What batching did to throughput, read from the speedup's interval: a lift only where
+    its low end is above 1.0, else "within noise"; "" with one batch size.
+
+    Example:
+        >>> from batchscope.records import Rule
+        >>> rec = Recommendation(8, Rule(RuleKind.NEAR_BEST, 0.9, 8, 90.0), 1.08, 1, None,
+        ...                      None, False, speedup_interval=Interval(0.97, 1.2))
+        >>> speedup_text(rec)  # doctest: +NORMALIZE_WHITESPACE
+        "Batching's gain over batch 1 is within noise: the best throughput is 1.1×
+        (0.97–1.2×) batch 1's"
+        >>> import dataclasses
+        >>> speedup_text(dataclasses.replace(rec, speedup_interval=Interval(1.02, 1.2)))
+        'Batching lifts throughput 1.1× (1.0–1.2×) over batch 1'
+    """
+    speedup, base = rec.speedup_from_batching, rec.speedup_baseline_batch
+    if speedup is None:
+        return ""
+    if v.speedup_within_noise(rec):
+        return (f"Batching's gain over batch {base} is within noise: the best throughput is "
+                f"{speedup_band(rec)} batch {base}'s")
+    return f"Batching lifts throughput {speedup_band(rec)} over batch {base}"
+
+
+def _sizes(sizes: list[int]) -> str:
+    """``[256, 512, 1024]`` -> ``"256, 512 and 1024"``."""
+    words = [str(b) for b in sizes]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def equivalence_text(rec: Recommendation) -> str:
+    """Which batch sizes noise cannot tell from the pick, and the rule that chose among
+    them; "" where the rule is not the throughput rule (energy, one size) or the report
+    predates intervals.
+
+    Example:
+        >>> from batchscope.records import Rule
+        >>> rec = Recommendation(256, Rule(RuleKind.NEAR_BEST, 0.9, 512, 9.0), 3.0, 1, None,
+        ...                      None, False, equivalent_batch_sizes=[256, 512, 1024])
+        >>> equivalence_text(rec)  # doctest: +NORMALIZE_WHITESPACE
+        'Batch sizes 256, 512 and 1024 are equivalent within noise; the rule picks the
+        smallest whose throughput could be within 90% of the best.'
+    """
+    sizes = rec.equivalent_batch_sizes
+    if not sizes or rec.rule.kind not in (RuleKind.NEAR_BEST, RuleKind.ENERGY_UNAVAILABLE):
+        return ""
+    share = fmt.pct(rec.near_best_share)
+    if sizes == [rec.batch_size]:
+        return (f"No other batch size measured is equivalent to batch {rec.batch_size} within "
+                f"noise: no other's throughput interval reaches {share} of the bottom of the "
+                "best's.")
+    return (f"Batch sizes {_sizes(sizes)} are equivalent within noise; the rule picks the "
+            f"smallest whose throughput could be within {share} of the best.")
+
+
+def share_text(rec: Recommendation, unit: str) -> str:
+    """The pick's throughput as a share of the best's, with its interval: what the rule
+    gave up for a smaller batch; "" where the pick is the best."""
+    share = rec.pick_share_of_best
+    if share is None or rec.batch_size == rec.best_batch_size:
+        return ""
+    return (f"Batch {rec.batch_size} gives {fmt.pct_band(share, rec.pick_share_of_best_interval)} "
+            f"of the best measured throughput (batch {rec.best_batch_size}, "
+            f"{fmt.rate(rec.best_throughput_per_s, unit)}).")
+
+
+def drift_text(report: Report) -> str:
+    """The sweep's drift control in words, with its numbers, and what every interval
+    carries for drift; "" for a report written before intervals.
+
+    Example:
+        >>> from batchscope.records import DriftControl, ModelInfo, RunInfo
+        >>> run = RunInfo(drift=DriftControl(1, 281e-6, 364e-6, 12.2, 0.295),
+        ...               drift_allowance=0.295)
+        >>> drift_text(Report(ModelInfo("m.py"), None, [], None, run))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        'The reference batch 1 timed 281 µs at the start of the sweep and 364 µs at the end,
+        12 s later: a 30% drift, which every interval here includes.'
+    """
+    drift, allowance = report.run.drift, report.run.drift_allowance
+    if drift is None and allowance is None:
+        return ""
+    if drift is None:
+        return ("No drift control ran (the sweep's first batch size timed again once every "
+                "other was measured), so every interval here carries the floor of "
+                f"{fmt.pct(allowance or DRIFT_FLOOR)} for the machine's drift.")
+    text = (f"The reference batch {drift.batch_size} timed {fmt.seconds(drift.first_latency_s)} "
+            f"at the start of the sweep and {fmt.seconds(drift.control_latency_s)} at the "
+            f"end, {drift.seconds_apart:,.0f} s later: a {fmt.pct(drift.drift)} drift")
+    if allowance is not None and drift.drift < allowance:
+        return text + (f", under the floor of {fmt.pct(allowance)} that every interval here "
+                       "carries for drift.")
+    return text + ", which every interval here includes."
+
+
 def _verdict(report: Report, rec: Recommendation) -> str:
-    """The speedup from batching, the recommended batch and its rule, and the cap hint."""
-    n, speedup = rec.batch_size, rec.speedup_from_batching
+    """The speedup from batching, the recommended batch and its rule, the batch sizes noise
+    cannot tell from it, and the cap hint."""
+    n = rec.batch_size
     text = f"Batch {n} is recommended"
-    if speedup is not None:
-        text = (f"Batching lifts throughput {fmt.ratio(speedup)} over batch "
-                f"{rec.speedup_baseline_batch}, and batch {n} is recommended")
+    if rec.speedup_from_batching is not None:
+        text = f"{speedup_text(rec)}, and batch {n} is recommended"
     text += f": {rule_text(rec.rule, v.unit(report))}."
+    for extra in (equivalence_text(rec), share_text(rec, v.unit(report))):
+        if extra:
+            text += " " + extra
     limit = v.latency_limit_s(report)
     if limit and not rec.rule.excluded:  # else the rule names the batch sizes over it
         text += (f" The run was given a latency limit of {fmt.seconds(limit)} per step, and "
                  "every batch size measured stayed within it.")
     measured = v.measured(report)
     if rec.still_rising_at_cap and measured:
-        text += (" Throughput was still rising at the largest batch tried "
-                 f"({measured[-1].batch_size}): raise --max-batch to see where it "
-                 "levels off.")
+        last, before = measured[-1], measured[-2] if len(measured) > 1 else None
+        gain, band = v.gain_over(last, before)
+        if before is not None and v.within_noise(band):
+            text += (f" Throughput was highest at the largest batch tried ({last.batch_size}), "
+                     f"though within noise of batch {before.batch_size} "
+                     f"({fmt.ratio_band(gain, band)} its throughput): raise --max-batch to see "
+                     "whether it still rises.")
+        else:
+            text += (" Throughput was still rising at the largest batch tried "
+                     f"({last.batch_size}): raise --max-batch to see where it levels off.")
     return text
 
 
@@ -466,22 +617,24 @@ def serving(report: Report) -> Section | None:
     if _not_served(report):
         # A training step (or a watched loop) is not served: the verdict alone.
         sec = Section("serving", "What the curve means for this run")
-        sec.paragraphs.append(_verdict(report, rec))
+        sec.paragraphs += [p for p in (_verdict(report, rec), drift_text(report)) if p]
         return sec
     sec = Section("serving", "What the curve means for serving")
-    sec.paragraphs.append(_verdict(report, rec))
+    sec.paragraphs += [p for p in (_verdict(report, rec), drift_text(report)) if p]
+    rate_text = f"{v.throughput_text(rec_batch)} {unit}s/s"
     if n == 1:
         sec.paragraphs.append(
-            f"At batch 1 that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}: no "
-            "larger batch measured gave enough throughput to be worth its latency, so serve "
-            "requests one at a time; batching them would only make each one wait.")
+            f"At batch 1 that is {rate_text} with a step of {v.latency_text(rec_batch)}: no "
+            "larger batch measured gave enough more throughput, beyond noise, to be worth its "
+            "latency, so serve requests one at a time; batching them would only make each "
+            "one wait.")
         what_if = _what_if_paragraph(report)
         if what_if:
             sec.paragraphs.append(what_if)
         return sec
     sec.paragraphs.append(
         f"Every throughput here is for a full batch: {n} rows in every step. At batch {n} "
-        f"that is {fmt.rate(thr, unit)} with a step of {fmt.seconds(step)}, so each row gets "
+        f"that is {rate_text} with a step of {v.latency_text(rec_batch)}, so each row gets "
         f"{fmt.rate(report.model.units_per_row / step if step else None, unit)}.")
     if step and thr:
         half = max(n // 2, 1)
@@ -490,10 +643,9 @@ def serving(report: Report) -> Section | None:
                 "done; slots whose requests finish early sit idle. Half full on average, it "
                 f"still pays {fmt.seconds(step)} per step but yields "
                 f"{half * report.model.units_per_row} {unit}s: "
-                f"{fmt.rate(half * report.model.units_per_row / step, unit)}")
+                f"{_half_yield(rec_batch, half * report.model.units_per_row, unit)}")
         if half_batch:
-            text += (f", no better than batch {half} kept full "
-                     f"({fmt.rate(half_batch.throughput_per_s, unit)} measured)")
+            text += _half_full(report, rec_batch, half_batch, half)
         sec.paragraphs.append(text + ".")
         sec.paragraphs.append(
             "Continuous batching (in-flight batching, as in vLLM, TGI or TensorRT-LLM; dynamic "
@@ -506,6 +658,31 @@ def serving(report: Report) -> Section | None:
     if what_if:
         sec.paragraphs.append(what_if)
     return sec
+
+
+def _half_yield(full: BatchResult, units: int, unit: str) -> str:
+    """What a half-full static batch yields a second, with the interval of its step."""
+    step = v.latency_median(full)
+    band = full.latency_interval_s.reciprocal(units) if full.latency_interval_s else None
+    return fmt.rate_band(units / step if step else None, band, unit)
+
+
+def _half_full(report: Report, full: BatchResult, half_batch: BatchResult, half: int) -> str:
+    """A static batch of ``full``'s size run half full, against batch ``half`` kept full: the
+    half-full yield's interval is the full step's, and the comparison is said only where the
+    two intervals do not overlap."""
+    unit, units = v.unit(report), half * report.model.units_per_row
+    measured = f"measured at {v.throughput_text(half_batch)} {unit}s/s"
+    step_band, kept = full.latency_interval_s, half_batch.throughput_interval_per_s
+    if step_band is None or kept is None:  # a report written before intervals
+        return (f", no better than batch {half} kept full "
+                f"({fmt.rate(half_batch.throughput_per_s, unit)} measured)")
+    yield_band = step_band.reciprocal(units)
+    if yield_band.high < kept.low:
+        return f", less than batch {half} kept full, {measured}"
+    if yield_band.low > kept.high:
+        return f", more than batch {half} kept full, {measured}"
+    return f", within noise of batch {half} kept full, {measured}"
 
 
 def _what_if_paragraph(report: Report) -> str | None:
@@ -531,30 +708,42 @@ def _what_if_paragraph(report: Report) -> str | None:
 def allocator_headline(report: Report) -> str | None:
     """A sentence for the top of every report when memory mapped afresh each step (page
     faults) costs a notable share of a step: both allocators side by side where the sweep
-    timed them (``allocator``), and whether keeping the buffers changes the pick."""
+    timed them (``allocator``), and whether keeping the buffers changes the pick. The share
+    is the flag's (view.fault_share: at the measured cost of a fault where the side-by-side
+    check measured one, else the estimate), so both say one figure."""
     hit = [(b, share) for b in v.measured(report)
-           if (share := b.page_fault_share or 0.0) >= PAGE_FAULT_SHARE]
-    if not hit:
+           if (share := v.fault_share(report, b) or 0.0) >= PAGE_FAULT_SHARE]
+    section = report.allocator
+    rows = _timed_again(section) if section is not None else []
+    if not hit and not rows:
         return None
-    worst, worst_share = max(hit, key=lambda h: h[1])
     rec = report.recommendation
     picked = rec.batch_size if rec is not None else None
     other = rec.batch_size_without_page_faults if rec is not None else None
     mapped = ("the allocator hands large buffers back to the OS and maps them afresh every "
               "step, as a long-running process with the same allocator does")
-    side = _allocator_side_by_side(report, mapped)
-    if side is None:
+    cost, measured = v.fault_cost(report)
+    at = (f"at ~{cost * 1e6:.2g} µs a fault, measured side by side on this machine" if measured
+          else f"at ~{cost * 1e6:g} µs a fault, an estimate")
+    if hit:
+        worst, worst_share = max(hit, key=lambda h: h[1])
         text = (f"Page faults take ~{fmt.pct(worst_share)} of the step at batch "
-                f"{worst.batch_size} (at ~1 µs a fault): {mapped}. A process whose "
-                "allocator keeps them (jemalloc, tcmalloc, or glibc's MALLOC_MMAP_THRESHOLD_ "
-                "and MALLOC_TRIM_THRESHOLD_ above the largest buffer) runs faster")
+                f"{worst.batch_size} ({at}): {mapped}")
+    else:
+        text = f"Page faults were counted ({at}): {mapped}"
+    side = _allocator_side_by_side(report)
+    if side is None:
+        text += (". A process whose allocator keeps them (jemalloc, tcmalloc, or glibc's "
+                 "MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ above the largest buffer) "
+                 "runs faster")
         if other is not None and picked is not None and other != picked:
-            text += (f", and would be recommended batch {other} instead of {picked} (an "
-                     "estimate: measure with the allocator your job runs with)")
+            text += (f", and would be recommended batch {other} instead of {picked}: a "
+                     "prediction from the estimated cost of a fault, with no interval "
+                     "(measure with the allocator your job runs with)")
         return text + "."
-    text = side
+    text += ". " + side
     if other is not None and picked is not None and other != picked:
-        kept = report.allocator.throughput_per_s if report.allocator is not None else None
+        kept = section.throughput_per_s if section is not None else None
         text += (f". With the buffers kept the pick would be batch {other} "
                  f"({fmt.rate(kept, v.unit(report))}) instead of {picked}")
     elif picked is not None and other is not None:
@@ -581,15 +770,23 @@ def predicted_pick_headline(report: Report) -> str | None:
         return None
     unit = v.unit(report)
     shown, shown_t = (best, best_t) if pick.measured else (chosen, chosen_t)
-    text = (f"Not measured, predicted: batch {shown} at {fmt.rate(shown_t, unit)}, at least "
-            f"{fmt.rate(shown_t / (1 + margin), unit)} with its step {fmt.pct(margin)} longer "
-            f"(the step-time model's largest miss on the sizes it forecast). ")
+    # The band: its step within the model's largest miss either way.
+    band = Interval(shown_t / (1 + margin), shown_t / (1 - margin) if margin < 1 else math.inf)
+    text = (f"Not measured, predicted: batch {shown} at {fmt.rate_band(shown_t, band, unit)}, "
+            f"its step within ±{fmt.pct(margin)} (the step-time model's largest miss on the "
+            f"sizes it forecast); the rule counts it at the low end. ")
+
+    def measured_rate(size: int, throughput: float) -> str:
+        batch = v.batch_of(report, size)
+        return (f"{v.throughput_text(batch)} {unit}s/s" if batch is not None
+                else fmt.rate(throughput, unit))
     if pick.measured:
-        text += (f"If that holds, the pick would be batch {chosen} ({fmt.rate(chosen_t, unit)} "
-                 f"measured) instead of {instead} ({fmt.rate(instead_t, unit)})")
+        text += (f"If the prediction holds, the pick would be batch {chosen} "
+                 f"({measured_rate(chosen, chosen_t)} measured) instead of {instead} "
+                 f"({measured_rate(instead, instead_t)})")
     else:
-        text += (f"If that holds, it would be recommended instead of batch {instead} "
-                 f"({fmt.rate(instead_t, unit)} measured)")
+        text += (f"If the prediction holds, it would be recommended instead of batch {instead} "
+                 f"({measured_rate(instead, instead_t)} measured)")
     measure = sorted({best} | (set() if pick.measured else {chosen}))
     return text + f". Measure to be sure: --batch-sizes {','.join(map(str, measure))}."
 
@@ -605,33 +802,38 @@ def _timed_again(section: AllocatorCheck) -> list[tuple[KeptBatch, float]]:
             if r.status == Status.OK and r.speedup is not None and r.speedup > 0]
 
 
-def _allocator_side_by_side(report: Report, mapped: str) -> str | None:
-    """The measured side-by-side sentence (``mapped``: why the faults happen), or None when
-    the sweep did not re-time."""
+def _allocator_side_by_side(report: Report) -> str | None:
+    """The measured side-by-side sentence: each re-timed size's gain with its interval,
+    "within noise" where it reaches down to 1.0; None when the sweep did not re-time."""
     section = report.allocator
     rows = _timed_again(section) if section is not None else []
     if section is None or not rows:
         return None
     env = " ".join(f"{k}={val}" for k, val in section.env.items())
     if not section.taken:
-        return (f"Page faults take a share of the step: {mapped}. Timed again with "
-                f"{env}, the worker faulted as much: this machine's allocator ignores those "
-                "settings (jemalloc or tcmalloc through LD_PRELOAD keep buffers too)")
+        return (f"Timed again with {env}, the worker faulted as much: this machine's "
+                "allocator ignores those settings (jemalloc or tcmalloc through LD_PRELOAD "
+                "keep buffers too)")
     best, speedup = max(rows, key=lambda r: r[1])
     unit = v.unit(report)
-    if speedup < NO_GAIN_SPEEDUP:
-        return (f"Page faults take a share of the step by their count: {mapped}. Timed again "
-                f"side by side with glibc keeping its buffers ({env}), no batch size ran "
-                f"faster (at best {fmt.ratio(speedup)}): on this machine they cost "
-                "little")
-    text = (f"Page faults cost {fmt.pct(1 - 1 / speedup)} of the step at batch "
-            f"{best.batch_size}, measured side by side: {mapped}. With glibc keeping its "
-            f"buffers ({env}) it ran {fmt.rate(best.kept_throughput_per_s, unit)} "
-            f"against {fmt.rate(best.throughput_per_s, unit)} "
-            f"({fmt.ratio(speedup)}")
-    if section.cost_per_fault_s is not None:
-        text += f"; ~{section.cost_per_fault_s * 1e6:.2g} µs a page fault on this machine"
-    return text + ")"
+    noisy = [r.batch_size for r, _ in rows if v.within_noise(r.speedup_interval)]
+    clear = [r.batch_size for r, _ in rows if r.batch_size not in noisy]
+    gain = fmt.ratio_band(speedup, best.speedup_interval)
+    if not clear or (best.speedup_interval is None and speedup < NO_GAIN_SPEEDUP):
+        return (f"Timed again side by side with glibc keeping its buffers ({env}), no batch "
+                f"size ran faster beyond noise (at best {gain}, batch {best.batch_size}): on "
+                "this machine they cost little")
+    text = (f"Timed again side by side with glibc keeping its buffers ({env}), batch "
+            f"{best.batch_size} ran {fmt.rate(best.kept_throughput_per_s, unit)} against "
+            f"{fmt.rate(best.throughput_per_s, unit)}: {gain}")
+    if best.batch_size in noisy:
+        text += ", within noise"
+    if len(rows) > 1 and best.speedup_interval is not None:
+        text += (f"; the gain is beyond noise at batch{'es' if len(clear) > 1 else ''} "
+                 f"{_sizes(clear)}" if clear else "")
+        if noisy:
+            text += f" and within noise at batch{'es' if len(noisy) > 1 else ''} {_sizes(noisy)}"
+    return text
 
 
 # A trace's verdict, by the share holding the largest part of its step.
@@ -701,21 +903,86 @@ def data_parallel_headline(report: Report) -> str | None:
     return text
 
 
-def _communication_paragraph(first: DataParallelBatch, last: DataParallelBatch) -> str:
-    """What the all-reduce adds to a step at both ends of the sweep, and whether it falls."""
-    falls = (last.communication_share or 0) < (first.communication_share or 0)
+def dp_seconds(value: float | None, interval: Interval | None) -> str:
+    """A data-parallel time with its 95% interval: ``"12 ms [8.1 ms–15 ms]"``; ``"< 1 µs"``
+    where the interval starts at 0 and the median is 0 (too small for the clock, never a
+    bare 0); the point alone without an interval (a report that predates them)."""
+    if interval is None or value is None:
+        return fmt.seconds(value)
+    if value <= 0 and interval.low <= 0:
+        return f"< {fmt.seconds(interval.high)}"
+    return f"{fmt.seconds(value)} [{fmt.seconds(interval.low)}–{fmt.seconds(interval.high)}]"
+
+
+def _dp_pct(value: float) -> str:
+    """A share small enough to need its digits: "0.4%", not "0%"."""
+    return fmt.pct(value, 0 if value >= 0.095 else 1 if value >= 0.0095 else 2)
+
+
+def dp_share(value: float | None, interval: Interval | None) -> str:
+    """A share of the step with its 95% interval: ``"23% [18%–31%]"``, or ``"< 0.1%"``."""
+    if interval is None or value is None:
+        return fmt.pct(value)
+    if value <= 0 and interval.low <= 0:
+        return f"< {_dp_pct(interval.high)}"
+    return f"{_dp_pct(value)} [{_dp_pct(interval.low)}–{_dp_pct(interval.high)}]"
+
+
+def _communication_paragraph(first: DataParallelBatch, last: DataParallelBatch,
+                             trend: CommunicationTrend | None) -> str:
+    """What the all-reduce adds to a step at both ends of the sweep, and whether it falls:
+    said only where the two sizes' intervals do not overlap."""
+    if trend is None:  # a report that predates the intervals: the points alone
+        falls = (last.communication_share or 0) < (first.communication_share or 0)
+        trend = CommunicationTrend.FALLS if falls else CommunicationTrend.RISES
+        caveat = " (no interval recorded: a single timing each, which noise alone can move)"
+    else:
+        caveat = ""
+    verdict = {
+        CommunicationTrend.FALLS:
+            "the same bytes every step, shared by more rows as the batch grows, as a "
+            "decode step's weight read is" + caveat + ".",
+        CommunicationTrend.RISES:
+            "its share did not fall with the batch here, so communication is not what "
+            "a larger per-rank batch buys back on this machine" + caveat + ".",
+        CommunicationTrend.WITHIN_NOISE:
+            "the two shares' 95% intervals overlap, so whether it falls with the batch is "
+            "within noise here.",
+    }[trend]
     return (
-        f"The all-reduce adds {fmt.seconds(first.communication_exposed_s)} to a step "
-        f"at batch {first.batch_size} ({fmt.pct(first.communication_share)} of "
-        f"it) and {fmt.seconds(last.communication_exposed_s)} at batch "
-        f"{last.batch_size} ({fmt.pct(last.communication_share)}): "
-        + ("the same bytes every step, shared by more rows as the batch grows, as a "
-           "decode step's weight read is." if falls else
-           "its share did not fall with the batch here, so communication is not what "
-           "a larger per-rank batch buys back on this machine.")
-        + " Measured as each rank's step with the all-reduce against the same step under "
-        "DDP's no_sync(): it includes the wait for the slowest rank and, on a CPU, the "
-        "cores gloo's threads take from the step.")
+        f"The all-reduce adds "
+        f"{dp_seconds(first.communication_exposed_s, first.communication_exposed_interval_s)}"
+        f" to a step at batch {first.batch_size} ("
+        f"{dp_share(first.communication_share, first.communication_share_interval)} of it) "
+        f"and {dp_seconds(last.communication_exposed_s, last.communication_exposed_interval_s)}"
+        f" at batch {last.batch_size} ("
+        f"{dp_share(last.communication_share, last.communication_share_interval)}): "
+        + verdict
+        + " Measured in the timed steps by a DDP communication hook on rank 0: the time its "
+        "last all-reduce finished after backward's last gradients were ready, the part "
+        "backward did not hide (medians over the steps, 95% intervals in brackets); it "
+        "includes the wait for the slowest rank and, on a CPU, the cores gloo's threads "
+        "take from the step.")
+
+
+def _predictions_paragraph(predictions: list[DataParallelPrediction], unit: str) -> str:
+    """The bands of per-rank sizes the sweep did not measure, and the step-time model's
+    figures that fall outside them."""
+    parts = [f"batch {p.batch_size} per rank: "
+             f"{fmt.rate(p.global_throughput_interval_per_s.low, unit)} to "
+             f"{fmt.rate(p.global_throughput_interval_per_s.high, unit)} across ranks"
+             for p in predictions]
+    text = ("Not measured, predicted as a band a measurement falls inside: "
+            + "; ".join(parts) + ". Each rests on the nearest measured sizes' step intervals "
+            "(the compute taken to grow with the batch, at most in proportion to the rows) "
+            "and on every measured all-reduce interval, widened by the run's drift.")
+    outside = [p for p in predictions if p.step_model_inside is False]
+    if outside:
+        text += (" The step-time model's own figure for batch "
+                 + ", ".join(str(p.batch_size) for p in outside)
+                 + " lies outside its band: it has no term for the all-reduce, so it is not "
+                 "a data-parallel prediction.")
+    return text
 
 
 def data_parallel(report: Report) -> Section | None:
@@ -738,21 +1005,28 @@ def data_parallel(report: Report) -> Section | None:
         f"{fmt.si(dp.bus_bandwidth_bytes_per_s, 'B/s')}.")
     first, last = rows[0], rows[-1]
     if first.communication_share is not None and last is not first:
-        sec.paragraphs.append(_communication_paragraph(first, last))
+        sec.paragraphs.append(_communication_paragraph(first, last, dp.communication_trend))
     rec = dp.recommendation
     if rec is not None:
+        per_unit = 1 / report.model.units_per_row
+        band = rec.communication_per_sample_interval_s
+        per_sample = dp_seconds(_per_unit(rec.communication_per_sample_s, report),
+                                band.scaled(per_unit) if band else None)
         text = (f"At the recommended per-rank batch {rec.per_rank_batch} the global batch is "
-                f"{rec.global_batch}, and communication costs "
-                f"{fmt.seconds(_per_unit(rec.communication_per_sample_s, report))} per {unit}.")
+                f"{rec.global_batch}, and communication costs {per_sample} per {unit}.")
         if rec.accumulation_steps:
             accumulated_s = _per_unit(rec.communication_per_sample_with_accumulation_s, report)
+            band = rec.communication_per_sample_with_accumulation_interval_s
             text += (f" To reach a global batch of {rec.global_batch_target}: "
                      f"{_accumulation_steps(rec.accumulation_steps)} of "
                      f"{rec.global_batch} (no_sync() on all but the last), "
                      f"{(rec.global_batch_reached or 0) * report.model.units_per_row} {unit}s per "
                      "optimizer step, one all-reduce for all of them: "
-                     f"{fmt.seconds(accumulated_s)} per {unit}.")
+                     f"{dp_seconds(accumulated_s, band.scaled(per_unit) if band else None)} "
+                     f"per {unit}.")
         sec.paragraphs.append(text)
+    if dp.predictions:
+        sec.paragraphs.append(_predictions_paragraph(dp.predictions, unit))
     lagging = max(rows, key=lambda r: r.straggler_lag_s or 0.0)
     if lagging.straggler_lag_s is not None and lagging.slowest_rank is not None:
         sec.paragraphs.append(
@@ -772,7 +1046,7 @@ def _tokens_per_s(point: SequencePoint) -> float:
     return point.tokens_per_step / point.latency_s if point.latency_s else 0.0
 
 
-def _same_tokens_sentence(points: list[SequencePoint]) -> str | None:
+def _same_tokens_sentence(points: list[SequencePoint], allowance: float = 0.0) -> str | None:
     """Two ways of filling one number of tokens per step, compared: the shortest rows
     against the longest, at the tokens per step that the most lengths share."""
     by_tokens: dict[int, list[SequencePoint]] = {}
@@ -789,7 +1063,10 @@ def _same_tokens_sentence(points: list[SequencePoint]) -> str | None:
             f"ran at {fmt.rate(_tokens_per_s(long_), 'token')} and batch "
             f"{short.batch_size} × {short.seq_len} at "
             f"{fmt.rate(_tokens_per_s(short), 'token')}")
-    if abs(ratio - 1) <= SAME_TOKENS_SHARE:
+    # Two points each off by the run's drift allowance a either way: a ratio within
+    # (1 + a)² of 1 is noise, never said to differ.
+    noise = (1 + allowance) ** 2
+    if abs(ratio - 1) <= SAME_TOKENS_SHARE or 1 / noise <= ratio <= noise:
         return (f"The tokens per step set the throughput, not how they are split into rows: "
                 f"{both}.")
     if ratio < 1:
@@ -823,7 +1100,7 @@ def sequence(report: Report) -> Section | None:
     sec.paragraphs.append(
         text + f". The most work a second: batch {best.batch_size} × {best.seq_len} "
         f"({best.tokens_per_step:,} tokens a step), {fmt.rate(best.throughput_per_s, unit)}.")
-    same = _same_tokens_sentence(points)
+    same = _same_tokens_sentence(points, report.run.drift_allowance or 0.0)
     if same:
         sec.paragraphs.append(same)
     fits = []

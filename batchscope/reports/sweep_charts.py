@@ -86,6 +86,25 @@ def _guides(report: Report, y_lo: float, y_hi: float) -> list[dict[str, Any]]:
     return out
 
 
+def _error_bars(ok: list[BatchResult], unit: str) -> dict[str, Any]:
+    """The measured throughputs' 95% intervals as asymmetric error bars, and a hover that
+    quotes them (fmt.si_band, as every table does); the hover alone for a report written
+    before intervals. ``unit`` is already chart_text-escaped."""
+    hover = f"batch %{{x}}<br>%{{customdata}} {unit}s/s<extra></extra>"
+    out: dict[str, Any] = {"customdata": [chart_text(v.throughput_text(b)) for b in ok],
+                           "hovertemplate": hover}
+    bands = [b.throughput_interval_per_s for b in ok]
+    if not any(bands):
+        return out
+    ys = [b.throughput_per_s or 0.0 for b in ok]
+    up = [max(iv.high - y, 0.0) if iv is not None and math.isfinite(iv.high) else 0.0
+          for iv, y in zip(bands, ys)]
+    down = [max(y - iv.low, 0.0) if iv is not None else 0.0 for iv, y in zip(bands, ys)]
+    out["error_y"] = {"type": "data", "symmetric": False, "array": up, "arrayminus": down,
+                      "color": st.SERIES, "thickness": 1.2, "width": 4}
+    return out
+
+
 def throughput(report: Report) -> st.Figure | None:
     """Throughput against batch size, the ideal line, the rule's threshold, failures."""
     ok = v.measured(report)
@@ -95,7 +114,11 @@ def throughput(report: Report) -> st.Figure | None:
     xs = [b.batch_size for b in ok]
     ys = [b.throughput_per_s or 0.0 for b in ok]
     log = st.wants_log(ys)
-    y_lo, y_hi = (min(ys) / 1.6, max(ys) * 1.6) if log else (0.0, max(ys) * 1.18)
+    # The axis reaches the top of every error bar (a finite one).
+    tops = [iv.high for b in ok if (iv := b.throughput_interval_per_s) is not None
+            and math.isfinite(iv.high)]
+    y_lo, y_hi = ((min(ys) / 1.6, max(ys + tops) * 1.6) if log
+                  else (0.0, max(ys + tops) * 1.18))
     data: list[dict[str, Any]] = [
         {"type": "scatter", "mode": "lines", "name": f"ideal: batch {xs[0]} × b/{xs[0]}",
          "x": xs, "y": [ys[0] * x / xs[0] for x in xs], "hoverinfo": "skip",
@@ -104,7 +127,7 @@ def throughput(report: Report) -> st.Figure | None:
         {"type": "scatter", "mode": "lines+markers", "name": f"measured {unit}s/s",
          "x": xs, "y": ys, "line": {"color": st.SERIES, "width": 2.5},
          "marker": {"size": 8, "color": st.SERIES},
-         "hovertemplate": f"batch %{{x}}<br>%{{y:,.4~s}} {unit}s/s<extra></extra>"},
+         **_error_bars(ok, unit)},
     ]
     predicted = [p for p, _ in v.prediction_rows(report)]
     if predicted:
@@ -123,7 +146,8 @@ def throughput(report: Report) -> st.Figure | None:
                          "hovertemplate": (f"batch %{{x}} not measured<br>predicted "
                                            f"%{{y:,.4~s}} {unit}s/s<extra></extra>")})
         ys = ys + [p.predicted_throughput_per_s for p in unmeasured]
-        y_lo, y_hi = (min(ys) / 1.6, max(ys) * 1.6) if log else (0.0, max(ys) * 1.18)
+        y_lo, y_hi = ((min(ys) / 1.6, max(ys + tops) * 1.6) if log
+                      else (0.0, max(ys + tops) * 1.18))
     rec_batch = v.recommended(report)
     if rec_batch:
         data.append({"type": "scatter", "mode": "markers", "name": "recommended",
@@ -182,8 +206,9 @@ def latency(report: Report) -> st.Figure | None:
          "error_y": {"type": "data", "symmetric": False, "color": st.SERIES, "thickness": 1.2,
                      "array": [(x.p75 - x.median) / div for x in lat],
                      "arrayminus": [(x.median - x.p25) / div for x in lat]},
-         "customdata": [[x.p25 / div, x.p75 / div, x.n] for x in lat],
-         "hovertemplate": (f"batch %{{x}}: median %{{y:.4g}} {name}<br>p25–p75 "
+         "customdata": [[x.p25 / div, x.p75 / div, x.n, chart_text(v.latency_text(b))]
+                        for b, x in ok],
+         "hovertemplate": (f"batch %{{x}}: median %{{customdata[3]}} (95%)<br>p25–p75 "
                            f"%{{customdata[0]:.4g}}–%{{customdata[1]:.4g}} {name} "
                            "(%{customdata[2]} steps)<extra></extra>")},
     ]

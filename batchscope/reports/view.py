@@ -9,15 +9,18 @@ arithmetic on measured values (a share, a per-row figure).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ProbeKind, probed
+from batchscope.page_faults import PAGE_FAULT_COST_S
 from batchscope.records import (
     BatchResult,
     ByteSplit,
     Flag,
     FlagKind,
+    Interval,
     OpStat,
     PeakMemoryMethod,
     Recommendation,
@@ -30,6 +33,7 @@ from batchscope.records import (
 from batchscope.records.report import CurvePoint, SequenceGrid, StepPrediction
 from batchscope.reports import fmt
 from batchscope.reports.flag_text import flag_body, flag_detail, flag_label, flag_text
+from batchscope.stats import ratio_interval
 
 # Op names whose kernel probes time matmuls from their shapes.
 MATMUL_PROBE_NAMES = probed(ProbeKind.SHAPES)
@@ -205,6 +209,85 @@ def latency_median(batch: BatchResult | None) -> float | None:
     return batch.latency_s.median if batch is not None and batch.latency_s else None
 
 
+# -- figures with their 95% intervals --------------------------------------------------------
+def latency_text(batch: BatchResult | None) -> str:
+    """The median step with its 95% interval: ``"746 µs (685–815 µs)"``; the median alone
+    for a report written before intervals."""
+    return fmt.seconds_band(latency_median(batch),
+                            batch.latency_interval_s if batch is not None else None)
+
+
+def throughput_text(batch: BatchResult | None) -> str:
+    """The throughput with its 95% interval, without a unit: ``"686 k (629–748 k)"``."""
+    if batch is None:
+        return fmt.MISSING
+    return fmt.si_band(batch.throughput_per_s, batch.throughput_interval_per_s)
+
+
+def gain_over(batch: BatchResult, base: BatchResult | None) -> tuple[float | None,
+                                                                     Interval | None]:
+    """``batch``'s throughput over ``base``'s, with the interval of the quotient where both
+    have one (stats.ratio_interval: at the intervals' ends)."""
+    if base is None or not base.throughput_per_s or not batch.throughput_per_s \
+            or not is_measured(batch):
+        return None, None
+    if batch is base or batch.batch_size == base.batch_size:
+        return 1.0, None  # the base against itself: no interval to quote
+    value = batch.throughput_per_s / base.throughput_per_s
+    num, den = batch.throughput_interval_per_s, base.throughput_interval_per_s
+    if num is None or den is None:
+        return value, None
+    return value, Interval(*ratio_interval((num.low, num.high), (den.low, den.high)))
+
+
+def within_noise(gain: Interval | None) -> bool:
+    """True when a gain's interval reaches down to 1.0: noise alone could explain it (False
+    without an interval: a report written before intervals says what it measured)."""
+    return gain is not None and gain.low <= 1.0
+
+
+def speedup_within_noise(rec: Recommendation | None) -> bool:
+    """True when the speedup from batching cannot be told from noise."""
+    return rec is not None and rec.speedup_from_batching is not None \
+        and within_noise(rec.speedup_interval)
+
+
+# -- page faults: one figure, one source ------------------------------------------------------
+def fault_cost(report: Report) -> tuple[float, bool]:
+    """Seconds one page fault costs a step, and whether it was measured: the side-by-side
+    check's ``allocator.cost_per_fault_s`` where it ran and saved time, else the estimate
+    page_faults.PAGE_FAULT_COST_S. The one source of every page-fault share shown."""
+    measured = report.allocator.cost_per_fault_s if report.allocator is not None else None
+    return (measured, True) if measured else (PAGE_FAULT_COST_S, False)
+
+
+def fault_share(report: Report, batch: BatchResult) -> float | None:
+    """The share of ``batch``'s step its page faults take, at :func:`fault_cost` a fault
+    (``BatchResult.page_fault_share`` where the cost is the estimate)."""
+    cost, measured = fault_cost(report)
+    if not measured:
+        return batch.page_fault_share
+    faults, step = batch.page_faults_per_step, latency_median(batch)
+    return faults * cost / step if faults and step else None
+
+
+def shown_flag(report: Report, flag: Flag) -> Flag:
+    """The flag as the report words it: a page-fault flag's shares restated at
+    :func:`fault_cost` where the side-by-side check measured it, so the flag and the
+    headline give one figure; any other flag as it is."""
+    cost, measured = fault_cost(report)
+    if flag.kind != FlagKind.PAGE_FAULTS or not measured:
+        return flag
+    sizes = flag.values.get("batch_sizes")
+    batches = {b.batch_size: b for b in report.batches}
+    shares: list[str | int | float] = []
+    for size in sizes if isinstance(sizes, list) else []:
+        batch = batches.get(int(size))
+        shares.append((fault_share(report, batch) if batch is not None else None) or 0.0)
+    return dataclasses.replace(flag, values={**flag.values, "shares": shares, "cost_s": cost,
+                                             "measured": True})
+
+
 # What each peak-memory method counts, in words.
 PEAK_MEMORY_LABELS = {
     PeakMemoryMethod.CUDA_MAX_ALLOCATED: (
@@ -308,7 +391,8 @@ def flags(report: Report) -> list[ShownFlag]:
     """Report-level flags first, then op flags grouped by kind and op, the groups with the
     most step time at stake first. Hundreds of per-op flags (one per op group and batch
     size) become a few lines that say what matters."""
-    out = [ShownFlag(flag_text(f), f.batch_size, f.op_id or "") for f in report.flags]
+    out = [ShownFlag(flag_text(shown_flag(report, f)), f.batch_size, f.op_id or "")
+           for f in report.flags]
     groups: dict[tuple[FlagKind, str], list[tuple[BatchResult, OpStat, Flag]]] = {}
     for b, op, f in op_flags(report):
         groups.setdefault((f.kind, op.name), []).append((b, op, f))
@@ -370,6 +454,14 @@ def _probed_kinds(probes: dict[str, float]) -> str:
     return " and ".join(kinds) if len(kinds) < 3 else f"{kinds[0]}, {kinds[1]} and {kinds[2]}"
 
 
+def _predicted_band(point: CurvePoint, margin: float | None) -> Interval | None:
+    """A predicted throughput's band: its step within the model's largest miss either way."""
+    if margin is None or margin < 0:
+        return None
+    t = point.predicted_throughput_per_s
+    return Interval(t / (1 + margin), t / (1 - margin) if margin < 1 else float("inf"))
+
+
 def prediction_summary(report: Report) -> str:
     """One sentence: what the model was fitted on, how it held, what it predicts unmeasured."""
     pred = report.prediction
@@ -390,18 +482,24 @@ def prediction_summary(report: Report) -> str:
         text = (f"Step-time model fitted on batches {fitted} (too few sizes to forecast one "
                 f"from those before it)")
     if pred.knee_batch is not None:
-        text += f"; its curve bends at {pred.knee_batch:,.3g} rows"
+        knee = f"{pred.knee_batch:,.3g}"
+        text += f"; its curve bends at {knee} row{'' if knee == '1' else 's'}"
     if pred.probes_s:
         text += (f"; its {_probed_kinds(pred.probes_s)} were timed alone at their own shapes "
                  f"({len(pred.probes_s)} kernel probes) where the kernel changes with the rows")
     unmeasured = [p for p, was_measured in rows if not was_measured]
     if unmeasured:
         fitted = ", ".join(str(b) for b in pred.fitted_on)
+        margin = pred.max_abs_error
         text += f"; not measured, predicted from batches {fitted}: " + ", ".join(
-            f"batch {p.batch_size} {fmt.rate(p.predicted_throughput_per_s, unit_name)}"
+            f"batch {p.batch_size} "
+            f"{fmt.rate_band(p.predicted_throughput_per_s, _predicted_band(p, margin), unit_name)}"
             for p in unmeasured[:6])
         if len(unmeasured) > 6:
             text += f" (and {len(unmeasured) - 6} more)"
+        if margin is not None and margin >= 0:
+            text += (f", each with its step within the model's largest miss (±{fmt.pct(margin)}):"
+                     " predictions, not measurements")
     sensitivity = pred.ceiling_sensitivity
     if sensitivity is not None and abs(sensitivity) >= 0.01:
         text += (f"; with each compute roof at its median repeat instead of its best, the "

@@ -28,8 +28,11 @@ DECODE = [ok(1, 26.4), ok(2, 28.4), ok(4, 62.9), ok(8, 117), ok(16, 205), ok(32,
 
 def test_smallest_batch_within_ninety_percent_of_best():
     choice = recommend(DECODE, Limits())
-    # best 371 at 128; 90% of it is 333.9: batch 64 (362) is the smallest above it.
+    # best 371 at 128; 90% of it is 333.9: batch 64 (362) is the smallest whose interval
+    # (its median, no sample interval here, widened by the 5% drift floor) reaches it; 32
+    # (275, at most 289) does not.
     assert choice.batch_size == 64
+    assert choice.equivalent_batch_sizes == [64, 128]
     assert choice.best_batch_size == 128
     assert choice.speedup_from_batching == pytest.approx(371 / 26.4)  # ~14.05x
     assert choice.rule.kind == RuleKind.NEAR_BEST and choice.rule.share == 0.9
@@ -99,9 +102,10 @@ def test_unmeasured_sizes_that_would_move_the_pick_give_a_labelled_pick():
     assert predicted_pick(DECODE, _prediction(0.2, {256: 400.0}), Limits(), choice) is None
     # A model that forecast no measured size has no band: it says nothing.
     assert predicted_pick(DECODE, _prediction(None, {512: 600.0}), Limits(), choice) is None
-    # A predicted best can move the pick to a measured size: 256 at 448 (407 at the low end,
-    # the band at least 10%) puts 90% of the best at 367, over 64's 362 and under 128's 371.
-    moved = predicted_pick(DECODE, _prediction(0.02, {256: 448.0}), Limits(), choice)
+    # A predicted best can move the pick to a measured size: 256 at 470 (427 at the low end,
+    # the band at least 10%) puts 90% of the best at 385, over the top of 64's interval (362
+    # with 5% of drift: 380) and under the top of 128's (371: 390).
+    moved = predicted_pick(DECODE, _prediction(0.02, {256: 470.0}), Limits(), choice)
     assert moved is not None and moved.batch_size == 128 and moved.measured
     assert moved.best_batch_size == 256 and moved.throughput_per_s == 371
 

@@ -16,6 +16,7 @@ from batchscope.classifiers.step_model import (
     fit_power,
     fit_sizes,
     fit_step_model,
+    plateau_overruled,
     predict,
     predicted_stop,
     probe_budget_s,
@@ -25,7 +26,16 @@ from batchscope.hardware.figures import CeilingDetails, MatmulFigures, MatmulSiz
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.probe import ProbeSpec
-from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status, StopKind
+from batchscope.records import (
+    BatchResult,
+    ByteSplit,
+    FlagKind,
+    LatencyStats,
+    OpStat,
+    Status,
+    StopKind,
+)
+from batchscope.records.noise import DRIFT_FLOOR
 from batchscope.records.report import Assumption, AssumptionKind
 from batchscope.reports.flag_text import assumption_text, stop_text
 
@@ -228,8 +238,10 @@ def test_predicted_stop_compares_units_with_units():
     # ...and a pick that cannot move stops, quoting both figures in tokens/s.
     stop = predicted_stop(results, CEIL, [128, 256], pick, 0.9)
     assert stop is not None
+    # Projected from the top of the last size's interval (no samples here: its median
+    # widened by the 5% drift floor), so one noisy low point cannot stop the sweep.
     assert stop.values["projected_per_s"] == pytest.approx(
-        results[-1].throughput_per_s * stop.values["gain"])
+        results[-1].throughput_per_s * (1 + DRIFT_FLOOR) * stop.values["gain"])
     assert stop.values["bar_per_s"] == pytest.approx(pick / 0.9)
     text = stop_text(stop, "token")
     projected = f"{stop.values['projected_per_s']:,.4g}"
@@ -483,3 +495,18 @@ def test_a_measured_convolution_is_probed_end_to_end():
     assert conv.probed(16) and conv.time_s(16) > 0
     assert fitted.probed_ops(16) >= 1
 
+
+
+def test_the_step_model_overrules_a_plateau_its_exact_counts_do_not_show():
+    """A memory-bound step measured at 1, 2, 4: whatever bent those three throughputs, the
+    weights read once per step say a larger batch gains many-fold, so the plateau rule's
+    stop is overruled; a bar beyond anything the model predicts lets it stand."""
+    results = [measured(b) for b in (1, 2, 4)]
+    last = results[-1].throughput_per_s
+    flag = plateau_overruled(results, CEIL, [8, 16, 32, 64], last * 1.5)
+    assert flag is not None and flag.kind == FlagKind.PLATEAU_OVERRULED
+    assert flag.batch_size == 4 and flag.values["highest"] == 64
+    assert flag.values["projected_per_s"] >= last * 1.5
+    assert flag.values["fitted_on"] == [1, 2, 4]
+    assert plateau_overruled(results, CEIL, [8, 16, 32, 64], last * 1000) is None
+    assert plateau_overruled(results, CEIL, [], last * 1.5) is None

@@ -46,18 +46,34 @@ def test_a_report_against_itself_exits_0(tmp_path: Path) -> None:
     assert "no regression" in result.output
 
 
-def test_throughput_times_0_8_is_a_regression(tmp_path: Path, sample_doc: dict[str, Any]) -> None:
+def test_throughput_times_0_5_is_a_regression(tmp_path: Path, sample_doc: dict[str, Any]) -> None:
     base = write(tmp_path, "base.json", sample_doc)
-    head = write(tmp_path, "head.json", scaled(sample_doc, 0.8))
+    head = write(tmp_path, "head.json", scaled(sample_doc, 0.5))
     md = tmp_path / "compare.md"
     result = runner.invoke(tools_app, ["compare", str(base), str(head), "--markdown", str(md)])
     assert result.exit_code == 1, result.output
     gate = sample_doc["recommendation"]["batch_size"]
     assert "regression" in result.output and f"batch {gate}" in result.output
-    assert "−20.0%" in result.output  # 0.8 - 1 = -20%
+    assert "−50.0%" in result.output  # 0.5 - 1 = -50%: past one run a side's ±34% drift
     text = md.read_text(encoding="utf-8")
     assert text.startswith("### ❌ batchscope compare: regression")
     assert f"throughput at batch {gate} (the base's recommendation)" in text
+
+
+def test_throughput_times_0_8_from_single_runs_is_inconclusive(
+        tmp_path: Path, sample_doc: dict[str, Any]) -> None:
+    # Issue 31: identical code differed by 22% between two runs on a 2-core VM. One run a
+    # side cannot tell a 20% drop from that drift: inconclusive, exit 0, and it says so.
+    base = write(tmp_path, "base.json", sample_doc)
+    head = write(tmp_path, "head.json", scaled(sample_doc, 0.8))
+    result = runner.invoke(tools_app, ["compare", str(base), str(head)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "inconclusive" in said and "−20.0%" in said
+    assert "the drop is within that noise" in said and "--ab" in said
+    # on a quiet machine the user may say so: 3% drift a run makes -20% a regression
+    quiet = runner.invoke(tools_app, ["compare", str(base), str(head), "--run-drift", "3"])
+    assert quiet.exit_code == 1, quiet.output
 
 
 def test_threshold_option(tmp_path: Path) -> None:
@@ -175,12 +191,13 @@ def test_a_schema_1_report_compares_with_a_schema_2_one(tmp_path: Path) -> None:
     assert same.rows == compare_files(MLP, MLP).rows
     assert same.verdict == compare_files(MLP, MLP).verdict
     assert same.base_rule.startswith("smallest batch size whose throughput is at least 90%")
-    # ...and the old report holds a new one to it: 0.8 - 1 = -20%, past the 10% threshold
+    # ...and the old report holds a new one to it: 0.5 - 1 = -50%, past the 10% threshold
+    # and past the drift of one run a side
     slower = write(tmp_path, "slower.json",
-                   scaled(json.loads(MLP.read_text(encoding="utf-8")), 0.8))
+                   scaled(json.loads(MLP.read_text(encoding="utf-8")), 0.5))
     result = runner.invoke(tools_app, ["compare", str(MLP_SCHEMA_1), str(slower)])
     assert result.exit_code == 1, result.output
-    assert "regression" in result.output and "−20.0%" in result.output
+    assert "regression" in result.output and "−50.0%" in result.output
     back = runner.invoke(tools_app, ["compare", str(MLP), str(MLP_SCHEMA_1)])
     assert back.exit_code == 0 and "no regression" in back.output
 
@@ -215,8 +232,10 @@ def test_drift_between_runs_of_identical_code_is_no_regression(tmp_path: Path) -
     speed = [BERT_RUNS_MS[0] / ms for ms in BERT_RUNS_MS]  # throughput relative to run 1
     one_each = runner.invoke(tools_app, ["compare", _runs(tmp_path, doc, speed[:1], "a"),
                                          _runs(tmp_path, doc, speed[1:2], "b")])
-    # a single run each: -19% is past the 10% threshold, and past 5% drift a side too
-    assert one_each.exit_code == 1, one_each.output
+    # a single run each: -19% is past the 10% threshold, but within the ±15% drift a
+    # single run is given (issue 31: it used to fail the gate at 5%)
+    assert one_each.exit_code == 0, one_each.output
+    assert "inconclusive" in " ".join(one_each.output.split())
     repeated = runner.invoke(tools_app, ["compare", _runs(tmp_path, doc, speed[:2], "c"),
                                          _runs(tmp_path, doc, speed[2:], "d")])
     assert repeated.exit_code == 0, repeated.output

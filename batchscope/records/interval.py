@@ -1,0 +1,57 @@
+"""A figure's 95% interval, and the sweep's own drift control: the records every decision
+made under noise reads (classifiers/uncertainty.py fills them; the reports show them).
+
+Example:
+    >>> band = Interval(90.0, 110.0)
+    >>> band.contains(100.0), band.overlaps(Interval(111.0, 120.0))
+    (True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Where a figure lies at 95%, in the figure's own unit: from the timed samples'
+    order statistics, widened by the drift the run showed (classifiers/uncertainty.py)."""
+
+    low: float
+    high: float
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def scaled(self, factor: float) -> Interval:
+        """Both ends times a positive ``factor``."""
+        return Interval(self.low * factor, self.high * factor)
+
+    def reciprocal(self, numerator: float = 1.0) -> Interval:
+        """``numerator / x`` over the interval (a latency's interval to a throughput's)."""
+        if self.low <= 0:
+            return Interval(numerator / self.high if self.high > 0 else 0.0, float("inf"))
+        return Interval(numerator / self.high, numerator / self.low)
+
+    def half_width_rel(self, value: float) -> float:
+        """The larger distance from ``value`` to an end, relative to ``value``."""
+        if value <= 0:
+            return float("inf")
+        return max(value - self.low, self.high - value) / value
+
+
+@dataclass(frozen=True)
+class DriftControl:
+    """report.json ``run.drift``: the sweep's reference batch size timed again once every
+    other size was measured, as the run's own control. ``drift`` is the relative change of
+    its median step between the two timings: how far the machine's speed moved over the
+    ``seconds_apart`` the sizes were measured in, which no single timing pass can see."""
+
+    batch_size: int
+    first_latency_s: float
+    control_latency_s: float
+    seconds_apart: float
+    drift: float  # |control / first - 1|

@@ -1,0 +1,139 @@
+"""The work half of ``diagnose compare``: counted FLOPs, bytes, op and kernel calls per step,
+compared exactly (issue 31). A head that does more work at the gate fails whatever its clock
+says; two runs of the same code count the same."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from batchscope.cli import tools_app
+from batchscope.records import ByteSplit, KernelStat, Report
+from batchscope.records.work import WorkCount, WorkMeasure, work_count, work_delta
+from batchscope.reports.compare import compare, compare_files
+from batchscope.reports.compare_render import render_markdown
+from tests.reports.conftest import REPORTS, typed
+
+runner = CliRunner()
+MLP = REPORTS / "mlp.json"
+MLP_SCHEMA_1 = REPORTS / "schema1" / "mlp.json"
+DOC = json.loads((REPORTS / "llm_decode.json").read_text(encoding="utf-8"))
+GATE = DOC["recommendation"]["batch_size"]
+
+
+def more_flops(doc: dict[str, Any], factor: float, sizes: set[int]) -> dict[str, Any]:
+    """A copy whose counted FLOPs at ``sizes`` are ``factor`` times (batch and ops alike)."""
+    out = copy.deepcopy(doc)
+    for b in out["batches"]:
+        if b["batch_size"] in sizes and b.get("flops") is not None:
+            b["flops"] = round(b["flops"] * factor)
+            for op in b["ops"]:
+                if op.get("flops") is not None:
+                    op["flops"] = round(op["flops"] * factor)
+    return out
+
+
+def test_two_real_reports_of_the_same_sweep_count_the_same_work() -> None:
+    result = compare_files(MLP_SCHEMA_1, MLP)
+    assert result.work and all(d.same for d in result.work)
+    assert result.work_gate is not None and result.work_gate.batch_size == 1024
+    assert {c.measure for c in result.work_gate.changes} == {
+        WorkMeasure.FLOPS, WorkMeasure.BYTES, WorkMeasure.OP_CALLS}
+    assert not result.work_regression
+    assert "the work per step at batch 1024 is the same" in result.verdict
+    text = render_markdown(result)
+    assert "#### Work per step (counted: no noise)" in text
+    assert "same at every batch size both counted" in text
+
+
+def test_more_flops_at_the_gate_is_a_regression_whatever_the_clock(tmp_path: Path) -> None:
+    head = tmp_path / "head.json"
+    head.write_text(json.dumps(more_flops(DOC, 1.3, {GATE})), encoding="utf-8")
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(DOC), encoding="utf-8")
+    out = runner.invoke(tools_app, ["compare", str(base), str(head), "--format", "markdown"])
+    assert out.exit_code == 1, out.output
+    assert out.output.startswith("### ❌ batchscope compare: regression")
+    said = " ".join(out.output.split())
+    assert f"the head does more work per step at batch {GATE}" in said
+    assert "FLOPs +30.0%" in said and "no drift explains it" in said
+    result = compare(typed(DOC), typed(more_flops(DOC, 1.3, {GATE})))
+    assert result.work_regression and not result.time_regression and result.regression
+    assert result.gate_change == 0.0  # the clock says nothing changed
+
+
+def test_less_work_is_reported_and_passes() -> None:
+    result = compare(typed(DOC), typed(more_flops(DOC, 0.7, {GATE})))
+    assert not result.regression and not result.work_regression
+    assert result.work_gate is not None and result.work_gate.less_work
+    assert f"the head does less work per step at batch {GATE}: FLOPs −30.0%" in result.verdict
+
+
+def test_more_work_elsewhere_is_a_warning_only() -> None:
+    other = next(b["batch_size"] for b in DOC["batches"] if b["batch_size"] != GATE)
+    result = compare(typed(DOC), typed(more_flops(DOC, 2.0, {other})))
+    assert not result.regression
+    assert any(f"batch {other}: FLOPs +100.0%" in w for w in result.warnings)
+    assert f"| {other} |" in render_markdown(result)  # the row that moved is shown
+
+
+def test_more_op_calls_at_the_gate_is_a_regression() -> None:
+    head = copy.deepcopy(DOC)
+    (gate,) = [b for b in head["batches"] if b["batch_size"] == GATE]
+    calls = sum(op["calls"] for op in gate["ops"])
+    gate["ops"][0]["calls"] += calls  # twice the op calls, the same FLOPs
+    result = compare(typed(DOC), typed(head))
+    assert result.work_regression
+    assert result.work_gate is not None
+    assert [c.measure for c in result.work_gate.more_work] == [WorkMeasure.OP_CALLS]
+    assert "op calls +100.0%" in result.verdict
+
+
+def test_kernel_launches_are_compared_where_a_trace_counted_them() -> None:
+    base = typed(DOC)
+
+    def with_kernels(report: Report, calls: float) -> Report:
+        batches = []
+        for b in report.batches:
+            if b.batch_size == GATE:
+                ops = [dataclasses.replace(op, kernels=[KernelStat("k", calls, 1e-6)])
+                       for op in b.ops]
+                b = dataclasses.replace(b, ops=ops)
+            batches.append(b)
+        return dataclasses.replace(report, batches=batches)
+
+    result = compare(with_kernels(base, 1.0), with_kernels(base, 2.0))
+    assert result.work_gate is not None
+    assert [c.measure for c in result.work_gate.more_work] == [WorkMeasure.KERNEL_CALLS]
+    assert "kernel launches +100.0%" in result.verdict
+
+
+def test_a_timing_only_head_leaves_the_gate_to_time() -> None:
+    head = copy.deepcopy(DOC)
+    for b in head["batches"]:
+        b.update(flops=None, bytes=None, ops=[])
+    result = compare(typed(DOC), typed(head))
+    assert result.work == [] and result.work_gate is None and not result.regression
+    assert "was not counted on both sides" in result.verdict
+    assert "the work was not compared" in render_markdown(result)
+
+
+def test_work_counts_and_deltas() -> None:
+    assert work_count(None) is None
+    base = typed(DOC).batches[0]
+    count = work_count(base)
+    assert count is not None and count.flops == base.flops
+    assert count.bytes == (base.bytes or ByteSplit()).total and count.kernel_calls is None
+    assert count.op_calls == sum(op.calls for op in base.ops)
+    # new work where the base counted none: no ratio, and more
+    new = work_delta(1, WorkCount(flops=0), WorkCount(flops=5), 0.1)
+    assert [(c.change, c.more, c.less) for c in new.changes] == [(None, True, False)]
+    none = work_delta(1, WorkCount(flops=0, bytes=10), WorkCount(flops=0, bytes=10), 0.1)
+    assert none.same and not none.more_work
+    within = work_delta(1, WorkCount(bytes=100), WorkCount(bytes=105), 0.1)
+    assert not within.same and not within.more_work and not within.less_work

@@ -1,0 +1,290 @@
+"""Issue 31: every figure with its 95% interval, in every format, and sentences that decide
+only where the intervals hold. The reports are typed and built from known timings (no speed
+of this machine is asserted): each timing pass's own interval of its median is given, the
+drift control's numbers too, and assemble widens them as a sweep's would be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from rich.console import Console
+
+from batchscope.assemble import Measured, assemble
+from batchscope.plan import Limits
+from batchscope.records import (
+    BatchResult,
+    DriftControl,
+    Interval,
+    LatencyStats,
+    ModelInfo,
+    Report,
+    RunInfo,
+    Status,
+    Stop,
+    StopKind,
+)
+from batchscope.reports import fmt, narrative, sweep_charts
+from batchscope.reports import view as v
+from batchscope.reports.console import print_summary
+from batchscope.reports.escape import md_text
+from batchscope.reports.html import render_html
+from batchscope.reports.json_report import document
+from batchscope.reports.markdown import render_summary
+from tests.reports.test_html import parse
+
+# The drift control of the issue's example: batch 1 at 281 µs, then 364 µs 12 s later.
+DRIFT = DriftControl(1, 281e-6, 364e-6, 12.0, 364 / 281 - 1)
+
+
+def _batch(b: int, step_s: float, spread: float = 0.02, faults: float | None = None
+           ) -> BatchResult:
+    """Batch ``b`` timed at ``step_s`` a step, its median's own interval ±``spread``."""
+    lat = LatencyStats(step_s, step_s * 0.97, step_s * 1.03, 60, min=step_s * 0.9,
+                       median_low=step_s * (1 - spread), median_high=step_s * (1 + spread))
+    return BatchResult(b, Status.OK, latency_s=lat, throughput_per_s=b / step_s,
+                       page_faults_per_step=faults)
+
+
+def _report(results: list[BatchResult], drift: DriftControl | None = DRIFT,
+            unit: str = "token", kept: list[BatchResult] | None = None,
+            stop: Stop | None = None) -> Report:
+    return assemble(Measured(ModelInfo(target="m.py", unit=unit), RunInfo(drift=drift), None,
+                             results, Limits(), stop=stop or Stop(StopKind.LIST_DONE),
+                             kept_buffers=kept or []))
+
+
+def _console(report: Report) -> str:
+    console = Console(width=400, record=True, color_system=None)
+    print_summary(console, report)
+    return console.export_text()
+
+
+def _html_text(report: Report) -> str:
+    return " ".join(parse(render_html(report)).text)
+
+
+def _everywhere(report: Report) -> dict[str, str]:
+    """What each format says: the explanation, summary.md, the terminal and the page."""
+    return {"explanation": narrative.explanation(report), "markdown": render_summary(report),
+            "console": _console(report), "html": _html_text(report)}
+
+
+# Batching that pays: 4 and 8 rows a step cost little more than 1.
+RISING = [_batch(1, 0.010), _batch(2, 0.011), _batch(4, 0.012), _batch(8, 0.013)]
+# Batching within noise: the step grows with the rows, the throughput stays put.
+FLAT = [_batch(1, 0.010), _batch(2, 0.0198), _batch(4, 0.0405)]
+
+
+def test_every_measured_size_shows_its_intervals_in_every_table() -> None:
+    report = _report(RISING)
+    shown = _everywhere(report)
+    for b in report.batches:
+        assert b.latency_interval_s is not None and b.throughput_interval_per_s is not None
+        latency, throughput = v.latency_text(b), v.throughput_text(b)
+        assert re.fullmatch(r"\S+ \S+ \(\S+–\S+ \S+\)", latency), latency
+        assert re.fullmatch(r"\S+ \(\S+–\S+\)", throughput) or "k (" in throughput
+        for name in ("markdown", "console", "html"):
+            assert latency in shown[name] and throughput in shown[name], (name, b.batch_size)
+    # the interval is the pass's own widened by the drift the control measured (29.5%)
+    first = report.batches[0]
+    assert first.latency_interval_s == Interval(0.0098 / (1 + DRIFT.drift),
+                                                0.0102 * (1 + DRIFT.drift))
+    assert v.latency_text(first) == "10 ms (7.57–13.2 ms)"
+
+
+def test_a_speedup_beyond_noise_is_said_with_its_interval() -> None:
+    report = _report(RISING)
+    rec = report.recommendation
+    assert rec is not None and rec.speedup_interval is not None
+    assert rec.speedup_interval.low > 1
+    band = fmt.ratio_band(rec.speedup_from_batching, rec.speedup_interval)
+    for name, text in _everywhere(report).items():
+        assert "within noise: the best throughput" not in text, name
+        assert "gain over batch 1 is within noise" not in text, name
+        assert band in text, name
+    assert f"Batching lifts throughput {band} over batch 1" in narrative.explanation(report)
+
+
+def test_a_speedup_within_noise_claims_no_gain() -> None:
+    report = _report(FLAT)
+    rec = report.recommendation
+    assert rec is not None and rec.speedup_interval is not None
+    assert rec.speedup_interval.contains(1.0)
+    for name, text in _everywhere(report).items():
+        assert "within noise" in text, name
+        assert "Batching lifts throughput" not in text, name
+        assert "batching lifts throughput" not in text, name
+        assert "lifted throughput" not in text, name
+    assert ("Batching's gain over batch 1 is within noise: the best throughput is "
+            f"{fmt.ratio_band(rec.speedup_from_batching, rec.speedup_interval)} batch 1's"
+            ) in narrative.explanation(report)
+    assert "speedup from batching: " in _console(report)
+    assert re.search(r"speedup from batching: \S+ \(\S+\): within noise", _console(report))
+
+
+def test_the_equivalent_set_is_listed_with_the_rule() -> None:
+    report = _report(FLAT)
+    rec = report.recommendation
+    assert rec is not None and rec.equivalent_batch_sizes == [1, 2, 4]
+    sentence = ("Batch sizes 1, 2 and 4 are equivalent within noise; the rule picks the "
+                "smallest whose throughput could be within 90% of the best.")
+    shown = _everywhere(report)
+    assert sentence in shown["explanation"] and sentence in shown["html"]
+    assert md_text(sentence) in shown["markdown"]
+    assert "equivalent within noise: batch sizes 1, 2, 4" in shown["console"]
+    # the rule's own words say it reads intervals
+    assert "within noise: the top of its 95% interval reaches that" in shown["explanation"]
+    # a pick noise sets apart says that no other size is equivalent
+    alone = _report(RISING, drift=None)  # the floor of 5%: 4 is set apart from 8
+    assert alone.recommendation is not None and alone.recommendation.equivalent_batch_sizes == [8]
+    assert "No other batch size measured is equivalent to batch 8 within noise" in (
+        narrative.explanation(alone))
+
+
+def test_the_picks_share_of_the_best_has_its_interval() -> None:
+    # batch 4 within noise of 8 (the best): the rule takes 4, and says what it gave up
+    results = [_batch(1, 0.010), _batch(2, 0.011), _batch(4, 0.0125), _batch(8, 0.0235)]
+    report = _report(results, drift=dataclasses.replace(DRIFT, drift=0.02))
+    rec = report.recommendation
+    assert rec is not None and rec.batch_size == 4 and rec.best_batch_size == 8
+    assert rec.pick_share_of_best is not None and rec.pick_share_of_best_interval is not None
+    share = fmt.pct_band(rec.pick_share_of_best, rec.pick_share_of_best_interval)
+    assert re.fullmatch(r"\d+% \(\d+–\d+%\)", share)
+    assert f"Batch 4 gives {share} of the best measured throughput (batch 8" in (
+        narrative.explanation(report))
+
+
+def test_the_drift_control_is_said_with_its_numbers() -> None:
+    text = narrative.explanation(_report(RISING))
+    assert ("The reference batch 1 timed 281 µs at the start of the sweep and 364 µs at the "
+            "end, 12 s later: a 30% drift, which every interval here includes.") in text
+    # a control that moved less than the floor: the floor is what the intervals carry
+    small = _report(RISING, drift=dataclasses.replace(DRIFT, control_latency_s=284e-6,
+                                                        drift=0.0107))
+    assert "a 1% drift, under the floor of 5% that every interval here carries" in (
+        narrative.explanation(small))
+    # no control: the floor, said as such
+    none = narrative.explanation(_report(RISING, drift=None))
+    assert "No drift control ran" in none and "the floor of 5%" in none
+    # the page shows the control as a card too
+    assert "drift over the sweep" in _html_text(_report(RISING))
+
+
+def test_a_report_written_before_intervals_reads_as_before() -> None:
+    report = _report(RISING)
+    rec = report.recommendation
+    assert rec is not None
+    old = dataclasses.replace(
+        report, run=dataclasses.replace(report.run, drift=None, drift_allowance=None),
+        batches=[dataclasses.replace(b, latency_interval_s=None, throughput_interval_per_s=None)
+                 for b in report.batches],
+        recommendation=dataclasses.replace(rec, speedup_interval=None,
+                                           equivalent_batch_sizes=[],
+                                           pick_share_of_best_interval=None,
+                                           measured_knee_interval=None,
+                                           predicted_critical_batch_interval=None))
+    text = narrative.explanation(old)
+    assert "is within noise" not in text and "equivalent" not in text and "drift" not in text
+    assert f"Batching lifts throughput {fmt.ratio(rec.speedup_from_batching)} over batch 1" in text
+    assert v.throughput_text(old.batches[0]) == fmt.si(old.batches[0].throughput_per_s)
+
+
+def test_the_throughput_chart_has_error_bars() -> None:
+    report = _report(RISING)
+    fig = sweep_charts.throughput(report)
+    assert fig is not None
+    (measured,) = [t for t in fig["data"] if str(t.get("name", "")).startswith("measured")]
+    bars = measured["error_y"]
+    for b, up, down, y in zip(report.batches, bars["array"], bars["arrayminus"], measured["y"],
+                              strict=True):
+        iv = b.throughput_interval_per_s
+        assert iv is not None
+        assert abs(y + up - iv.high) < 1e-6 * iv.high and abs(y - down - iv.low) < 1e-6 * iv.low
+    assert measured["customdata"] == [v.throughput_text(b) for b in report.batches]
+
+
+def test_b_star_and_the_knee_with_their_intervals() -> None:
+    report = _report(RISING)
+    assert report.recommendation is not None
+    rec = dataclasses.replace(report.recommendation, predicted_critical_batch=6.0,
+                              predicted_critical_batch_interval=Interval(5.5, 6.0),
+                              measured_knee_batch=4.2, measured_knee_within_sweep=True,
+                              measured_knee_interval=Interval(3.1, 5.9))
+    report = dataclasses.replace(report, recommendation=rec)
+    text = narrative.explanation(report)
+    assert "knee of about 4.2 rows (3.1–5.9 at 95%)" in text
+    assert "the two agree within their intervals" in text
+    summary = render_summary(report)
+    assert "| 4.2 (3.1–5.9) (in the sweep) |" in summary and "| 6 (5.5–6) |" in summary
+
+
+def test_kept_buffers_gains_say_within_noise_and_one_page_fault_figure() -> None:
+    # batch 4 spends most of its step faulting memory in: 40,000 faults a 50 ms step. Kept,
+    # batch 4 runs in 20 ms (a gain beyond noise); batch 2 gains 2%, within noise.
+    default = [_batch(1, 0.010), _batch(2, 0.0200, faults=15_000),
+               _batch(4, 0.050, faults=40_000)]
+    kept = [_batch(2, 0.0196, faults=10), _batch(4, 0.020, faults=10)]
+    report = _report(default, kept=kept)
+    section = report.allocator
+    assert section is not None and section.cost_per_fault_s is not None
+    rows = {r.batch_size: r for r in section.batches}
+    assert rows[2].speedup_interval is not None and rows[2].speedup_interval.contains(1.0)
+    assert rows[4].speedup_interval is not None and rows[4].speedup_interval.low > 1
+    headline = narrative.allocator_headline(report)
+    assert headline is not None
+    assert "the gain is beyond noise at batch 4 and within noise at batch 2" in headline
+    assert fmt.ratio_band(rows[4].speedup, rows[4].speedup_interval) in headline
+    # the share of the step: one figure, the measured cost of a fault, in the flag and the
+    # headline alike (and in report.json's flag text)
+    share = v.fault_share(report, report.batches[2])
+    assert share == 40_000 * section.cost_per_fault_s / 0.050
+    assert f"Page faults take ~{fmt.pct(share)} of the step at batch 4" in headline
+    (flag,) = [f.text for f in v.flags(report) if "page faults per step" in f.text]
+    assert f"~{fmt.pct(share)})" in flag and "measured side by side on this machine" in flag
+    assert "~1 µs" not in flag
+    (shown,) = [f["text"] for f in document(report)["flags"] if "page faults" in f["text"]]
+    assert shown == flag
+    # the page's kept column gives each size's gain with its interval
+    page = _html_text(report)
+    assert "within noise" in page and fmt.ratio_band(rows[4].speedup,
+                                                     rows[4].speedup_interval) in page
+
+
+def test_page_faults_without_the_check_are_the_estimate_in_both_places() -> None:
+    default = [_batch(1, 0.010), _batch(2, 0.030, faults=20_000)]
+    report = _report(default)
+    assert report.allocator is None
+    share = report.batches[1].page_fault_share
+    assert share is not None
+    headline = narrative.allocator_headline(report)
+    assert headline is not None and f"~{fmt.pct(share)} of the step at batch 2" in headline
+    assert "an estimate" in headline
+    (flag,) = [f.text for f in v.flags(report) if "page faults per step" in f.text]
+    assert f"~{fmt.pct(share)})" in flag and "an estimate" in flag
+
+
+def test_user_text_beside_the_intervals_stays_inert() -> None:
+    unit = 'tok"]|[x](y) <b>@someone'
+    report = _report(FLAT, unit=unit)
+    summary = render_summary(report)
+    assert "<b>" not in summary and "[x](y)" not in summary
+    page = render_html(report)
+    assert "<b>@someone" not in page
+    console = _console(report)
+    assert "within noise" in console
+
+
+def test_still_rising_at_the_cap_only_beyond_noise() -> None:
+    cap = Stop(StopKind.CAP, values={"largest": 8})
+    rising = narrative.explanation(_report(RISING, drift=None, stop=cap))
+    assert "Throughput was still rising at the largest batch tried (8)" in rising
+    # 8 barely above 4 (326 against 320 tokens/s): the best, but not a rise noise can see
+    level = [_batch(1, 0.010), _batch(2, 0.011), _batch(4, 0.0125), _batch(8, 0.0245)]
+    report = _report(level, stop=cap)
+    assert report.recommendation is not None and report.recommendation.still_rising_at_cap
+    text = narrative.explanation(report)
+    assert "still rising" not in text
+    assert "highest at the largest batch tried (8), though within noise of batch 4" in text
+    assert "raise --max-batch" in text
