@@ -455,7 +455,7 @@ def compare(
     ] = None,
     pairs: Annotated[
         int | None,
-        typer.Option("--pairs", help="With --ab: pairs of timing blocks (default 30, at least 6)."),
+        typer.Option("--pairs", help="With --ab: pairs of timing blocks (default 30, at least 9)."),
     ] = None,
     block_time: Annotated[
         float | None,
@@ -551,12 +551,12 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
     from batchscope.profiler.ab_run import (
         DEFAULT_BLOCK_S,
         DEFAULT_PAIRS,
-        INTERRUPTED,
         MIN_PAIRS,
         ABConfig,
         run_ab,
     )
     from batchscope.profiler.worker_config import DTYPE_NAMES, WorkerConfig
+    from batchscope.records.ab import ABStopKind
     from batchscope.reports.ab_compare import judge, write_ab
     from batchscope.reports.compare import REGRESSION_EXIT_CODE
     from batchscope.reports.compare_render import print_ab, render_ab_markdown
@@ -571,8 +571,8 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
     if b < 1:
         raise UsageError(f"--batch-size must be at least 1, not {b}.")
     if k < MIN_PAIRS:
-        raise UsageError(f"--pairs must be at least {MIN_PAIRS}, not {k}: fewer pairs give no "
-                         "interval to judge.")
+        raise UsageError(f"--pairs must be at least {MIN_PAIRS}, not {k}: with fewer, the "
+                         "median ratio's 95% interval is the pairs' whole range.")
     if not 0 < block_s <= 60:
         raise UsageError(f"--block-time must be between 0 and 60 seconds, not {block_s:g}.")
     if timeout <= 0:
@@ -614,7 +614,7 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
         sys.stdout.write(text)
     else:
         print_ab(out_console, result)
-    if measurement.stopped == INTERRUPTED:
+    if measurement.stop is not None and measurement.stop.kind == ABStopKind.INTERRUPTED:
         raise typer.Exit(code=int(ExitCode.INTERRUPTED))
     raise typer.Exit(code=REGRESSION_EXIT_CODE if result.regression else 0)
 

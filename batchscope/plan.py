@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from batchscope.errors import UsageError
 from batchscope.page_faults import fault_share
-from batchscope.records import BatchResult, Flag, FlagKind, Status, Stop, StopKind
+from batchscope.records import BatchResult, Flag, FlagKind, Interval, Status, Stop, StopKind
 from batchscope.records.flags import Value
 from batchscope.records.noise import DRIFT_FLOOR, throughput_interval
 from batchscope.records.report import LimitKind, OverLimit
@@ -224,22 +224,26 @@ def plateaued(results: list[BatchResult], allowance: float = DRIFT_FLOOR) -> boo
         >>> plateaued([ok(1, 0.010), ok(2, 0.020), ok(4, 0.034)])  # +18% at 4: go on
         False
     """
-    ok = [(r, iv) for r in results if r.status == Status.OK
-          and (iv := throughput_interval(r, allowance)) is not None]
+    ok = _timed(results, allowance)
     if len(ok) <= PLATEAU_PATIENCE:
         return False
-    best_before = max(r.throughput_per_s or 0.0 for r, _ in ok[:-PLATEAU_PATIENCE])
     recent_high = max(max(iv.high, _without_page_faults(r)) for r, iv in ok[-PLATEAU_PATIENCE:])
-    return recent_high < best_before * (1 + PLATEAU_GAIN)
+    return recent_high < plateau_bar(results, allowance)
 
 
-def plateau_bar(results: list[BatchResult]) -> float:
+def plateau_bar(results: list[BatchResult], allowance: float = DRIFT_FLOOR) -> float:
     """The plateau rule's bar: the best throughput before the recent sizes, lifted by
     PLATEAU_GAIN (0 with too few sizes)."""
-    ok = [r.throughput_per_s for r in results if r.status == Status.OK and r.throughput_per_s]
+    ok = _timed(results, allowance)
     if len(ok) <= PLATEAU_PATIENCE:
         return 0.0
-    return max(ok[:-PLATEAU_PATIENCE]) * (1 + PLATEAU_GAIN)
+    return max(r.throughput_per_s or 0.0 for r, _ in ok[:-PLATEAU_PATIENCE]) * (1 + PLATEAU_GAIN)
+
+
+def _timed(results: list[BatchResult], allowance: float) -> list[tuple[BatchResult, Interval]]:
+    """The measured results in order, each with its throughput interval."""
+    return [(r, iv) for r in results if r.status == Status.OK
+            and (iv := throughput_interval(r, allowance)) is not None]
 
 
 def _without_page_faults(result: BatchResult) -> float:

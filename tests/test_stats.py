@@ -40,8 +40,25 @@ def test_the_median_interval_covers_the_true_median_about_95_percent_of_the_time
     assert 0.90 <= covered / trials <= 0.995
 
 
+@pytest.mark.parametrize("n", [9, 20, 50, 100, 1000])
+def test_the_median_ranks_cover_at_least_95_percent_exactly(n):
+    """The order statistics chosen cover the median with probability 1 - 2·P(Bin(n, 1/2) <
+    j), computed exactly, at least 95%, and the next rank in would not."""
+    ordered = [float(i) for i in range(n)]
+    low, high = median_interval(ordered)
+    j = int(low) + 1  # 1-based rank of the low end
+    assert high == ordered[n - j]
+
+    def coverage(rank: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(rank)) / 2 ** n
+
+    assert coverage(j) >= 0.95
+    assert coverage(j + 1) < 0.95
+
+
 def test_the_median_interval_of_few_values_is_their_range_and_empty_is_an_error():
     assert median_interval([2.0, 1.0]) == (1.0, 2.0)
+    assert median_interval([float(i) for i in range(8)]) == (0.0, 7.0)
     assert median_interval([4.0]) == (4.0, 4.0)
     assert median_ci_rel([4.0]) == math.inf
     with pytest.raises(ValueError):
@@ -68,7 +85,7 @@ def test_paired_ratios_cancel_drift_that_unpaired_medians_cannot():
     """Base and head timed in alternating blocks on a machine whose speed wanders by 30%:
     the ratio of each pair keeps the head's 15% slowdown, the medians of each side blur it."""
     rng = random.Random(3)
-    detected = 0
+    detected = unpaired = 0
     for _ in range(100):
         ratios, base_all, head_all = [], [], []
         for _ in range(20):
@@ -81,7 +98,12 @@ def test_paired_ratios_cancel_drift_that_unpaired_medians_cannot():
         median, low, high = paired_ratio_interval(ratios)
         detected += low > 1.0
         assert low <= median <= high
+        # Unpaired, each side's median with its own interval: the drift hides the slowdown.
+        _, base_high = median_interval(base_all)
+        head_low, _ = median_interval(head_all)
+        unpaired += head_low > base_high
     assert detected >= 95
+    assert unpaired <= detected - 20  # 68 of 100 here, against 100 paired
 
 
 def test_identical_sides_paired_are_rarely_called_different():

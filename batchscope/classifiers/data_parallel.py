@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from batchscope.records import BatchResult, DataParallel, ModelInfo, Status
 from batchscope.records.interval import Interval
+from batchscope.records.noise import latency_interval
 from batchscope.records.report import (
     CommunicationTrend,
     DataParallelBatch,
@@ -62,8 +63,9 @@ def communication_figures(exposed_s: Sequence[float], step_s: Sequence[float],
     ``exposed_s``, ``step_s`` and, optionally, ``in_flight_s`` per timed step, paired):
     each the median with the distribution-free 95% interval of a median
     (:func:`~batchscope.stats.median_interval`). The exposed time's interval is widened by
-    ``drift_allowance`` (relative: the machine's speed moved that much over the sweep); the
-    share's is not, as a drift moves both sides of each step's ratio. A sample below
+    ``drift_allowance`` (relative: the machine's speed moved that much over the sweep,
+    :meth:`~batchscope.records.interval.Interval.widened`); the share's is not, as a drift
+    moves both sides of each step's ratio, and it is at most 1. A sample below
     ``resolution_s`` counts as 0, and no interval ends below it. None without samples.
 
     Example:
@@ -76,14 +78,13 @@ def communication_figures(exposed_s: Sequence[float], step_s: Sequence[float],
         return None
     exposed = [x if x >= resolution_s else 0.0 for x in exposed_s[:n]]
     shares = [min(e / s, 1.0) if s > 0 else 0.0 for e, s in zip(exposed, step_s[:n])]
-    low, high = median_interval(exposed)
+    band = Interval(*median_interval(exposed)).widened(drift_allowance)
     share_low, share_high = median_interval(shares)
     share_floor = resolution_s / max(statistics.median(step_s[:n]), resolution_s)
     in_flight = [x for x in in_flight_s[:n] if x >= 0]
     return CommunicationFigures(
         exposed_s=statistics.median(exposed),
-        exposed_interval_s=Interval(low * (1 - drift_allowance),
-                                    max(high * (1 + drift_allowance), resolution_s)),
+        exposed_interval_s=Interval(band.low, max(band.high, resolution_s)),
         share=statistics.median(shares),
         share_interval=Interval(share_low, min(max(share_high, share_floor), 1.0)),
         in_flight_s=statistics.median(in_flight) if in_flight else None,
@@ -119,23 +120,49 @@ def communication_trend(rows: Sequence[DataParallelBatch]) -> CommunicationTrend
     return CommunicationTrend.WITHIN_NOISE
 
 
-def step_interval_s(result: BatchResult) -> Interval | None:
-    """A measured size's 95% interval of its median step: the run's (drift-widened) where
-    classifiers/uncertainty.py filled it, else the timing pass's own, else the median."""
+def communication_share(result: BatchResult,
+                        figures: CommunicationFigures | None = None) -> float | None:
+    """The share of ``result``'s step its exposed all-reduce takes: the report's one
+    communication figure (``distributed.batches[].communication_share``, and what
+    classifiers/roofline.time_share moves out of a CPU step's framework time). The median
+    of the timed steps' own ratios (:func:`communication_figures`: samples under the stamp
+    resolution count as 0, each ratio at most 1; ``figures`` where already computed); from
+    a report that predates the samples, the exposed point over the median step. None
+    without either.
+
+    Example:
+        >>> r = BatchResult(1, Status.OK, communication_exposed_samples_s=[3e-7, 0.002, 0.05],
+        ...                 communication_step_samples_s=[0.01, 0.01, 0.04])
+        >>> communication_share(r)  # 3e-7 counts as 0, 0.05 / 0.04 as 1
+        0.2
+    """
+    if figures is None:
+        figures = communication_figures(result.communication_exposed_samples_s,
+                                        result.communication_step_samples_s)
+    if figures is not None:
+        return figures.share
+    exposed, lat = result.communication_exposed_s, result.latency_s
+    if exposed is None or lat is None or lat.median <= 0:
+        return None
+    return exposed / lat.median
+
+
+def step_interval_s(result: BatchResult, drift_allowance: float = 0.0) -> Interval | None:
+    """A measured size's 95% interval of its median step, widened for drift once: the
+    run's where classifiers/uncertainty.py filled it (already widened), else
+    :func:`~batchscope.records.noise.latency_interval` with ``drift_allowance``."""
     if result.latency_interval_s is not None:
         return result.latency_interval_s
-    lat = result.latency_s
-    if lat is None:
+    if result.latency_s is None:
         return None
-    if lat.median_low is not None and lat.median_high is not None:
-        return Interval(lat.median_low, lat.median_high)
-    return Interval(lat.median, lat.median)
+    return latency_interval(result.latency_s, drift_allowance)
 
 
 @dataclass(frozen=True)
 class MeasuredStep:
     """What a band for an unmeasured size rests on: one measured size's 95% intervals of
-    its step's compute (the step less its exposed all-reduce) and of that all-reduce."""
+    its step's compute (the step less its exposed all-reduce) and of that all-reduce, each
+    already widened for the run's drift (:func:`predicted_band` adds nothing)."""
 
     batch_size: int
     compute_s: Interval
@@ -146,18 +173,17 @@ def measured_step(result: BatchResult, figures: CommunicationFigures | None,
                   drift_allowance: float = 0.0) -> MeasuredStep | None:
     """A measured size's :class:`MeasuredStep`: with the hook's samples, the compute is
     each step less its own exposed all-reduce (paired, so the all-reduce's noise leaves
-    it), its median's interval widened by ``drift_allowance``; without them, the step's
-    interval less the exposed point."""
+    it), its median's interval widened by ``drift_allowance``, and the all-reduce's
+    interval from ``figures`` (widened there); without them, the step's drift-widened
+    interval (:func:`step_interval_s`) less the exposed point."""
     exposed = result.communication_exposed_s or 0.0
     steps, waits = result.communication_step_samples_s, result.communication_exposed_samples_s
     n = min(len(steps), len(waits))
     if figures is not None and n:
         low, high = median_interval([s - e for s, e in zip(steps[:n], waits[:n])])
-        return MeasuredStep(result.batch_size,
-                            Interval(max(low, 0.0) * (1 - drift_allowance),
-                                     max(high, 0.0) * (1 + drift_allowance)),
-                            figures.exposed_interval_s)
-    step = step_interval_s(result)
+        compute = Interval(max(low, 0.0), max(high, 0.0)).widened(drift_allowance)
+        return MeasuredStep(result.batch_size, compute, figures.exposed_interval_s)
+    step = step_interval_s(result, drift_allowance)
     if step is None:
         return None
     return MeasuredStep(result.batch_size,
@@ -165,8 +191,8 @@ def measured_step(result: BatchResult, figures: CommunicationFigures | None,
                         Interval(exposed, exposed))
 
 
-def predicted_band(batch_size: int, measured: Sequence[MeasuredStep],
-                   drift_allowance: float = 0.0) -> tuple[Interval, list[int]] | None:
+def predicted_band(batch_size: int, measured: Sequence[MeasuredStep]
+                   ) -> tuple[Interval, list[int]] | None:
     """The 95% band of the median step at an unmeasured per-rank ``batch_size``, and the
     measured sizes it rests on.
 
@@ -177,8 +203,9 @@ def predicted_band(batch_size: int, measured: Sequence[MeasuredStep],
     most that times the ratio of the rows; below the smallest, at least that in proportion
     and at most the smallest's. The exposed all-reduce at the unmeasured size, which does
     not follow the batch (the same bytes every step), lies anywhere between the smallest
-    low end and the largest high end any measured size showed. Both ends are widened by
-    ``drift_allowance``.
+    low end and the largest high end any measured size showed. The measured intervals
+    carry the run's drift allowance already (:func:`measured_step`): the band is not
+    widened again.
 
     Example:
         >>> m = [MeasuredStep(4, Interval(0.07, 0.10), Interval(0.01, 0.02))]
@@ -191,27 +218,21 @@ def predicted_band(batch_size: int, measured: Sequence[MeasuredStep],
         return None
     exposed_low = min(m.exposed_s.low for m in points)
     exposed_high = max(m.exposed_s.high for m in points)
-
-    def compute(m: MeasuredStep) -> Interval:
-        return m.compute_s
-
     below = [m for m in points if m.batch_size < batch_size]
     above = [m for m in points if m.batch_size > batch_size]
     if below and above:
         lo_m, hi_m = below[-1], above[0]
-        low, high = compute(lo_m).low, compute(hi_m).high
+        low, high = lo_m.compute_s.low, hi_m.compute_s.high
         rests_on = [lo_m.batch_size, hi_m.batch_size]
     elif below:
         m = below[-1]
-        low, high = compute(m).low, compute(m).high * batch_size / m.batch_size
+        low, high = m.compute_s.low, m.compute_s.high * batch_size / m.batch_size
         rests_on = [m.batch_size]
     else:
         m = above[0]
-        low, high = compute(m).low * batch_size / m.batch_size, compute(m).high
+        low, high = m.compute_s.low * batch_size / m.batch_size, m.compute_s.high
         rests_on = [m.batch_size]
-    band = Interval((low + exposed_low) * (1 - drift_allowance),
-                    (high + exposed_high) * (1 + drift_allowance))
-    return band, rests_on
+    return Interval(low + exposed_low, high + exposed_high), rests_on
 
 
 def allreduce_time_s(bytes_per_step: int, world_size: int, busbw_bytes_per_s: float) -> float:
@@ -233,15 +254,6 @@ def accumulation_steps(global_batch: int, per_step: int) -> int:
     return max(1, math.ceil(global_batch / per_step))
 
 
-def _communication(r: BatchResult, drift_allowance: float) -> CommunicationFigures | None:
-    """A measured size's communication figures: from the hook's per-step samples; from a
-    report that predates them, the point alone (no interval)."""
-    figures = communication_figures(r.communication_exposed_samples_s,
-                                    r.communication_step_samples_s,
-                                    r.communication_in_flight_samples_s, drift_allowance)
-    return figures
-
-
 def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
                           recommended: int | None,
                           global_batch: int | None, *,
@@ -253,7 +265,7 @@ def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
     (with ``global_batch``: the accumulation steps that reach it); and, for the per-rank
     sizes ``prediction`` (the step-time model) predicts without a measurement, the band a
     measurement there falls inside. ``drift_allowance`` (the run's, relative) widens the
-    exposed time's interval and the bands."""
+    exposed time's interval and the measured compute the bands rest on, once."""
     dist = model.distributed
     if dist is None:
         return None
@@ -270,10 +282,13 @@ def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
         timed = [(x.rank, x.latency_s) for x in r.ranks if x.latency_s is not None]
         slowest = max(timed, key=lambda x: x[1]) if timed else None
         fastest = min(timed, key=lambda x: x[1]) if timed else None
-        comm = _communication(r, drift)
+        # From the hook's per-step samples; from a report that predates them, the point
+        # alone (no interval).
+        comm = communication_figures(r.communication_exposed_samples_s,
+                                     r.communication_step_samples_s,
+                                     r.communication_in_flight_samples_s, drift)
         exposed = comm.exposed_s if comm is not None else r.communication_exposed_s
-        share = (comm.share if comm is not None else
-                 exposed / r.latency_s.median if exposed is not None else None)
+        share = communication_share(r, comm)
         in_flight = comm.in_flight_s if comm is not None else None
         hidden_of = in_flight or allreduce_s
         rows.append(DataParallelBatch(
@@ -320,11 +335,11 @@ def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
                         wrapped_by=dist.wrapped_by, allreduce_bytes_per_step=grads,
                         bus_bandwidth_bytes_per_s=busbw or None, batches=rows,
                         recommendation=pick, communication_trend=communication_trend(rows),
-                        predictions=_predictions(prediction, measured, model, world, drift))
+                        predictions=_predictions(prediction, measured, model, world))
 
 
 def _predictions(prediction: StepPrediction | None, measured: list[MeasuredStep],
-                 model: ModelInfo, world: int, drift: float) -> list[DataParallelPrediction]:
+                 model: ModelInfo, world: int) -> list[DataParallelPrediction]:
     """A band for every per-rank size the step-time model predicts and the sweep did not
     measure, beside the model's own latency there and whether it lies inside."""
     if prediction is None or not measured:
@@ -335,7 +350,7 @@ def _predictions(prediction: StepPrediction | None, measured: list[MeasuredStep]
         b = point.batch_size
         if point.measured_latency_s is not None or b in done or b <= 0:
             continue
-        got = predicted_band(b, measured, drift)
+        got = predicted_band(b, measured)
         if got is None:
             continue
         band, rests_on = got

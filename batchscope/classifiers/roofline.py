@@ -8,9 +8,9 @@ estimates of ``watch`` (:mod:`.estimate`). Definitions as in DESIGN.md.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass
 
+from batchscope.classifiers.data_parallel import communication_share
 from batchscope.hardware.figures import AchievedPeak
 from batchscope.hardware.types import FP32, Ceilings
 from batchscope.op_families import is_dense
@@ -191,12 +191,11 @@ def time_share(result: BatchResult) -> TimeShare | None:
         # A data-parallel CPU step (gloo): DDP waits for its all-reduce at the end of
         # backward in C++ with no aten op around it, so the profile shows the wait as time
         # between ops; what the timed steps say it costs moves from there to communication,
-        # as the same share of the step data_parallel reports (the median of each timed
-        # step's exposed share), so the report has one communication figure, not two.
-        shares = [e / s for e, s in zip(result.communication_exposed_samples_s,
-                                        result.communication_step_samples_s) if s > 0]
-        cost_s = (statistics.median(shares) * step if shares
-                  else result.communication_exposed_s)
+        # as the same share of the step data_parallel reports (one function computes both),
+        # so the report has one communication figure, not two. Without a latency to share
+        # it against, the exposed time itself.
+        share = communication_share(result)
+        cost_s = share * step if share is not None else result.communication_exposed_s
         moved = min(cost_s, framework)
         exposed, framework = exposed + moved, framework - moved
     return TimeShare(

@@ -65,6 +65,7 @@ from batchscope.classifiers.roofline import Roof
 from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ARGS_PROBED, family
+from batchscope.plan import PLATEAU_PATIENCE
 from batchscope.profiler.probe import (
     LONG_CALL_S,
     MAX_REPEATS,
@@ -790,11 +791,14 @@ def plateau_overruled(results: list[BatchResult], ceilings: Ceilings, remaining:
 
     The plateau rule reads only the measured throughputs, which a busy machine can bend
     (GPT-2 decode on a 2-core VM: 169, 96.8, 132 tokens/s at 1, 2, 4, then 649 at 32). The
-    step-time model reads the exact FLOPs and bytes of each op: where, fitted on every
-    measured size, the gain it predicts for a remaining size over the last, applied to the
-    top of the last's throughput interval, reaches ``bar_per_s`` (the plateau rule's bar:
-    the best before the recent sizes lifted by PLATEAU_GAIN), the sweep goes on, and the
-    report says so in a PLATEAU_OVERRULED flag.
+    step-time model reads the exact FLOPs and bytes of each op: fitted on every measured
+    size, the gain it predicts over the last for the size as many doublings ahead as the
+    plateau rule looked back (plan.PLATEAU_PATIENCE), applied to the top of the last's
+    throughput interval and shrunk by the model's band (:data:`MIN_MARGIN`), must reach
+    ``bar_per_s`` (the plateau rule's bar: the best before the recent sizes lifted by
+    PLATEAU_GAIN). No further: the model's throughput never falls with b, so a gain at the
+    largest remaining size would overrule almost any plateau. The report keeps a
+    PLATEAU_OVERRULED flag.
     """
     usable = _usable(results)
     if not remaining or len(usable) < 2:
@@ -803,17 +807,17 @@ def plateau_overruled(results: list[BatchResult], ceilings: Ceilings, remaining:
     model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None or not last.throughput_per_s:
         return None
-    gain = {b: model.throughput_per_s(b) / model.throughput_per_s(last.batch_size)
-            for b in remaining}
-    highest = max(remaining, key=gain.__getitem__)
+    ahead = sorted(remaining)[:PLATEAU_PATIENCE]
+    following = ahead[-1]
+    gain = model.throughput_per_s(following) / model.throughput_per_s(last.batch_size)
     last_interval = throughput_interval(last)
     last_high = last_interval.high if last_interval is not None else last.throughput_per_s
-    projected = last_high * gain[highest]
+    projected = last_high * gain / (1 + MIN_MARGIN)
     if projected < bar_per_s:
         return None
     return Flag(FlagKind.PLATEAU_OVERRULED, last.batch_size, values={
-        "highest": highest, "projected_per_s": projected, "bar_per_s": bar_per_s,
-        "gain": gain[highest], "fitted_on": list(model.fitted_on)})
+        "highest": following, "projected_per_s": projected, "bar_per_s": bar_per_s,
+        "gain": gain, "fitted_on": list(model.fitted_on)})
 
 
 def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],

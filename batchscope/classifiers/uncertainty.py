@@ -91,7 +91,16 @@ def equivalent_batch_sizes(points: dict[int, Figure], share: float) -> list[int]
 
 
 def ratio(num: Figure, den: Figure) -> tuple[float, Interval]:
-    """``num / den`` with the interval of the quotient (at the intervals' ends)."""
+    """``num / den`` with the interval of the quotient (at the intervals' ends); a figure
+    over itself is exactly 1.
+
+    Example:
+        >>> same = (50.0, Interval(45.0, 55.0))
+        >>> ratio(same, same)
+        (1.0, Interval(low=1.0, high=1.0))
+    """
+    if num is den:
+        return 1.0, Interval(1.0, 1.0)
     (n, n_iv), (d, d_iv) = num, den
     low, high = ratio_interval((n_iv.low, n_iv.high), (d_iv.low, d_iv.high))
     return n / d if d else math.inf, Interval(low, high)
@@ -117,4 +126,9 @@ def knee_interval(results: list[BatchResult], allowance: float = DRIFT_FLOOR) ->
         return knee
 
     bounds = bootstrap_interval(one)
-    return Interval(*bounds) if bounds is not None else None
+    if bounds is None:
+        return None
+    # A percentile interval of a grid fit need not hold the fit of the medians themselves.
+    knee, _ = fit_knee(sizes, [m for m, _, _ in bands])
+    low, high = bounds
+    return Interval(min(low, knee), max(high, knee)) if knee is not None else Interval(*bounds)

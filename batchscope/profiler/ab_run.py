@@ -39,30 +39,39 @@ from batchscope.profiler.protocol import (
 )
 from batchscope.profiler.supervisor import (
     WORKER_START_TIMEOUT_S,
-    _death_status,
-    _Handle,
-    _WorkerDied,
+    ProcessDied,
+    ProcessHandle,
+    death_status,
     load_oom_message,
 )
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, ModelInfo, Status
-from batchscope.records.ab import ABMeasurement, ABPair, ABSide
+from batchscope.records.ab import (
+    INNER_INTERVAL_PAIRS,
+    ABMeasurement,
+    ABPair,
+    ABSide,
+    ABStop,
+    ABStopKind,
+    first_line,
+)
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 from batchscope.records.work import work_count
 
 # Pairs of blocks: 30 give the median ratio an order-statistic interval from the 10th to
-# the 21st ratio, enough to catch a 15% slower step in 95% of runs whose ratios scatter by
-# 10% (reports/ab_compare.py), in ~20 s of timing at the default block on a 2-core VM.
+# the 21st ratio (stats.median_interval's exact binomial ranks), enough to catch a 15% slower
+# step in 95% of runs whose ratios scatter by 10% (reports/ab_compare.py), in ~20 s of timing
+# at the default block on a 2-core VM.
 DEFAULT_PAIRS = 30
-# Fewer pairs than this and the interval is the pairs' whole range, or nothing to go on.
-MIN_PAIRS = 6
+# With 8 pairs or fewer the median's 95% interval is the pairs' whole range (the exact
+# binomial ranks reach an inner one at 9: the 2nd to the 8th ratio), which one stalled block
+# stretches as far as it likes: the judge needs at least 9.
+MIN_PAIRS = INNER_INTERVAL_PAIRS
 # Seconds of timed steps per block (then at least 5 samples, as every timing pass): short,
 # so that a pair's two blocks sit close in time and drift over minutes cancels in the ratio.
 DEFAULT_BLOCK_S = 0.2
 SIDES = ("base", "head")
-# ABMeasurement.stopped after a Ctrl-C during the pairs (the CLI exits 2 on it).
-INTERRUPTED = "interrupted by the user"
 
 
 @dataclass
@@ -87,7 +96,7 @@ Progress = Callable[[int, int], None]
 class _Side:
     """One side's worker and what it said when it started."""
 
-    def __init__(self, label: str, path: str, handle: _Handle) -> None:
+    def __init__(self, label: str, path: str, handle: ProcessHandle) -> None:
         self.label, self.path, self.handle = label, path, handle
         self.model = ModelInfo(target=path)
 
@@ -133,8 +142,8 @@ class _Side:
                 if isinstance(reply, ContractError):
                     raise ModelFileError(reply.message, detail=reply.detail)
         except WorkerDied as exc:
-            code = exc.exitcode if isinstance(exc, _WorkerDied) else None
-            status, why = _death_status(code)
+            code = exc.exitcode if isinstance(exc, ProcessDied) else None
+            status, why = death_status(code)
             return BatchResult(request.batch_size, status, error=why)
         except WorkerTimedOut:
             self.handle.stop(graceful=False)
@@ -152,7 +161,7 @@ def side_config(template: WorkerConfig, path: str, block_s: float) -> WorkerConf
 def run_ab(config: ABConfig, progress: Progress | None = None) -> ABMeasurement:
     """Count each side's work at the batch size, then time the pairs; the workers are
     stopped however it ends. An interrupt (Ctrl-C) keeps the pairs timed so far
-    (``stopped`` says so).
+    (``stop`` says so: :attr:`ABStopKind.INTERRUPTED`, on which the CLI exits 2).
 
     Raises:
         ModelFileError: a file breaks the contract (exit 4).
@@ -166,7 +175,7 @@ def run_ab(config: ABConfig, progress: Progress | None = None) -> ABMeasurement:
     try:
         for label, path in zip(SIDES, paths, strict=True):
             sides.append(_Side(label, path,
-                               _Handle(side_config(config.worker, path, config.block_s))))
+                               ProcessHandle(side_config(config.worker, path, config.block_s))))
         deadline = time.monotonic() + WORKER_START_TIMEOUT_S
         for side in sides:  # both load at once; each is read in turn
             side.ready(deadline)
@@ -183,7 +192,7 @@ def run_ab(config: ABConfig, progress: Progress | None = None) -> ABMeasurement:
         if records[0].status != Status.OK:
             raise NothingMeasuredError(
                 f"the base ({config.base_path}) could not run batch {config.batch_size}: "
-                f"{records[0].status.value}, {_first_line(records[0].error)}.")
+                f"{records[0].status.value}, {first_line(records[0].error)}.")
         if records[1].status == Status.OK:
             _time_pairs(config, base, head, measurement, progress)
         measurement.wall_s = time.monotonic() - started
@@ -196,11 +205,12 @@ def run_ab(config: ABConfig, progress: Progress | None = None) -> ABMeasurement:
 def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasurement,
                 progress: Progress | None) -> None:
     """Time ``config.pairs`` pairs into ``measurement.pairs``, in seeded random order; a
-    failed block or an interrupt ends them (``measurement.stopped`` says which)."""
+    failed block or an interrupt ends them (``measurement.stop`` says which)."""
     rng = random.Random(config.seed)
     request = MeasureBatch(config.batch_size, first_step=False, op_breakdown=False)
     if progress:
         progress(0, config.pairs)
+    i = 0
     try:
         for i in range(config.pairs):
             head_first = rng.random() < 0.5
@@ -208,9 +218,8 @@ def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasu
             for side in (head, base) if head_first else (base, head):
                 result = side.measure(request, config.timeout_s)
                 if result.status != Status.OK or result.latency_s is None:
-                    measurement.stopped = (
-                        f"the {side.label} failed a timing block at pair {i + 1} "
-                        f"({result.status.value}: {_first_line(result.error)})")
+                    kind = ABStopKind.HEAD_FAILED if side is head else ABStopKind.BASE_FAILED
+                    measurement.stop = ABStop(kind, i + 1, result.status, result.error)
                     if side is head:
                         measurement.head.status = result.status
                         measurement.head.error = result.error
@@ -220,8 +229,4 @@ def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasu
             if progress:
                 progress(i + 1, config.pairs)
     except KeyboardInterrupt:
-        measurement.stopped = INTERRUPTED
-
-
-def _first_line(text: str) -> str:
-    return text.splitlines()[0] if text else "no reason given"
+        measurement.stop = ABStop(ABStopKind.INTERRUPTED, i + 1)

@@ -174,7 +174,9 @@ class Callbacks:
     def on_interrupt(self) -> None: ...
 
 
-class _WorkerDied(WorkerDied):
+class ProcessDied(WorkerDied):
+    """A worker process that exited, with its exit code (negative: the signal)."""
+
     def __init__(self, exitcode: int | None) -> None:
         super().__init__(f"worker exited with {exitcode}")
         self.exitcode = exitcode
@@ -216,7 +218,7 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-class _Handle:
+class ProcessHandle:
     """One worker process and its pipe: a :class:`WorkerHandle`."""
 
     def __init__(self, config: WorkerConfig) -> None:
@@ -231,7 +233,7 @@ class _Handle:
         try:
             self.conn.send(request)
         except (BrokenPipeError, OSError):
-            raise _WorkerDied(self.proc.exitcode) from None
+            raise ProcessDied(self.proc.exitcode) from None
 
     def recv(self, deadline: float) -> Reply:
         while True:
@@ -240,10 +242,10 @@ class _Handle:
                     reply: Reply = self.conn.recv()
                 except (EOFError, OSError):
                     self.proc.join(TERMINATE_GRACE_S)
-                    raise _WorkerDied(self.proc.exitcode) from None
+                    raise ProcessDied(self.proc.exitcode) from None
                 return reply
             if not self.proc.is_alive() and not self.conn.poll(0):
-                raise _WorkerDied(self.proc.exitcode)
+                raise ProcessDied(self.proc.exitcode)
             if time.monotonic() > deadline:
                 raise _Timeout()
 
@@ -281,10 +283,11 @@ def load_oom_message(oom: LoadOom) -> str:
 def _death_of(exc: WorkerDied) -> tuple[Status, str]:
     if isinstance(exc, RanksDied):
         return Status.RANK_FAILED, exc.why
-    return _death_status(exc.exitcode if isinstance(exc, _WorkerDied) else None)
+    return death_status(exc.exitcode if isinstance(exc, ProcessDied) else None)
 
 
-def _death_status(exitcode: int | None) -> tuple[Status, str]:
+def death_status(exitcode: int | None) -> tuple[Status, str]:
+    """How a batch size ends when its worker exited with ``exitcode``, and why in words."""
     if exitcode is not None and exitcode < 0:
         sig = -exitcode
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
@@ -427,7 +430,9 @@ class Sweep:
             return False
         probes_s = self.probe(policy.probes(self.results, remaining, ceilings))
         flag = policy.overrules_plateau(self.results, remaining, ceilings, bar, probes_s)
-        if flag is None:
+        # The predicted stop, asked next, must not end at once what the flag says went on.
+        if flag is None or policy.decide(self.results, remaining, ceilings,
+                                         probes_s) is not None:
             return False
         self.flags.append(flag)
         plan.overrule(self.results)
@@ -681,7 +686,7 @@ class Sweep:
         if self.config.distributed is not None:
             return LaunchedRanks(self.config.worker, self.config.distributed,
                                  self.config.batch_timeout_s)
-        return _Handle(self.worker_config)
+        return ProcessHandle(self.worker_config)
 
     def _start_worker(self) -> WorkerHandle:
         """A new worker with its model loaded (``self.model`` is what it reported).

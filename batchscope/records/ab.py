@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from batchscope.records.interval import Interval
 from batchscope.records.measurement import Status
@@ -20,6 +21,33 @@ from batchscope.records.report import ModelInfo
 from batchscope.records.work import WorkCount, WorkDelta
 
 AB_SCHEMA = "batchscope.ab/1"
+# The fewest pairs whose median ratio has a 95% interval narrower than their whole range:
+# stats.median_interval's exact binomial ranks give the first inner rank at nine values.
+INNER_INTERVAL_PAIRS = 9
+
+
+def first_line(text: str) -> str:
+    """The first line of an error text (a traceback's message), or that none was given."""
+    return text.splitlines()[0] if text else "no reason given"
+
+
+class ABStopKind(str, Enum):
+    """Why the pairs stopped before ``pairs_asked``."""
+
+    INTERRUPTED = "interrupted"  # the user pressed Ctrl-C
+    BASE_FAILED = "base_failed"  # the base failed a timing block
+    HEAD_FAILED = "head_failed"  # the head failed a timing block
+
+
+@dataclass(frozen=True)
+class ABStop:
+    """Why the pairs stopped early: the kind, the 1-based pair it happened in, and for a
+    failed block its status and ``error`` (the worker's text, quoted as given)."""
+
+    kind: ABStopKind
+    pair: int
+    status: Status | None = None
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,8 +91,7 @@ class ABMeasurement:
     seed: int
     pairs: list[ABPair] = field(default_factory=list)
     pairs_asked: int = 0
-    # Why the pairs stopped early (a side failed a block; the user interrupted): "" if not.
-    stopped: str = ""
+    stop: ABStop | None = None  # why the pairs stopped before pairs_asked (None: they did not)
     wall_s: float = 0.0
 
 

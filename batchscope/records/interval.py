@@ -26,6 +26,11 @@ class Interval:
     def overlaps(self, other: Interval) -> bool:
         return self.low <= other.high and other.low <= self.high
 
+    def widened(self, allowance: float) -> Interval:
+        """Both ends moved out by a relative ``allowance`` for drift: ``[low / (1 + a),
+        high * (1 + a)]``, never below 0 (the one widening rule of every interval)."""
+        return Interval(max(self.low, 0.0) / (1 + allowance), self.high * (1 + allowance))
+
     def scaled(self, factor: float) -> Interval:
         """Both ends times a positive ``factor``."""
         return Interval(self.low * factor, self.high * factor)

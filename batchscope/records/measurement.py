@@ -244,17 +244,13 @@ class RankResult:
     rank: int
     status: Status
     latency_s: float | None = None  # median step, gradient sync included
-    no_sync_latency_s: float | None = None  # median step under DDP's no_sync(): no all-reduce
+    # The median step under DDP's no_sync() (no all-reduce): no longer filled, as the
+    # communication hook measures the all-reduce in the timed steps themselves
+    # (docs/distributed.md); kept so reports written before the hook still load.
+    no_sync_latency_s: float | None = None
     peak_memory_bytes: int | None = None
     host: str = ""
     error: str = ""
-
-    @property
-    def communication_exposed_s(self) -> float | None:
-        """What the gradient all-reduce adds to a step: the part backward did not hide."""
-        if self.latency_s is None or self.no_sync_latency_s is None:
-            return None
-        return max(self.latency_s - self.no_sync_latency_s, 0.0)
 
 
 @dataclass

@@ -25,14 +25,14 @@ def latency_interval(stats: LatencyStats, allowance: float = DRIFT_FLOOR) -> Int
     written before intervals) widened by ``allowance`` both ways.
 
     Example:
-        >>> latency_interval(LatencyStats(0.010, 0.009, 0.011, 50, median_low=0.0098,
-        ...                               median_high=0.0103), 0.05)
-        Interval(low=0.009333333333333334, high=0.010815000000000001)
+        >>> band = latency_interval(LatencyStats(0.010, 0.009, 0.011, 50, median_low=0.0098,
+        ...                                      median_high=0.0103), 0.05)
+        >>> round(band.low, 6), round(band.high, 6)
+        (0.009333, 0.010815)
     """
     low = stats.median_low if stats.median_low is not None else stats.median
     high = stats.median_high if stats.median_high is not None else stats.median
-    return Interval(min(low, stats.median) / (1 + allowance),
-                    max(high, stats.median) * (1 + allowance))
+    return Interval(min(low, stats.median), max(high, stats.median)).widened(allowance)
 
 
 def throughput_interval(result: BatchResult, allowance: float = DRIFT_FLOOR) -> Interval | None:

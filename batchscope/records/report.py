@@ -315,13 +315,15 @@ class Recommendation:
     # of the same code land in each other's set.
     equivalent_batch_sizes: list[int] = field(default_factory=list)
     # 95% intervals: of the speedup (best over the smallest batch), of the pick's throughput
-    # as a share of the best's (the margin the rule gave up), of the predicted B* and of the
-    # measured knee.
+    # as a share of the best's (the margin the rule gave up; exactly 1 when the pick is the
+    # best) and of the measured knee (a seeded bootstrap that holds the fit of the medians).
     speedup_interval: Interval | None = None
     pick_share_of_best: float | None = None
     pick_share_of_best_interval: Interval | None = None
-    predicted_critical_batch_interval: Interval | None = None
     measured_knee_interval: Interval | None = None
+    # Not a 95% interval: B* under the ceilings' best repeats and under their medians (its
+    # FLOPs and bytes are exact; only the roofs it divides by vary).
+    predicted_critical_batch_interval: Interval | None = None
 
 
 # -- the step-time model's prediction --------------------------------------------------------

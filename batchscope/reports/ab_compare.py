@@ -20,7 +20,9 @@ judge (:func:`judge`) reads:
   * **no regression**: the interval's upper end is at or below the bar, so a slowdown past
     the threshold is ruled out at 95%.
   * **inconclusive** (exit 0): neither, so the pairs were too noisy to tell: more
-    ``--pairs``, a quieter machine, or (on a shared CPU) ``--threads 1``.
+    ``--pairs``, a quieter machine, or (on a shared CPU) ``--threads 1``. Either the
+    interval reaches both 1 and the bar, or it lies above 1 (slower beyond the noise) and
+    reaches past the bar while the median falls short of it (:class:`TimeCall`).
 
   Simulated with 30 pairs whose log ratios scatter by σ (tests/reports/test_ab_compare.py):
   a 15% slower step (ratio 1.15) is caught in 97% of runs at σ = 8%, 95% at σ = 10% and 90%
@@ -44,13 +46,22 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from enum import Enum
 from pathlib import Path
 
 from batchscope.records import Interval, Status
-from batchscope.records.ab import AB_SCHEMA, ABComparison, ABMeasurement
+from batchscope.records.ab import (
+    AB_SCHEMA,
+    INNER_INTERVAL_PAIRS,
+    ABComparison,
+    ABMeasurement,
+    ABStop,
+    ABStopKind,
+    first_line,
+)
 from batchscope.records.work import WorkDelta, work_delta
 from batchscope.reports import fmt
-from batchscope.reports.compare import work_sentence
+from batchscope.reports.compare import verdict_label, work_sentence
 from batchscope.reports.json_report import atomic_write_text
 from batchscope.stats import paired_ratio_interval
 from batchscope.typed_json import to_builtins
@@ -64,6 +75,32 @@ def ratio_bar(threshold: float) -> float:
     return 1.0 / (1.0 - threshold)
 
 
+class TimeCall(Enum):
+    """What the paired interval says against 1 and :func:`ratio_bar`."""
+
+    REGRESSION = "regression"  # the interval above 1, the median past the bar
+    SLOWER_WITHIN = "slower_within"  # the interval above 1, wholly at or below the bar
+    SAME = "same"  # the interval reaches 1, its upper end at or below the bar
+    # Inconclusive: the interval passes the bar, and
+    SPANS_ONE_AND_BAR = "spans_one_and_bar"  # it reaches 1 too: faster to much slower
+    SLOWER_MAYBE_PAST = "slower_maybe_past"  # it lies above 1, the median short of the bar
+
+    @property
+    def inconclusive(self) -> bool:
+        """Neither a regression nor ruled out."""
+        return self in (TimeCall.SPANS_ONE_AND_BAR, TimeCall.SLOWER_MAYBE_PAST)
+
+
+def time_call(median: float, low: float, high: float, threshold: float) -> TimeCall:
+    """The call on a median ratio and its 95% interval (:func:`paired_ratio_interval`'s)."""
+    bar = ratio_bar(threshold)
+    if low > 1.0 and median > bar:
+        return TimeCall.REGRESSION
+    if high > bar:
+        return TimeCall.SLOWER_MAYBE_PAST if low > 1.0 else TimeCall.SPANS_ONE_AND_BAR
+    return TimeCall.SLOWER_WITHIN if low > 1.0 else TimeCall.SAME
+
+
 def time_rule(ratios: list[float], threshold: float) -> tuple[bool, bool]:
     """(regression, inconclusive) for paired head/base step-time ratios: a regression when
     the median's 95% interval lies wholly above 1 and the median passes :func:`ratio_bar`;
@@ -71,10 +108,38 @@ def time_rule(ratios: list[float], threshold: float) -> tuple[bool, bool]:
     (no pairs: neither)."""
     if not ratios:
         return False, False
-    median, low, high = paired_ratio_interval(ratios)
-    bar = ratio_bar(threshold)
-    regression = low > 1.0 and median > bar
-    return regression, not regression and high > bar
+    call = time_call(*paired_ratio_interval(ratios), threshold)
+    return call == TimeCall.REGRESSION, call.inconclusive
+
+
+def stop_text(stop: ABStop) -> str:
+    """Why the pairs stopped early, in words."""
+    if stop.kind == ABStopKind.INTERRUPTED:
+        return f"interrupted by the user during pair {stop.pair}"
+    side = "head" if stop.kind == ABStopKind.HEAD_FAILED else "base"
+    status = stop.status.value if stop.status is not None else "failed"
+    return f"the {side} failed a timing block at pair {stop.pair} ({status}: " \
+           f"{first_line(stop.error)})"
+
+
+def _time_text(call: TimeCall, b: int, ratio: float, interval: Interval, pairs: int,
+               threshold: float) -> str:
+    bar = _ratio(ratio_bar(threshold))
+    text = (f"step time at batch {b}, head over base, {_ratio(ratio)} (95% interval "
+            f"{_ratio(interval.low)}–{_ratio(interval.high)}, {pairs} interleaved pairs): "
+            f"throughput {fmt.signed_pct(1.0 / ratio - 1.0)}, the threshold is "
+            f"−{fmt.pct(threshold)}")
+    if call == TimeCall.SPANS_ONE_AND_BAR:
+        text += (f" — the interval reaches both 1 and {bar} (the threshold's step time): "
+                 "too noisy to tell; rerun with more --pairs to decide")
+    elif call == TimeCall.SLOWER_MAYBE_PAST:
+        text += (f" — slower beyond the pairs' noise (the interval lies above 1), and the "
+                 f"interval reaches past {bar} (the threshold's step time) while the median "
+                 "is within it: too noisy to tell whether the drop passes the threshold; "
+                 "rerun with more --pairs to decide")
+    elif call == TimeCall.SLOWER_WITHIN:
+        text += " — slower beyond the pairs' noise, but within the threshold"
+    return text
 
 
 def judge(m: ABMeasurement, threshold: float) -> ABComparison:
@@ -87,41 +152,35 @@ def judge(m: ABMeasurement, threshold: float) -> ABComparison:
         work = work_delta(b, m.base.work, m.head.work, threshold)
     work_regression = work is not None and bool(work.more_work)
     ratios = [p.ratio for p in m.pairs]
-    ratio = interval = change = None
+    ratio = interval = change = call = None
     if ratios:
         ratio, low, high = paired_ratio_interval(ratios)
         interval = Interval(low, high)
         change = 1.0 / ratio - 1.0
-    time_regression, inconclusive = time_rule(ratios, threshold)
+        call = time_call(ratio, low, high, threshold)
+    time_regression = call == TimeCall.REGRESSION
+    inconclusive = call is not None and call.inconclusive
     head_failed = m.head.status != Status.OK
     if head_failed:
         time_regression, inconclusive = True, False
     regression = time_regression or work_regression
     inconclusive = inconclusive and not regression
-    what = "regression" if regression else "inconclusive" if inconclusive else "no regression"
     if head_failed:
         time_text = (f"the head could not run batch {b} ({m.head.status.value}: "
-                     f"{_first_line(m.head.error)}), the base could")
-    elif ratio is None or interval is None or change is None:
+                     f"{first_line(m.head.error)}), the base could")
+    elif ratio is None or interval is None or call is None:
         time_text = f"no pair was timed at batch {b}"
     else:
-        time_text = (f"step time at batch {b}, head over base, {_ratio(ratio)} (95% interval "
-                     f"{_ratio(interval.low)}–{_ratio(interval.high)}, {len(ratios)} interleaved "
-                     f"pairs): throughput {fmt.signed_pct(change)}, the threshold is "
-                     f"−{fmt.pct(threshold)}")
-        if inconclusive:
-            time_text += (f" — the interval reaches both 1 and {_ratio(ratio_bar(threshold))} "
-                          "(the threshold's step time): too noisy to tell; rerun with more "
-                          "--pairs to decide")
-        elif not time_regression and interval.low > 1.0:
-            time_text += " — slower beyond the pairs' noise, but within the threshold"
+        time_text = _time_text(call, b, ratio, interval, len(ratios), threshold)
     work_text = work_sentence(b, work, threshold, where="")
     parts = [work_text, time_text] if work_regression else [time_text, work_text]
-    verdict = f"{what}: " + "; ".join(parts)
-    if m.stopped:
-        warnings.append(f"the pairs stopped after {len(m.pairs)} of {m.pairs_asked}: {m.stopped}")
-    if 0 < len(ratios) < 6:
-        warnings.append(f"only {len(ratios)} pairs: the interval is their whole range")
+    verdict = f"{verdict_label(regression, inconclusive)}: " + "; ".join(parts)
+    if m.stop is not None:
+        warnings.append(f"the pairs stopped after {len(m.pairs)} of {m.pairs_asked}: "
+                        f"{stop_text(m.stop)}")
+    if 0 < len(ratios) < INNER_INTERVAL_PAIRS:
+        warnings.append(f"only {len(ratios)} pairs: the interval is their whole range "
+                        f"(an inner one needs {INNER_INTERVAL_PAIRS})")
     bm, hm = m.base.model, m.head.model
     for key, vb, vh in (("unit", bm.unit, hm.unit), ("mode", bm.mode.value, hm.mode.value),
                         ("dtype", bm.dtype, hm.dtype), ("device", bm.device, hm.device)):
@@ -144,10 +203,6 @@ def judge(m: ABMeasurement, threshold: float) -> ABComparison:
         ratio_interval=interval, throughput_change=change, work=work,
         time_regression=time_regression, work_regression=work_regression,
         regression=regression, inconclusive=inconclusive, verdict=verdict, warnings=warnings)
-
-
-def _first_line(text: str) -> str:
-    return text.splitlines()[0] if text else "no reason given"
 
 
 def _ratio(value: float) -> str:

@@ -14,8 +14,10 @@ CI benchmarking. More work at another batch size both measured is a warning, not
 more than inside one run: on the 2-core VMs of issue 31 two runs of identical code differed
 by 22%, and the speed drifts 10-30% over minutes (issue 13: BERT at batch 1 ran 139, 171,
 170 and 141 ms, each run tight). So a side may be several runs (repeated reports): their
-mean throughput is compared, and the noise comes from their scatter (Welch's t on the log
-throughputs; the Mann-Whitney U test's p-value, Google Benchmark's, is shown beside it). A
+geometric mean throughput is compared, and the noise comes from their scatter (Welch's t on
+the log throughputs; the Mann-Whitney U test's p-value, Google Benchmark's, is shown beside
+it), never below the noise any of the runs measured of its own (its drift control, its gate
+throughput's interval); runs that agree exactly (the same report given twice) count as one. A
 side with a single run says nothing of run-to-run drift, so it is given the largest of
 :data:`RUN_DRIFT` (``--run-drift``, 15%: one relative standard deviation per run, chosen so
 that identical code whose runs differ by 22-30% stays within ~1.5 standard errors of a pair
@@ -45,6 +47,7 @@ import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from batchscope.errors import UsageError
 from batchscope.records import BatchResult, Report
@@ -72,9 +75,9 @@ MAX_CLASS_CHANGES = 40
 RUN_DRIFT = 0.15
 # A drop is a regression only beyond this one-sided confidence (the 95% two-sided bound).
 CONFIDENCE = 0.975
-Z_CONFIDENT = Z95
-# Sides of several runs: the Mann-Whitney U test's p-value is shown below this many runs on
-# either side only as a caution (3 against 3 cannot reach p < 0.05).
+# Sides of several runs: the Mann-Whitney U test's p-value is shown beside Welch's t (which
+# decides) when both sides have at least this many runs; with few runs it is a caution only
+# (3 against 3 cannot reach p < 0.05).
 U_TEST_MIN_RUNS = 2
 # One run's relative standard deviation is never taken above this (1000%): a hostile report's
 # drift or interval must not overflow the statistics.
@@ -120,20 +123,29 @@ class ClassChange:
     head_bound: str
 
 
+class NoiseSource(str, Enum):
+    """Where a side's per-run noise came from."""
+
+    SCATTER = "scatter"  # the scatter of its several runs
+    RUN_DRIFT = "run_drift"  # the --run-drift floor (a single run, or runs that agree exactly)
+    CONTROL = "control"  # a report's own drift control (run.drift)
+    INTERVAL = "interval"  # a report's gate throughput interval
+
+
 @dataclass(frozen=True)
 class SideNoise:
     """The noise of one side's mean throughput at the gate, in natural-log units (a
-    relative standard deviation): ``per_run`` the standard deviation of one run,
-    ``standard_error`` of the side's mean, ``dof`` its degrees of freedom (inf: assumed, not
-    estimated), ``source`` where ``per_run`` came from: "scatter" (several runs),
-    "run_drift" (the --run-drift floor), "control" (the report's own drift control) or
-    "interval" (its gate throughput's 95% interval)."""
+    relative standard deviation): ``runs`` the distinct runs it rests on (runs whose
+    throughputs agree exactly count once), ``per_run`` the standard deviation of one run,
+    ``standard_error`` of the side's mean, ``dof`` its degrees of freedom (inf: assumed or
+    measured inside the runs, not estimated from their scatter), ``source`` where
+    ``per_run`` came from."""
 
     runs: int
     per_run: float
     standard_error: float
     dof: float
-    source: str
+    source: NoiseSource
 
 
 @dataclass
@@ -174,15 +186,6 @@ class Comparison:
 
 
 # -- the statistics ------------------------------------------------------------------------------
-def run_noise(throughputs: Sequence[float], run_drift: float) -> float:
-    """The relative standard error of the mean throughput of one side's runs: from their
-    scatter when there are several, else ``run_drift`` (one run says nothing of drift)."""
-    if len(throughputs) < 2:
-        return run_drift
-    logs = _logs(throughputs)
-    return statistics.stdev(logs) / math.sqrt(len(logs))
-
-
 def slower_confidence(change: float, standard_error: float, dof: float = math.inf) -> float:
     """How sure we are that the head is slower: the one-sided probability of Student's t
     (the normal's at infinite ``dof``) of the relative ``change``'s log over its standard
@@ -208,29 +211,47 @@ def _logs(values: Sequence[float]) -> list[float]:
     return [math.log(x) for x in values if x > 0]
 
 
-def side_noise(reports: Sequence[Report], throughputs: Sequence[float], gate: int,
-               run_drift: float) -> SideNoise:
-    """One side's noise at the gate (:class:`SideNoise`): the scatter of its runs' log
-    throughputs when it has several; for a single run the largest of ``run_drift``, the
-    drift its own control measured and its gate throughput interval's half-width over 1.96."""
-    logs = _logs(throughputs)
-    if len(logs) >= 2:
-        sd = statistics.stdev(logs)
-        return SideNoise(len(logs), sd, sd / math.sqrt(len(logs)), len(logs) - 1.0, "scatter")
-    per_run, source = run_drift, "run_drift"
-    report = reports[0] if reports else None
-    control = report.run.drift if report is not None else None
-    if control is not None and math.isfinite(control.drift) and control.drift > per_run:
-        per_run, source = min(control.drift, MAX_RUN_NOISE), "control"
-    batch = v.batch_of(report, gate) if report is not None else None
+def _measured_noise(report: Report, gate: int) -> tuple[float, NoiseSource] | None:
+    """The noise one run measured of its own throughput at the gate, as one relative
+    standard deviation: the larger of its drift control's drift and its gate throughput
+    interval's half-width over 1.96 (None: it measured neither)."""
+    found: tuple[float, NoiseSource] | None = None
+    control = report.run.drift
+    if control is not None and math.isfinite(control.drift) and control.drift > 0:
+        found = (min(control.drift, MAX_RUN_NOISE), NoiseSource.CONTROL)
+    batch = v.batch_of(report, gate)
     interval = batch.throughput_interval_per_s if batch is not None else None
     if interval is not None and batch is not None and batch.throughput_per_s \
             and interval.low > 0 and math.isfinite(interval.high):
         t = batch.throughput_per_s
         half = max(math.log(t) - math.log(interval.low), math.log(interval.high) - math.log(t),
                    0.0) / Z95
-        if half > per_run:
-            per_run, source = min(half, MAX_RUN_NOISE), "interval"
+        if half > 0 and (found is None or half > found[0]):
+            found = (min(half, MAX_RUN_NOISE), NoiseSource.INTERVAL)
+    return found
+
+
+def side_noise(reports: Sequence[Report], throughputs: Sequence[float], gate: int,
+               run_drift: float) -> SideNoise:
+    """One side's noise at the gate (:class:`SideNoise`).
+
+    Several runs: the scatter of their log throughputs, never below the largest noise any
+    of them measured of its own (:func:`_measured_noise`); Welch's degrees of freedom only
+    where the scatter decides. Runs whose throughputs agree exactly (the same report given
+    twice) say nothing of the drift between runs, so they count as one run. One run: the
+    largest of ``run_drift`` and the noise it measured of its own."""
+    logs = _logs(throughputs)
+    measured = [m for report in reports if (m := _measured_noise(report, gate)) is not None]
+    floor = max(measured, key=lambda m: m[0], default=None)
+    if len(set(logs)) >= 2:
+        sd = statistics.stdev(logs)
+        per_run, source, dof = sd, NoiseSource.SCATTER, len(logs) - 1.0
+        if floor is not None and floor[0] > sd:
+            (per_run, source), dof = floor, math.inf
+        return SideNoise(len(logs), per_run, per_run / math.sqrt(len(logs)), dof, source)
+    per_run, source = run_drift, NoiseSource.RUN_DRIFT
+    if floor is not None and floor[0] > per_run:
+        per_run, source = floor
     return SideNoise(1, per_run, per_run, math.inf, source)
 
 
@@ -300,12 +321,12 @@ def work_sentence(gate: int, delta: WorkDelta | None, threshold: float,
 
 
 # -- the comparison -------------------------------------------------------------------------------
-def _mean(values: Sequence[float]) -> float:
-    """The mean of finite throughputs, without overflowing where their sum would."""
-    try:
-        return statistics.fmean(values)
-    except OverflowError:  # a sum past float64's range: each value scaled first cannot be
-        return math.fsum(x / len(values) for x in values)
+def _geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive throughputs (the mean of their logs, where the test
+    works), 0.0 when any is not positive."""
+    if not values or min(values) <= 0:
+        return 0.0
+    return math.exp(statistics.fmean(math.log(x) for x in values))
 
 
 def _iqr_share(batch: BatchResult | None) -> float | None:
@@ -415,14 +436,14 @@ class _TimeVerdict:
 def _time_verdict(bases: Sequence[Report], heads: Sequence[Report], gate: int, unit: str,
                   threshold: float, run_drift: float) -> _TimeVerdict:
     base_runs, head_runs = _throughputs(bases, gate), _throughputs(heads, gate)
-    base_t = _mean(base_runs)
+    base_t = _geomean(base_runs)
     if not head_runs:
         status = next((b.status.value for b in heads[0].batches if b.batch_size == gate),
                       "not tried")
         return _TimeVerdict(None, True, False,
                             f"the head did not measure batch {gate}, the base's recommendation "
                             f"({status}); the base ran it at {fmt.rate(base_t, unit)}")
-    head_t = _mean(head_runs)
+    head_t = _geomean(head_runs)
     change = head_t / base_t - 1.0
     noise = (side_noise(bases, base_runs, gate, run_drift),
              side_noise(heads, head_runs, gate, run_drift))
@@ -439,8 +460,7 @@ def _time_verdict(bases: Sequence[Report], heads: Sequence[Report], gate: int, u
            if min(len(base_runs), len(head_runs)) >= U_TEST_MIN_RUNS else None)
     runs = ("" if len(base_runs) == len(head_runs) == 1 else
             f", means of {len(base_runs)} base and {len(head_runs)} head runs")
-    single = len(base_runs) == 1 or len(head_runs) == 1
-    kind = "drift between runs" if single else "noise between runs"
+    kind = "drift between runs" if any(n.runs == 1 for n in noise) else "noise between runs"
     sentence = (f"throughput at batch {gate} (the base's recommendation) went from "
                 f"{fmt.rate(base_t, unit)} to {fmt.rate(head_t, unit)} "
                 f"({fmt.signed_pct(change)}; the threshold is −{fmt.pct(threshold)}{runs}); "
@@ -456,7 +476,8 @@ def _time_verdict(bases: Sequence[Report], heads: Sequence[Report], gate: int, u
                         dof, detectable, u_p)
 
 
-def _label(regression: bool, inconclusive: bool) -> str:
+def verdict_label(regression: bool, inconclusive: bool) -> str:
+    """The verdict's first words, for ``compare`` and its A/B mode alike."""
     return "regression" if regression else "inconclusive" if inconclusive else "no regression"
 
 
@@ -499,7 +520,7 @@ def compare(base: Report | Sequence[Report], head: Report | Sequence[Report],
     inconclusive = time.inconclusive and not regression
     work_text = work_sentence(gate, work_gate, threshold)
     parts = [work_text, time.sentence] if work_regression else [time.sentence, work_text]
-    verdict = f"{_label(regression, inconclusive)}: " + "; ".join(parts)
+    verdict = f"{verdict_label(regression, inconclusive)}: " + "; ".join(parts)
     head_rec = first_head.recommendation
     warnings = _warnings(first_base, first_head, gate, threshold)
     elsewhere = [d for d in work if d.batch_size != gate and d.more_work]

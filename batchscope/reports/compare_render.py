@@ -18,6 +18,7 @@ from batchscope.reports.compare import (
     MEASURE_WORDS,
     BatchDelta,
     Comparison,
+    verdict_label,
     work_change_pct,
     work_value,
 )
@@ -114,10 +115,17 @@ def _status(row: BatchDelta) -> str:
     return f"{row.base_status} → {row.head_status}"
 
 
+def _icon(regression: bool, inconclusive: bool) -> str:
+    return "❌" if regression else "⚠️" if inconclusive else "✅"
+
+
+def _style(regression: bool, inconclusive: bool) -> str:
+    return "bold red" if regression else "bold yellow" if inconclusive else "bold green"
+
+
 def render_markdown(c: Comparison, max_chars: int = MAX_CHARS) -> str:
     """The comparison as GitHub-flavoured Markdown, at most ``max_chars`` characters."""
-    icon = "❌" if c.regression else "⚠️" if c.inconclusive else "✅"
-    what = "regression" if c.regression else "inconclusive" if c.inconclusive else "no regression"
+    icon, what = _icon(c.regression, c.inconclusive), verdict_label(c.regression, c.inconclusive)
     unit = md_cell(f"{c.unit}s/s")
     lines = [f"### {icon} batchscope compare: {what}",
              "", f"**{md_text(c.verdict[0].upper() + c.verdict[1:], 600)}.**", ""]
@@ -190,20 +198,13 @@ def print_comparison(console: Console, c: Comparison) -> None:
     print_work(console, c.work, c.base_recommended)
     for w in c.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
-    style = "bold red" if c.regression else "bold yellow" if c.inconclusive else "bold green"
-    console.print(f"[{style}]{escape(c.verdict)}[/]")
-
-
-def _ab_what(c: ABComparison) -> tuple[str, str]:
-    if c.regression:
-        return "❌", "regression"
-    return ("⚠️", "inconclusive") if c.inconclusive else ("✅", "no regression")
+    console.print(f"[{_style(c.regression, c.inconclusive)}]{escape(c.verdict)}[/]")
 
 
 def render_ab_markdown(c: ABComparison, max_chars: int = MAX_CHARS) -> str:
     """An A/B run's verdict as GitHub-flavoured Markdown (``ab.md``)."""
     m = c.measurement
-    icon, what = _ab_what(c)
+    icon, what = _icon(c.regression, c.inconclusive), verdict_label(c.regression, c.inconclusive)
     lines = [f"### {icon} batchscope compare --ab: {what}", "",
              f"**{md_text(c.verdict[0].upper() + c.verdict[1:], 900)}.**", "",
              f"Base: {md_text(m.base.path, 200)} · head: {md_text(m.head.path, 200)} · "
@@ -251,5 +252,4 @@ def print_ab(console: Console, c: ABComparison) -> None:
         print_work(console, [c.work], m.batch_size)
     for w in c.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
-    style = "bold red" if c.regression else "bold yellow" if c.inconclusive else "bold green"
-    console.print(f"[{style}]{escape(c.verdict)}[/]")
+    console.print(f"[{_style(c.regression, c.inconclusive)}]{escape(c.verdict)}[/]")

@@ -97,8 +97,9 @@ def _latency_cells(batch: BatchResult) -> tuple[str, str]:
     lat: LatencyStats | None = batch.latency_s
     if lat is None:
         return fmt.MISSING, fmt.MISSING
-    spread = fmt.seconds_band(lat.median, Interval(lat.p25, lat.p75))
-    return v.latency_text(batch), spread[spread.index("(") + 1:-1]
+    # p25-p75 as an interval's two ends, in the median's unit; "–" where one end is NaN
+    spread = fmt.seconds_parts(lat.median, Interval(lat.p25, lat.p75)).interval
+    return v.latency_text(batch), spread or fmt.MISSING
 
 
 def _recommendation_lines(console: Console, report: Report, rec: Recommendation) -> None:
@@ -109,6 +110,8 @@ def _recommendation_lines(console: Console, report: Report, rec: Recommendation)
     speedup = narrative.speedup_band(rec)
     if v.speedup_within_noise(rec):
         speedup += ": within noise"
+    elif v.speedup_is_loss(rec):
+        speedup += ": a loss beyond noise"
     console.print(escape(f"speedup from batching: {speedup}"))
     if len(rec.equivalent_batch_sizes) > 1:
         console.print(escape("equivalent within noise: batch sizes "

@@ -242,9 +242,9 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.PLATEAU_OVERRULED: lambda f: (
         f"the measured throughput levelled off by batch {f.batch_size}, but the step-time "
         f"model, fitted on batches {_sizes(_list(f, 'fitted_on'))} from their exact FLOPs and "
-        f"bytes, predicts {_n(f, 'gain'):.3g}× more at batch {int(_n(f, 'highest'))} "
-        f"(up to {_n(f, 'projected_per_s'):,.4g}/s against the plateau's bar of "
-        f"{_n(f, 'bar_per_s'):,.4g}/s): the sweep went on"),
+        f"bytes, predicts {_n(f, 'gain'):.3g}× the throughput at batch "
+        f"{int(_n(f, 'highest'))} ({_n(f, 'projected_per_s'):,.4g}/s at the low end of its "
+        f"band, against the plateau's bar of {_n(f, 'bar_per_s'):,.4g}/s): the sweep went on"),
     FlagKind.BREAKDOWN_FAILED: lambda f: (f"op breakdown failed in {_t(f, 'phase')}: "
                                           f"{_t(f, 'error')}"),
     FlagKind.BREAKDOWN_LOST: lambda f: f"op breakdown lost: {_t(f, 'reason')}",

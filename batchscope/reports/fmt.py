@@ -9,14 +9,17 @@ Every formatter takes ``None`` (a value the report does not have) and returns ``
 renderer never has to branch on missing data to print it.
 
 A figure with its 95% interval reads the same in every format: the figure, then its interval
-in brackets, both ends in the figure's own unit and scale (``"638 k (479–843 k)"``,
+in parentheses, both ends in the figure's own unit and scale (``"638 k (479–843 k)"``,
 ``"746 µs (685–815 µs)"``, ``"82.4× (68.2–97.1×)"``); a figure without one (a report
-written before intervals) is the figure alone. The ``*_band`` formatters below.
+written before intervals) is the figure alone. The ``*_band`` formatters below give the
+text; the ``*_parts`` ones the figure and the interval apart (:class:`Band`), for a cell or
+a card that places them apart.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from batchscope.records.interval import Interval
 
@@ -135,6 +138,32 @@ def shapes(input_shapes: list[list[int]] | None) -> str:
 
 
 # -- a figure with its 95% interval ---------------------------------------------------------
+@dataclass(frozen=True)
+class Band:
+    """A figure and its interval, formatted apart: ``figure`` (``"638 k"``) and ``interval``
+    (``"479–843 k"``, ``"≥ 479 k"``; "" without one), so a table cell or a card can place
+    each where it wants without slicing :attr:`text`.
+
+    Example:
+        >>> band = si_parts(638_000, Interval(479_000, 843_000))
+        >>> band.figure, band.interval, band.bracketed, band.text
+        ('638 k', '479–843 k', '(479–843 k)', '638 k (479–843 k)')
+    """
+
+    figure: str
+    interval: str = ""
+
+    @property
+    def bracketed(self) -> str:
+        """The interval in parentheses, as every format prints it; "" without one."""
+        return f"({self.interval})" if self.interval else ""
+
+    @property
+    def text(self) -> str:
+        """The figure, then its interval in parentheses: ``"638 k (479–843 k)"``."""
+        return f"{self.figure} {self.bracketed}" if self.interval else self.figure
+
+
 def _scaled(value: float, digits: int = 3) -> str:
     """One end of an interval, already divided by its scale: 3 significant digits, whole
     numbers with thousands separators from 1,000 up (never ``"1.2e+03"``)."""
@@ -143,14 +172,28 @@ def _scaled(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def _band(text: str, interval: Interval | None, scale: float, suffix: str) -> str:
-    """``text`` and the interval's ends divided by ``scale``, each followed by ``suffix``."""
-    if interval is None or math.isnan(interval.low) or math.isnan(interval.high):
-        return text
+def _usable(interval: Interval | None) -> bool:
+    """An interval to print: present, neither end NaN."""
+    return interval is not None and not math.isnan(interval.low) \
+        and not math.isnan(interval.high)
+
+
+def _parts(figure: str, interval: Interval | None, scale: float, suffix: str) -> Band:
+    """``figure`` and the interval's ends divided by ``scale``, each followed by ``suffix``."""
+    if interval is None or not _usable(interval):
+        return Band(figure)
     low = _scaled(interval.low / scale)
     if not math.isfinite(interval.high):
-        return f"{text} (≥ {low}{suffix})"
-    return f"{text} ({low}–{_scaled(interval.high / scale)}{suffix})"
+        return Band(figure, f"≥ {low}{suffix}")
+    return Band(figure, f"{low}–{_scaled(interval.high / scale)}{suffix}")
+
+
+def si_parts(value: float | None, interval: Interval | None, unit: str = "") -> Band:
+    """A quantity and its interval, both ends at the quantity's SI prefix."""
+    if value is None:
+        return Band(MISSING)
+    scale, prefix = next(((s, p) for s, p in _SI if abs(value) >= s), (1.0, ""))
+    return _parts(si(value, unit), interval, scale, f" {prefix}{unit}".rstrip())
 
 
 def si_band(value: float | None, interval: Interval | None, unit: str = "") -> str:
@@ -162,11 +205,7 @@ def si_band(value: float | None, interval: Interval | None, unit: str = "") -> s
         >>> si_band(638_000, None)
         '638 k'
     """
-    if value is None:
-        return MISSING
-    scale, prefix = next(((s, p) for s, p in _SI if abs(value) >= s), (1.0, ""))
-    suffix = f" {prefix}{unit}".rstrip()
-    return _band(si(value, unit), interval, scale, suffix)
+    return si_parts(value, interval, unit).text
 
 
 def rate_band(value: float | None, interval: Interval | None, unit: str) -> str:
@@ -176,6 +215,21 @@ def rate_band(value: float | None, interval: Interval | None, unit: str) -> str:
     return f"{si_band(value, interval)} {unit}s/s"
 
 
+def seconds_parts(value: float | None, interval: Interval | None) -> Band:
+    """A duration and its interval, both ends in the duration's unit.
+
+    Example:
+        >>> seconds_parts(0.0103, Interval(0.0091, float("nan")))
+        Band(figure='10.3 ms', interval='')
+    """
+    if value is None:
+        return Band(MISSING)
+    if value >= 1:
+        return _parts(seconds(value), interval, 1.0, " s")
+    scale, unit = time_scale(value)
+    return _parts(seconds(value), interval, scale, f" {unit}")
+
+
 def seconds_band(value: float | None, interval: Interval | None) -> str:
     """A duration and its interval, both ends in the duration's unit.
 
@@ -183,12 +237,19 @@ def seconds_band(value: float | None, interval: Interval | None) -> str:
         >>> seconds_band(746e-6, Interval(685e-6, 815e-6))
         '746 µs (685–815 µs)'
     """
+    return seconds_parts(value, interval).text
+
+
+def ratio_parts(value: float | None, interval: Interval | None) -> Band:
+    """A speedup and its interval."""
     if value is None:
-        return MISSING
-    if value >= 1:
-        return _band(seconds(value), interval, 1.0, " s")
-    scale, unit = time_scale(value)
-    return _band(seconds(value), interval, scale, f" {unit}")
+        return Band(MISSING)
+    if interval is None or not _usable(interval):
+        return Band(ratio(value))
+    low = ratio(interval.low).removesuffix("×")
+    if not math.isfinite(interval.high):
+        return Band(ratio(value), f"≥ {low}×")
+    return Band(ratio(value), f"{low}–{ratio(interval.high)}")
 
 
 def ratio_band(value: float | None, interval: Interval | None) -> str:
@@ -198,14 +259,18 @@ def ratio_band(value: float | None, interval: Interval | None) -> str:
         >>> ratio_band(82.36, Interval(68.18, 97.06))
         '82.4× (68.2–97.1×)'
     """
+    return ratio_parts(value, interval).text
+
+
+def pct_parts(value: float | None, interval: Interval | None) -> Band:
+    """A share and its interval, in percent."""
     if value is None:
-        return MISSING
-    if interval is None or math.isnan(interval.low) or math.isnan(interval.high):
-        return ratio(value)
-    low = ratio(interval.low)[:-1]
+        return Band(MISSING)
+    if interval is None or not _usable(interval):
+        return Band(pct(value))
     if not math.isfinite(interval.high):
-        return f"{ratio(value)} (≥ {low}×)"
-    return f"{ratio(value)} ({low}–{ratio(interval.high)})"
+        return Band(pct(value), f"≥ {pct(interval.low)}")
+    return Band(pct(value), f"{interval.low * 100:.0f}–{pct(interval.high)}")
 
 
 def pct_band(value: float | None, interval: Interval | None) -> str:
@@ -215,17 +280,16 @@ def pct_band(value: float | None, interval: Interval | None) -> str:
         >>> pct_band(0.93, Interval(0.81, 1.06))
         '93% (81–106%)'
     """
+    return pct_parts(value, interval).text
+
+
+def number_parts(value: float | None, interval: Interval | None) -> Band:
+    """A plain quantity and its interval (or range)."""
     if value is None:
-        return MISSING
-    if interval is None or math.isnan(interval.low) or math.isnan(interval.high):
-        return pct(value)
-    if not math.isfinite(interval.high):
-        return f"{pct(value)} (≥ {pct(interval.low)})"
-    return f"{pct(value)} ({interval.low * 100:.0f}–{pct(interval.high)})"
+        return Band(MISSING)
+    return _parts(number(value), interval, 1.0, "")
 
 
 def number_band(value: float | None, interval: Interval | None) -> str:
     """A plain quantity and its interval: ``"46.2 (30.1–62.5)"``."""
-    if value is None:
-        return MISSING
-    return _band(number(value), interval, 1.0, "")
+    return number_parts(value, interval).text

@@ -33,12 +33,15 @@ class Card:
     value: str
     sub: str
     unit: str = ""
-    band: str = ""  # the value's 95% interval, "(629–748 k)", shown beside it
+    band: str = ""  # the value's interval in parentheses, "(629–748 k)", shown beside it
+    band_title: str = "95% interval"  # what ``band`` is, the hover on it
 
 
-def _band(with_band: str, plain: str) -> str:
-    """The bracketed interval of a ``fmt.*_band`` text: ``"(629–748 k)"``; "" without one."""
-    return with_band[len(plain):].strip() if with_band.startswith(plain) else ""
+def _card(label: str, parts: fmt.Band, sub: str, unit: str = "",
+          band_title: str = "95% interval") -> Card:
+    """A card of a figure and its interval, each from the numbers (``fmt.*_parts``)."""
+    return Card(label, parts.figure, sub, unit=unit, band=parts.bracketed,
+                band_title=band_title)
 
 
 def cards(report: Report) -> list[Card]:
@@ -49,32 +52,30 @@ def cards(report: Report) -> list[Card]:
     out: list[Card] = []
     if rec is not None and batch is not None:
         lat = batch.latency_s
-        thr = fmt.si(batch.throughput_per_s)
-        out.append(Card(f"throughput at batch {batch.batch_size}", thr,
-                        f"best measured: {fmt.rate(rec.best_throughput_per_s, unit)}"
-                        f" at batch {rec.best_batch_size}", unit=f"{unit}s/s",
-                        band=_band(v.throughput_text(batch), thr)))
-        speedup = fmt.ratio(rec.speedup_from_batching)
-        noise = "; within noise" if v.speedup_within_noise(rec) else ""
-        out.append(Card("speedup from batching", speedup,
-                        f"best throughput over batch {rec.speedup_baseline_batch}{noise}",
-                        band=_band(narrative.speedup_band(rec), speedup)))
-        median = fmt.seconds(lat.median if lat else None)
-        out.append(Card(f"step latency at batch {batch.batch_size}", median,
-                        f"p25–p75 {fmt.seconds(lat.p25 if lat else None)} – "
-                        f"{fmt.seconds(lat.p75 if lat else None)}",
-                        band=_band(v.latency_text(batch), median)))
+        out.append(_card(f"throughput at batch {batch.batch_size}", v.throughput_parts(batch),
+                         f"best measured: {fmt.rate(rec.best_throughput_per_s, unit)}"
+                         f" at batch {rec.best_batch_size}", unit=f"{unit}s/s"))
+        noise = ("; within noise" if v.speedup_within_noise(rec) else
+                 "; a loss beyond noise" if v.speedup_is_loss(rec) else "")
+        out.append(_card("speedup from batching",
+                         fmt.ratio_parts(rec.speedup_from_batching, rec.speedup_interval),
+                         f"best throughput over batch {rec.speedup_baseline_batch}{noise}"))
+        out.append(_card(f"step latency at batch {batch.batch_size}", v.latency_parts(batch),
+                         f"p25–p75 {fmt.seconds(lat.p25 if lat else None)} – "
+                         f"{fmt.seconds(lat.p75 if lat else None)}"))
     if rec is not None:
         knee = rec.measured_knee_batch
         where = "" if knee is None else (" (in the sweep)" if rec.measured_knee_within_sweep
                                          else " (beyond the sweep)")
-        predicted = fmt.number(rec.predicted_critical_batch)
-        out.append(Card("critical batch B*, predicted", predicted,
-                        f"knee measured: {fmt.number_band(knee, rec.measured_knee_interval)}"
-                        f"{where}",
-                        band=_band(fmt.number_band(rec.predicted_critical_batch,
-                                                   rec.predicted_critical_batch_interval),
-                                   predicted)))
+        knee_parts = fmt.number_parts(knee, rec.measured_knee_interval)
+        # B*'s band is a range (B* under the roofs' best and median repeats), not a 95%
+        # interval; the measured knee's is a 95% bootstrap interval.
+        out.append(_card("critical batch B*, predicted",
+                         fmt.number_parts(rec.predicted_critical_batch,
+                                          rec.predicted_critical_batch_interval),
+                         f"knee measured: {knee_parts.text}"
+                         f"{' at 95%' if knee_parts.interval else ''}{where}",
+                         band_title=narrative.BSTAR_RANGE_WORDS))
         if len(rec.equivalent_batch_sizes) > 1:
             out.append(Card("equivalent within noise",
                             ", ".join(str(b) for b in rec.equivalent_batch_sizes),
@@ -324,6 +325,8 @@ def kept_cells(report: Report) -> dict[int, str]:
             cell += f" · {fmt.ratio_band(r.speedup, r.speedup_interval)}"
             if v.within_noise(r.speedup_interval):
                 cell += ", within noise"
+            elif v.is_loss(r.speedup_interval):
+                cell += ", slower beyond noise"
         cells[r.batch_size] = cell
     return cells
 

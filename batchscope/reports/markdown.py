@@ -85,7 +85,8 @@ def _facts(report: Report) -> str:
         predicted = fmt.number_band(rec.predicted_critical_batch,
                                     rec.predicted_critical_batch_interval)
     knee_text = fmt.number_band(knee, rec.measured_knee_interval if rec else None)
-    rows = [["critical batch B*, predicted", predicted],
+    # B*'s band is a range (B* under the roofs' best and median repeats), not a 95% interval
+    rows = [[f"critical batch B*, predicted ({narrative.BSTAR_RANGE_WORDS})", predicted],
             ["knee of the throughput curve, measured (95%)", knee_text + where],
             ["layers turn compute-bound from batch", crossing]]
     if v.from_trace(report):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from batchscope.classifiers.data_parallel import STAMP_RESOLUTION_S
+from batchscope.classifiers.step_model import MIN_MARGIN
 from batchscope.records import (
     BatchResult,
     Bound,
@@ -149,6 +151,9 @@ def _noise_note(report: Report) -> str:
     """A sentence after a reading that says batching lifts throughput, where the measured
     speedup could not be told from noise; "" otherwise."""
     rec = report.recommendation
+    if rec is not None and v.speedup_is_loss(rec):
+        return (f" Here, though, the best throughput over batch {rec.speedup_baseline_batch}'s "
+                f"was {speedup_band(rec)}: lower beyond noise, so this run shows a loss.")
     if rec is None or not v.speedup_within_noise(rec):
         return ""
     return (f" Here, though, the best throughput over batch {rec.speedup_baseline_batch}'s "
@@ -304,14 +309,19 @@ def _prediction(rec: Recommendation, terms: PredictionTerms) -> str:
             f"B* ≈ {_rows(predicted)}{_bstar_band(rec)}.")
 
 
+# What ``recommendation.predicted_critical_batch_interval`` is: B* under the ceilings' best
+# repeats and under their medians (assemble.py), a range, not a statistical interval.
+BSTAR_RANGE_WORDS = "the range under the roofs' best and median repeats"
+
+
 def _bstar_band(rec: Recommendation) -> str:
-    """B*'s interval in words: from the ceilings' best repeats to their medians (its counts
-    are exact; the roofs they are divided by carry the noise)."""
+    """B*'s range in words: B* under the roofs' best repeats and under their medians (its
+    counts are exact; the roofs they are divided by carry the noise). A range, not a 95%
+    interval."""
     band = rec.predicted_critical_batch_interval
     if band is None or band.low == band.high:
         return ""
-    return (f" ({fmt.number(band.low)}–{fmt.number(band.high)} from the ceilings' best "
-            "repeats to their medians)")
+    return f" ({fmt.number(band.low)}–{fmt.number(band.high)}: {BSTAR_RANGE_WORDS})"
 
 
 def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
@@ -368,9 +378,14 @@ def _knee(report: Report, rec: Recommendation) -> str:
                 f"(the fit puts it near {fmt.number(knee)}{knee_band})")
     predicted_band = rec.predicted_critical_batch_interval
     if predicted and band is not None and predicted_band is not None:
-        agree = ("the two agree within their intervals" if band.overlaps(predicted_band)
-                 else "further apart than their intervals")
-        text += f", against the predicted {fmt.number(predicted)}: {agree}."
+        # The knee's interval is a 95% bootstrap one; B*'s is a range (best vs median roofs).
+        spread = predicted_band.low != predicted_band.high
+        what = "B*'s range" if spread else "B*"
+        agree = (f"the knee's 95% interval reaches {what}" if band.overlaps(predicted_band)
+                 else f"the knee's 95% interval lies clear of {what}")
+        shown = (f" ({fmt.number(predicted_band.low)}–{fmt.number(predicted_band.high)}, "
+                 f"{BSTAR_RANGE_WORDS})" if spread else "")
+        text += f", against the predicted {fmt.number(predicted)}{shown}: {agree}."
     else:
         text += f", against the predicted {fmt.number(predicted)}." if predicted else "."
     eff = [(b.batch_size, e) for b in measured if (e := v.step_efficiency(b))]
@@ -478,7 +493,8 @@ def state(report: Report) -> Section | None:
 
 def speedup_text(rec: Recommendation) -> str:
     """What batching did to throughput, read from the speedup's interval: a lift only where
-    its low end is above 1.0, else "within noise"; "" with one batch size.
+    its low end is above 1.0, a loss only where its high end is below it, else "within
+    noise"; "" with one batch size.
 
     Example:
         >>> from batchscope.records import Rule
@@ -490,10 +506,18 @@ def speedup_text(rec: Recommendation) -> str:
         >>> import dataclasses
         >>> speedup_text(dataclasses.replace(rec, speedup_interval=Interval(1.02, 1.2)))
         'Batching lifts throughput 1.1× (1.0–1.2×) over batch 1'
+        >>> speedup_text(dataclasses.replace(rec, speedup_from_batching=0.8,
+        ...                                  speedup_interval=Interval(0.7, 0.9)))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        "Batching lowers throughput beyond noise: the best throughput is 0.8× (0.7–0.9×)
+        batch 1's"
     """
     speedup, base = rec.speedup_from_batching, rec.speedup_baseline_batch
     if speedup is None:
         return ""
+    if v.speedup_is_loss(rec):
+        return (f"Batching lowers throughput beyond noise: the best throughput is "
+                f"{speedup_band(rec)} batch {base}'s")
     if v.speedup_within_noise(rec):
         return (f"Batching's gain over batch {base} is within noise: the best throughput is "
                 f"{speedup_band(rec)} batch {base}'s")
@@ -770,11 +794,14 @@ def predicted_pick_headline(report: Report) -> str | None:
         return None
     unit = v.unit(report)
     shown, shown_t = (best, best_t) if pick.measured else (chosen, chosen_t)
-    # The band: its step within the model's largest miss either way.
-    band = Interval(shown_t / (1 + margin), shown_t / (1 - margin) if margin < 1 else math.inf)
+    # The band: its step within the model's largest miss (at least MIN_MARGIN) either way,
+    # the one band of every predicted figure (view.predicted_band).
+    margin = v.band_margin(margin)
+    band = v.predicted_band(shown_t, margin)
     text = (f"Not measured, predicted: batch {shown} at {fmt.rate_band(shown_t, band, unit)}, "
             f"its step within ±{fmt.pct(margin)} (the step-time model's largest miss on the "
-            f"sizes it forecast); the rule counts it at the low end. ")
+            f"sizes it forecast, at least {fmt.pct(MIN_MARGIN)}); the rule counts it at the "
+            "low end. ")
 
     def measured_rate(size: int, throughput: float) -> str:
         batch = v.batch_of(report, size)
@@ -804,7 +831,8 @@ def _timed_again(section: AllocatorCheck) -> list[tuple[KeptBatch, float]]:
 
 def _allocator_side_by_side(report: Report) -> str | None:
     """The measured side-by-side sentence: each re-timed size's gain with its interval,
-    "within noise" where it reaches down to 1.0; None when the sweep did not re-time."""
+    "within noise" where it holds 1.0, "slower" where all of it lies below 1.0; None when
+    the sweep did not re-time."""
     section = report.allocator
     rows = _timed_again(section) if section is not None else []
     if section is None or not rows:
@@ -816,13 +844,18 @@ def _allocator_side_by_side(report: Report) -> str | None:
                 "keep buffers too)")
     best, speedup = max(rows, key=lambda r: r[1])
     unit = v.unit(report)
-    noisy = [r.batch_size for r, _ in rows if v.within_noise(r.speedup_interval)]
-    clear = [r.batch_size for r, _ in rows if r.batch_size not in noisy]
+    read = {r.batch_size: v.reading(r.speedup_interval) for r, _ in rows}
+    noisy = [b for b, r in read.items() if r == v.Reading.NOISE]
+    slower = [b for b, r in read.items() if r == v.Reading.LOSS]
+    clear = [b for b, r in read.items() if r not in (v.Reading.NOISE, v.Reading.LOSS)]
     gain = fmt.ratio_band(speedup, best.speedup_interval)
     if not clear or (best.speedup_interval is None and speedup < NO_GAIN_SPEEDUP):
-        return (f"Timed again side by side with glibc keeping its buffers ({env}), no batch "
-                f"size ran faster beyond noise (at best {gain}, batch {best.batch_size}): on "
-                "this machine they cost little")
+        text = (f"Timed again side by side with glibc keeping its buffers ({env}), no batch "
+                f"size ran faster beyond noise (at best {gain}, batch {best.batch_size})")
+        if slower:
+            text += (f"; batch{'es' if len(slower) > 1 else ''} {_sizes(slower)} ran slower "
+                     "beyond noise with them kept")
+        return text + ": on this machine they cost little"
     text = (f"Timed again side by side with glibc keeping its buffers ({env}), batch "
             f"{best.batch_size} ran {fmt.rate(best.kept_throughput_per_s, unit)} against "
             f"{fmt.rate(best.throughput_per_s, unit)}: {gain}")
@@ -833,6 +866,9 @@ def _allocator_side_by_side(report: Report) -> str | None:
                  f"{_sizes(clear)}" if clear else "")
         if noisy:
             text += f" and within noise at batch{'es' if len(noisy) > 1 else ''} {_sizes(noisy)}"
+        if slower:
+            text += (f", and batch{'es' if len(slower) > 1 else ''} {_sizes(slower)} ran slower "
+                     "beyond noise with the buffers kept")
     return text
 
 
@@ -903,15 +939,25 @@ def data_parallel_headline(report: Report) -> str | None:
     return text
 
 
-def dp_seconds(value: float | None, interval: Interval | None) -> str:
+def dp_seconds(value: float | None, interval: Interval | None, *,
+               resolution_s: float = STAMP_RESOLUTION_S) -> str:
     """A data-parallel time with its 95% interval: ``"12 ms [8.1 ms–15 ms]"``; ``"< 1 µs"``
     where the interval starts at 0 and the median is 0 (too small for the clock, never a
-    bare 0); the point alone without an interval (a report that predates them)."""
+    bare 0), and a low end of 0 under a median above it as ``"< 1 µs"`` too
+    (``resolution_s``: the hook's stamp resolution, in the figure's own unit); the point
+    alone without an interval (a report that predates them).
+
+    Example:
+        >>> dp_seconds(12e-6, Interval(0.0, 30e-6))
+        '12 µs [< 1 µs–30 µs]'
+    """
     if interval is None or value is None:
         return fmt.seconds(value)
     if value <= 0 and interval.low <= 0:
         return f"< {fmt.seconds(interval.high)}"
-    return f"{fmt.seconds(value)} [{fmt.seconds(interval.low)}–{fmt.seconds(interval.high)}]"
+    low = (f"< {fmt.seconds(resolution_s)}" if interval.low <= 0
+           else fmt.seconds(interval.low))
+    return f"{fmt.seconds(value)} [{low}–{fmt.seconds(interval.high)}]"
 
 
 def _dp_pct(value: float) -> str:
@@ -919,17 +965,41 @@ def _dp_pct(value: float) -> str:
     return fmt.pct(value, 0 if value >= 0.095 else 1 if value >= 0.0095 else 2)
 
 
-def dp_share(value: float | None, interval: Interval | None) -> str:
-    """A share of the step with its 95% interval: ``"23% [18%–31%]"``, or ``"< 0.1%"``."""
+def dp_share(value: float | None, interval: Interval | None, *,
+             step_s: float | None = None) -> str:
+    """A share of the step with its 95% interval: ``"23% [18%–31%]"``, or ``"< 0.1%"``.
+    A low end of 0 under a median above it is never a bare 0: with the median step
+    ``step_s``, below what the hook's stamps resolve of it (``"23% [< 0.01%–31%]"``);
+    without, the interval's high end alone (``"23% [up to 31%]"``).
+
+    Example:
+        >>> dp_share(0.23, Interval(0.0, 0.31), step_s=0.01)
+        '23% [< 0.01%–31%]'
+        >>> dp_share(0.23, Interval(0.0, 0.31))
+        '23% [up to 31%]'
+    """
     if interval is None or value is None:
         return fmt.pct(value)
     if value <= 0 and interval.low <= 0:
         return f"< {_dp_pct(interval.high)}"
+    if interval.low <= 0:
+        if not step_s or step_s <= 0:
+            return f"{_dp_pct(value)} [up to {_dp_pct(interval.high)}]"
+        return (f"{_dp_pct(value)} [< {_dp_pct(min(STAMP_RESOLUTION_S / step_s, 1.0))}–"
+                f"{_dp_pct(interval.high)}]")
     return f"{_dp_pct(value)} [{_dp_pct(interval.low)}–{_dp_pct(interval.high)}]"
 
 
+def _dp_step_s(row: DataParallelBatch, units_per_row: int) -> float | None:
+    """A row's median step, back from its global throughput (global batch x units per row
+    a step)."""
+    if not row.global_throughput_per_s or row.global_throughput_per_s <= 0:
+        return None
+    return row.global_batch * units_per_row / row.global_throughput_per_s
+
+
 def _communication_paragraph(first: DataParallelBatch, last: DataParallelBatch,
-                             trend: CommunicationTrend | None) -> str:
+                             trend: CommunicationTrend | None, units_per_row: int = 1) -> str:
     """What the all-reduce adds to a step at both ends of the sweep, and whether it falls:
     said only where the two sizes' intervals do not overlap."""
     if trend is None:  # a report that predates the intervals: the points alone
@@ -949,14 +1019,16 @@ def _communication_paragraph(first: DataParallelBatch, last: DataParallelBatch,
             "the two shares' 95% intervals overlap, so whether it falls with the batch is "
             "within noise here.",
     }[trend]
+    first_share = dp_share(first.communication_share, first.communication_share_interval,
+                           step_s=_dp_step_s(first, units_per_row))
+    last_share = dp_share(last.communication_share, last.communication_share_interval,
+                          step_s=_dp_step_s(last, units_per_row))
     return (
         f"The all-reduce adds "
         f"{dp_seconds(first.communication_exposed_s, first.communication_exposed_interval_s)}"
-        f" to a step at batch {first.batch_size} ("
-        f"{dp_share(first.communication_share, first.communication_share_interval)} of it) "
+        f" to a step at batch {first.batch_size} ({first_share} of it) "
         f"and {dp_seconds(last.communication_exposed_s, last.communication_exposed_interval_s)}"
-        f" at batch {last.batch_size} ("
-        f"{dp_share(last.communication_share, last.communication_share_interval)}): "
+        f" at batch {last.batch_size} ({last_share}): "
         + verdict
         + " Measured in the timed steps by a DDP communication hook on rank 0: the time its "
         "last all-reduce finished after backward's last gradients were ready, the part "
@@ -1005,24 +1077,31 @@ def data_parallel(report: Report) -> Section | None:
         f"{fmt.si(dp.bus_bandwidth_bytes_per_s, 'B/s')}.")
     first, last = rows[0], rows[-1]
     if first.communication_share is not None and last is not first:
-        sec.paragraphs.append(_communication_paragraph(first, last, dp.communication_trend))
+        sec.paragraphs.append(_communication_paragraph(first, last, dp.communication_trend,
+                                                       report.model.units_per_row))
     rec = dp.recommendation
     if rec is not None:
         per_unit = 1 / report.model.units_per_row
         band = rec.communication_per_sample_interval_s
+        # The stamps resolve 1 µs of a step, shared by every unit of the global batch.
         per_sample = dp_seconds(_per_unit(rec.communication_per_sample_s, report),
-                                band.scaled(per_unit) if band else None)
+                                band.scaled(per_unit) if band else None,
+                                resolution_s=STAMP_RESOLUTION_S * per_unit / rec.global_batch)
         text = (f"At the recommended per-rank batch {rec.per_rank_batch} the global batch is "
                 f"{rec.global_batch}, and communication costs {per_sample} per {unit}.")
         if rec.accumulation_steps:
             accumulated_s = _per_unit(rec.communication_per_sample_with_accumulation_s, report)
             band = rec.communication_per_sample_with_accumulation_interval_s
+            accumulated = dp_seconds(
+                accumulated_s, band.scaled(per_unit) if band else None,
+                resolution_s=STAMP_RESOLUTION_S * per_unit
+                / (rec.global_batch_reached or rec.global_batch))
             text += (f" To reach a global batch of {rec.global_batch_target}: "
                      f"{_accumulation_steps(rec.accumulation_steps)} of "
                      f"{rec.global_batch} (no_sync() on all but the last), "
                      f"{(rec.global_batch_reached or 0) * report.model.units_per_row} {unit}s per "
                      "optimizer step, one all-reduce for all of them: "
-                     f"{dp_seconds(accumulated_s, band.scaled(per_unit) if band else None)} "
+                     f"{accumulated} "
                      f"per {unit}.")
         sec.paragraphs.append(text)
     if dp.predictions:

@@ -10,11 +10,16 @@ arithmetic on measured values (a share, a per-row figure).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+from enum import Enum
 
+from batchscope.classifiers.step_model import MIN_MARGIN
+from batchscope.classifiers.uncertainty import ratio
 from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ProbeKind, probed
 from batchscope.page_faults import PAGE_FAULT_COST_S
+from batchscope.page_faults import fault_share as step_fault_share
 from batchscope.records import (
     BatchResult,
     ByteSplit,
@@ -33,7 +38,6 @@ from batchscope.records import (
 from batchscope.records.report import CurvePoint, SequenceGrid, StepPrediction
 from batchscope.reports import fmt
 from batchscope.reports.flag_text import flag_body, flag_detail, flag_label, flag_text
-from batchscope.stats import ratio_interval
 
 # Op names whose kernel probes time matmuls from their shapes.
 MATMUL_PROBE_NAMES = probed(ProbeKind.SHAPES)
@@ -210,46 +214,90 @@ def latency_median(batch: BatchResult | None) -> float | None:
 
 
 # -- figures with their 95% intervals --------------------------------------------------------
+def latency_parts(batch: BatchResult | None) -> fmt.Band:
+    """The median step and its 95% interval, formatted apart (:class:`fmt.Band`)."""
+    return fmt.seconds_parts(latency_median(batch),
+                             batch.latency_interval_s if batch is not None else None)
+
+
 def latency_text(batch: BatchResult | None) -> str:
     """The median step with its 95% interval: ``"746 µs (685–815 µs)"``; the median alone
     for a report written before intervals."""
-    return fmt.seconds_band(latency_median(batch),
-                            batch.latency_interval_s if batch is not None else None)
+    return latency_parts(batch).text
+
+
+def throughput_parts(batch: BatchResult | None) -> fmt.Band:
+    """The throughput and its 95% interval, formatted apart, without a unit."""
+    if batch is None:
+        return fmt.Band(fmt.MISSING)
+    return fmt.si_parts(batch.throughput_per_s, batch.throughput_interval_per_s)
 
 
 def throughput_text(batch: BatchResult | None) -> str:
     """The throughput with its 95% interval, without a unit: ``"686 k (629–748 k)"``."""
-    if batch is None:
-        return fmt.MISSING
-    return fmt.si_band(batch.throughput_per_s, batch.throughput_interval_per_s)
+    return throughput_parts(batch).text
 
 
 def gain_over(batch: BatchResult, base: BatchResult | None) -> tuple[float | None,
                                                                      Interval | None]:
     """``batch``'s throughput over ``base``'s, with the interval of the quotient where both
-    have one (stats.ratio_interval: at the intervals' ends)."""
+    have one (classifiers/uncertainty.ratio: at the intervals' ends)."""
     if base is None or not base.throughput_per_s or not batch.throughput_per_s \
             or not is_measured(batch):
         return None, None
     if batch is base or batch.batch_size == base.batch_size:
         return 1.0, None  # the base against itself: no interval to quote
-    value = batch.throughput_per_s / base.throughput_per_s
     num, den = batch.throughput_interval_per_s, base.throughput_interval_per_s
     if num is None or den is None:
-        return value, None
-    return value, Interval(*ratio_interval((num.low, num.high), (den.low, den.high)))
+        return batch.throughput_per_s / base.throughput_per_s, None
+    return ratio((batch.throughput_per_s, num), (base.throughput_per_s, den))
+
+
+class Reading(str, Enum):
+    """What a gain's 95% interval says: a lift (all of it above 1.0), noise (it holds 1.0)
+    or a loss (all of it below 1.0)."""
+
+    LIFT = "lift"
+    NOISE = "noise"
+    LOSS = "loss"
+
+
+def reading(gain: Interval | None) -> Reading | None:
+    """A gain read from its interval; None without one (a report written before intervals
+    says what it measured).
+
+    Example:
+        >>> reading(Interval(0.97, 1.2)), reading(Interval(0.7, 0.9)), reading(None)
+        (<Reading.NOISE: 'noise'>, <Reading.LOSS: 'loss'>, None)
+    """
+    if gain is None or math.isnan(gain.low) or math.isnan(gain.high):
+        return None
+    if gain.contains(1.0):
+        return Reading.NOISE
+    return Reading.LOSS if gain.high < 1.0 else Reading.LIFT
 
 
 def within_noise(gain: Interval | None) -> bool:
-    """True when a gain's interval reaches down to 1.0: noise alone could explain it (False
-    without an interval: a report written before intervals says what it measured)."""
-    return gain is not None and gain.low <= 1.0
+    """True when a gain's interval holds 1.0: noise alone could explain it, neither a lift
+    nor a loss (False without an interval)."""
+    return reading(gain) == Reading.NOISE
+
+
+def is_loss(gain: Interval | None) -> bool:
+    """True when a gain's whole interval lies below 1.0: a loss noise cannot explain."""
+    return reading(gain) == Reading.LOSS
 
 
 def speedup_within_noise(rec: Recommendation | None) -> bool:
     """True when the speedup from batching cannot be told from noise."""
     return rec is not None and rec.speedup_from_batching is not None \
         and within_noise(rec.speedup_interval)
+
+
+def speedup_is_loss(rec: Recommendation | None) -> bool:
+    """True when batching lowered throughput beyond noise (the speedup's interval below 1)."""
+    return rec is not None and rec.speedup_from_batching is not None \
+        and is_loss(rec.speedup_interval)
 
 
 # -- page faults: one figure, one source ------------------------------------------------------
@@ -263,12 +311,12 @@ def fault_cost(report: Report) -> tuple[float, bool]:
 
 def fault_share(report: Report, batch: BatchResult) -> float | None:
     """The share of ``batch``'s step its page faults take, at :func:`fault_cost` a fault
-    (``BatchResult.page_fault_share`` where the cost is the estimate)."""
+    (page_faults.fault_share; ``BatchResult.page_fault_share``, the flag's own figure, where
+    the cost is the estimate)."""
     cost, measured = fault_cost(report)
     if not measured:
         return batch.page_fault_share
-    faults, step = batch.page_faults_per_step, latency_median(batch)
-    return faults * cost / step if faults and step else None
+    return step_fault_share(batch.page_faults_per_step, latency_median(batch), cost)
 
 
 def shown_flag(report: Report, flag: Flag) -> Flag:
@@ -454,12 +502,37 @@ def _probed_kinds(probes: dict[str, float]) -> str:
     return " and ".join(kinds) if len(kinds) < 3 else f"{kinds[0]}, {kinds[1]} and {kinds[2]}"
 
 
-def _predicted_band(point: CurvePoint, margin: float | None) -> Interval | None:
-    """A predicted throughput's band: its step within the model's largest miss either way."""
-    if margin is None or margin < 0:
+def band_margin(miss: float) -> float:
+    """The relative band a predicted step is given: the step-time model's largest miss, at
+    least step_model.MIN_MARGIN (as classifiers/recommend.predicted_pick counts it).
+
+    Example:
+        >>> band_margin(0.04), band_margin(0.43)
+        (0.1, 0.43)
+    """
+    return max(miss, MIN_MARGIN)
+
+
+def prediction_margin(pred: StepPrediction | None) -> float | None:
+    """:func:`band_margin` of the model's largest miss; None where it forecast no measured
+    size (and so has no band)."""
+    if pred is None or pred.max_abs_error is None or math.isnan(pred.max_abs_error):
         return None
-    t = point.predicted_throughput_per_s
-    return Interval(t / (1 + margin), t / (1 - margin) if margin < 1 else float("inf"))
+    return band_margin(pred.max_abs_error)
+
+
+def predicted_band(throughput_per_s: float, margin: float) -> Interval:
+    """A predicted throughput's band: its step within :func:`band_margin` of ``margin``
+    either way (the one band of every predicted figure shown).
+
+    Example:
+        >>> band = predicted_band(110.0, 0.04)  # a 4% miss: the 10% floor
+        >>> round(band.low, 6), round(band.high, 6)
+        (100.0, 122.222222)
+    """
+    m = band_margin(margin)
+    return Interval(throughput_per_s / (1 + m),
+                    throughput_per_s / (1 - m) if m < 1 else math.inf)
 
 
 def prediction_summary(report: Report) -> str:
@@ -490,16 +563,20 @@ def prediction_summary(report: Report) -> str:
     unmeasured = [p for p, was_measured in rows if not was_measured]
     if unmeasured:
         fitted = ", ".join(str(b) for b in pred.fitted_on)
-        margin = pred.max_abs_error
+        margin = prediction_margin(pred)
+
+        def band(p: CurvePoint) -> Interval | None:
+            return (predicted_band(p.predicted_throughput_per_s, margin)
+                    if margin is not None else None)
         text += f"; not measured, predicted from batches {fitted}: " + ", ".join(
             f"batch {p.batch_size} "
-            f"{fmt.rate_band(p.predicted_throughput_per_s, _predicted_band(p, margin), unit_name)}"
+            f"{fmt.rate_band(p.predicted_throughput_per_s, band(p), unit_name)}"
             for p in unmeasured[:6])
         if len(unmeasured) > 6:
             text += f" (and {len(unmeasured) - 6} more)"
-        if margin is not None and margin >= 0:
-            text += (f", each with its step within the model's largest miss (±{fmt.pct(margin)}):"
-                     " predictions, not measurements")
+        if margin is not None:
+            text += (f", each with its step within ±{fmt.pct(margin)} (the model's largest "
+                     f"miss, at least {fmt.pct(MIN_MARGIN)}): predictions, not measurements")
     sensitivity = pred.ceiling_sensitivity
     if sensitivity is not None and abs(sensitivity) >= 0.01:
         text += (f"; with each compute roof at its median repeat instead of its best, the "

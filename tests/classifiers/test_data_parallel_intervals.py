@@ -13,13 +13,16 @@ import pytest
 from batchscope.classifiers.data_parallel import (
     STAMP_RESOLUTION_S,
     communication_figures,
+    communication_share,
     communication_trend,
     data_parallel_summary,
     measured_step,
     predicted_band,
+    step_interval_s,
 )
 from batchscope.profiler.ranks import step_communication
 from batchscope.records import BatchResult, Interval, LatencyStats, ModelInfo, RankResult, Status
+from batchscope.records.noise import latency_interval
 from batchscope.records.report import (
     BusBandwidth,
     CommunicationTrend,
@@ -172,10 +175,10 @@ def test_a_band_for_an_unmeasured_size_holds_what_a_measurement_there_gives(seed
         compute, comm = true_step_s(b)
         r = batch(b, *steps(rng, compute, comm, 20))
         f = communication_figures(r.communication_exposed_samples_s,
-                                  r.communication_step_samples_s)
-        measured.append(measured_step(r, f))
+                                  r.communication_step_samples_s, drift_allowance=0.02)
+        measured.append(measured_step(r, f, drift_allowance=0.02))
     for target in (3, 8):
-        band, rests_on = predicted_band(target, measured, drift_allowance=0.02)
+        band, rests_on = predicted_band(target, measured)
         compute, comm = true_step_s(target)
         _, step = steps(rng, compute, comm, 20)
         assert band.contains(statistics.median(step)), (target, band)
@@ -196,3 +199,77 @@ def test_an_unmeasured_size_gets_a_band_and_the_step_models_figure_is_checked_ag
     assert p.step_model_latency_s == 0.012 and p.step_model_inside is False
     assert p.global_throughput_interval_per_s.low < p.global_throughput_interval_per_s.high
     assert p.step_interval_s.contains(true_step_s(8)[0] + 0.012)
+
+
+def test_a_band_is_widened_for_drift_once():
+    # Every step 100 ms of compute and 10 ms of all-reduce: the measured intervals are
+    # points, so each end of the band is the drift's widening, applied once.
+    exposed, step = [0.010] * 10, [0.110] * 10
+    r = batch(4, exposed, step)
+    f = communication_figures(exposed, step, drift_allowance=0.05)
+    m = measured_step(r, f, drift_allowance=0.05)
+    assert m.compute_s == Interval(0.100, 0.100).widened(0.05)
+    assert m.exposed_s == Interval(0.010, 0.010).widened(0.05)
+    band, _ = predicted_band(8, [m])  # above the largest: up to twice its compute
+    assert band.low == pytest.approx(0.110 / 1.05)
+    assert band.high == pytest.approx(0.100 * 1.05 * 2 + 0.010 * 1.05)
+    prediction = StepPrediction(fitted_on=[4], knee_batch=None, max_abs_error=0.1,
+                                points=[CurvePoint(8, 0.2, 8 / 0.2)])
+    out = data_parallel_summary(MODEL, [r], recommended=4, global_batch=None,
+                                drift_allowance=0.05, prediction=prediction)
+    [p] = out.predictions
+    assert p.step_interval_s.low == pytest.approx(band.low)
+    assert p.step_interval_s.high == pytest.approx(band.high)
+    # A measured size without the hook's samples rests on its step's interval, widened
+    # once as well: the assembled one as it is, else the timing pass's own.
+    old = BatchResult(4, Status.OK, latency_s=LatencyStats(0.11, 0.1, 0.12, 10,
+                                                           median_low=0.105,
+                                                           median_high=0.115))
+    old.communication_exposed_s = 0.010
+    assert step_interval_s(old, 0.05) == latency_interval(old.latency_s, 0.05)
+    m_old = measured_step(old, None, drift_allowance=0.05)
+    band_old, _ = predicted_band(2, [m_old])
+    assert band_old.low == pytest.approx((0.105 / 1.05 - 0.010) / 2 + 0.010)
+    assert band_old.high == pytest.approx(0.115 * 1.05)
+    old.latency_interval_s = Interval(0.1, 0.12)
+    assert step_interval_s(old, 0.05) == Interval(0.1, 0.12)
+
+
+def test_every_interval_widens_by_one_rule_that_never_goes_below_zero():
+    # A drift of 150% (a machine that more than doubled its step): low / (1 + a), not
+    # low * (1 - a), which would be negative.
+    exposed, step = [0.010, 0.011, 0.012, 0.013, 0.014, 0.015], [0.1] * 6
+    f = communication_figures(exposed, step, drift_allowance=1.5)
+    plain = communication_figures(exposed, step)
+    assert f.exposed_interval_s == plain.exposed_interval_s.widened(1.5)
+    assert f.exposed_interval_s.low > 0
+    m = measured_step(batch(2, exposed, step), f, drift_allowance=1.5)
+    assert m.compute_s.low > 0 and m.exposed_s.low > 0
+
+
+def test_the_share_is_one_figure_with_the_floor_and_the_clamp():
+    # 0.3 µs is under the stamps' resolution (0); 50 ms of a 40 ms step is the whole step
+    r = BatchResult(1, Status.OK, latency_s=LatencyStats(0.01, 0.01, 0.04, 3))
+    r.communication_exposed_samples_s = [3e-7, 3e-7, 0.05]
+    r.communication_step_samples_s = [1e-3, 1e-3, 0.04]
+    r.communication_exposed_s = 3e-7
+    assert communication_share(r) == 0.0
+    [row] = data_parallel_summary(MODEL, [r], recommended=None, global_batch=None).batches
+    assert row.communication_share == communication_share(r)
+    r.communication_exposed_samples_s = [0.05, 0.05, 0.001]
+    r.communication_step_samples_s = [0.04, 0.04, 0.01]
+    assert communication_share(r) == 1.0
+    old = BatchResult(1, Status.OK, latency_s=LatencyStats(0.05, 0.05, 0.05, 3))
+    old.communication_exposed_s = 0.004  # a report that predates the samples
+    assert communication_share(old) == pytest.approx(0.08)
+    assert communication_share(BatchResult(1, Status.OK)) is None
+
+
+def test_a_low_end_of_zero_under_a_median_above_it_is_never_a_bare_zero():
+    from batchscope.reports.narrative import dp_seconds, dp_share
+
+    assert dp_seconds(12e-6, Interval(0.0, 30e-6)) == "12 µs [< 1 µs–30 µs]"
+    assert dp_seconds(12e-3, Interval(8.1e-3, 15e-3)) == "12 ms [8.1 ms–15 ms]"
+    assert dp_share(0.23, Interval(0.0, 0.31), step_s=0.01) == "23% [< 0.01%–31%]"
+    assert dp_share(0.23, Interval(0.0, 0.31)) == "23% [up to 31%]"  # no step known
+    assert dp_share(0.23, Interval(0.18, 0.31)) == "23% [18%–31%]"

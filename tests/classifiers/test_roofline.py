@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from batchscope.classifiers.data_parallel import communication_share
 from batchscope.classifiers.roofline import classify_op, time_share
 from batchscope.hardware import load_or_measure
 from batchscope.profiler.counting import count_step
@@ -117,7 +118,7 @@ def test_time_share_sums_to_one_with_framework_time():
 
 def test_a_data_parallel_cpu_step_moves_its_all_reduce_wait_from_framework(ceilings):
     # DDP on gloo waits for its all-reduce outside any aten op: the profile shows the wait
-    # as time between ops, and the timed steps (with and without no_sync) say how long
+    # as time between ops, and the timed steps (the hook's samples) say how long
     ops = [OpStat(op_id="mm@0", name="mm", input_shapes=[], dtype="float32", module="",
                   calls=1, time_s=6e-3, flops=1, bytes=ByteSplit(), bound=Bound.COMPUTE)]
     result = BatchResult(1, Status.OK, profiled_step_s=10e-3, op_time_s=6e-3, ops=ops,
@@ -127,6 +128,17 @@ def test_a_data_parallel_cpu_step_moves_its_all_reduce_wait_from_framework(ceili
     result.communication_exposed_s = 9e-3  # more than the gaps hold: capped at them
     share = time_share(result)
     assert share.communication == pytest.approx(0.4) and share.framework == 0
+    # With the hook's samples: the share data_parallel reports, its floor and clamp
+    # included (3e-7 s is under the stamps' resolution: 0, not 3e-4 of the step)
+    result.communication_exposed_s = 3e-7
+    result.communication_exposed_samples_s = [3e-7, 3e-7, 5e-3]
+    result.communication_step_samples_s = [1e-3, 1e-3, 4e-3]
+    assert time_share(result).communication == 0.0
+    result.communication_exposed_s = 2e-3
+    result.communication_exposed_samples_s = [2e-3, 3e-3, 1e-3]
+    result.communication_step_samples_s = [10e-3, 10e-3, 10e-3]
+    share = time_share(result)
+    assert share.communication == pytest.approx(communication_share(result)) == 0.2
     collective = OpStat(op_id="allreduce_@0", name="allreduce_", input_shapes=[[1024]],
                         dtype="float32", module="", calls=1, time_s=0.0, flops=None,
                         bytes=ByteSplit(0, 0, 4096))

@@ -505,8 +505,13 @@ def test_the_step_model_overrules_a_plateau_its_exact_counts_do_not_show():
     last = results[-1].throughput_per_s
     flag = plateau_overruled(results, CEIL, [8, 16, 32, 64], last * 1.5)
     assert flag is not None and flag.kind == FlagKind.PLATEAU_OVERRULED
-    assert flag.batch_size == 4 and flag.values["highest"] == 64
+    # As far ahead as the plateau rule looked back (two doublings), no further: the model's
+    # throughput never falls with b, so a gain at the largest size would overrule anything.
+    assert flag.batch_size == 4 and flag.values["highest"] == 16
     assert flag.values["projected_per_s"] >= last * 1.5
     assert flag.values["fitted_on"] == [1, 2, 4]
     assert plateau_overruled(results, CEIL, [8, 16, 32, 64], last * 1000) is None
+    # A flat curve (all per-row work past the weights): nothing to overrule.
+    flat = [levelled(b) for b in (16, 32, 64)]
+    assert plateau_overruled(flat, CEIL, [128], flat[-1].throughput_per_s * 1.1) is None
     assert plateau_overruled(results, CEIL, [], last * 1.5) is None

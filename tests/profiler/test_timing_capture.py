@@ -31,11 +31,12 @@ from tests.conftest import ROOT
 
 
 def test_median_ci_uses_order_statistics() -> None:
-    # n = 5: ranks 5/2 ± 1.96·sqrt(5)/2 = 2.5 ± 2.19 -> 0 .. 4, the whole range
+    # n = 5: no inner rank covers 95% (P(Bin(5, 1/2) = 0) alone is 3%): the whole range
     assert median_ci_rel([1.0, 1.0, 1.1, 1.2, 1.2]) == pytest.approx((1.2 - 1.0) / 2 / 1.1)
-    # n = 100: 50 ± 9.8 -> ranks 40 .. 59 of 0, 1, ..., 99 around a median of 49.5
+    # n = 100: the 40th and 61st values (1-based; 0-based 39 .. 60) cover 96.5%, the 41st
+    # and 60th 94.3%, around a median of 49.5
     values = [float(i) for i in range(100)]
-    assert median_ci_rel(values) == pytest.approx((59 - 40) / 2 / 49.5)
+    assert median_ci_rel(values) == pytest.approx((60 - 39) / 2 / 49.5)
     assert median_ci_rel([1.0]) == float("inf")
 
 

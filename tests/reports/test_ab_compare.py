@@ -14,10 +14,28 @@ from typer.testing import CliRunner
 
 from batchscope.cli import tools_app
 from batchscope.records import ModelInfo, Status
-from batchscope.records.ab import AB_SCHEMA, ABComparison, ABMeasurement, ABPair, ABSide
+from batchscope.records.ab import (
+    AB_SCHEMA,
+    INNER_INTERVAL_PAIRS,
+    ABComparison,
+    ABMeasurement,
+    ABPair,
+    ABSide,
+    ABStop,
+    ABStopKind,
+)
 from batchscope.records.work import WorkCount
-from batchscope.reports.ab_compare import ab_json, judge, ratio_bar, time_rule, write_ab
+from batchscope.reports.ab_compare import (
+    TimeCall,
+    ab_json,
+    judge,
+    ratio_bar,
+    time_call,
+    time_rule,
+    write_ab,
+)
 from batchscope.reports.compare_render import render_ab_markdown
+from batchscope.stats import median_interval
 from batchscope.typed_json import decode
 
 runner = CliRunner()
@@ -75,7 +93,76 @@ def test_verdicts_regression_inconclusive_and_none() -> None:
     noisy = judge(measurement([0.5, 2.0, 0.8, 1.25, 0.6, 1.6] * 5), 0.10)  # median 1
     assert noisy.inconclusive and not noisy.regression
     assert "too noisy to tell" in noisy.verdict
+    assert "the interval reaches both 1 and 1.111×" in noisy.verdict
     assert any("scatter" in w for w in noisy.warnings)
+
+
+def test_an_interval_above_1_that_reaches_the_bar_is_worded_as_such() -> None:
+    # 30 pairs: the 10th ratio (the interval's low end) 1.05, the median 1.065, the 21st
+    # (its high end) 1.3: slower beyond the noise, maybe past the threshold
+    pair_ratios = [0.95] * 9 + [1.05] * 6 + [1.08] * 5 + [1.3] * 10
+    result = judge(measurement(pair_ratios), 0.10)
+    assert result.ratio_interval is not None and result.ratio_interval.low > 1.0
+    assert result.ratio is not None and result.ratio <= ratio_bar(0.10)
+    assert result.inconclusive and not result.regression
+    assert "reaches both 1" not in result.verdict
+    assert "slower beyond the pairs' noise (the interval lies above 1)" in result.verdict
+    assert "reaches past 1.111×" in result.verdict
+
+
+def test_the_time_calls() -> None:
+    bar = ratio_bar(0.10)
+    assert time_call(1.2, 1.15, 1.25, 0.10) == TimeCall.REGRESSION
+    assert time_call(1.05, 1.02, 1.08, 0.10) == TimeCall.SLOWER_WITHIN
+    assert time_call(1.0, 0.95, bar, 0.10) == TimeCall.SAME
+    assert time_call(1.0, 0.9, 1.2, 0.10) == TimeCall.SPANS_ONE_AND_BAR
+    assert time_call(1.05, 1.01, 1.2, 0.10) == TimeCall.SLOWER_MAYBE_PAST
+    assert time_call(1.2, 0.99, 1.3, 0.10) == TimeCall.SPANS_ONE_AND_BAR
+    assert [c for c in TimeCall if c.inconclusive] == [TimeCall.SPANS_ONE_AND_BAR,
+                                                       TimeCall.SLOWER_MAYBE_PAST]
+
+
+def test_the_fewest_pairs_are_those_whose_interval_is_narrower_than_their_range() -> None:
+    n = INNER_INTERVAL_PAIRS
+    assert median_interval(list(range(n - 1))) == (0, n - 2)  # the whole range
+    assert median_interval(list(range(n))) == (1, n - 2)  # the 2nd to the 8th
+    few = judge(measurement([1.0, 1.01, 0.99, 1.02] * 2), 0.10)
+    assert any("only 8 pairs: the interval is their whole range" in w for w in few.warnings)
+    enough = judge(measurement([1.0, 1.01, 0.99, 1.02] * 2 + [1.0]), 0.10)
+    assert not any("whole range" in w for w in enough.warnings)
+
+
+@pytest.mark.parametrize(("stop", "words"), [
+    (ABStop(ABStopKind.INTERRUPTED, 5), "interrupted by the user during pair 5"),
+    (ABStop(ABStopKind.HEAD_FAILED, 4, Status.OOM, "CUDA out of memory\n  at line 3"),
+     "the head failed a timing block at pair 4 (oom: CUDA out of memory)"),
+    (ABStop(ABStopKind.BASE_FAILED, 2, Status.TIMEOUT, ""),
+     "the base failed a timing block at pair 2 (timeout: no reason given)"),
+])
+def test_the_stop_is_a_kind_worded_by_the_report(stop: ABStop, words: str,
+                                                 tmp_path: Path) -> None:
+    m = measurement([1.0, 1.01, 0.99, 1.02] * 3)
+    m.pairs_asked, m.stop = 30, stop
+    result = judge(m, 0.10)
+    assert f"the pairs stopped after 12 of 30: {words}" in result.warnings
+    path = write_ab(result, tmp_path, render_ab_markdown(result))[0]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["measurement"]["stop"]["kind"] == stop.kind.value
+    assert decode(data, ABComparison).measurement.stop == stop
+
+
+@pytest.mark.parametrize(("kind", "code"), [(ABStopKind.INTERRUPTED, 2),
+                                             (ABStopKind.BASE_FAILED, 0)])
+def test_the_exit_code_reads_the_stops_kind(kind: ABStopKind, code: int, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    m = measurement([1.0, 1.01, 0.99, 1.02] * 3)
+    failed = None if kind == ABStopKind.INTERRUPTED else Status.MODEL_ERROR
+    m.stop = ABStop(kind, 13, failed, "boom")
+    monkeypatch.setattr("batchscope.profiler.ab_run.run_ab", lambda config, progress: m)
+    out = runner.invoke(tools_app, ["compare", "--ab", str(SAMPLE), str(SAMPLE), "--out",
+                                    str(tmp_path / "ab")])
+    assert out.exit_code == code, out.output
+    assert (tmp_path / "ab" / "ab.json").is_file()
 
 
 def test_more_work_is_a_regression_at_equal_time() -> None:
@@ -109,7 +196,7 @@ def test_the_files_hold_the_typed_record(tmp_path: Path) -> None:
 def test_option_errors_exit_4(tmp_path: Path) -> None:
     for args, said in (
         (["--ab", str(SAMPLE), str(tmp_path / "missing.py")], "is not a file"),
-        (["--ab", str(SAMPLE), str(SAMPLE), "--pairs", "3"], "--pairs must be at least 6"),
+        (["--ab", str(SAMPLE), str(SAMPLE), "--pairs", "8"], "--pairs must be at least 9"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--device", "tpu"], "unknown device"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--block-time", "0"], "--block-time"),
         ([str(SAMPLE), str(SAMPLE), "--pairs", "10"], "add --ab"),
@@ -133,13 +220,13 @@ def test_a_real_ab_run_of_identical_files_is_no_regression(tmp_path: Path) -> No
     base, head = _copy(tmp_path, "base.py"), _copy(tmp_path, "head.py")
     out = tmp_path / "ab"
     result = runner.invoke(tools_app, [
-        "compare", "--ab", str(base), str(head), "--batch-size", "16", "--pairs", "8",
+        "compare", "--ab", str(base), str(head), "--batch-size", "16", "--pairs", "20",
         "--block-time", "0.05", "--device", "cpu", "--threads", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads((out / "ab.json").read_text(encoding="utf-8"))
     assert data["schema"] == AB_SCHEMA and data["regression"] is False
     m = data["measurement"]
-    assert m["batch_size"] == 16 and len(m["pairs"]) == 8 and m["stopped"] == ""
+    assert m["batch_size"] == 16 and len(m["pairs"]) == 20 and m["stop"] is None
     assert {p["head_first"] for p in m["pairs"]} == {True, False}  # seed 0 draws both orders
     assert all(p["base_latency_s"] > 0 and p["head_latency_s"] > 0 for p in m["pairs"])
     assert m["base"]["work"] == m["head"]["work"] and m["base"]["work"]["flops"] > 0
@@ -156,7 +243,7 @@ def test_a_real_ab_run_whose_head_fails_or_breaks_the_contract(tmp_path: Path) -
         "    if inputs.shape[0] == 16:\n"
         "        raise RuntimeError('no batch 16 here')\n"
         "    return model(inputs)\n"))
-    args = ["--batch-size", "16", "--pairs", "6", "--block-time", "0.02", "--device", "cpu",
+    args = ["--batch-size", "16", "--pairs", "9", "--block-time", "0.02", "--device", "cpu",
             "--threads", "1", "--out", str(tmp_path / "ab")]
     result = runner.invoke(tools_app, ["compare", "--ab", str(base), str(failing), *args])
     assert result.exit_code == 1, result.output

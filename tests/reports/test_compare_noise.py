@@ -18,6 +18,7 @@ import pytest
 from batchscope.records import DriftControl, Interval, Report
 from batchscope.reports.compare import (
     RUN_DRIFT,
+    NoiseSource,
     compare,
     side_noise,
     spread_warning,
@@ -103,11 +104,11 @@ def test_a_drop_far_past_the_drift_of_single_runs_is_a_regression() -> None:
 
 def test_a_runs_own_drift_control_and_interval_widen_its_noise() -> None:
     plain = side_noise([run(1.0)], [1.0], GATE, RUN_DRIFT)
-    assert (plain.per_run, plain.source, plain.dof) == (RUN_DRIFT, "run_drift", math.inf)
+    assert (plain.per_run, plain.source, plain.dof) == (RUN_DRIFT, NoiseSource.RUN_DRIFT, math.inf)
     controlled = side_noise([run(1.0, drift=0.25)], [1.0], GATE, RUN_DRIFT)
-    assert (controlled.per_run, controlled.source) == (0.25, "control")
+    assert (controlled.per_run, controlled.source) == (0.25, NoiseSource.CONTROL)
     wide = side_noise([run(1.0, interval=0.6)], [1.0], GATE, RUN_DRIFT)
-    assert wide.source == "interval" and wide.per_run > 0.3
+    assert wide.source == NoiseSource.INTERVAL and wide.per_run > 0.3
     # a -40% drop fails against plain single runs, not against a run that drifted 25%
     assert compare(run(1.0), run(0.6)).regression
     noisy = compare(run(1.0, drift=0.25), run(0.6))
@@ -119,13 +120,56 @@ def test_several_runs_use_their_scatter_with_welchs_degrees_of_freedom() -> None
     heads = [run(s) for s in (0.88, 0.89, 0.87)]
     result = compare(bases, heads)
     assert result.regression and result.runs == (3, 3)
-    assert result.noise is not None and {n.source for n in result.noise} == {"scatter"}
+    assert result.noise is not None and {n.source for n in result.noise} == {NoiseSource.SCATTER}
     assert result.dof is not None and 3.5 < result.dof < 4.5
     assert result.u_test_p is not None and result.u_test_p == pytest.approx(0.0809, abs=1e-3)
     assert "Mann-Whitney U p = 0.0809" in result.verdict
     # two runs a side barely estimate their scatter: Welch's t asks far more than 1.96
     two = compare([run(1.0), run(0.9)], [run(0.85), run(0.8)])
     assert two.dof is not None and two.dof < 3 and not two.regression
+
+
+def test_runs_that_agree_exactly_count_as_one_run() -> None:
+    # the same report given twice a side: a zero scatter once made any drop past the
+    # threshold a regression quoted "±0.0%"; the side is one run, with its drift floor
+    twice = compare([run(1.0), run(1.0)], [run(0.85), run(0.85)])
+    assert not twice.regression and twice.inconclusive
+    assert twice.noise is not None and all(
+        (n.runs, n.source, n.per_run) == (1, NoiseSource.RUN_DRIFT, RUN_DRIFT)
+        for n in twice.noise)
+    assert twice.standard_error is not None and twice.standard_error > 0.2
+    assert "±0.0%" not in twice.verdict
+    once = compare(run(1.0), run(0.85))
+    assert once.standard_error == twice.standard_error
+    assert "drift between runs ±34.0% at 95%" in once.verdict
+    assert "drift between runs ±34.0% at 95%" in twice.verdict
+
+
+def test_the_scatter_of_runs_is_floored_at_the_noise_each_run_measured() -> None:
+    # runs 0.1% apart, each with a ±20% gate interval: their scatter does not make the
+    # side's mean sharper than the runs themselves say they are
+    bases = [run(s, interval=0.2) for s in (1.0, 1.001)]
+    heads = [run(s, interval=0.2) for s in (0.88, 0.881)]
+    result = compare(bases, heads)
+    assert result.noise is not None
+    assert {n.source for n in result.noise} == {NoiseSource.INTERVAL}
+    assert all(n.dof == math.inf and n.runs == 2 and n.per_run > 0.1 for n in result.noise)
+    assert not result.regression and result.inconclusive
+    # a drift control that measured more than the interval raises the floor again
+    controlled = side_noise([run(1.0, drift=0.3, interval=0.2), run(1.001)], [1.0, 1.001],
+                            GATE, RUN_DRIFT)
+    assert (controlled.per_run, controlled.source) == (0.3, NoiseSource.CONTROL)
+    # a scatter past the floor still decides, with its degrees of freedom
+    wide = side_noise([run(1.0, interval=0.02), run(1.3, interval=0.02)], [1.0, 1.3], GATE,
+                      RUN_DRIFT)
+    assert wide.source == NoiseSource.SCATTER and wide.dof == 1.0
+
+
+def test_several_runs_are_averaged_on_the_log_scale_the_test_works_on() -> None:
+    # speeds 0.5 and 2.0: their geometric mean is 1.0 (the arithmetic one, 1.25, would call
+    # a head at 1.0 20% slower)
+    result = compare([run(0.5), run(2.0)], run(1.0))
+    assert result.gate_change == pytest.approx(0.0, abs=1e-12)
 
 
 def test_welch_dof_of_assumed_noise_is_infinite() -> None:

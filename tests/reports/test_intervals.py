@@ -12,6 +12,8 @@ import re
 from rich.console import Console
 
 from batchscope.assemble import Measured, assemble
+from batchscope.classifiers.uncertainty import ratio
+from batchscope.page_faults import fault_share
 from batchscope.plan import Limits
 from batchscope.records import (
     BatchResult,
@@ -25,9 +27,10 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
-from batchscope.reports import fmt, narrative, sweep_charts
+from batchscope.records.report import CurvePoint, PredictedPick, StepPrediction
+from batchscope.reports import fmt, html_rows, narrative, sweep_charts
 from batchscope.reports import view as v
-from batchscope.reports.console import print_summary
+from batchscope.reports.console import _latency_cells, print_summary
 from batchscope.reports.escape import md_text
 from batchscope.reports.html import render_html
 from batchscope.reports.json_report import document
@@ -215,9 +218,25 @@ def test_b_star_and_the_knee_with_their_intervals() -> None:
     report = dataclasses.replace(report, recommendation=rec)
     text = narrative.explanation(report)
     assert "knee of about 4.2 rows (3.1–5.9 at 95%)" in text
-    assert "the two agree within their intervals" in text
+    # B*'s band is a range (best against median roofs), never called a 95% interval
+    assert ("against the predicted 6 (5.5–6, the range under the roofs' best and median "
+            "repeats): the knee's 95% interval reaches B*'s range.") in text
+    assert "agree within their intervals" not in text
     summary = render_summary(report)
-    assert "| 4.2 (3.1–5.9) (in the sweep) |" in summary and "| 6 (5.5–6) |" in summary
+    assert "| 4.2 (3.1–5.9) (in the sweep) |" in summary
+    assert ("| critical batch B\\*, predicted (the range under the roofs' best and median "
+            "repeats) | 6 (5.5–6) |") in summary
+    # the page's card: the range hovers as what it is, the knee's interval as 95%
+    (card,) = [c for c in html_rows.cards(report) if c.label.startswith("critical batch B*")]
+    assert (card.value, card.band) == ("6", "(5.5–6)")
+    assert card.band_title == narrative.BSTAR_RANGE_WORDS
+    assert card.sub == "knee measured: 4.2 (3.1–5.9) at 95% (in the sweep)"
+    page = render_html(report)
+    assert f'title="{narrative.BSTAR_RANGE_WORDS}">(5.5–6)<' in page.replace("&#39;", "'")
+    # a knee clear of the range is said so
+    apart = dataclasses.replace(report, recommendation=dataclasses.replace(
+        rec, measured_knee_interval=Interval(1.5, 2.5), measured_knee_batch=2.0))
+    assert "the knee's 95% interval lies clear of B*'s range" in narrative.explanation(apart)
 
 
 def test_kept_buffers_gains_say_within_noise_and_one_page_fault_figure() -> None:
@@ -288,3 +307,148 @@ def test_still_rising_at_the_cap_only_beyond_noise() -> None:
     assert "still rising" not in text
     assert "highest at the largest batch tried (8), though within noise of batch 4" in text
     assert "raise --max-batch" in text
+
+
+def _flag_share(flag: str, batch_size: int) -> str:
+    """The page-fault flag's share at one batch size: "batch 4: 40,000 (156 MiB, ~13%)"."""
+    found = re.search(rf"batch {batch_size}: [\d,]+ \([\d,]+ MiB, ~(\d+%)\)", flag)
+    assert found is not None, flag
+    return found.group(1)
+
+
+def _headline_share(headline: str) -> tuple[str, int]:
+    found = re.search(r"Page faults take ~(\d+%) of the step at batch (\d+)", headline)
+    assert found is not None, headline
+    return found.group(1), int(found.group(2))
+
+
+def test_the_page_fault_flag_and_the_headline_give_one_figure_per_batch_size() -> None:
+    # measured cost (the side-by-side check ran) and the estimate (it did not): for the batch
+    # size the headline names, the flag's share is the same figure
+    default = [_batch(1, 0.010), _batch(2, 0.0200, faults=15_000),
+               _batch(4, 0.050, faults=40_000)]
+    measured = _report(default, kept=[_batch(2, 0.0196, faults=10), _batch(4, 0.020, faults=10)])
+    estimated = _report(default)
+    for report, is_measured in ((measured, True), (estimated, False)):
+        cost, was_measured = v.fault_cost(report)
+        assert was_measured is is_measured
+        headline = narrative.allocator_headline(report)
+        assert headline is not None
+        share, size = _headline_share(headline)
+        (flag,) = [f.text for f in v.flags(report) if "page faults per step" in f.text]
+        assert _flag_share(flag, size) == share, (is_measured, flag, headline)
+        batch = next(b for b in report.batches if b.batch_size == size)
+        figure = v.fault_share(report, batch)
+        assert figure is not None and fmt.pct(figure) == share
+        # one computation: page_faults.fault_share at the cost shown
+        expected = fault_share(batch.page_faults_per_step, v.latency_median(batch), cost)
+        assert expected is not None and abs(figure - expected) < 1e-12
+        # every flagged size's share is the same figure the view gives it
+        for b in report.batches:
+            if f"batch {b.batch_size}: " in flag:
+                assert _flag_share(flag, b.batch_size) == fmt.pct(v.fault_share(report, b))
+
+
+def test_a_loss_is_never_called_within_noise() -> None:
+    assert v.within_noise(Interval(0.97, 1.2)) and not v.is_loss(Interval(0.97, 1.2))
+    assert not v.within_noise(Interval(0.7, 0.9)) and v.is_loss(Interval(0.7, 0.9))
+    assert not v.within_noise(Interval(1.02, 1.2)) and not v.is_loss(Interval(1.02, 1.2))
+    assert v.within_noise(Interval(1.0, 1.0))
+    assert not v.within_noise(None) and not v.is_loss(None)
+    assert not v.within_noise(Interval(float("nan"), 1.2))
+
+
+def test_kept_buffers_that_run_slower_are_a_loss() -> None:
+    # with the buffers kept batch 2 runs 30 ms against 20 ms (slower beyond noise at the 5%
+    # floor), batch 4 20 ms against 50 ms (faster beyond noise)
+    default = [_batch(1, 0.010), _batch(2, 0.0200, faults=15_000),
+               _batch(4, 0.050, faults=40_000)]
+    report = _report(default, drift=None,
+                     kept=[_batch(2, 0.030, faults=10), _batch(4, 0.020, faults=10)])
+    assert report.allocator is not None
+    rows = {r.batch_size: r for r in report.allocator.batches}
+    assert rows[2].speedup_interval is not None and rows[2].speedup_interval.high < 1
+    assert rows[4].speedup_interval is not None and rows[4].speedup_interval.low > 1
+    headline = narrative.allocator_headline(report)
+    assert headline is not None
+    assert "the gain is beyond noise at batch 4, and batch 2 ran slower beyond noise" in headline
+    assert "within noise" not in headline
+    cells = html_rows.kept_cells(report)
+    assert cells[2].endswith(
+        f"{fmt.ratio_band(rows[2].speedup, rows[2].speedup_interval)}, slower beyond noise")
+    assert "within noise" not in cells[2] and "noise" not in cells[4]
+    # every re-timed size slower: no gain, and the losses named
+    worse = _report(default, drift=None,
+                    kept=[_batch(2, 0.030, faults=10), _batch(4, 0.080, faults=10)])
+    text = narrative.allocator_headline(worse)
+    assert text is not None
+    assert "no batch size ran faster beyond noise" in text
+    assert "batches 2 and 4 ran slower beyond noise with them kept" in text
+
+
+def test_a_speedup_below_one_is_said_as_a_loss() -> None:
+    report = _report(RISING)
+    assert report.recommendation is not None
+    rec = dataclasses.replace(report.recommendation, speedup_from_batching=0.8,
+                              speedup_interval=Interval(0.7, 0.9))
+    lost = dataclasses.replace(report, recommendation=rec)
+    assert v.speedup_is_loss(rec) and not v.speedup_within_noise(rec)
+    assert narrative.speedup_text(rec).startswith("Batching lowers throughput beyond noise")
+    console = _console(lost)
+    assert "speedup from batching: 0.8× (0.7–0.9×): a loss beyond noise" in console
+    (card,) = [c for c in html_rows.cards(lost) if c.label == "speedup from batching"]
+    assert card.sub.endswith("; a loss beyond noise") and card.band == "(0.7–0.9×)"
+    for text in _everywhere(lost).values():
+        assert "0.8× (0.7–0.9×): within noise" not in text
+
+
+def test_gain_over_is_the_ratio_of_the_two_figures() -> None:
+    report = _report(RISING)
+    first, last = report.batches[0], report.batches[-1]
+    num, den = last.throughput_interval_per_s, first.throughput_interval_per_s
+    assert num is not None and den is not None
+    assert last.throughput_per_s is not None and first.throughput_per_s is not None
+    assert v.gain_over(last, first) == ratio((last.throughput_per_s, num),
+                                             (first.throughput_per_s, den))
+    assert v.gain_over(first, first) == (1.0, None)
+    old = dataclasses.replace(last, throughput_interval_per_s=None)
+    assert v.gain_over(old, first) == (last.throughput_per_s / first.throughput_per_s, None)
+
+
+def test_a_predicted_size_has_one_band_wherever_it_is_shown() -> None:
+    # the model missed by 4% at most: its band is still the 10% floor the rule counts it at,
+    # in the model's summary and in the predicted pick alike
+    report = _report(RISING)
+    t = 2_000.0
+    point = CurvePoint(64, 64 / t, t, predicted_from=[4, 8])
+    prediction = StepPrediction([1, 2, 4, 8], [point], None, max_abs_error=0.04,
+                                pick=PredictedPick(64, t, False, 64, t, 0.04, 8, 615.0))
+    report = dataclasses.replace(report, prediction=prediction)
+    assert v.prediction_margin(prediction) == 0.1
+    band = fmt.rate_band(t, Interval(t / 1.1, t / 0.9), "token")
+    assert band == "2 k (1.82–2.22 k) tokens/s"
+    summary = v.prediction_summary(report)
+    assert f"batch 64 {band}" in summary and "within ±10% (the model's largest miss" in summary
+    headline = narrative.predicted_pick_headline(report)
+    assert headline is not None and f"batch 64 at {band}, its step within ±10%" in headline
+
+
+def test_interval_cells_are_built_from_the_numbers() -> None:
+    # a NaN end (a spread the worker could not compute) leaves the cell empty, never raises
+    nan = _batch(1, 0.010)
+    assert nan.latency_s is not None
+    nan = dataclasses.replace(nan, latency_s=dataclasses.replace(nan.latency_s,
+                                                                 p75=float("nan")))
+    assert _latency_cells(nan) == ("10 ms", fmt.MISSING)
+    assert _latency_cells(_batch(1, 0.010))[1] == "9.7–10.3 ms"
+    parts = fmt.seconds_parts(0.0103, Interval(0.0091, 0.0112))
+    assert (parts.figure, parts.interval, parts.bracketed) == ("10.3 ms", "9.1–11.2 ms",
+                                                               "(9.1–11.2 ms)")
+    assert fmt.ratio_parts(2.0, Interval(1.5, float("inf"))).interval == "≥ 1.5×"
+    # a card's band from the numbers: the throughput card of a report with its intervals
+    report = _report(RISING)
+    batch = v.recommended(report)
+    assert batch is not None
+    (card,) = [c for c in html_rows.cards(report) if c.label.startswith("throughput at")]
+    assert f"{card.value} {card.band}" == v.throughput_text(batch)
+    assert card.band_title == "95% interval"

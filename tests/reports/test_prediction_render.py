@@ -115,9 +115,9 @@ def test_a_pick_whose_fields_are_not_numbers_is_not_said() -> None:
     headline = predicted_pick_headline(typed(_with_pick(good)))
     assert headline is not None and headline.startswith(
         "Not measured, predicted: batch 64 at 650 (542–812) tokens/s, its step within ±20% "
-        "(the step-time model's largest miss on the sizes it forecast); the rule counts it at "
-        "the low end. If the prediction holds, it would be recommended instead of batch 8 "
-        "(116 tokens/s measured)")
+        "(the step-time model's largest miss on the sizes it forecast, at least 10%); the rule "
+        "counts it at the low end. If the prediction holds, it would be recommended instead "
+        "of batch 8 (116 tokens/s measured)")
     assert headline.endswith("Measure to be sure: --batch-sizes 64.")
     # The pick may be a smaller size than the fastest predicted: both are worth measuring.
     smaller = predicted_pick_headline(
