@@ -128,7 +128,10 @@ def assemble(m: Measured) -> Report:
     shares = m.run.source == Source.TRACE
     allowance = drift_allowance(m.run.drift)
     run = dataclasses.replace(m.run, drift_allowance=allowance)
-    batches = [with_intervals(_classified(r, ceilings, shares), allowance) for r in m.results]
+    control = m.run.drift
+    batches = [with_intervals(_classified(r, ceilings, shares), allowance,
+                              control.timing(r.batch_size) if control is not None else None)
+               for r in m.results]
     choice = recommend(batches, m.limits, m.objective, allowance) if m.recommends else None
     varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
     prediction = None

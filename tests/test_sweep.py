@@ -59,6 +59,17 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     assert rec["batch_size"] in (1, 2, 4) and rec["speedup_from_batching"] > 0
     assert rec["rule"] and rec["rule_text"] and rec["explanation"]
     assert exit_code(report) == ExitCode.OK
+    # The control timed the first size again, and the fastest sizes with it; every
+    # interval holds its figure, and the pick is among the equivalent sizes.
+    drift = report.run.drift
+    assert drift is not None and drift.timings[0].batch_size == 1 and drift.drift >= 0
+    assert drift.timings[1:] and all(t.batch_size in (2, 4) for t in drift.timings[1:])
+    assert report.run.drift_allowance is not None and report.run.drift_allowance >= 0.05
+    for b in report.batches:
+        assert b.latency_interval_s is not None and b.throughput_interval_per_s is not None
+        assert b.latency_interval_s.contains(b.latency_s.median)
+        assert b.throughput_interval_per_s.contains(b.throughput_per_s)
+    assert rec["batch_size"] in rec["equivalent_batch_sizes"]
     # The step-time model: three sizes fit it; none is left to forecast from the ones
     # before it, and nothing above --max-batch is predicted.
     pred = data["prediction"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from batchscope.classifiers.recommend import recommend
-from batchscope.classifiers.uncertainty import DRIFT_FLOOR, latency_interval
+from batchscope.classifiers.uncertainty import DRIFT_FLOOR, latency_interval, ratio
 from batchscope.page_faults import PAGE_BYTES as PAGE_BYTES
 from batchscope.page_faults import PAGE_FAULT_COST_S as PAGE_FAULT_COST_S
 from batchscope.page_faults import fault_share
@@ -24,7 +24,6 @@ from batchscope.plan import Limits
 from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV
 from batchscope.records import BatchResult, Flag, FlagKind, Interval, LatencyStats, Status
 from batchscope.records.report import AllocatorCheck, AllocatorSetBy, KeptBatch
-from batchscope.stats import ratio_interval
 
 # Flag a batch size whose page faults would take at least this share of its step.
 PAGE_FAULT_FLAG_SHARE = 0.05
@@ -151,5 +150,6 @@ def allocator_summary(results: list[BatchResult], kept: list[BatchResult], limit
 
 def _gain_interval(default: LatencyStats, kept: LatencyStats, allowance: float) -> Interval:
     """The 95% interval of the kept buffers' speedup (default step over kept step)."""
-    d, k = latency_interval(default, allowance), latency_interval(kept, allowance)
-    return Interval(*ratio_interval((d.low, d.high), (k.low, k.high)))
+    _, interval = ratio((default.median, latency_interval(default, allowance)),
+                        (kept.median, latency_interval(kept, allowance)))
+    return interval

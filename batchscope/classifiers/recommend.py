@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batchscope.classifiers.step_model import MIN_MARGIN
+from batchscope.classifiers.step_model import band_margin
 from batchscope.classifiers.uncertainty import (
     DRIFT_FLOOR,
     Figure,
@@ -141,7 +141,7 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     """
     if choice is None or prediction is None or prediction.max_abs_error is None:
         return None
-    margin = max(prediction.max_abs_error, MIN_MARGIN)
+    margin = band_margin(prediction.max_abs_error)
     # A size that ran and failed (out of memory, timed out, ...) says more than the model:
     # nothing from it up is a pick.
     failed = min((r.batch_size for r in results

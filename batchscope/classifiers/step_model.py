@@ -784,6 +784,17 @@ def stop_probe_specs(results: list[BatchResult], remaining: list[int]) -> list[P
     return probe_specs(results, [*remaining, *(r.batch_size for r in usable)])
 
 
+def band_margin(miss: float) -> float:
+    """The relative band a predicted step is given: the model's largest miss, at least
+    :data:`MIN_MARGIN` (the predicted pick, the predicted stop and every band shown).
+
+    Example:
+        >>> band_margin(0.04), band_margin(0.43)
+        (0.1, 0.43)
+    """
+    return max(miss, MIN_MARGIN)
+
+
 def plateau_overruled(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
                       bar_per_s: float, probes_s: dict[str, float] | None = None
                       ) -> Flag | None:
@@ -852,7 +863,7 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None:
         return None
-    margin = max(miss, MIN_MARGIN)
+    margin = band_margin(miss)
     bar = pick_throughput_per_s / near_best_share
     # The model's gain over the last measured size, applied to what that size measured
     # (units a second, as the bar is): its errors at neighbouring sizes largely cancel in

@@ -30,7 +30,7 @@ import math
 import random
 
 from batchscope.classifiers.critical_batch import fit_knee
-from batchscope.records import BatchResult, DriftControl, Interval, Status
+from batchscope.records import BatchResult, ControlTiming, DriftControl, Interval, Status
 from batchscope.records.noise import DRIFT_FLOOR as DRIFT_FLOOR
 from batchscope.records.noise import drift_control as drift_control
 from batchscope.records.noise import latency_interval as latency_interval
@@ -47,11 +47,13 @@ def drift_allowance(drift: DriftControl | None) -> float:
     return max(drift.drift, DRIFT_FLOOR) if drift is not None else DRIFT_FLOOR
 
 
-def with_intervals(result: BatchResult, allowance: float) -> BatchResult:
-    """A copy of ``result`` with its latency and throughput intervals (a measured one)."""
+def with_intervals(result: BatchResult, allowance: float,
+                   control: ControlTiming | None = None) -> BatchResult:
+    """A copy of ``result`` with its latency and throughput intervals (a measured one);
+    ``control``: its second timing by the sweep's control, whose interval it spans."""
     if result.latency_s is None or not result.throughput_per_s:
         return result
-    latency = latency_interval(result.latency_s, allowance)
+    latency = latency_interval(result.latency_s, allowance, control)
     units_per_step = result.throughput_per_s * result.latency_s.median
     return dataclasses.replace(result, latency_interval_s=latency,
                                throughput_interval_per_s=latency.reciprocal(units_per_step))

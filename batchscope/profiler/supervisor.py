@@ -28,7 +28,13 @@ from typing import Protocol, TypeVar
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
-from batchscope.plan import Limits, Plan, grid_batch_sizes, predicted_not_to_fit
+from batchscope.plan import (
+    Limits,
+    Plan,
+    control_sizes,
+    grid_batch_sizes,
+    predicted_not_to_fit,
+)
 from batchscope.profiler.launcher import (
     DistributedConfig,
     LaunchedRanks,
@@ -70,8 +76,8 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
-from batchscope.records.interval import DriftControl
-from batchscope.records.noise import drift_control
+from batchscope.records.interval import ControlTiming, DriftControl
+from batchscope.records.noise import control_timing, drift_control
 from batchscope.records.report import AllocatorSetBy, Mode
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 
@@ -399,23 +405,30 @@ class Sweep:
 
     # -- phase: the control ---------------------------------------------------------------------
     def time_control(self) -> DriftControl | None:
-        """Time the sweep's reference batch size (the first measured) again, timing only,
-        once the plan has ended: how far the machine's speed drifted while the other sizes
-        were measured (classifiers/uncertainty.py widens every interval by it). None where
-        fewer than two sizes were measured (nothing came between), on ranks (their timing
-        is a fixed count under torch's launcher), or when the re-timing failed."""
-        ok = [r for r in self.results if r.status == Status.OK and r.latency_s is not None]
-        if len(ok) < 2 or self.config.distributed is not None:
+        """Time again, timing only, once the plan has ended: the sweep's first batch size
+        (how far the machine's speed drifted while the others were measured) and the
+        fastest sizes the pick is made among (plan.control_sizes); their second timings
+        widen every interval (classifiers/uncertainty.py). None where fewer than two sizes
+        were measured, on ranks (their timing is a fixed count under torch's launcher), or
+        when the reference's re-timing failed."""
+        if self.config.distributed is not None:
             return None
-        reference = ok[0]
-        self.callbacks.on_phase(reference.batch_size, "control: timed again for drift")
-        control = self._timed_only(reference.batch_size)
-        if control.status != Status.OK or control.latency_s is None \
-                or reference.latency_s is None:
+        by_size = {r.batch_size: r for r in self.results}
+        timings: list[ControlTiming] = []
+        for b in control_sizes(self.results):
+            first = by_size[b].latency_s
+            self.callbacks.on_phase(b, "control: timed again for drift")
+            again = self._timed_only(b)
+            if again.status != Status.OK or again.latency_s is None or first is None:
+                if not timings:
+                    return None  # the reference failed: no drift to measure
+                continue
+            timings.append(control_timing(b, first, again.latency_s))
+        if not timings:
             return None
-        apart = time.monotonic() - self.measured_at.get(reference.batch_size, time.monotonic())
-        return drift_control(reference.batch_size, reference.latency_s, control.latency_s,
-                             apart)
+        reference = timings[0].batch_size
+        apart = time.monotonic() - self.measured_at.get(reference, time.monotonic())
+        return drift_control(timings, apart)
 
     def _overrule(self, plan: Plan) -> bool:
         """Whether the early-stop policy overrules the plan's plateau stop (the step-time

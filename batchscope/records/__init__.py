@@ -13,7 +13,7 @@ Nothing here imports torch, the profiler, the classifiers or the reports.
 from __future__ import annotations
 
 from batchscope.records.flags import Flag, FlagKind, Stop, StopKind
-from batchscope.records.interval import DriftControl, Interval
+from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -70,6 +70,7 @@ __all__ = [
     "Bound",
     "ByteKind",
     "ByteSplit",
+    "ControlTiming",
     "CountedOp",
     "CurvePoint",
     "DataParallel",

@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,39 @@ class Interval:
 
 
 @dataclass(frozen=True)
+class ControlTiming:
+    """One batch size timed a second time by the sweep's control: its median step at the
+    first timing and at the second, and the second's own 95% interval of the median."""
+
+    batch_size: int
+    first_latency_s: float
+    control_latency_s: float
+    control_low_s: float
+    control_high_s: float
+
+    @property
+    def change(self) -> float:
+        """|control / first - 1|: how far this size moved between its two timings."""
+        return abs(self.control_latency_s / self.first_latency_s - 1) \
+            if self.first_latency_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class DriftControl:
-    """report.json ``run.drift``: the sweep's reference batch size timed again once every
-    other size was measured, as the run's own control. ``drift`` is the relative change of
-    its median step between the two timings: how far the machine's speed moved over the
-    ``seconds_apart`` the sizes were measured in, which no single timing pass can see."""
+    """report.json ``run.drift``: the sweep's control, once every other size was measured.
+    Its reference batch size (the first measured) is timed again, and so are the fastest
+    sizes, the ones the pick is made among (``timings``, the reference first). ``drift``
+    is the median of their changes: how far the machine's speed moved over the
+    ``seconds_apart`` between the reference's two timings, which no single timing pass can
+    see; the first four fields are the reference's."""
 
     batch_size: int
     first_latency_s: float
     control_latency_s: float
     seconds_apart: float
-    drift: float  # |control / first - 1|
+    drift: float  # the median of |control / first - 1| over ``timings``
+    timings: list[ControlTiming] = field(default_factory=list)
+
+    def timing(self, batch_size: int) -> ControlTiming | None:
+        """The control timing of ``batch_size`` (None: not timed again)."""
+        return next((t for t in self.timings if t.batch_size == batch_size), None)

@@ -10,7 +10,9 @@ read these intervals too.
 
 from __future__ import annotations
 
-from batchscope.records.interval import DriftControl, Interval
+import statistics
+
+from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, LatencyStats
 
 # The least drift every interval allows for, whatever the control measured: the control is
@@ -20,9 +22,12 @@ from batchscope.records.measurement import BatchResult, LatencyStats
 DRIFT_FLOOR = 0.05
 
 
-def latency_interval(stats: LatencyStats, allowance: float = DRIFT_FLOOR) -> Interval:
+def latency_interval(stats: LatencyStats, allowance: float = DRIFT_FLOOR,
+                     control: ControlTiming | None = None) -> Interval:
     """The median step's 95% interval: the pass's own (the median alone for a report
-    written before intervals) widened by ``allowance`` both ways.
+    written before intervals) widened by ``allowance`` both ways. A size the control timed
+    again spans both passes' intervals, widened by :data:`DRIFT_FLOOR` only: its own two
+    timings show how far it moves.
 
     Example:
         >>> band = latency_interval(LatencyStats(0.010, 0.009, 0.011, 50, median_low=0.0098,
@@ -32,6 +37,9 @@ def latency_interval(stats: LatencyStats, allowance: float = DRIFT_FLOOR) -> Int
     """
     low = stats.median_low if stats.median_low is not None else stats.median
     high = stats.median_high if stats.median_high is not None else stats.median
+    if control is not None:
+        return Interval(min(low, stats.median, control.control_low_s),
+                        max(high, stats.median, control.control_high_s)).widened(DRIFT_FLOOR)
     return Interval(min(low, stats.median), max(high, stats.median)).widened(allowance)
 
 
@@ -46,15 +54,25 @@ def throughput_interval(result: BatchResult, allowance: float = DRIFT_FLOOR) -> 
     return latency_interval(result.latency_s, allowance).reciprocal(units_per_step)
 
 
-def drift_control(batch_size: int, first: LatencyStats, control: LatencyStats,
-                  seconds_apart: float) -> DriftControl:
-    """The control's record: the reference batch size's median step at its first timing and
-    at its second.
+def drift_control(timings: list[ControlTiming], seconds_apart: float) -> DriftControl | None:
+    """The control's record from its timings, the reference's first; None without any.
 
     Example:
-        >>> a = LatencyStats(0.010, 0.009, 0.011, 50)
-        >>> drift_control(1, a, LatencyStats(0.011, 0.010, 0.012, 50), 12.0).drift
-        0.09999999999999987
+        >>> t = ControlTiming(1, 0.010, 0.011, 0.0105, 0.0115)
+        >>> round(drift_control([t], 12.0).drift, 6)
+        0.1
     """
-    drift = abs(control.median / first.median - 1) if first.median > 0 else 0.0
-    return DriftControl(batch_size, first.median, control.median, seconds_apart, drift)
+    if not timings:
+        return None
+    ref = timings[0]
+    drift = statistics.median(t.change for t in timings)
+    return DriftControl(ref.batch_size, ref.first_latency_s, ref.control_latency_s,
+                        seconds_apart, drift, list(timings))
+
+
+def control_timing(batch_size: int, first: LatencyStats, control: LatencyStats) -> ControlTiming:
+    """One size's control timing from its two timing passes."""
+    return ControlTiming(batch_size, first.median, control.median,
+                         control.median_low if control.median_low is not None else control.median,
+                         control.median_high if control.median_high is not None
+                         else control.median)

@@ -83,10 +83,12 @@ def cards(report: Report) -> list[Card]:
                             f"{fmt.pct(rec.near_best_share)} of the best"))
     drift, allowance = report.run.drift, report.run.drift_allowance
     if rec is not None and drift is not None:
+        timed = ", ".join(f"{t.batch_size}: {fmt.pct(t.change)}" for t in drift.timings) or (
+            f"{drift.batch_size}: {fmt.seconds(drift.first_latency_s)} then "
+            f"{fmt.seconds(drift.control_latency_s)}")
         out.append(Card("drift over the sweep", fmt.pct(drift.drift),
-                        f"batch {drift.batch_size}: {fmt.seconds(drift.first_latency_s)} at the "
-                        f"start, {fmt.seconds(drift.control_latency_s)} "
-                        f"{drift.seconds_apart:,.0f} s later; every interval allows "
+                        f"the median change of the sizes timed again at the end ({timed}); "
+                        f"every interval allows "
                         f"{fmt.pct(allowance if allowance is not None else drift.drift)}"))
     elif rec is not None and allowance is not None:
         out.append(Card("drift allowance", fmt.pct(allowance),

@@ -20,10 +20,11 @@ import math
 from dataclasses import dataclass, field
 
 from batchscope.classifiers.data_parallel import STAMP_RESOLUTION_S
-from batchscope.classifiers.step_model import MIN_MARGIN
+from batchscope.classifiers.step_model import MIN_MARGIN, band_margin
 from batchscope.records import (
     BatchResult,
     Bound,
+    ControlTiming,
     Interval,
     OpStat,
     PredictionTerms,
@@ -571,28 +572,49 @@ def drift_text(report: Report) -> str:
     carries for drift; "" for a report written before intervals.
 
     Example:
-        >>> from batchscope.records import DriftControl, ModelInfo, RunInfo
-        >>> run = RunInfo(drift=DriftControl(1, 281e-6, 364e-6, 12.2, 0.295),
-        ...               drift_allowance=0.295)
+        >>> from batchscope.records import ControlTiming, DriftControl, ModelInfo, RunInfo
+        >>> timings = [ControlTiming(1, 281e-6, 364e-6, 350e-6, 370e-6),
+        ...            ControlTiming(512, 8e-4, 8.4e-4, 8.3e-4, 8.5e-4)]
+        >>> run = RunInfo(drift=DriftControl(1, 281e-6, 364e-6, 12.2, 0.17, timings),
+        ...               drift_allowance=0.17)
         >>> drift_text(Report(ModelInfo("m.py"), None, [], None, run))
         ... # doctest: +NORMALIZE_WHITESPACE
-        'The reference batch 1 timed 281 µs at the start of the sweep and 364 µs at the end,
-        12 s later: a 30% drift, which every interval here includes.'
+        'The sweep timed batches 1 and 512 again at its end: batch 1 timed 281 µs at the
+        start of the sweep and 364 µs 12 s later (30%), batch 512 800 µs and 840 µs (5%).
+        Their median change, 17%, is the drift every interval here includes; a size timed
+        twice spans both timings.'
     """
     drift, allowance = report.run.drift, report.run.drift_allowance
     if drift is None and allowance is None:
         return ""
     if drift is None:
-        return ("No drift control ran (the sweep's first batch size timed again once every "
-                "other was measured), so every interval here carries the floor of "
+        return ("No drift control ran (the sweep's sizes timed again once every other was "
+                "measured), so every interval here carries the floor of "
                 f"{fmt.pct(allowance or DRIFT_FLOOR)} for the machine's drift.")
-    text = (f"The reference batch {drift.batch_size} timed {fmt.seconds(drift.first_latency_s)} "
-            f"at the start of the sweep and {fmt.seconds(drift.control_latency_s)} at the "
-            f"end, {drift.seconds_apart:,.0f} s later: a {fmt.pct(drift.drift)} drift")
+    timings = drift.timings or [ControlTiming(drift.batch_size, drift.first_latency_s,
+                                              drift.control_latency_s, drift.control_latency_s,
+                                              drift.control_latency_s)]
+    ref, others = timings[0], timings[1:]
+    text = (f"The sweep timed {_batches([t.batch_size for t in timings])} again at its end: "
+            f"batch {ref.batch_size} timed {fmt.seconds(ref.first_latency_s)} at the start of "
+            f"the sweep and {fmt.seconds(ref.control_latency_s)} "
+            f"{drift.seconds_apart:,.0f} s later ({fmt.pct(ref.change)})")
+    text += "".join(f", batch {t.batch_size} {fmt.seconds(t.first_latency_s)} and "
+                    f"{fmt.seconds(t.control_latency_s)} ({fmt.pct(t.change)})" for t in others)
+    what = "Their median change" if others else "That change"
     if allowance is not None and drift.drift < allowance:
-        return text + (f", under the floor of {fmt.pct(allowance)} that every interval here "
-                       "carries for drift.")
-    return text + ", which every interval here includes."
+        return text + (f". {what}, {fmt.pct(drift.drift)}, is under the floor of "
+                       f"{fmt.pct(allowance)} that every interval here carries for drift; a "
+                       "size timed twice spans both timings.")
+    return text + (f". {what}, {fmt.pct(drift.drift)}, is the drift every interval here "
+                   "includes; a size timed twice spans both timings.")
+
+
+def _batches(sizes: list[int]) -> str:
+    """"batch 4" or "batches 1, 8 and 16"."""
+    if len(sizes) == 1:
+        return f"batch {sizes[0]}"
+    return "batches " + ", ".join(str(b) for b in sizes[:-1]) + f" and {sizes[-1]}"
 
 
 def _verdict(report: Report, rec: Recommendation) -> str:
@@ -796,7 +818,7 @@ def predicted_pick_headline(report: Report) -> str | None:
     shown, shown_t = (best, best_t) if pick.measured else (chosen, chosen_t)
     # The band: its step within the model's largest miss (at least MIN_MARGIN) either way,
     # the one band of every predicted figure (view.predicted_band).
-    margin = v.band_margin(margin)
+    margin = band_margin(margin)
     band = v.predicted_band(shown_t, margin)
     text = (f"Not measured, predicted: batch {shown} at {fmt.rate_band(shown_t, band, unit)}, "
             f"its step within ±{fmt.pct(margin)} (the step-time model's largest miss on the "

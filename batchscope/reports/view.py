@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from batchscope.classifiers.step_model import MIN_MARGIN
+from batchscope.classifiers.step_model import MIN_MARGIN, band_margin
 from batchscope.classifiers.uncertainty import ratio
 from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ProbeKind, probed
@@ -500,17 +500,6 @@ def _probed_kinds(probes: dict[str, float]) -> str:
          bool(names - MATMUL_PROBE_NAMES - {"convolution"}))
     ) if hit]
     return " and ".join(kinds) if len(kinds) < 3 else f"{kinds[0]}, {kinds[1]} and {kinds[2]}"
-
-
-def band_margin(miss: float) -> float:
-    """The relative band a predicted step is given: the step-time model's largest miss, at
-    least step_model.MIN_MARGIN (as classifiers/recommend.predicted_pick counts it).
-
-    Example:
-        >>> band_margin(0.04), band_margin(0.43)
-        (0.1, 0.43)
-    """
-    return max(miss, MIN_MARGIN)
 
 
 def prediction_margin(pred: StepPrediction | None) -> float | None:

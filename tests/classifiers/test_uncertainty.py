@@ -18,10 +18,10 @@ from batchscope.classifiers.uncertainty import (
     pick_within_noise,
     with_intervals,
 )
-from batchscope.plan import Limits, Plan, plateaued
+from batchscope.plan import Limits, Plan, control_sizes, plateaued
 from batchscope.profiler.timing import latency_stats
 from batchscope.records import BatchResult, Interval, LatencyStats, Status
-from batchscope.records.noise import drift_control, latency_interval
+from batchscope.records.noise import control_timing, drift_control, latency_interval
 
 # Throughput curves (units/s by batch size) of the three shapes the issue names.
 DECODE = {1: 26.0, 2: 51.0, 4: 99.0, 8: 185.0, 16: 310.0, 32: 420.0, 64: 470.0, 128: 480.0,
@@ -40,22 +40,31 @@ def _measured(rng: random.Random, b: int, throughput: float, speed: float) -> Ba
 
 
 def _run(rng: random.Random, curve: dict[int, float]) -> tuple[list[BatchResult], float]:
-    """A sweep on a machine whose speed wanders by up to ±12% over the run (a level of its
-    own each run, and a trend inside it), with its control at the end; (its results with
-    intervals, the allowance)."""
+    """A sweep on a machine whose speed wanders: a level of its own each run, a trend of up
+    to ±12% over the run, ±6% from one timing pass to the next, and each size ±3% of its
+    own in this process; then its control (plan.control_sizes timed again at the end).
+    (Its results with intervals, the allowance.)"""
     level = rng.uniform(0.85, 1.15)
     trend = rng.uniform(-0.12, 0.12)
+    own = {b: math.exp(rng.gauss(0.0, 0.03)) for b in curve}
     sizes = sorted(curve)
-    results = []
-    for i, b in enumerate(sizes):
-        speed = level * (1 + trend * i / (len(sizes) - 1)) * math.exp(rng.gauss(0.0, 0.02))
-        results.append(_measured(rng, b, curve[b], speed))
-    end_speed = level * (1 + trend) * math.exp(rng.gauss(0.0, 0.02))
-    control = _measured(rng, sizes[0], curve[sizes[0]], end_speed)
-    assert results[0].latency_s is not None and control.latency_s is not None
-    allowance = drift_allowance(drift_control(sizes[0], results[0].latency_s,
-                                              control.latency_s, 30.0))
-    return [with_intervals(r, allowance) for r in results], allowance
+
+    def speed(at: float) -> float:
+        return level * (1 + trend * at) * math.exp(rng.gauss(0.0, 0.06))
+
+    results = [_measured(rng, b, curve[b] * own[b], speed(i / (len(sizes) - 1)))
+               for i, b in enumerate(sizes)]
+    timings = []
+    for b in control_sizes(results):
+        first = next(r for r in results if r.batch_size == b)
+        again = _measured(rng, b, curve[b] * own[b], speed(1.0))
+        assert first.latency_s is not None and again.latency_s is not None
+        timings.append(control_timing(b, first.latency_s, again.latency_s))
+    control = drift_control(timings, 30.0)
+    allowance = drift_allowance(control)
+    assert control is not None
+    return [with_intervals(r, allowance, control.timing(r.batch_size)) for r in results], \
+        allowance
 
 
 @pytest.mark.parametrize("curve", [DECODE, FLAT_CNN, MLP], ids=["decode", "flat-cnn", "mlp"])
@@ -103,17 +112,35 @@ def test_a_speedup_inside_the_noise_has_an_interval_that_holds_one():
 
 def test_the_drift_allowance_is_the_controls_never_below_the_floor():
     a = LatencyStats(0.010, 0.009, 0.011, 50)
+
+    def timed(b: int, first: LatencyStats, again: LatencyStats):
+        return control_timing(b, first, again)
+
     assert drift_allowance(None) == DRIFT_FLOOR
-    assert drift_allowance(drift_control(1, a, LatencyStats(0.0101, 0.009, 0.011, 50), 5.0)) \
-        == DRIFT_FLOOR
-    drifted = drift_control(1, a, LatencyStats(0.013, 0.012, 0.014, 50), 5.0)
-    assert drifted.drift == pytest.approx(0.3)
+    calm = drift_control([timed(1, a, LatencyStats(0.0101, 0.009, 0.011, 50))], 5.0)
+    assert drift_allowance(calm) == DRIFT_FLOOR
+    drifted = drift_control([timed(1, a, LatencyStats(0.013, 0.012, 0.014, 50))], 5.0)
+    assert drifted is not None and drifted.drift == pytest.approx(0.3)
     assert drift_allowance(drifted) == pytest.approx(0.3)
+    # The median over the sizes timed again: the reference's 30% is one of three.
+    three = drift_control([timed(1, a, LatencyStats(0.013, 0.012, 0.014, 50)),
+                           timed(8, a, LatencyStats(0.0104, 0.01, 0.011, 50)),
+                           timed(16, a, LatencyStats(0.0098, 0.009, 0.011, 50))], 5.0)
+    assert three is not None and three.drift == pytest.approx(0.04)
+    assert drift_control([], 5.0) is None
     # The interval is the samples' own widened by the allowance both ways.
     interval = latency_interval(LatencyStats(0.010, 0.009, 0.011, 50, median_low=0.0099,
                                              median_high=0.0102), 0.3)
     assert interval.low == pytest.approx(0.0099 / 1.3)
     assert interval.high == pytest.approx(0.0102 * 1.3)
+
+
+def test_a_size_timed_again_spans_both_timings_not_the_runs_allowance():
+    first = LatencyStats(0.010, 0.009, 0.011, 50, median_low=0.0099, median_high=0.0101)
+    again = LatencyStats(0.012, 0.011, 0.013, 50, median_low=0.0118, median_high=0.0122)
+    interval = latency_interval(first, 0.5, control_timing(8, first, again))
+    assert interval.low == pytest.approx(0.0099 / (1 + DRIFT_FLOOR))
+    assert interval.high == pytest.approx(0.0122 * (1 + DRIFT_FLOOR))
 
 
 def test_the_knee_interval_is_seeded_and_holds_the_knee_of_the_medians():

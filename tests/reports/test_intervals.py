@@ -161,12 +161,13 @@ def test_the_picks_share_of_the_best_has_its_interval() -> None:
 
 def test_the_drift_control_is_said_with_its_numbers() -> None:
     text = narrative.explanation(_report(RISING))
-    assert ("The reference batch 1 timed 281 µs at the start of the sweep and 364 µs at the "
-            "end, 12 s later: a 30% drift, which every interval here includes.") in text
+    assert ("The sweep timed batch 1 again at its end: batch 1 timed 281 µs at the start of "
+            "the sweep and 364 µs 12 s later (30%). That change, 30%, is the drift every "
+            "interval here includes") in text
     # a control that moved less than the floor: the floor is what the intervals carry
     small = _report(RISING, drift=dataclasses.replace(DRIFT, control_latency_s=284e-6,
                                                         drift=0.0107))
-    assert "a 1% drift, under the floor of 5% that every interval here carries" in (
+    assert "That change, 1%, is under the floor of 5% that every interval here carries" in (
         narrative.explanation(small))
     # no control: the floor, said as such
     none = narrative.explanation(_report(RISING, drift=None))
