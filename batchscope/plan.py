@@ -212,10 +212,11 @@ def repeated_errors(results: list[BatchResult]) -> Stop | None:
 
 # The sweep's control (Sweep.time_control) times again its first batch size and, of the
 # sizes within CONTROL_SHARE of the best throughput, the CONTROL_MAX_SIZES fastest whose step
-# is under GRID_MAX_STEP_S: the pick is made among them, and how far each moves between two
-# timings is the run-to-run noise no single pass shows (the MLP's batch 512 against 1024
-# moved 1.05 M against 1.45 M samples/s between runs).
-CONTROL_SHARE = 0.8
+# is under GRID_MAX_STEP_S: the pick and its equivalent set are made among them, and how far
+# each moves between two timings is noise no single pass shows. 60%, not the rule's 90%: on
+# a 2-core VM the MLP's batch 512 ran at 0.7 to 1.0 of batch 1024's throughput from one run
+# to the next, and a size left out of the control keeps the narrow interval of one pass.
+CONTROL_SHARE = 0.6
 CONTROL_MAX_SIZES = 3
 
 
@@ -229,6 +230,8 @@ def control_sizes(results: list[BatchResult]) -> list[int]:
         ...     return BatchResult(b, Status.OK, latency_s=LatencyStats(b / t, 0, 0, 5),
         ...                        throughput_per_s=t)
         >>> control_sizes([ok(1, 10.0), ok(2, 19.0), ok(4, 30.0), ok(8, 33.0), ok(16, 34.0)])
+        [1, 16, 8, 4]
+        >>> control_sizes([ok(1, 10.0), ok(2, 15.0), ok(4, 21.0), ok(8, 33.0), ok(16, 34.0)])
         [1, 16, 8, 4]
     """
     ok = [r for r in results if r.status == Status.OK and r.throughput_per_s

@@ -41,6 +41,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PYTHON, ROOT, bench_env, table
 
+# The A/B mode's batch size per model (None: the commonest pick). The decode sample's picks
+# step in seconds, and an A/B block is at least 5 steps: batch 8 keeps a trial under a minute.
+AB_BATCH = {"decode": 8}
 MODELS = {
     # name: (model file, the +25% work variant, the +15% time variant, extra diagnose args)
     "decode": ("samples/llm_decode.py", "benchmarks/stability_models/decode_more_work.py",
@@ -106,8 +109,8 @@ def model_rows(name: str, runs: int, variant_runs: int, ab_trials: int, out: Pat
     identical_fail = sum(_exit_code([str(a.path), str(b.path)]) == 1 for a, b in pairs)
     work_pairs = [(a, b) for a in base for b in variant]
     work_fail = sum(_exit_code([str(a.path), str(b.path)]) == 1 for a, b in work_pairs)
-    ab_batch_size = ab_batch or max((p for p in picks if p is not None), key=picks.count,
-                                    default=1)
+    ab_batch_size = ab_batch or AB_BATCH.get(name) or max(
+        (p for p in picks if p is not None), key=picks.count, default=1)
     ab_slow = ab_same = 0
     for _ in range(ab_trials):
         ab_slow += _exit_code(["--ab", model, slower, "--batch-size", str(ab_batch_size),
