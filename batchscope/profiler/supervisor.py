@@ -405,17 +405,26 @@ class Sweep:
 
     # -- phase: the control ---------------------------------------------------------------------
     def time_control(self) -> DriftControl | None:
-        """Time again, timing only, once the plan has ended: the sweep's first batch size
-        (how far the machine's speed drifted while the others were measured) and the
-        fastest sizes the pick is made among (plan.control_sizes); their second timings
-        widen every interval (classifiers/uncertainty.py). None where fewer than two sizes
-        were measured, on ranks (their timing is a fixed count under torch's launcher), or
-        when the reference's re-timing failed."""
+        """Time again, timing only, in a fresh worker once the plan has ended: the sweep's first
+        batch size (how far the machine's speed drifted while the others were measured) and the
+        fastest sizes the pick is made among (plan.control_sizes); their second timings widen
+        every interval (classifiers/uncertainty.py). None where fewer than two sizes were
+        measured, on ranks (their timing is a fixed count under torch's launcher), or when the
+        reference's re-timing failed."""
         if self.config.distributed is not None:
             return None
+        sizes = control_sizes(self.results)
+        if not sizes:
+            return None
+        # In a fresh worker: a process that ran the largest sizes is not the one a user
+        # starts (glibc's raised thresholds, a fragmented heap; the decode sample's batch 1
+        # ran 4x slower after batch 512 in its own worker), and the pick's sizes timed in two
+        # processes show the process-to-process noise one cannot (the MLP's batch 1024 ran
+        # 0.7 M or 1.5 M samples/s from one worker to the next).
+        self._drop_worker(graceful=True)
         by_size = {r.batch_size: r for r in self.results}
         timings: list[ControlTiming] = []
-        for b in control_sizes(self.results):
+        for b in sizes:
             first = by_size[b].latency_s
             self.callbacks.on_phase(b, "control: timed again for drift")
             again = self._timed_only(b)
