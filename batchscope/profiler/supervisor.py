@@ -427,7 +427,11 @@ class Sweep:
         for b in sizes:
             first = by_size[b].latency_s
             self.callbacks.on_phase(b, "control: timed again for drift")
-            again = self._timed_only(b)
+            try:
+                again = self._timed_only(b)
+            except ModelFileError:  # a fresh worker refused: what was measured stands
+                self._drop_worker(graceful=False)
+                break
             if again.status != Status.OK or again.latency_s is None or first is None:
                 if not timings:
                     return None  # the reference failed: no drift to measure
