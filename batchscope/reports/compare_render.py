@@ -157,8 +157,14 @@ def render_markdown(c: Comparison, max_chars: int = MAX_CHARS) -> str:
         lines += ["", "No op changed class."]
     lines += ["", "#### Work per step (counted: no noise)", ""]
     lines += work_markdown(c.work, c.base_recommended)
-    if c.warnings:
-        lines += ["", "#### Read with care", ""] + [f"- {md_text(w, 400)}" for w in c.warnings]
+    return _comment(lines, c.warnings, max_chars)
+
+
+def _comment(lines: list[str], warnings: list[str], max_chars: int) -> str:
+    """The Markdown lines with the warnings after them, cut to ``max_chars`` (a comment)."""
+    if warnings:
+        lines = [*lines, "", "#### Read with care", ""] + [f"- {md_text(w, 400)}"
+                                                          for w in warnings]
     text = "\n".join(lines) + "\n"
     if len(text) > max_chars:
         cut = "\n\n… (cut to fit a comment)\n"
@@ -230,13 +236,7 @@ def render_ab_markdown(c: ABComparison, max_chars: int = MAX_CHARS) -> str:
               f"{p.ratio:.3f}×"] for p in shown], "rlrrr")]
         if len(m.pairs) > len(shown):
             lines += ["", f"… and {len(m.pairs) - len(shown)} more (ab.json has them all)."]
-    if c.warnings:
-        lines += ["", "#### Read with care", ""] + [f"- {md_text(w, 400)}" for w in c.warnings]
-    text = "\n".join(lines) + "\n"
-    if len(text) > max_chars:
-        cut = "\n\n… (cut to fit a comment)\n"
-        text = text[: max_chars - len(cut)].rsplit("\n", 1)[0] + cut
-    return text
+    return _comment(lines, c.warnings, max_chars)
 
 
 def print_ab(console: Console, c: ABComparison) -> None:
