@@ -132,7 +132,8 @@ def assemble(m: Measured) -> Report:
     batches = [with_intervals(_classified(r, ceilings, shares), allowance,
                               control.timing(r.batch_size) if control is not None else None)
                for r in m.results]
-    choice = recommend(batches, m.limits, m.objective, allowance) if m.recommends else None
+    choice = (recommend(batches, m.limits, m.objective, allowance, control)
+              if m.recommends else None)
     varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
     prediction = None
     if ceilings is not None and not varies:

@@ -38,6 +38,7 @@ from batchscope.integrations.hf_models import (
 from batchscope.integrations.hf_models import TASKS as HF_TASKS
 from batchscope.plan import parse_batch_sizes, parse_ordered_batch_sizes
 from batchscope.records.run import DEFAULT_MAX_BATCH
+from batchscope.reports.compare import RUN_DRIFT
 from batchscope.reports.console import (
     ProgressCallbacks,
     print_bus_bandwidths,
@@ -433,7 +434,7 @@ def compare(
             "assumed for a side given as a single report (repeated runs measure it; a report's "
             "own drift control may raise it).",
         ),
-    ] = 15.0,
+    ] = RUN_DRIFT * 100,
     markdown: Annotated[
         Path | None,
         typer.Option("--markdown", help="Also write the comparison as Markdown to this file."),

@@ -16,7 +16,14 @@ from batchscope.classifiers.uncertainty import (
     ratio,
 )
 from batchscope.plan import Limits, over_limits
-from batchscope.records import BatchResult, Interval, PredictedPick, Status, StepPrediction
+from batchscope.records import (
+    BatchResult,
+    DriftControl,
+    Interval,
+    PredictedPick,
+    Status,
+    StepPrediction,
+)
 from batchscope.records.report import OverLimit, Rule, RuleKind
 
 # Within this share of the best throughput a smaller batch wins: it gives lower latency and
@@ -64,7 +71,8 @@ def _by_energy(allowed: list[BatchResult]) -> tuple[BatchResult, BatchResult] | 
 
 
 def recommend(results: list[BatchResult], limits: Limits,
-              objective: str = "throughput", allowance: float = DRIFT_FLOOR) -> Choice | None:
+              objective: str = "throughput", allowance: float = DRIFT_FLOOR,
+              control: DriftControl | None = None) -> Choice | None:
     """Pick the batch size to run; None when no batch size was measured.
 
     The throughput rule reads intervals (each result's own, else its latency's widened by
@@ -72,19 +80,24 @@ def recommend(results: list[BatchResult], limits: Limits,
     :data:`NEAR_BEST_SHARE` of the best median, and every size whose interval reaches that
     share of the bottom of the best's is equivalent to it within noise. ``objective``
     "energy" picks by NVML energy per unit (J/token) where it was measured, and falls back
-    to throughput, saying so, where it was not (a CPU, no NVML).
+    to throughput, saying so, where it was not (a CPU, no NVML). A size the sweep's
+    ``control`` timed again counts at the faster of its two timings
+    (:func:`~batchscope.classifiers.uncertainty.faster_timing`), and the rule says so.
     """
     measured = [r for r in results if r.status == Status.OK and r.throughput_per_s]
     excluded: list[OverLimit] = [e for r in measured if (e := over_limits(r, limits))]
     allowed = [r for r in measured if r.batch_size not in {e.batch_size for e in excluded}]
-    points = figures(allowed, allowance)
+    points = figures(allowed, allowance, control)
     if not points:
         return None
     best_size = max(points, key=lambda b: points[b][0])
     best_t = points[best_size][0]
     chosen = pick_within_noise(points, NEAR_BEST_SHARE)
     equivalent = equivalent_batch_sizes(points, NEAR_BEST_SHARE)
-    rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, best_t, excluded)
+    best_result = next(r for r in allowed if r.batch_size == best_size)
+    faster = best_t != best_result.throughput_per_s
+    rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, best_t, excluded,
+                best_at_faster_timing=faster)
     if objective == "energy":
         by_energy = _by_energy(allowed)
         if by_energy is None:
@@ -98,7 +111,7 @@ def recommend(results: list[BatchResult], limits: Limits,
     if len(measured) == 1:  # nothing to compare with: no speedup, no choice made
         rule = Rule(RuleKind.ONLY_ONE, NEAR_BEST_SHARE, best_size, best_t, excluded)
     share = ratio(points[chosen], points[best_size]) if chosen in points else None
-    speedup = _speedup(figures(measured, allowance))
+    speedup = _speedup(figures(measured, allowance, control))
     return Choice(
         batch_size=chosen,
         rule=rule,

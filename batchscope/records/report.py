@@ -251,6 +251,9 @@ class Rule:
     best_batch_size: int  # the best by the rule's measure
     best_value: float  # its throughput (units/s) or energy (J per unit)
     excluded: list[OverLimit] = field(default_factory=list)
+    # The best's throughput is its faster timing: the sweep's control timed it again in a
+    # fresh worker, faster (classifiers/uncertainty.faster_timing).
+    best_at_faster_timing: bool = False
 
 
 @dataclass(frozen=True)

@@ -429,9 +429,10 @@ def limit_text(over: OverLimit) -> str:
 
 def rule_text(rule: Rule, unit: str) -> str:
     """The rule that picked the recommended batch size, with its numbers, in ``unit``s."""
+    faster = (", the faster of its two timings" if rule.best_at_faster_timing else "")
     near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the best "
-            f"measured ({rule.best_value:,.1f} {unit}s/s at batch {rule.best_batch_size}) "
-            "within noise: the top of its 95% interval reaches that")
+            f"measured ({rule.best_value:,.1f} {unit}s/s at batch {rule.best_batch_size}"
+            f"{faster}) within noise: the top of its 95% interval reaches that")
     if rule.kind == RuleKind.ENERGY:
         text = (f"smallest batch size whose energy per {unit} is within "
                 f"{1 / rule.share - 1:.0%} of the lowest measured ({rule.best_value:.4g} "
