@@ -48,6 +48,7 @@ from batchscope.classifiers.roofline import (
     achieved_ceilings,
     batch_response,
     classify_batch,
+    families_run,
     time_share,
 )
 from batchscope.classifiers.sequence_grid import sequence_grid_section
@@ -274,7 +275,7 @@ def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None) -
     flags += work_flags(batches)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)
-    flags += ceiling_flags(ceilings, m.model.compute_dtype)
+    flags += ceiling_flags(ceilings, m.model.compute_dtype, families_run(batches))
     flags += failed_flags(batches)
     return flags
 

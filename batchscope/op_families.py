@@ -1,17 +1,24 @@
-"""Which aten ops are matmuls, convolutions, TF32-eligible or kernel-probed: one table.
+"""Which ops are matmuls, convolutions, TF32-eligible, kernel-probed or collectives: one table.
 
-Ops are named as the profiler and the counting pass name them (the aten overload packet
-without ``aten::``). Every place that treats an op by its kind reads it here: the step-time
+Ops are named as the profiler and the counting pass name them: an aten op by its overload
+packet without ``aten::`` ("addmm", "scatter_"), an op of any other namespace with it
+("c10d::allreduce_", "c10d::scatter_"), so that an aten op and a collective of the same
+name stay two ops. Every place that treats an op by its kind reads it here: the step-time
 model (its compute efficiency per family), the roofline (the dense ops whose exact FLOPs
-can raise a measured peak), GPU device time (the fp32 ops TF32 may run), the kernel probes
-(what can be timed alone, and how) and the formula registry (each formula's family). No
-torch here: the parent process of a sweep reads it too.
+can raise a measured peak; the collectives, placed on no roof of this machine), GPU device
+time (the fp32 ops TF32 may run), the kernel probes (what can be timed alone, and how) and
+the formula registry (each formula's family). No torch here: the parent process of a sweep
+reads it too.
 
 Example:
     >>> family("addmm"), family("convolution_backward"), family("gelu")
     (<Family.MATMUL: 'matmul'>, <Family.CONV: 'conv'>, None)
     >>> probe_kind("mm"), probe_kind("convolution"), probe_kind("linear")
     (<ProbeKind.SHAPES: 'shapes'>, <ProbeKind.CONV_ARGS: 'conv_args'>, None)
+    >>> op_name("aten", "scatter_"), op_name("c10d", "scatter_")
+    ('scatter_', 'c10d::scatter_')
+    >>> is_collective("c10d::scatter_"), is_collective("scatter_")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -60,11 +67,33 @@ PROBES: dict[str, ProbeKind] = {
 }
 
 
+# torch.distributed's collectives as the counting pass sees them (the c10d namespace): no
+# roofline of this machine's arithmetic or memory applies to bytes sent to other ranks. The
+# namespace is part of the name: ``aten::scatter_`` (a KV-cache write) is not
+# ``c10d::scatter_``.
+COLLECTIVES = frozenset(f"c10d::{name}" for name in (
+    "allreduce_", "allreduce_coalesced_", "broadcast_", "allgather_", "_allgather_base_",
+    "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
+    "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_", "alltoall_",
+    "alltoall_base_", "send", "recv_", "barrier",
+))
+
+
 # Ops whose probe needs the call's recorded non-tensor arguments (a convolution's stride,
 # padding, ...; a replayed op's in schema order): the counting pass records them, and
 # their probes are the cost-bounded ones (a matmul's probe is its shapes alone).
 ARGS_PROBED = frozenset(name for name, kind in PROBES.items()
                         if kind in (ProbeKind.CONV_ARGS, ProbeKind.REPLAYED))
+
+
+def op_name(namespace: str, packet: str) -> str:
+    """An op's name in every record: the packet alone for aten, else namespaced."""
+    return packet if namespace == "aten" else f"{namespace}::{packet}"
+
+
+def is_collective(name: str) -> bool:
+    """A torch.distributed collective (c10d): communication, not this device's arithmetic."""
+    return name in COLLECTIVES
 
 
 def family(name: str) -> Family | None:

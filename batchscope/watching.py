@@ -18,6 +18,14 @@ then removes every hook and writes the same report as ``diagnose`` for that one 
 size (built by the one assembler, :func:`batchscope.assemble.assemble`), plus labelled
 estimates of larger batch sizes. Nothing it does changes the loop's numerics: the profiler
 only observes, and the counting mode runs every op exactly as it would run anyway.
+
+A step of the loop begins with fetching its batch (``for x, y in loader``), which is not
+the model's work: from a ``TensorDataset``, a ``select`` of the whole table per row and
+tensor, then a ``stack`` per tensor. The model's step begins where the loop first calls it
+(or calls :meth:`watch.batch_ready`, as the trainer callbacks do); the time before that is
+measured in the timed steps as data loading (``run.watch.data_loading_s``), and the
+profiled and counted steps start there, so the op breakdown and the roofline are the
+model's step alone. The latency and throughput stay the loop's, data loading included.
 """
 
 from __future__ import annotations
@@ -65,6 +73,9 @@ WARMUP_STEPS = 2  # first steps allocate gradients and optimizer state, autotune
 TIMED_STEPS = 8  # timed samples: single steps, or blocks of fast steps
 PROFILED_STEPS = 3  # plus one dropped: the first step under a fresh profiler runs slow
 ESTIMATE_FACTORS = (2, 4, 8)  # larger batch sizes to estimate, as multiples of the measured
+# Data loading under this share of the step changes no reading of it: only above it does the
+# report say, in a flag, that the step holds time the op breakdown leaves out.
+DATA_LOADING_NOTABLE_SHARE = 0.05
 WARMUP, TIMED, PROFILED, COUNTED = "warmup", "timed", "profiled", "counted"
 
 
@@ -113,6 +124,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         flags: for the trainer callbacks: what the trainer's settings mean for the report,
             among its flags.
 
+    A step's data loading is the time from ``step()`` to the model's first call in the next
+    step (or to :meth:`batch_ready`): measured in the timed steps, and left out of the
+    profiled and counted ones, whose ops are the model's step alone.
+
     Raises:
         UsageError: a step count, batch size or unit it cannot use (:func:`check_watch_args`).
     """
@@ -155,6 +170,18 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._captured: list[StepCapture] = []
         self._no_breakdown: Flag | None = None  # why the profiler could not run
         self._session: CountingSession | None = None
+        # Where the model's step begins: its first call, or batch_ready(). Host clock, read
+        # at every step() (no device sync): the time before it is data loading.
+        self._began_at = 0.0  # when the current step of the loop began
+        self._model_began = False  # the current step reached the model
+        self._loading_s = 0.0  # data loading summed over the timed steps
+        self._timed_loop_steps = 0  # timed steps that ended
+        self._marked_steps = 0  # of those, steps that reached the model
+        # Profiled and counted steps start at the model's first call, when every timed step
+        # reached it (else, as for a model the loop never calls, at step()).
+        self._from_model = False
+        self._tagged = False  # the current profiled step has its profiler tag
+        self._first_tagged: bool | None = None  # whether the first profiled step had one
 
     # -- the context manager -------------------------------------------------------------
     def __enter__(self) -> watch:
@@ -164,7 +191,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._backend.sync()  # work queued before the first watched step is not part of it
         self._begin_phase(self._current)
         self._begin_step(self._current)
-        self._last = self._clock.now()
+        self._last = self._began_at = self._clock.now()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -186,8 +213,14 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             return
         self.index += 1
         phase = self._current
+        if phase == TIMED:
+            self._timed_loop_steps += 1
+            self._marked_steps += self._model_began
+        self._model_began = False
         if self._pushed is not None and not self._pushed.timer.closes_sample():
-            return  # within a block of fast steps: no sync, no clock read
+            # within a block of fast steps: no sync; only the host clock, for data loading
+            self._began_at = self._clock.now()
+            return
         self._backend.sync()
         now = self._clock.now()
         self._end_step(phase, now)
@@ -204,12 +237,33 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             self._left = self._phases[self._phase][1]
             self._begin_phase(self._current)
         self._begin_step(self._current)
-        self._last = self._clock.now()
+        self._last = self._began_at = self._clock.now()
+
+    def batch_ready(self) -> None:
+        """Mark where the model's step begins in the current step of the loop: its batch is
+        fetched. What ran since the last ``step()`` is data loading.
+
+        The model's first call in a step marks it too, so a loop that calls the model
+        needs no ``batch_ready()``; a trainer whose module runs submodules only (Lightning's
+        ``self.net(x)`` in ``training_step``) gets it from its callback's hook.
+        """
+        if self.report is not None or self._model_began:
+            return
+        self._model_began = True
+        phase = self._current
+        if phase == TIMED:
+            self._loading_s += self._clock.now() - self._began_at
+        elif phase == PROFILED and self._from_model:
+            self._tag_step()
+        elif phase == COUNTED and self._from_model:
+            self._start_counting()
 
     # -- phases --------------------------------------------------------------------------
     def _see_inputs(self, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
         """The model's inputs, positional or keyword (``model(input_ids=..., labels=...)``,
-        as Hugging Face loops call it): the first tensor's first dimension is the batch."""
+        as Hugging Face loops call it): the first tensor's first dimension is the batch.
+        Its first call in a step begins the model's step (:meth:`batch_ready`)."""
+        self.batch_ready()
         tensors = [t for t in iter_tensors((args, kwargs)) if t.dim() > 0]
         if self.batch_size is None and tensors:
             self.batch_size = int(tensors[0].shape[0])
@@ -223,6 +277,8 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             self._pushed = self._backend.push(count, self._warmup_s)
             self._block = self._pushed.timer.block_steps
         elif phase == PROFILED:
+            # Every timed step reached the model: the profiled and counted steps start there.
+            self._from_model = 0 < self._timed_loop_steps == self._marked_steps
             try:
                 self._profiling.start()
                 self._profiling_on = True
@@ -230,16 +286,32 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                 self._no_breakdown = Flag(FlagKind.NO_BREAKDOWN, values={"reason": str(exc)})
 
     def _begin_step(self, phase: str) -> None:
-        if phase == PROFILED and self._profiling_on:
-            self._step_stack.enter_context(self._profiling.step())
+        if self._from_model and phase in (PROFILED, COUNTED):
+            return  # from the model's first call on (batch_ready)
+        if phase == PROFILED:
+            self._tag_step()
         elif phase == COUNTED:
-            self._session = self._step_stack.enter_context(counting(
-                weights=list(persistent_tensors(self.model, self.optimizer)), state=[],
-                root=self.model))
+            self._start_counting()
+
+    def _tag_step(self) -> None:
+        """The profiler's step tag, from here to the step's end."""
+        if self._profiling_on:
+            self._step_stack.enter_context(self._profiling.step())
+            self._tagged = True
+
+    def _start_counting(self) -> None:
+        """The counting mode, from here to the step's end."""
+        self._session = self._step_stack.enter_context(counting(
+            weights=list(persistent_tensors(self.model, self.optimizer)), state=[],
+            root=self.model))
 
     def _end_step(self, phase: str, now: float) -> None:
         if phase == WARMUP:
             self._warmup_s.append(now - self._last)
+        elif phase == PROFILED and self._profiling_on:
+            if self._first_tagged is None:
+                self._first_tagged = self._tagged
+            self._tagged = False
         self._step_stack.close()
 
     def _end_phase(self, phase: str) -> None:
@@ -248,8 +320,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             self._timed, self._pushed = self._pushed.stop(), None
         elif phase == PROFILED and self._profiling_on:
             self._profiling_on = False
-            # The first step under a fresh profiler runs slow: dropped.
-            self._captured = self._profiling.stop()[1:]
+            # The first step under a fresh profiler runs slow: dropped (where the loop did
+            # reach the model in it, so that it has a tag).
+            first_tagged = self._tagged if self._first_tagged is None else self._first_tagged
+            self._captured = self._profiling.stop()[1 if first_tagged else 0:]
 
     # -- the report ----------------------------------------------------------------------
     def _result(self) -> BatchResult:
@@ -280,6 +354,20 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             threads=torch.get_num_threads(),
         )
 
+    def _data_loading_s(self) -> float | None:
+        """Data loading per timed step (seconds), where every timed step reached the model."""
+        if not self._timed_loop_steps or self._marked_steps < self._timed_loop_steps:
+            return None
+        return self._loading_s / self._timed_loop_steps
+
+    def _data_loading_flags(self, result: BatchResult, loading_s: float | None) -> list[Flag]:
+        """A flag where data loading is a notable share of the median step."""
+        median = result.latency_s.median if result.latency_s is not None else 0.0
+        if loading_s is None or median <= 0 or loading_s / median < DATA_LOADING_NOTABLE_SHARE:
+            return []
+        return [Flag(FlagKind.WATCH_DATA_LOADING, result.batch_size,
+                     values={"seconds": loading_s, "share": min(loading_s / median, 1.0)})]
+
     def _finish(self, partial: bool) -> None:
         self._step_stack.close()
         if partial:  # the loop ended mid-phase: keep what that phase measured
@@ -289,16 +377,18 @@ class watch:  # noqa: N801 - used as a context manager, named like one
 
         ceilings = load_or_measure(self._device)
         result = self._result()
+        loading_s = self._data_loading_s()
         run = RunInfo(
             source=Source.WATCH, tool_version=__version__, torch_version=torch.__version__,
             watch=WatchInfo(steps=self.index, timed_steps=self._timed_steps,
-                            block_steps=self._block),
+                            block_steps=self._block, data_loading_s=loading_s),
             integration=self._integration)
         report = assemble(Measured(
             model=self._model_info(), run=run, ceilings=ceilings,
             results=[result] if result.latency_s else [], partial=partial,
             stop=Stop(StopKind.WATCH_CUT_SHORT if partial else StopKind.WATCH_DONE),
-            flags=list(self._flags), estimate_factors=ESTIMATE_FACTORS))
+            flags=list(self._flags) + self._data_loading_flags(result, loading_s),
+            estimate_factors=ESTIMATE_FACTORS))
         self.report = report
         if self.out_dir is not None:
             from batchscope.reports import write_all

@@ -98,7 +98,8 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
     # the head gets no gradient: without find_unused_parameters DDP fails at step two
     assert doc["model"]["distributed"]["parameters_without_gradient"] == 2
     assert doc["model"]["distributed"]["find_unused_parameters"] is True
-    collectives = [op for b in doc["batches"] for op in b["ops"] if op["name"] == "allreduce_"]
+    collectives = [op for b in doc["batches"] for op in b["ops"]
+                   if op["name"] == "c10d::allreduce_"]
     assert collectives and {op["bound"] for op in collectives} == {"communication"}
     assert all(sum(op["bytes"].values()) == 0 for op in collectives)  # not step bytes
     assert dp["bus_bandwidth_bytes_per_s"] > 0

@@ -7,10 +7,12 @@ which batch sizes the step-time model predicts (:func:`unmeasured_sizes`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from batchscope.classifiers.data_parallel import accumulation_steps
+from batchscope.classifiers.roofline import roof_flags
 from batchscope.classifiers.step_model import PROBE_ROUND_S, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE
-from batchscope.hardware.figures import MatmulSize
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
 from batchscope.profiler.probe import ProbeSpec
@@ -43,25 +45,16 @@ def noise_flags(results: list[BatchResult]) -> list[Flag]:
     return flags
 
 
-# A peak matmul whose repeats at its peak size spread (interquartile range / median) more
-# than this is an uncertain roof: issue 14 saw fp32 best 215 and median 114 GFLOP/s (0.63).
-CEILING_SPREAD_FLAG = 0.25
-
-
-def _peak_spread(ceilings: Ceilings, dtype: str) -> MatmulSize | None:
-    """The figures at the peak size of ``dtype``'s matmul, when they spread widely."""
-    matmul = ceilings.details.matmul.get(dtype)
-    peak = matmul.peak_row() if matmul is not None else None
-    return peak if peak is not None and peak.spread > CEILING_SPREAD_FLAG else None
-
-
 # A roof raised by what an op reached is flagged from this ratio on (smaller is noise).
 RAISED_FLAG_RATIO = 1.1
 
 
-def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[Flag]:
-    """Flags for ceilings that are likely wrong: measured on a busy machine, or a peak
-    matmul of the model's dtype whose repeats spread widely."""
+def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32",
+                  families: Collection[str] | None = None) -> list[Flag]:
+    """Flags for ceilings that are likely wrong: measured on a busy machine, a roof of the
+    model's dtype (of the kernel ``families`` its ops ran, all where None) whose repeats
+    spread widely, or a rate set against the machine's theoretical peak that is above it
+    or far below it (roofline.roof_flags)."""
     if ceilings is None:
         return []
     flags = []
@@ -75,12 +68,7 @@ def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32") -> list[Fla
         flags.append(Flag(FlagKind.ROOF_RAISED, raised.batch_size, raised.op_id, {
             "roof": key, "before": before, "after": after, "op": raised.name,
             "source": ceilings.source, "measured_at": ceilings.measured_at}))
-    peak = _peak_spread(ceilings, dtype)
-    if peak is not None:
-        flags.append(Flag(FlagKind.CEILING_SPREAD, values={
-            "dtype": dtype, "spread": peak.spread, "best": peak.best_flops_per_s,
-            "median": peak.median_flops_per_s}))
-    return flags
+    return flags + roof_flags(ceilings, dtype, families)
 
 
 def run_flags(model: ModelInfo) -> list[Flag]:
@@ -94,9 +82,18 @@ def run_flags(model: ModelInfo) -> list[Flag]:
         "loss_from_file": step.loss_from_file, "default_lr": step.default_lr})]
 
 
-# A lower precision whose matmul peak differs from fp32's by this factor or more is worth a
-# sentence: --amp would speed the compute-bound ops up (or, run with --amp, slowed them).
+# A lower precision whose matmul peak is this many times fp32's is worth a sentence: --amp
+# would speed the compute-bound ops up.
 AMP_HINT_RATIO = 2.0
+# Run with --amp, a matmul roof this many times below fp32's is said: beyond the ±10% the
+# roofs themselves move between calibrations (roofline.ROOF_TOLERANCE's reason).
+AMP_SLOWER_RATIO = 1.15
+# Under --amp, casts (``_to_copy``: autocast's, the fp32 weights to the lower precision on
+# every step and back for the ops it keeps in fp32) taking this share of the profiled step
+# are said: work an fp32 step does not do, measured in the run itself at the model's own
+# shapes (issue 32: a small MLP ran 42% slower under --amp bf16 on a CPU with native bf16,
+# whose bf16 matmul roof is above fp32's, and nothing said so).
+AMP_CAST_SHARE = 0.1
 # ... when compute-bound ops take at least this share of the step.
 AMP_HINT_COMPUTE_SHARE = 0.2
 _AMP_FLAGS = {"bfloat16": "bf16", "float16": "fp16"}
@@ -105,8 +102,36 @@ _AMP_FLAGS = {"bfloat16": "bf16", "float16": "fp16"}
 def dtype_hints(model: ModelInfo, ceilings: Ceilings | None,
                 batches: list[BatchResult]) -> list[Flag]:
     """A hint when another dtype's matmuls are much faster on this machine than the ones
-    the step ran (--amp), or when --amp chose a slower one (a CPU without native bf16)."""
-    fp32 = ceilings.peak_flops_per_s.get("float32") if ceilings else None
+    the step ran (--amp), or when --amp chose a slower one (a CPU without native bf16):
+    the matmul roofs compared, what autocast moves to the lower precision; and under
+    --amp, what its casts cost the step (:func:`amp_cast_flags`)."""
+    return _roof_hints(model, ceilings, batches) + amp_cast_flags(model, batches)
+
+
+def amp_cast_flags(model: ModelInfo, batches: list[BatchResult]) -> list[Flag]:
+    """Under --amp, the casts' time at the batch size where it is the largest share of the
+    profiled step, when that share reaches :data:`AMP_CAST_SHARE`."""
+    if not model.amp:
+        return []
+    seen = []
+    for r in batches:
+        casts = [op for op in r.ops if op.name == "_to_copy"]
+        if r.status == Status.OK and r.profiled_step_s and casts:
+            cast_s = sum(op.time_s for op in casts)
+            seen.append((cast_s / r.profiled_step_s, r.batch_size, cast_s,
+                         sum(op.calls for op in casts)))
+    share, batch_size, cast_s, calls = max(seen, default=(0.0, 0, 0.0, 0))
+    if share < AMP_CAST_SHARE:
+        return []
+    return [Flag(FlagKind.AMP_CASTS, batch_size, values={
+        "amp": _AMP_FLAGS.get(model.amp, model.amp), "dtype": model.amp, "cast_s": cast_s,
+        "share": share, "calls": calls})]
+
+
+def _roof_hints(model: ModelInfo, ceilings: Ceilings | None,
+                batches: list[BatchResult]) -> list[Flag]:
+    """The matmul roofs of the dtypes compared (:func:`dtype_hints`)."""
+    fp32 = ceilings.peak_for("float32", "matmul") if ceilings else None
     shared = [(r, r.time_share) for r in batches if r.status == Status.OK and r.time_share]
     if ceilings is None or not fp32 or not shared or (model.dtype or "float32") != "float32":
         return []
@@ -116,8 +141,8 @@ def dtype_hints(model: ModelInfo, ceilings: Ceilings | None,
         return []
     amp = model.amp
     if amp:
-        peak = ceilings.peak_flops_per_s.get(amp)
-        if not peak or peak * AMP_HINT_RATIO > fp32:
+        peak = ceilings.peak_for(amp, "matmul") if amp in ceilings.peak_flops_per_s else None
+        if not peak or peak * AMP_SLOWER_RATIO > fp32:
             return []
         host = ceilings.details.host
         native = (host.native_bf16 if host is not None and ceilings.device == "cpu"
@@ -125,8 +150,10 @@ def dtype_hints(model: ModelInfo, ceilings: Ceilings | None,
         return [Flag(FlagKind.AMP_SLOWER, most.batch_size, values={
             "amp": _AMP_FLAGS.get(amp, amp), "dtype": amp, "peak": peak, "fp32_peak": fp32,
             "compute_share": compute, "native": native})]
-    faster = [(peak / fp32, name) for name, peak in ceilings.peak_flops_per_s.items()
-              if name in _AMP_FLAGS and peak >= AMP_HINT_RATIO * fp32]
+    roofs = {name: ceilings.peak_for(name, "matmul") for name in ceilings.peak_flops_per_s
+             if name in _AMP_FLAGS}
+    faster = [(roof / fp32, name) for name, roof in roofs.items()
+              if roof >= AMP_HINT_RATIO * fp32]
     if not faster:
         return []
     ratio, name = max(faster)
@@ -214,15 +241,18 @@ def failed_flags(results: list[BatchResult]) -> list[Flag]:
             for r in results if r.status not in (Status.OK, Status.OOM, Status.SKIPPED)]
 
 
-# Statuses at and beyond which a batch size would not fit: nothing is predicted there.
-_DOES_NOT_FIT = (Status.OOM, Status.KILLED, Status.SKIPPED)
+# Statuses at and beyond which a batch size would not fit, or is not known to run at all
+# (the model raised there, its step timed out, the device or a rank failed): nothing is
+# predicted there. Only an interrupted size says nothing about the model.
+_DOES_NOT_FIT = (Status.OOM, Status.KILLED, Status.SKIPPED, Status.MODEL_ERROR,
+                 Status.TIMEOUT, Status.DEVICE_ERROR, Status.RANK_FAILED)
 
 
 def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
     """The batch sizes of the default sweep up to ``limits.max_batch`` (or
     ``limits.predict_to``, the larger) that were not measured, below the smallest one that
-    did not fit in memory or that the measured peaks, extrapolated, say would not
-    (plan.predicted_not_to_fit)."""
+    did not fit in memory or failed otherwise (an error, a timeout) or that the measured
+    peaks, extrapolated, say would not fit (plan.predicted_not_to_fit)."""
     measured = {r.batch_size for r in results if r.status == Status.OK}
     too_big = min((r.batch_size for r in results if r.status in _DOES_NOT_FIT), default=None)
     sizes = []

@@ -20,6 +20,15 @@ time, ``(F0 + F1·b)/P = (W + V·b)/BW``: ``b = (W/BW - F0/P) / (F1/P - V/BW)``.
 it up; when a row's own bytes take as long to move as its FLOPs take to compute
 (F1/P ≤ V/BW) it is infinite: the layers never leave the memory roof.
 
+P is each op's own roof, as everywhere (:meth:`Roof.of_op`): its kernel family's where the
+ceilings have one (a matmul under the matmul roof, a convolution under the convolution's),
+else its dtype's peak. So for a decoder, whose weight-reading layers are matmuls, both
+predictions are where its matmuls cross the matmul ridge, never a faster convolution
+library's (issue 32: on an EPYC whose 3x3 convolution ran at twice torch.mm's rate, the
+dtype's peak put that crossing twice as far out). With several families the compute time
+is the sum of each family's FLOPs over its own roof: ``F0/P`` and ``F1/P`` above stand for
+``Σ F0_f/P_f`` and ``Σ F1_f/P_f``.
+
 **Measured knee**: fit ``t(b) = t0·max(1, b/k)`` to the measured median latencies by least
 squares on log t. The same two-asymptote shape underlies the predicted B*, so the two
 compare like with like.
@@ -33,6 +42,8 @@ from dataclasses import dataclass
 
 from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.types import Ceilings
+from batchscope.op_families import Family
+from batchscope.op_families import family as kernel_family
 from batchscope.records import BatchResult, ByteSplit, OpStat, Status
 
 # Candidate knees tried per octave of batch size when fitting the measured curve.
@@ -88,36 +99,52 @@ class ComputeBoundPrediction:
     fixed_bytes: float  # bytes moved per step whatever the batch (mostly weights)
     per_row_bytes: float  # state + activations (+ gathered weight rows) added by one row
     state_bytes_per_row: float
+    # The roof the per-row FLOPs run at: the matmul roof for a model whose weight-reading
+    # layers are all matmuls; with several families, their FLOPs over their summed times.
     peak_flops_per_s: float
     bandwidth_bytes_per_s: float
 
 
-def _layer_totals(result: BatchResult) -> tuple[int, ByteSplit]:
+def _layer_totals(result: BatchResult, ceilings: Ceilings,
+                  dtype: str) -> tuple[int, ByteSplit, float]:
+    """FLOPs and bytes of the ops that read weights or state, and the seconds their FLOPs
+    take at their roofs: each op's kernel family's in ``dtype`` (a matmul's the matmul
+    roof), the dtype's peak for an op of no family with a roof of its own."""
     flops = 0
     total = ByteSplit()
+    compute_s = 0.0
     for op in result.ops:
         if op.flops is not None and (op.bytes.weights or op.bytes.state):
+            found = kernel_family(op.name)
             flops += op.flops
             total = total + op.bytes
-    return flops, total
+            compute_s += op.flops / ceilings.peak_for(dtype, found.value if found else None)
+    return flops, total, compute_s
 
 
 def predict_compute_bound_batch(results: list[BatchResult], ceilings: Ceilings,
                                 dtype: str) -> ComputeBoundPrediction | None:
-    """The batch at which the weight- and state-reading layers turn compute-bound."""
-    points = [(float(r.batch_size), *_layer_totals(r)) for r in results
+    """The batch at which the weight- and state-reading layers turn compute-bound, each
+    layer's FLOPs at its own kernel family's roof (module doc)."""
+    totals = [(float(r.batch_size), *_layer_totals(r, ceilings, dtype)) for r in results
               if r.status == Status.OK and r.ops]
-    points = [p for p in points if p[1] > 0]
-    if not points:
+    totals = [t for t in totals if t[1] > 0]
+    if not totals:
         return None
-    flops, weights, state, acts = _fit_split(points)
-    roof = Roof.of(ceilings, dtype)
-    peak, bw = roof.peak_flops_per_s, roof.bandwidth_bytes_per_s
+    flops, weights, state, acts = _fit_split([(b, f, split) for b, f, split, _ in totals])
+    # Least squares is linear in y, so the line through the summed seconds is the sum of
+    # each family's FLOP line over its roof: Σ F0_f/P_f + b·Σ F1_f/P_f.
+    compute_s = fit_line([t[0] for t in totals], [t[3] for t in totals])
+    bw = ceilings.bandwidth_bytes_per_s
     fixed_bytes = weights.intercept + state.intercept + acts.intercept
     per_row_bytes = weights.slope + state.slope + acts.slope
-    numerator = fixed_bytes / bw - flops.intercept / peak
-    denominator = flops.slope / peak - per_row_bytes / bw
+    numerator = fixed_bytes / bw - compute_s.intercept
+    denominator = compute_s.slope - per_row_bytes / bw
     batch = max(numerator / denominator, 1.0) if denominator > 0 else None
+    # The roof the per-row FLOPs run at: one family's roof where all are of one family (a
+    # decoder's matmuls), so that a sentence quoting it quotes the roof the crossing used.
+    peak = (flops.slope / compute_s.slope if flops.slope > 0 and compute_s.slope > 0
+            else Roof.of(ceilings, dtype, Family.MATMUL.value).peak_flops_per_s)
     return ComputeBoundPrediction(batch, flops, fixed_bytes, per_row_bytes, state.slope,
                                   peak, bw)
 

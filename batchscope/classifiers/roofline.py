@@ -3,18 +3,41 @@
 Every figure that compares work with this machine's ceilings goes through :class:`Roof`:
 the classification of each op here, the predicted B* (:mod:`.critical_batch`) and the
 estimates of ``watch`` (:mod:`.estimate`). Definitions as in DESIGN.md.
+
+An op of a kernel family with probes of its own (a matmul, a convolution:
+``op_families.family``) sits under that family's roof, what its own library path reached
+on this machine; every other op under the dtype's peak, the best of all probes. The roofs
+themselves are judged here too (:func:`roof_flags`): how much their repeats spread, and
+where each measured rate sits against the device's theoretical peak.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from batchscope.classifiers.data_parallel import communication_share
-from batchscope.hardware.figures import AchievedPeak
+from batchscope.hardware.figures import (
+    PATH_FAMILY,
+    AchievedPeak,
+    FamilyPeak,
+    MatmulFigures,
+    TheoreticalPeak,
+)
 from batchscope.hardware.types import FP32, Ceilings
-from batchscope.op_families import is_dense
-from batchscope.records import BatchResult, Bound, Flag, FlagKind, OpStat, Status, TimeShare
+from batchscope.op_families import family as kernel_family
+from batchscope.op_families import is_collective
+from batchscope.records import (
+    BatchResult,
+    Bound,
+    Flag,
+    FlagKind,
+    OpStat,
+    Status,
+    TimeBasis,
+    TimeShare,
+)
 from batchscope.records.flags import Value
 from batchscope.records.report import ResponsePoint
 
@@ -44,16 +67,20 @@ class Roof:
     overhead_s: float  # the fixed cost of one small op: the floor under every call
 
     @classmethod
-    def of(cls, ceilings: Ceilings, dtype: str | None) -> Roof:
-        """The roof of ``dtype`` (fp32 when unknown) under ``ceilings``."""
-        return cls(ceilings.peak_for(dtype or FP32), ceilings.bandwidth_bytes_per_s,
+    def of(cls, ceilings: Ceilings, dtype: str | None, family: str | None = None) -> Roof:
+        """The roof of ``dtype`` (fp32 when unknown) under ``ceilings``: kernel ``family``'s
+        own where it has one ("matmul", "conv"), else the dtype's peak."""
+        return cls(ceilings.peak_for(dtype or FP32, family), ceilings.bandwidth_bytes_per_s,
                    ceilings.overhead_s)
 
     @classmethod
     def of_op(cls, ceilings: Ceilings, op: OpStat) -> Roof:
-        """The roof of one op: its ``roof_dtype`` (TF32 tensor cores for an fp32 matmul or
-        convolution that ran on them) when set, else its dtype."""
-        return cls.of(ceilings, op.roof_dtype or op.dtype)
+        """The roof of one op: its kernel family's (a matmul under the matmul roof) in its
+        ``roof_dtype`` (TF32 tensor cores for an fp32 matmul or convolution that ran on
+        them) when set, else in its dtype."""
+        found = kernel_family(op.name)
+        return cls.of(ceilings, op.roof_dtype or op.dtype,
+                      found.value if found is not None else None)
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -66,48 +93,49 @@ class Roof:
         return max(self.time_s(flops, bytes_moved), calls * self.overhead_s)
 
 
-# torch.distributed's collectives as the counting pass sees them (the c10d namespace): no
-# roofline of this machine's arithmetic or memory applies to bytes sent to other ranks.
-COLLECTIVES = frozenset({
-    "allreduce_", "allreduce_coalesced_", "broadcast_", "allgather_", "_allgather_base_",
-    "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
-    "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_", "alltoall_",
-    "alltoall_base_", "send", "recv_", "barrier",
-})
-
-
-# When a dense kernel (a matmul or a convolution, op_families.is_dense: exact FLOPs) ran
-# faster than the cached peak of its dtype, the peak was measured low (a slow minute of a
-# shared VM, a slower BLAS path) and this run's own figure is the machine's. Only ops with
-# at least this much profiled time count: below it the timer's granularity dominates.
+# When a dense kernel (a matmul or a convolution, op_families.family: exact FLOPs) ran
+# faster than its family's cached roof in its dtype, the roof was measured low (a slow
+# minute of a shared VM, a slower BLAS path) and this run's own figure is the machine's.
+# Only ops with at least this much profiled time count: below it the timer's granularity
+# dominates.
 ACHIEVED_MIN_TIME_S = 1e-3
 
 
+def roof_name(dtype: str, family: str | None) -> str:
+    """How a roof is named in ``details.achieved_by_ops`` and in sentences:
+    "float32 matmul", or the dtype alone for its peak."""
+    return f"{dtype} {family}" if family else dtype
+
+
 def achieved_ceilings(ceilings: Ceilings, results: list[BatchResult]) -> Ceilings:
-    """``ceilings`` with each dtype's peak raised to the best FLOP/s a dense op of this run
-    reached where that beats it (``details.achieved_by_ops`` says which op, from what);
-    the same object when no op did. An op's FLOPs are exact and its profiled time can
-    only be longer than its true time, so what it reached the machine can do."""
-    best: dict[str, tuple[float, OpStat, int]] = {}
+    """``ceilings`` with each kernel family's roof of each dtype raised to the best FLOP/s
+    an op of that family reached in this run where that beats it, and the dtype's peak
+    with it where it beats that too (``details.achieved_by_ops`` says which op, from
+    what); the same object when no op did. An op's FLOPs are exact and its profiled time
+    can only be longer than its true time, so what it reached the machine can do."""
+    best: dict[tuple[str, str], tuple[float, OpStat, int]] = {}
     for r in results:
         for op in r.ops if r.status == Status.OK else []:
-            key = op.roof_dtype or op.dtype
-            if (not is_dense(op.name) or not op.flops or op.time_s < ACHIEVED_MIN_TIME_S
-                    or key not in ceilings.peak_flops_per_s):
+            dtype, found = op.roof_dtype or op.dtype, kernel_family(op.name)
+            if (found is None or not op.flops or op.time_s < ACHIEVED_MIN_TIME_S
+                    or dtype not in ceilings.peak_flops_per_s):
                 continue
-            rate = op.flops / op.time_s
-            if rate > ceilings.peak_flops_per_s[key] and rate > best.get(key, (0.0,))[0]:
+            rate, key = op.flops / op.time_s, (dtype, found.value)
+            if rate > ceilings.peak_for(*key) and rate > best.get(key, (0.0,))[0]:
                 best[key] = (rate, op, r.batch_size)
     if not best:
         return ceilings
     peaks = dict(ceilings.peak_flops_per_s)
+    families = {name: dict(by_dtype) for name, by_dtype in ceilings.family_peaks.items()}
     achieved = dict(ceilings.details.achieved_by_ops)
-    for key, (rate, op, batch_size) in best.items():
-        achieved[key] = AchievedPeak(measured_peak_flops_per_s=peaks[key], flops_per_s=rate,
-                                     name=op.name, op_id=op.op_id, batch_size=batch_size)
-        peaks[key] = rate
+    for (dtype, family), (rate, op, batch_size) in sorted(best.items()):
+        achieved[roof_name(dtype, family)] = AchievedPeak(
+            measured_peak_flops_per_s=ceilings.peak_for(dtype, family), flops_per_s=rate,
+            name=op.name, op_id=op.op_id, batch_size=batch_size, family=family, dtype=dtype)
+        families.setdefault(family, {})[dtype] = FamilyPeak(rate, op.name, op.op_id)
+        peaks[dtype] = max(peaks[dtype], rate)
     return dataclasses.replace(
-        ceilings, peak_flops_per_s=peaks,
+        ceilings, peak_flops_per_s=peaks, family_peaks=families,
         details=dataclasses.replace(ceilings.details, achieved_by_ops=achieved))
 
 
@@ -126,12 +154,33 @@ def footprint_bytes(op: OpStat, bytes_per_call: float) -> float:
     return max(bytes_per_call - elements * item, 0.0) if op.input_shapes[0] else bytes_per_call
 
 
-def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
-    """Intensity, roofline time, bound and efficiency of one op group (a new record)."""
+# On device time (GPU kernels: a trace, a CUDA run) the per-op floor is the shortest a
+# kernel runs: a floor under each kernel, not a cost added to every call. An op whose roof
+# is under it is held by it only where its kernels' floors make at least this share of its
+# measured time; an addmm whose calls ran 13 floors each (issue 32) is slow for another
+# reason (a poor kernel, a collective beside it): placed by its intensity, its efficiency
+# saying how far below the roof it ran.
+DEVICE_FLOOR_SHARE = 0.5
+
+
+def _held_by_floor(op: OpStat, roof: Roof, calls: int, device_time: bool) -> bool:
+    """Whether an op whose roof is under the per-op floor spends its time on that floor:
+    always on the CPU (the fixed cost is paid on top of the work); on device time where
+    its kernels' floors (per call, the launches of its kept kernels) are at least
+    DEVICE_FLOOR_SHARE of its time."""
+    if not device_time or op.time_s <= 0:
+        return True
+    launches = sum(k.calls for k in op.kernels) / calls if op.kernels else 1.0
+    return max(launches, 1.0) * calls * roof.overhead_s >= DEVICE_FLOOR_SHARE * op.time_s
+
+
+def classify_op(op: OpStat, ceilings: Ceilings, device_time: bool = False) -> OpStat:
+    """Intensity, roofline time, bound and efficiency of one op group (a new record);
+    ``device_time``: its time is its kernels' (a GPU), see :data:`DEVICE_FLOOR_SHARE`."""
     out = dataclasses.replace(op, flags=list(op.flags))
     if op.bound in (Bound.COMMUNICATION, Bound.TRANSFER):
         return out  # set from its kernels (a GPU trace): no roofline applies
-    if op.name in COLLECTIVES:
+    if is_collective(op.name):  # c10d's, not aten's scatter_ (op_families)
         out.bound = Bound.COMMUNICATION  # its cost: batches[].communication_exposed_s
         return out
     if op.flops is None:
@@ -143,7 +192,7 @@ def classify_op(op: OpStat, ceilings: Ceilings) -> OpStat:
     roof_s = roof.time_s(op.flops, total_bytes)
     out.roof_time_s = roof_s
     out.intensity = op.flops / total_bytes if total_bytes else None
-    if roof_s / calls < roof.overhead_s:
+    if roof_s / calls < roof.overhead_s and _held_by_floor(op, roof, calls, device_time):
         out.bound = Bound.OVERHEAD
     elif out.intensity is not None and out.intensity < roof.ridge_flops_per_byte:
         out.bound = Bound.MEMORY
@@ -212,7 +261,9 @@ def time_share(result: BatchResult) -> TimeShare | None:
 
 def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
     """A copy of ``result`` with every op classified and the time shares filled."""
-    out = dataclasses.replace(result, ops=[classify_op(op, ceilings) for op in result.ops])
+    device_time = result.time_basis == TimeBasis.DEVICE
+    out = dataclasses.replace(result, ops=[classify_op(op, ceilings, device_time)
+                                           for op in result.ops])
     out.time_share = time_share(out)
     predicted = [Roof.of_op(ceilings, op).floored_s(op.flops, op.bytes.total, op.calls)
                  for op in out.ops if op.flops is not None]
@@ -231,3 +282,149 @@ def batch_response(results: list[BatchResult]) -> dict[str, list[ResponsePoint]]
             curves.setdefault(op.op_id, []).append(
                 ResponsePoint(r.batch_size, op.time_s / r.batch_size))
     return curves
+
+
+# -- the roofs themselves --------------------------------------------------------------------
+# A roof whose probe's repeats spread (the middle half of their rates, over their median)
+# more than this is an uncertain roof: issue 14 saw fp32 best 215 and median 114 GFLOP/s.
+CEILING_SPREAD_FLAG = 0.25
+# A rate above the theoretical peak by more than a best repeat's own error (a few percent)
+# did fewer multiplications than were counted, or ran at a clock above the one read.
+ABOVE_THEORETICAL = 1.05
+# A roof under this share of the theoretical peak came from a slow path, not a generous
+# bound: the FMA units (a guess) and SMT threads counted as cores can each double the bound
+# (Zen 4 reaches half of its AVX-512 figure), so only a rate under a quarter of it says
+# something the user could change.
+FAR_BELOW_THEORETICAL = 0.25
+
+
+def families_run(results: list[BatchResult]) -> frozenset[str] | None:
+    """The kernel families of the ops a run measured, whose roofs its ops were placed
+    against; None where no batch size has ops (timing only): every roof then."""
+    ops = [op for r in results if r.status == Status.OK for op in r.ops]
+    if not ops:
+        return None
+    return frozenset(found.value for op in ops if (found := kernel_family(op.name)) is not None)
+
+
+def _probe_roofs(ceilings: Ceilings, dtype: str,
+                 families: Collection[str] | None) -> list[tuple[str | None, str]]:
+    """(family, probe) of each roof of ``dtype`` a probe set, of ``families`` (all where
+    None): each kernel family's, or in ceilings measured before families had roofs, the
+    dtype's one peak (family None). A roof a run's op raised is the op's, not a probe's:
+    left out."""
+    roofs: list[tuple[str | None, str]] = [
+        (family, by_dtype[dtype].path) for family, by_dtype in
+        sorted(ceilings.family_peaks.items())
+        if dtype in by_dtype and by_dtype[dtype].op_id is None
+        and (families is None or family in families)]
+    figures = ceilings.details.matmul.get(dtype)
+    if not ceilings.family_peaks and figures is not None and dtype in ceilings.peak_flops_per_s:
+        roofs = [(None, figures.peak_path or "mm")]
+    return roofs
+
+
+def _spread_flag(ceilings: Ceilings, dtype: str, family: str | None,
+                 path: str) -> Flag | None:
+    """A flag when the repeats of the probe that set a roof spread widely: the middle half
+    of their rates over the median (the quartiles' interquartile range of times, for
+    figures measured before the quartiles were kept)."""
+    figures = ceilings.details.matmul.get(dtype)
+    rates = figures.path_rates(path) if figures is not None else None
+    if rates is None:
+        return None
+    values: dict[str, Value] = {"dtype": dtype, "family": family, "path": path,
+                                "size": rates.size, "best": rates.best_flops_per_s,
+                                "median": rates.median_flops_per_s}
+    span = rates.span
+    if span is None:  # older figures: only the times' spread was kept
+        span = _time_spread(figures, path) if figures is not None else None
+    else:
+        values.update(fast=rates.fast_flops_per_s, slow=rates.slow_flops_per_s)
+    if span is None or span <= CEILING_SPREAD_FLAG:
+        return None
+    values["spread"] = span
+    return Flag(FlagKind.CEILING_SPREAD, values=values)
+
+
+def _time_spread(figures: MatmulFigures, path: str) -> float | None:
+    if path == "mm":
+        row = figures.peak_row()
+        return row.spread if row is not None else None
+    paths = figures.paths.get(path)
+    best = max(paths.sizes, key=lambda r: r.best_flops_per_s, default=None) if paths else None
+    return best.spread if best is not None else None
+
+
+def _basis(theoretical: TheoreticalPeak, dtype: str) -> dict[str, Value]:
+    """How the theoretical peak of ``dtype`` was worked out, for the sentence to show."""
+    return {"theoretical_flops_per_s": theoretical.flops_per_s[dtype],
+            "source": theoretical.source, "cores": theoretical.cores,
+            "clock_hz": theoretical.clock_hz, "clock_source": theoretical.clock_source,
+            "flops_per_cycle": theoretical.flops_per_cycle_per_core.get(dtype),
+            "isa": theoretical.isa, "fma_units": theoretical.fma_units,
+            "matrix_unit": theoretical.matrix_unit}
+
+
+def _measured_rates(ceilings: Ceilings, dtype: str) -> list[tuple[str | None, str, float,
+                                                                   AchievedPeak | None]]:
+    """(family, probe or op, FLOP/s, the op) of every rate measured in ``dtype``: each
+    probe's best, and each op of the run that beat its roof."""
+    rates: list[tuple[str | None, str, float, AchievedPeak | None]] = []
+    figures = ceilings.details.matmul.get(dtype)
+    if figures is not None:
+        probes = {"mm": figures.peak_flops_per_s,
+                  **{path: f.peak_flops_per_s for path, f in figures.paths.items()}}
+        for path, rate in probes.items():
+            family = PATH_FAMILY.get(path)
+            if rate:
+                rates.append((family.value if family else None, path, rate, None))
+    for key, op in ceilings.details.achieved_by_ops.items():
+        if (op.dtype or key) == dtype:
+            rates.append((op.family, op.name, op.flops_per_s, op))
+    return rates
+
+
+def theoretical_flags(ceilings: Ceilings, dtype: str,
+                      families: Collection[str] | None = None) -> list[Flag]:
+    """Every rate measured in ``dtype`` set against the device's theoretical peak: one
+    above it (a probe's or an op's) is flagged, and a kernel family's roof far below it;
+    of ``families`` only (the run's, :func:`families_run`; all where None), for a roof no
+    op of the run was placed against says nothing about it."""
+    theoretical = ceilings.theoretical
+    bound = theoretical.flops_per_s.get(dtype) if theoretical is not None else None
+    if theoretical is None or not bound:
+        return []
+    flags = []
+    for family, path, rate, op in _measured_rates(ceilings, dtype):
+        if families is not None and family not in families:
+            continue
+        if rate > ABOVE_THEORETICAL * bound:
+            flags.append(Flag(
+                FlagKind.ABOVE_THEORETICAL_PEAK, op.batch_size if op else None,
+                op.op_id if op else None,
+                {"dtype": dtype, "family": family, "path": path, "flops_per_s": rate,
+                 "share": rate / bound, **_basis(theoretical, dtype)}))
+    host = ceilings.details.host
+    native = host.native_bf16 if host is not None and ceilings.device == "cpu" else None
+    for family, by_dtype in sorted(ceilings.family_peaks.items()):
+        roof = by_dtype.get(dtype)
+        if families is not None and family not in families:
+            continue
+        if roof is not None and roof.flops_per_s < FAR_BELOW_THEORETICAL * bound:
+            flags.append(Flag(FlagKind.BELOW_THEORETICAL_PEAK, values={
+                "dtype": dtype, "family": family, "path": roof.path,
+                "flops_per_s": roof.flops_per_s, "share": roof.flops_per_s / bound,
+                "native": native if dtype == "bfloat16" else None,
+                **_basis(theoretical, dtype)}))
+    return flags
+
+
+def roof_flags(ceilings: Ceilings, dtype: str,
+               families: Collection[str] | None = None) -> list[Flag]:
+    """Flags on the roofs ops of ``dtype`` and of kernel ``families`` (the run's; all where
+    None) are placed against: a probe whose repeats spread widely, and every measured rate
+    against the theoretical peak."""
+    flags = [f for family, path in _probe_roofs(ceilings, dtype, families)
+             if (f := _spread_flag(ceilings, dtype, family, path)) is not None]
+    return flags + theoretical_flags(ceilings, dtype, families)

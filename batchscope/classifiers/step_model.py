@@ -442,7 +442,7 @@ def _path_factor(ceilings: Ceilings, dtype: str, kind: str
     matmul = ceilings.details.matmul.get(dtype)
     figures = matmul.paths.get(path) if matmul is not None and path else None
     flops = figures.peak_flops_per_s if figures is not None else None
-    peak = ceilings.peak_for(dtype)
+    peak = ceilings.peak_for(dtype, kind)  # the roof its ops are placed against (Roof.of_op)
     if path is not None and flops is not None and flops > 0 and peak > 0:
         return max(peak / flops, 1.0), path, flops
     return None
@@ -701,7 +701,7 @@ def median_peaks(ceilings: Ceilings) -> Ceilings | None:
         if 0 < peak.median_flops_per_s < peak.best_flops_per_s:
             peaks[dtype] *= peak.median_flops_per_s / peak.best_flops_per_s
             changed = True
-    return dataclasses.replace(ceilings, peak_flops_per_s=peaks) if changed else None
+    return ceilings.with_peaks(peaks) if changed else None
 
 
 def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int],

@@ -43,7 +43,9 @@ log = logging.getLogger(__name__)
 # 4: the peak of a dtype is the best of torch.mm, F.linear and a 3x3 convolution (issue 13).
 # 5: the bandwidth is the best of a copy and an in-place update (write-allocate; issue 13).
 # 6: the details are typed records (hardware/figures.py; issue 30).
-CALIBRATION_FORMAT = 6
+# 7: a roof per kernel family (matmul, convolution), the theoretical peak beside them, and
+# each repeat's quartiles (issue 32).
+CALIBRATION_FORMAT = 7
 # Hex digits of the key's SHA-256 in the file name: short to read, ample against collisions
 # (and a collision is harmless: the full key inside is compared too).
 _HASH_DIGITS = 12
@@ -130,7 +132,9 @@ def _read(path: Path, key: str) -> Ceilings | None:
             return None
         ceilings = Ceilings.from_dict(data)
         figures = [*ceilings.peak_flops_per_s.values(), ceilings.bandwidth_bytes_per_s,
-                   ceilings.overhead_s]
+                   ceilings.overhead_s,
+                   *(roof.flops_per_s for by_dtype in ceilings.family_peaks.values()
+                     for roof in by_dtype.values())]
         if FP32 not in ceilings.peak_flops_per_s or not all(_positive(v) for v in figures):
             raise ValueError("missing or non-positive figures")
     except (ValueError, KeyError, TypeError, AttributeError, msgspec.ValidationError) as exc:

@@ -2,9 +2,14 @@
 
 Three roofs, each measured the way the roofline needs it:
 
-* peak matmul FLOP/s per dtype: square ``torch.mm`` at a few sizes (2·n³ FLOP each), the
-  best of the repeats at the best size. A roof should be the fastest the machine can go,
-  so that an op measured faster than its roof really is an accounting error.
+* peak FLOP/s per dtype and per kernel family: square ``torch.mm`` at a few sizes (2·n³
+  FLOP each) and ``F.linear`` (the matmul family's roof: the better of the two), a 3x3
+  convolution (the convolution family's), each the best of its repeats at its best size;
+  the dtype's peak, the roof of every other op, is the best of all three. A roof should be
+  the fastest the machine can go, so that an op measured faster than its roof really is an
+  accounting error, and the fastest its own kind of kernel can go, so that a matmul is not
+  held to a convolution library's rate. Each is set beside the device's theoretical peak
+  (hardware/theoretical.py).
 * sustained memory bandwidth: ``dst.copy_(src)`` on buffers well past the last-level
   cache, counting bytes read plus written.
 * fixed cost of one small op: a one-element ``torch.add`` in a tight Python loop under
@@ -48,9 +53,11 @@ from batchscope.engine.policies import FixedCount, RepeatBudget
 from batchscope.engine.timer import sample
 from batchscope.hardware import gpu_specs
 from batchscope.hardware.figures import (
+    PATH_FAMILY,
     BenchPlanInfo,
     CeilingDetails,
     CopyFigures,
+    FamilyPeak,
     GpuIdentity,
     HostInfo,
     InPlaceFigures,
@@ -62,6 +69,7 @@ from batchscope.hardware.figures import (
     PathSize,
     Repeats,
 )
+from batchscope.hardware.theoretical import cpu_theoretical, gpu_theoretical
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
 
 MIB = 2**20
@@ -258,7 +266,7 @@ def _stats(per_call_s: list[float], inner: int = 1, warmup_s: float = 0.0) -> Re
     q1, _, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0], xs[0], xs[0])
     spread = (q3 - q1) / median
     return Repeats(repeats=len(xs), median_s=median, best_s=xs[0], worst_s=xs[-1],
-                   spread=spread, inner=inner, warmup_s=warmup_s)
+                   spread=spread, inner=inner, warmup_s=warmup_s, p25_s=q1, p75_s=q3)
 
 
 def _repeat(
@@ -609,6 +617,32 @@ def best_path(matmul: MatmulFigures) -> tuple[str, float] | None:
     return path, measured[path]
 
 
+def family_roofs(matmul: dict[str, MatmulFigures]) -> dict[str, dict[str, FamilyPeak]]:
+    """Each kernel family's roof per dtype: the best of that family's own probes, naming
+    the probe; a family none of whose probes ran in a dtype has no roof there.
+
+    Example:
+        >>> figures = MatmulFigures(peak_flops_per_s=173e9, paths={
+        ...     "linear": PathFigures(peak_flops_per_s=160e9),
+        ...     "conv2d": PathFigures(peak_flops_per_s=380e9)})
+        >>> roofs = family_roofs({"float32": figures})
+        >>> roofs["matmul"]["float32"].path, roofs["conv"]["float32"].flops_per_s / 1e9
+        ('mm', 380.0)
+    """
+    roofs: dict[str, dict[str, FamilyPeak]] = {}
+    for dtype, figures in matmul.items():
+        rates = {"mm": figures.peak_flops_per_s,
+                 **{path: f.peak_flops_per_s for path, f in figures.paths.items()}}
+        for path, rate in rates.items():
+            family = PATH_FAMILY.get(path)
+            if family is None or rate is None or rate <= 0:
+                continue
+            best = roofs.setdefault(family.value, {}).get(dtype)
+            if best is None or rate > best.flops_per_s:
+                roofs[family.value][dtype] = FamilyPeak(flops_per_s=rate, path=path)
+    return roofs
+
+
 def _dtypes(device: torch.device) -> tuple[tuple[str, torch.dtype, bool], ...]:
     if device.type == "cpu":
         return _CPU_DTYPES
@@ -666,8 +700,10 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
         memory_bytes = int(torch.cuda.get_device_properties(dev).total_memory)
         name, spec = identity.name, gpu_specs.lookup(identity.name, memory_bytes)
         cache_bytes = gpu_l2_bytes(dev)
+        theoretical = gpu_theoretical(spec)
     else:
         name, spec, cache_bytes = cpu_model_name(), None, _llc_bytes()
+        theoretical = cpu_theoretical(torch.get_num_threads(), cpu_count=os.cpu_count())
     details = CeilingDetails(
         quick=quick,
         wall_s=time.perf_counter() - started,
@@ -693,4 +729,6 @@ def measure(device: str | torch.device = "cpu", *, quick: bool = False) -> Ceili
         details=details,
         spec=spec,
         cache_bytes=cache_bytes,
+        family_peaks=family_roofs(matmul),
+        theoretical=theoretical,
     )

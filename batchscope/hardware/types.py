@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from batchscope.hardware.figures import CeilingDetails, DatasheetSpec
+from batchscope.hardware.figures import (
+    CeilingDetails,
+    DatasheetSpec,
+    FamilyPeak,
+    TheoreticalPeak,
+)
 from batchscope.typed_json import decode, to_builtins
 
 # Keys of ``peak_flops_per_s`` are torch dtype names without the "torch." prefix.
@@ -22,7 +28,8 @@ class Ceilings:
     Attributes:
         device: "cpu" or "cuda" (the CUDA index is in ``details.host.gpu.index``).
         name: CPU model name or GPU product name.
-        peak_flops_per_s: best measured matmul FLOP/s per dtype name ("float32", ...).
+        peak_flops_per_s: best measured FLOP/s per dtype name ("float32", ...), whichever
+            probe reached it: the roof of ops of no kernel family with probes of its own.
         bandwidth_bytes_per_s: sustained streaming copy bandwidth, bytes read plus written.
         overhead_s: fixed cost of one small op (one-element add), the overhead floor.
         threads: intra-op threads the figures were measured with.
@@ -36,6 +43,13 @@ class Ceilings:
         cache_bytes: the device's last-level cache, the working set under which an op may
             beat the DRAM bandwidth roof: the L2 of a GPU, the largest-level cache of the CPU
             (one instance, as cpu0 sees it); None where it could not be read.
+        family_peaks: kernel family ("matmul", "conv": op_families.Family) -> dtype -> that
+            family's roof, from its own probes: a matmul is placed against what matmuls
+            reach, never against a convolution's faster library path (issue 32: an EPYC's
+            oneDNN convolution ran at twice its BLAS matmul). Empty in ceilings measured
+            before calibration format 7, and for a datasheet's roofs.
+        theoretical: the device's theoretical peak per dtype, an upper bound every measured
+            rate is set against; None where it could not be worked out.
     """
 
     device: str
@@ -51,14 +65,37 @@ class Ceilings:
     details: CeilingDetails = field(default_factory=CeilingDetails)
     spec: DatasheetSpec | None = None
     cache_bytes: int | None = None
+    family_peaks: dict[str, dict[str, FamilyPeak]] = field(default_factory=dict)
+    theoretical: TheoreticalPeak | None = None
 
-    def peak_for(self, dtype: str) -> float:
-        """Peak FLOP/s for ``dtype``, falling back to fp32 for dtypes not measured."""
-        return self.peak_flops_per_s.get(dtype) or self.peak_flops_per_s[FP32]
+    def peak_for(self, dtype: str, family: str | None = None) -> float:
+        """Peak FLOP/s for ``dtype`` (fp32 for dtypes not measured): the roof of kernel
+        ``family`` ("matmul", "conv") where that family has one, else the dtype's peak.
 
-    def ridge_for(self, dtype: str) -> float:
+        Example:
+            >>> c = Ceilings("cpu", "x", {"float32": 380e9}, 40e9, 1e-6,
+            ...              family_peaks={"matmul": {"float32": FamilyPeak(173e9, "mm")}})
+            >>> c.peak_for("float32", "matmul"), c.peak_for("float32", "conv")
+            (173000000000.0, 380000000000.0)
+        """
+        key = dtype if self.peak_flops_per_s.get(dtype) else FP32
+        roof = self.family_peaks.get(family, {}).get(key) if family is not None else None
+        return roof.flops_per_s if roof is not None else self.peak_flops_per_s[key]
+
+    def ridge_for(self, dtype: str, family: str | None = None) -> float:
         """Ridge point R = peak FLOP/s / bandwidth, in FLOP per byte."""
-        return self.peak_for(dtype) / self.bandwidth_bytes_per_s
+        return self.peak_for(dtype, family) / self.bandwidth_bytes_per_s
+
+    def with_peaks(self, peaks: dict[str, float]) -> Ceilings:
+        """A copy whose dtype peaks are ``peaks``, every family roof of a dtype scaled by the
+        same ratio as its peak (a roof lowered to its median repeat is lowered everywhere)."""
+        families = {
+            family: {dtype: dataclasses.replace(roof, flops_per_s=roof.flops_per_s
+                                                * peaks[dtype] / self.peak_flops_per_s[dtype])
+                     if dtype in peaks and self.peak_flops_per_s.get(dtype) else roof
+                     for dtype, roof in by_dtype.items()}
+            for family, by_dtype in self.family_peaks.items()}
+        return dataclasses.replace(self, peak_flops_per_s=dict(peaks), family_peaks=families)
 
     @property
     def ridge_flops_per_byte(self) -> dict[str, float]:

@@ -11,7 +11,9 @@ It works through the Trainer's own callback events only. The watch opens at the 
 watched step is exactly one optimizer step; each ``on_step_end`` ends one. A watched step
 is then the loop as it runs from the end of one optimizer step to the end of the next: the
 Trainer's logging, evaluation and saving after a step, fetching the next micro-batches,
-their forward and backward passes, gradient clipping, the optimizer and the scheduler.
+their forward and backward passes, gradient clipping, the optimizer and the scheduler. What
+runs before ``on_step_begin`` (the logging and fetching) is the step's data loading: in its
+time and throughput, outside its op breakdown and roofline.
 Once the watch has its steps it removes its hooks, and the report is written
 (``callback.report``; report.json, report.html and summary.md in ``out_dir``) while
 training goes on untouched. ``on_train_end`` closes a watch that is still open (a run
@@ -73,6 +75,8 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._run.can_open and state.is_world_process_zero:
             self._open(args, state, kwargs["model"], kwargs.get("optimizer"))
+        # The step's micro-batches are fetched: what ran since the last step is data loading.
+        self._run.batch_ready()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._run.step()

@@ -12,8 +12,11 @@ device), so the first watched step is exactly that batch's training step: the da
 start-up, the sanity check and ``on_train_start`` are not part of it. Each
 ``on_train_batch_end`` ends one watched step, so every later step is the loop as it runs
 from the end of one batch to the end of the next: fetching the batch included, and any
-validation or checkpointing Lightning runs in between. Once the watch has its steps it
-removes its hooks, and the report is written (``callback.report``; report.json,
+validation or checkpointing Lightning runs in between. What runs before
+``on_train_batch_start`` (fetching the batch and moving it to the device, Lightning's own
+work between batches) is the step's data loading: in its time and throughput, outside its
+op breakdown and roofline, which are the batch's training step. Once the watch has its
+steps it removes its hooks, and the report is written (``callback.report``; report.json,
 report.html and summary.md in ``out_dir``) while training goes on untouched.
 ``on_train_end``, ``on_exception`` and ``teardown`` close a watch that is still open: a
 run that ended early still gets a partial report, as ``watch``'s ``__exit__`` gives one.
@@ -85,6 +88,9 @@ class BatchscopeCallback(WatchedCallback, pl.Callback):
                              batch_idx: int) -> None:
         if self._run.can_open and trainer.is_global_zero:
             self._open(trainer, pl_module, batch)
+        # The batch is fetched and on the device: the step's own work begins. Marked here,
+        # not at the module's call, since training_step may call submodules only.
+        self._run.batch_ready()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -4,7 +4,9 @@ Face callbacks share (the trainer's own hooks open, step and close it).
 The callback opens the watch at a trainer's first step with the model, its optimizer, the
 rows a step holds, what the trainer says about itself (``run.integration`` in the report)
 and the flags its settings call for; the watch hands them to the assembler with what it
-measured. Each step-end event calls :meth:`WatchedRun.step`; once the watch has its steps
+measured. Each step-begin event, its batch fetched, calls :meth:`WatchedRun.batch_ready`
+(what ran since the step before is data loading, outside the op breakdown), and each
+step-end event :meth:`WatchedRun.step`; once the watch has its steps
 the report is taken and report.json, report.html and summary.md written.
 :meth:`WatchedRun.close` ends a watch still open with a partial report.
 """
@@ -71,6 +73,12 @@ class WatchedRun:
                   timed_steps=self.timed_steps, profiled_steps=self.profiled_steps,
                   integration=integration, flags=flags)
         self._watch = w.__enter__()
+
+    def batch_ready(self) -> None:
+        """A trainer step begins, its batch fetched: what ran since the last step is data
+        loading (:meth:`batchscope.watch.batch_ready`)."""
+        if self._watch is not None:
+            self._watch.batch_ready()
 
     def step(self) -> None:
         """One trainer step ended."""

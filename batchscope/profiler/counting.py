@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
-from batchscope.op_families import ARGS_PROBED
+from batchscope.op_families import ARGS_PROBED, op_name
 from batchscope.profiler.formulas import (
     Formula,
     formula_for,
@@ -444,7 +444,7 @@ class _CountingMode(TorchDispatchMode):
         if moves:
             reads, writes = _reads_and_writes(func, plan.signature, args, kwargs, out)
             split = self._bytes(reads, writes, touched)
-        name = func._overloadpacket.__name__
+        name = op_name(func.namespace, func._overloadpacket.__name__)  # c10d::scatter_
         return CountedOp(
             name=name,
             input_shapes=[list(t.shape) for t in inputs],

@@ -51,12 +51,21 @@ class FlagKind(str, Enum):
     CEILINGS_FAILED = "ceilings_failed"  # error
     CEILINGS_ON_BUSY_MACHINE = "ceilings_on_busy_machine"  # share
     ROOF_RAISED = "roof_raised"  # roof, before, after, op, source, measured_at (+ op_id, batch)
-    CEILING_SPREAD = "ceiling_spread"  # dtype, spread, best, median
+    # A roof's probe spread between repeats (dtype, family, path, size, spread, best,
+    # median, and fast, slow: the quartile rates whose span over the median is spread).
+    CEILING_SPREAD = "ceiling_spread"
+    # A measured rate (a probe's, or a run's op's) above the theoretical peak, or a kernel
+    # family's roof far below it (dtype, family, path, flops_per_s, share,
+    # theoretical_flops_per_s, and how it was worked out: source, cores, clock_hz,
+    # clock_source, flops_per_cycle, isa, fma_units, matrix_unit; below: native).
+    ABOVE_THEORETICAL_PEAK = "above_theoretical_peak"
+    BELOW_THEORETICAL_PEAK = "below_theoretical_peak"
     STAND_IN_TRAINING_STEP = "stand_in_training_step"  # optimizer_from_file, loss_from_file,
     #                                                    default_lr
     COMPILED = "compiled"  # compiles_at, compile_s; at_batch, fused_s, fused_share, kernels,
     #                        kernel_s
     AMP_SLOWER = "amp_slower"  # amp, dtype, peak, fp32_peak, compute_share, native
+    AMP_CASTS = "amp_casts"  # amp, dtype, cast_s, share (of the profiled step), calls
     AMP_FASTER = "amp_faster"  # dtype, ratio, compute_share
     GLOBAL_BATCH_IN_INFERENCE = "global_batch_in_inference"  # global_batch
     WORK_VARIES = "work_varies"  # batch_sizes, weight_bytes
@@ -76,6 +85,7 @@ class FlagKind(str, Enum):
     LIGHTNING_ACCUMULATES = "lightning_accumulates"  # batches, rows
     LIGHTNING_PROCESSES = "lightning_processes"  # world, strategy
     TRAINER_ACCUMULATES = "trainer_accumulates"  # steps, micro_batch
+    WATCH_DATA_LOADING = "watch_data_loading"  # seconds, share (of the median step)
     # -- a report.json of schema 1, whose flags were sentences ----------------------------
     NOTE = "note"  # text
 

@@ -143,11 +143,15 @@ class ModelInfo:
 # -- run -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WatchInfo:
-    """How many steps ``watch`` saw and timed."""
+    """How many steps ``watch`` saw and timed, and how long each waited for its batch."""
 
     steps: int
     timed_steps: int
     block_steps: int
+    # Host seconds per timed step from the end of the step before to the model's first
+    # call (or watch.batch_ready()): loading the batch. In the latency, not in the op
+    # breakdown; None where some timed step never reached the model.
+    data_loading_s: float | None = None
 
 
 class WatchedStep(str, Enum):

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from batchscope.classifiers.roofline import roof_flags
 from batchscope.errors import ExitCode
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler.supervisor import Callbacks
@@ -36,9 +37,9 @@ from batchscope.records import (
     Report,
     Status,
 )
-from batchscope.reports import fmt, narrative
+from batchscope.reports import fmt, html_rows, narrative
 from batchscope.reports import view as v
-from batchscope.reports.flag_text import rule_text, stop_text
+from batchscope.reports.flag_text import flag_text, rule_text, stop_text
 
 
 def _exit_now(signum: int, frame: object) -> None:
@@ -102,6 +103,20 @@ def _latency_cells(batch: BatchResult) -> tuple[str, str]:
     return v.latency_text(batch), spread or fmt.MISSING
 
 
+def _failure_lines(console: Console, report: Report) -> None:
+    """Why each batch size failed, in full, under the table: a table cell would cut the
+    error to its column's width, and the sentence that names the cause is often its end."""
+    for b in report.batches:
+        why = v.failure_text(b) if b.status != Status.OK else ""
+        if not why:
+            continue
+        first, *rest = why.splitlines()
+        console.print(escape(f"batch {v.size_label(report, b.batch_size)} "
+                             f"({b.status.value}): {first}"), overflow="fold")
+        for line in rest:  # the user's frames, indented under their error
+            console.print(escape(f"    {line}"), overflow="fold")
+
+
 def _recommendation_lines(console: Console, report: Report, rec: Recommendation) -> None:
     """The pick, its rule, the speedup, the parallel headline and the explanation."""
     unit = v.unit(report)
@@ -146,16 +161,15 @@ def print_summary(console: Console, report: Report) -> None:
         table.add_column(col, justify="left" if col == "status" else "right")
     for b in report.batches:
         median, spread = _latency_cells(b)
-        status = b.status.value
-        if b.status != Status.OK and v.failure_text(b):
-            status += ": " + v.failure_text(b).splitlines()[0][:48]
         mark = " *" if rec and rec.batch_size == b.batch_size else ""
         table.add_row(
             f"{b.batch_size}{mark}" if v.batch_size_known(report) else "?", median,
             *([spread] if spread_column else []),
-            escape(v.throughput_text(b)), fmt.nbytes(b.peak_memory_bytes), escape(status),
+            escape(v.throughput_text(b)), fmt.nbytes(b.peak_memory_bytes),
+            escape(b.status.value),
         )
     console.print(table)
+    _failure_lines(console, report)
     if v.peak_memory_method(report) != PeakMemoryMethod.NONE:
         console.print(escape(f"peak mem = {v.peak_memory_label(report)}"))
     allocator = narrative.allocator_headline(report)
@@ -198,22 +212,26 @@ def print_bus_bandwidths(console: Console, groups: list[dict[str, Any]]) -> None
 
 
 def print_ceilings(console: Console, ceilings: Ceilings) -> None:
-    """This machine's ceilings as a table."""
+    """This machine's ceilings as a table: per dtype each kernel family's roof and the probe
+    that reached it, the dtype's peak (every other op's roof) and the theoretical peak with
+    its formula's numbers (html_rows.roof_rows: the rows report.html lists); then the
+    bandwidth and the per-op floor, and what a report would flag about the roofs."""
     table = Table(title=escape(f"{ceilings.name} ({ceilings.device}, {ceilings.threads} threads)"),
                   title_justify="left")
     table.add_column("ceiling")
     table.add_column("value", justify="right")
-    for dtype, peak in ceilings.peak_flops_per_s.items():
-        figures = ceilings.details.matmul.get(dtype)
-        path = figures.peak_path if figures is not None else None
-        via = {"linear": " (via F.linear)", "conv2d": " (via a 3x3 conv2d)"}.get(path or "", "")
-        table.add_row(f"peak {dtype} matmul{via}", fmt.si(peak, "FLOP/s"))
-        table.add_row(f"ridge point {dtype}", f"{fmt.number(ceilings.ridge_for(dtype))} FLOP/byte")
+    table.add_column("ridge point", justify="right")
+    table.add_column("where it came from")
+    for row in html_rows.roof_rows(ceilings):
+        ridge = (f"{fmt.number(row.ridge_flops_per_byte)} FLOP/byte"
+                 if row.ridge_flops_per_byte is not None else "")
+        table.add_row(escape(row.name), fmt.si(row.flops_per_s, "FLOP/s"), ridge,
+                      escape(row.how))
     copy = ceilings.details.copy
     how = {"in_place": "in-place update"}.get(copy.peak_path if copy else "copy", "copy")
-    table.add_row(f"memory bandwidth ({how}, read+write)",
-                  fmt.si(ceilings.bandwidth_bytes_per_s, "B/s"))
-    table.add_row("fixed cost of one small op", fmt.seconds(ceilings.overhead_s))
+    table.add_row("memory bandwidth", fmt.si(ceilings.bandwidth_bytes_per_s, "B/s"), "",
+                  f"{how}, bytes read + written")
+    table.add_row("fixed cost of one small op", fmt.seconds(ceilings.overhead_s), "", "")
     console.print(table)
     console.print(escape(f"source: {ceilings.source} (torch {ceilings.torch_version}, "
                          f"measured {ceilings.measured_at})"))
@@ -223,3 +241,8 @@ def print_ceilings(console: Console, ceilings: Ceilings) -> None:
                           for dtype, peak in spec.peak_flops_per_s.items())
         console.print(escape(f"datasheet cross-check: {spec.product}: {peaks}; "
                              f"{fmt.si(spec.bandwidth_bytes_per_s, 'B/s')} ({spec.source})"))
+    # What a run's report would flag about these roofs: a probe whose repeats spread, a rate
+    # above the theoretical peak, a family's roof far below it (every family: no run yet).
+    for dtype in ceilings.peak_flops_per_s:
+        for flag in roof_flags(ceilings, dtype):
+            console.print(escape(f"* {flag_text(flag)}"), overflow="fold")

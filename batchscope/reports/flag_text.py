@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from batchscope.records import (
@@ -73,11 +74,95 @@ def _roof_raised(f: Flag) -> str:
             "ran. `diagnose hardware --recalibrate` measures it again")
 
 
+# The ceilings' probes (hardware/microbench.py) in words; any other path is a run's op.
+_PROBES = {"mm": "torch.mm", "linear": "F.linear", "conv2d": "a 3x3 conv2d"}
+
+
+def _roof(f: Flag) -> str:
+    """The roof a flag is about ("the float32 matmul roof"), or the dtype's one peak where
+    the flag names no kernel family (flags of reports written before families had roofs)."""
+    family = _t(f, "family")
+    return f"the {_t(f, 'dtype')} {family} roof" if family else f"the {_t(f, 'dtype')} peak"
+
+
+def _gflops(f: Flag, key: str) -> str:
+    """A FLOP/s figure in GFLOP/s to three significant digits (173, 12.5, 1.96), so that a
+    ratio quoted beside figures can be read off the figures shown, however slow the path."""
+    value = _n(f, key) / 1e9
+    if value <= 0:
+        return "0"
+    return f"{value:,.{max(0, 2 - math.floor(math.log10(value)))}f}"
+
+
 def _ceiling_spread(f: Flag) -> str:
-    return (f"the {_t(f, 'dtype')} matmul peak varied by {_n(f, 'spread'):.0%} between repeats "
-            f"(best {_n(f, 'best') / 1e9:,.0f}, median {_n(f, 'median') / 1e9:,.0f} GFLOP/s): "
-            "compute-bound ops sit that uncertainly against their roof; `diagnose hardware "
-            "--recalibrate` on a quiet machine measures it again")
+    probe = f"{_PROBES.get(_t(f, 'path'), _t(f, 'path') or 'torch.mm')}"
+    probe += f" at {_t(f, 'size')}" if _t(f, "size") else ""
+    tail = (f"the roof is their best, {_gflops(f, 'best')} GFLOP/s: compute-bound ops sit that "
+            "uncertainly against it; `diagnose hardware --recalibrate` on a quiet machine "
+            "measures it again")
+    if "fast" in f.values:  # the span of the rates quoted, over the median quoted
+        return (f"{_roof(f)} ({probe}) varied between repeats: the middle half of them ran at "
+                f"{_gflops(f, 'slow')}-{_gflops(f, 'fast')} GFLOP/s, a span of "
+                f"{_n(f, 'spread'):.0%} of their median {_gflops(f, 'median')} GFLOP/s; {tail}")
+    # Figures kept before the quartiles were: the spread is of the repeats' times.
+    return (f"the repeats of {_roof(f)} ({probe}) spread: their times' interquartile range "
+            f"is {_n(f, 'spread'):.0%} of their median (median {_gflops(f, 'median')} "
+            f"GFLOP/s); {tail}")
+
+
+def _theoretical(f: Flag) -> str:
+    """How the theoretical peak quoted was worked out: a CPU's product, or a datasheet."""
+    bound = f"{_gflops(f, 'theoretical_flops_per_s')} GFLOP/s"
+    if f.values.get("cores") is None:
+        return f"{bound} ({_t(f, 'source')})"
+    matrix = f", {_t(f, 'matrix_unit').upper()}" if _t(f, "matrix_unit") else ""
+    cores = int(_n(f, "cores"))
+    return (f"{bound} ({cores} core{'s' if cores != 1 else ''} × "
+            f"{_n(f, 'clock_hz') / 1e9:.2f} GHz × "
+            f"{_n(f, 'flops_per_cycle'):,.0f} FLOP a cycle: {_t(f, 'isa')}{matrix}, "
+            f"{int(_n(f, 'fma_units'))} FMA units a core assumed; a bound, not a prediction)")
+
+
+def _clock_words(f: Flag) -> str:
+    """The other reason a rate can pass the bound: a clock above the one read (a CPU), or a
+    faster variant of the GPU than the datasheet row."""
+    if f.values.get("cores") is None:
+        return ", or this GPU is a faster variant than the datasheet row it was matched to"
+    source = _t(f, "clock_source")
+    if not source or source == "cpuinfo_max_freq":
+        return ""
+    where = "/proc/cpuinfo reports" if source == "cpu MHz" else "the CPU's model name says"
+    return f", or the cores ran faster than the {_n(f, 'clock_hz') / 1e9:.2f} GHz {where} (turbo)"
+
+
+def _above_theoretical(f: Flag) -> str:
+    path = _t(f, "path")
+    what = (f"{path} ({f.op_id}) ran at batch {f.batch_size} at" if f.op_id else
+            f"{_PROBES.get(path, path)}, a probe of {_roof(f)}, reached")
+    return (f"{what} {_gflops(f, 'flops_per_s')} GFLOP/s in {_t(f, 'dtype')}, "
+            f"{_n(f, 'share'):.0%} of this machine's theoretical peak of {_theoretical(f)}: "
+            "it did fewer multiplications than the FLOPs counted (a Winograd or FFT "
+            f"convolution, a Strassen-like matmul){_clock_words(f)}. Ops are placed against "
+            "what was measured, so their efficiency is against what ran, not the silicon")
+
+
+def _below_theoretical(f: Flag) -> str:
+    dtype, path = _t(f, "dtype"), _t(f, "path")
+    how = _PROBES.get(path, path)
+    if f.values.get("native") is False:
+        why = (f"this CPU has no native {dtype} arithmetic, so torch converts to fp32 and "
+               "back: run fp32, or on a CPU with native bf16 (AMX or AVX512-BF16)")
+    elif dtype in ("bfloat16", "float16") and f.values.get("cores") is not None:
+        why = (f"{dtype} takes a slow library path on this CPU: run fp32 (run both and "
+               "`diagnose compare` the two reports)")
+    else:
+        why = ("a slow library path (a BLAS built without this CPU's widest vectors: "
+               "`python -c \"import torch; print(torch.__config__.show())\"` names it), or a "
+               "machine busy while the roof was measured (`diagnose hardware --recalibrate` "
+               "on a quiet one)")
+    return (f"{_roof(f)}, {_gflops(f, 'flops_per_s')} GFLOP/s ({how}), is "
+            f"{_n(f, 'share'):.0%} of this machine's theoretical peak of {_theoretical(f)}: "
+            f"{why}. Its ops are placed against the roof measured")
 
 
 def _compiled(f: Flag) -> str:
@@ -116,13 +201,25 @@ def _stand_in_step(f: Flag) -> str:
 
 def _amp_slower(f: Flag) -> str:
     dtype = _t(f, "dtype")
-    why = f"; this CPU has no native {dtype} arithmetic" if f.values.get("native") is False else ""
+    native = f.values.get("native") is False
+    why = f"; this CPU has no native {dtype} arithmetic" if native else ""
     peak, fp32 = _n(f, "peak"), _n(f, "fp32_peak")
-    return (f"--amp {_t(f, 'amp')} ran the matmuls in {dtype}, whose peak here is "
-            f"{peak / 1e9:,.0f} GFLOP/s against fp32's {fp32 / 1e9:,.0f} "
+    return (f"--amp {_t(f, 'amp')} ran the matmuls in {dtype}, whose matmul roof here is "
+            f"{_gflops(f, 'peak')} GFLOP/s against fp32's {_gflops(f, 'fp32_peak')} "
             f"({fp32 / peak if peak else float('inf'):,.1f}x "
             f"slower{why}): its compute-bound ops, {_n(f, 'compute_share'):.0%} of the step at "
-            f"batch {f.batch_size}, would run faster in fp32 here")
+            f"batch {f.batch_size}, would run faster in fp32 here; run without --amp"
+            + (", or on a CPU with native bf16 (AMX or AVX512-BF16)" if native else ""))
+
+
+def _amp_casts(f: Flag) -> str:
+    dtype = _t(f, "dtype")
+    return (f"--amp {_t(f, 'amp')} spent {_n(f, 'cast_s') * 1e6:,.0f} µs of the profiled step "
+            f"at batch {f.batch_size} ({_n(f, 'share'):.0%}, {int(_n(f, 'calls'))} calls) "
+            f"casting tensors (_to_copy: autocast casts the fp32 weights to {dtype} on every "
+            "step, and back for the ops it keeps in fp32): work an fp32 step does not do, so "
+            f"unless {dtype} saves more than that on the matmuls, the step is slower than in "
+            "fp32. A run without --amp measures fp32 here; `diagnose compare` the two reports")
 
 
 def _amp_faster(f: Flag) -> str:
@@ -237,6 +334,14 @@ def _trainer_accumulates(f: Flag) -> str:
             f"micro-batch's shapes (an op's calls add up over the {steps} micro-batches).")
 
 
+def _watch_data_loading(f: Flag) -> str:
+    return (f"each watched step spent {_n(f, 'seconds') * 1e3:,.3g} ms "
+            f"({_n(f, 'share'):.0%} of the median step) before the model was called: loading "
+            "its batch, and whatever else the loop runs first. It is in the step time and the "
+            "throughput, not in the op breakdown and the roofline, which start at the model's "
+            "first call.")
+
+
 _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {_t(f, 'reason')}",
     FlagKind.PLATEAU_OVERRULED: lambda f: (
@@ -276,9 +381,12 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         "were not cached and will be measured again on the next run"),
     FlagKind.ROOF_RAISED: _roof_raised,
     FlagKind.CEILING_SPREAD: _ceiling_spread,
+    FlagKind.ABOVE_THEORETICAL_PEAK: _above_theoretical,
+    FlagKind.BELOW_THEORETICAL_PEAK: _below_theoretical,
     FlagKind.STAND_IN_TRAINING_STEP: _stand_in_step,
     FlagKind.COMPILED: _compiled,
     FlagKind.AMP_SLOWER: _amp_slower,
+    FlagKind.AMP_CASTS: _amp_casts,
     FlagKind.AMP_FASTER: _amp_faster,
     FlagKind.GLOBAL_BATCH_IN_INFERENCE: lambda f: (
         f"--global-batch {int(_n(f, 'global_batch'))} was given, but this run is inference: "
@@ -303,8 +411,9 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.LIGHTNING_PROCESSES: lambda f: (
         f"Lightning ran {int(_n(f, 'world'))} processes ({_t(f, 'strategy')}): this report is "
         "rank 0's, its batch size per process, and each of its steps holds the gradients' "
-        "all-reduce (counted as allreduce_, not against the memory roof)."),
+        "all-reduce (counted as c10d::allreduce_, not against the memory roof)."),
     FlagKind.TRAINER_ACCUMULATES: _trainer_accumulates,
+    FlagKind.WATCH_DATA_LOADING: _watch_data_loading,
     FlagKind.NOTE: lambda f: _t(f, "text"),
 }
 
@@ -359,7 +468,7 @@ def flag_text(flag: Flag) -> str:
 
 # Kinds whose batch size is part of their own sentence, not a prefix.
 _RUN_WIDE = frozenset({FlagKind.ROOF_RAISED, FlagKind.AMP_SLOWER, FlagKind.AMP_FASTER,
-                       FlagKind.BATCH_FAILED})
+                       FlagKind.AMP_CASTS, FlagKind.BATCH_FAILED})
 
 
 # -- the stop ---------------------------------------------------------------------------------

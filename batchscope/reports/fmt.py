@@ -32,14 +32,24 @@ _TIMES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 WHOLE_SECONDS_FROM = 100.0
 
 
+def _rounded(value: float, digits: int = 3) -> float:
+    """``value`` at ``digits`` significant digits: the scale of a figure is chosen on what it
+    will print, so 999.6 µs reads "1 ms", never "1e+03 µs"."""
+    return float(f"{value:.{digits}g}")
+
+
+def _si_scale(value: float, digits: int = 3) -> tuple[float, str]:
+    """The SI divisor and prefix that print ``value`` with 1-3 digits before the point."""
+    shown = abs(_rounded(value, digits))
+    return next(((s, p) for s, p in _SI if shown >= s), (1.0, ""))
+
+
 def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     """``1.23e9, "FLOP/s"`` -> ``"1.23 GFLOP/s"`` (3 significant digits by default)."""
     if value is None:
         return MISSING
-    for scale, prefix in _SI:
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g} {prefix}{unit}".rstrip()
-    return f"{value:.{digits}g} {unit}".rstrip()
+    scale, prefix = _si_scale(value, digits)
+    return f"{_scaled(value / scale, digits)} {prefix}{unit}".rstrip()
 
 
 def flops(value: float | None) -> str:
@@ -76,16 +86,21 @@ def time_scale(largest_s: float) -> tuple[float, str]:
     return _TIMES[-1]
 
 
+def _seconds_unit(value: float) -> tuple[float, str]:
+    """The divisor and unit :func:`seconds` prints ``value`` in (below 1 s)."""
+    return time_scale(_rounded(value))
+
+
 def seconds(value: float | None) -> str:
     """A duration with a unit that keeps 3-4 significant digits: ``"61.5 ms"``."""
     if value is None:
         return MISSING
     if value >= WHOLE_SECONDS_FROM:
         return f"{value:,.0f} s"
-    if value >= 1:
+    if _rounded(value) >= 1:
         return f"{value:.2f} s"
-    scale, unit = time_scale(value)
-    return f"{value / scale:.3g} {unit}"
+    scale, unit = _seconds_unit(value)
+    return f"{_scaled(value / scale)} {unit}"
 
 
 def rate(value: float | None, unit: str) -> str:
@@ -125,9 +140,7 @@ def number(value: float | None, digits: int = 3) -> str:
     """A plain quantity with ``digits`` significant digits: ``"6.67"``."""
     if value is None:
         return MISSING
-    if abs(value) >= 10 ** digits:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    return _scaled(value, digits)
 
 
 def shapes(input_shapes: list[list[int]] | None) -> str:
@@ -166,8 +179,9 @@ class Band:
 
 def _scaled(value: float, digits: int = 3) -> str:
     """One end of an interval, already divided by its scale: 3 significant digits, whole
-    numbers with thousands separators from 1,000 up (never ``"1.2e+03"``)."""
-    if abs(value) >= 10 ** digits:
+    numbers with thousands separators from 1,000 up (never ``"1.2e+03"``, nor ``"1e+03"``
+    for 999.6)."""
+    if math.isfinite(value) and abs(_rounded(value, digits)) >= 10 ** digits:
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
 
@@ -192,7 +206,7 @@ def si_parts(value: float | None, interval: Interval | None, unit: str = "") -> 
     """A quantity and its interval, both ends at the quantity's SI prefix."""
     if value is None:
         return Band(MISSING)
-    scale, prefix = next(((s, p) for s, p in _SI if abs(value) >= s), (1.0, ""))
+    scale, prefix = _si_scale(value)
     return _parts(si(value, unit), interval, scale, f" {prefix}{unit}".rstrip())
 
 
@@ -224,9 +238,9 @@ def seconds_parts(value: float | None, interval: Interval | None) -> Band:
     """
     if value is None:
         return Band(MISSING)
-    if value >= 1:
+    if _rounded(value) >= 1:
         return _parts(seconds(value), interval, 1.0, " s")
-    scale, unit = time_scale(value)
+    scale, unit = _seconds_unit(value)
     return _parts(seconds(value), interval, scale, f" {unit}")
 
 

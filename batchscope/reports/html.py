@@ -151,6 +151,7 @@ def context(report: Report) -> dict[str, object]:
         "charts": {k: t for k, t, _ in CHARTS if k in figs},
         "bounds": [Chip(k, v.SHARE_LABELS[k], v.BOUND_COLORS[k]) for k in v.share_keys(report)],
         "byte_kinds": [Chip(k, k, v.BYTE_COLORS[k]) for k in v.BYTE_KINDS],
+        "roofline_title": roofline_chart.title(report),
         "unplaced": unplaced, "unplaced_share": fmt.pct(unplaced_share),
         "unplaced_batch": (v.size_label(report, unplaced_batch)
                            if unplaced_batch is not None else ""),

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchscope.hardware.figures import CopyFigures, MatmulFigures
+from batchscope.hardware.figures import (
+    PATH_FAMILY,
+    CopyFigures,
+    FamilyPeak,
+    MatmulFigures,
+    TheoreticalPeak,
+)
+from batchscope.hardware.theoretical import AMX_FLOP_PER_CYCLE
+from batchscope.hardware.types import Ceilings
+from batchscope.op_families import Family
 from batchscope.records import BatchResult, OpStat, Report, Status
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
@@ -381,11 +390,149 @@ def timing_rows(report: Report) -> list[TimingRow]:
 
 @dataclass(frozen=True)
 class CeilingRow:
-    """One ceiling of the machine: what it is, its value, where it came from."""
+    """One ceiling of the machine: what it is, its value, its ridge point (a compute roof's),
+    where it came from."""
 
     name: str
     value: str
     how: str
+    ridge: str = ""
+
+
+# The ceilings' probes in words (hardware/microbench.py); any other path is an op of a run
+# that beat them (roofline.achieved_ceilings).
+PROBE_WORDS = {"mm": "torch.mm", "linear": "F.linear", "conv2d": "a 3x3 conv2d"}
+# Kernel families (op_families.Family) in words, as the flags name them ("the float32 conv
+# roof", reports/flag_text.py), in the order their rows are listed: the matmul's first, the
+# roof B* is worked out against.
+FAMILY_WORDS = {"matmul": "matmul", "conv": "conv"}
+# Where a CPU's clock was read (hardware/theoretical.cpu_clock_hz), in words: a VM's
+# /proc/cpuinfo reports its base clock, and turbo may run above it.
+_CLOCK_WORDS = {"cpuinfo_max_freq": "sysfs' maximum, turbo included",
+                "cpu MHz": "/proc/cpuinfo's, a VM's base clock",
+                "model name": "the model name's, a base clock"}
+
+
+@dataclass(frozen=True)
+class RoofRow:
+    """One compute roof of one dtype: what report.html's ceilings table and ``diagnose
+    hardware`` list (:func:`roof_rows`).
+
+    Attributes:
+        name: the roof: "float32 matmul roof", "float32 peak: every other op's roof",
+            "float32 theoretical peak (a bound)".
+        flops_per_s: its value.
+        ridge_flops_per_byte: the ridge point it makes with the bandwidth (None for the
+            bound, which no op is placed against).
+        how: the probe (or the run's op) that reached it, or the bound's formula with its
+            numbers.
+    """
+
+    name: str
+    flops_per_s: float
+    ridge_flops_per_byte: float | None
+    how: str
+
+
+def family_order(family: str) -> tuple[int, str]:
+    """Families in :data:`FAMILY_WORDS` order, any other after them."""
+    order = list(FAMILY_WORDS)
+    return (order.index(family) if family in order else len(order), family)
+
+
+def family_roof_name(dtype: str, family: str) -> str:
+    """"float32 matmul roof": the name a kernel family's roof goes by in every table,
+    chart and legend."""
+    return f"{dtype} {FAMILY_WORDS.get(family, family)} roof"
+
+
+def _probe_at(figures: MatmulFigures | None, path: str) -> str:
+    """A probe and the size its best came at: "torch.mm at n=2048"."""
+    rates = figures.path_rates(path) if figures is not None else None
+    words = PROBE_WORDS.get(path, path)
+    return f"{words} at {rates.size}" if rates is not None else words
+
+
+def _family_how(hw: Ceilings, dtype: str, family: str, roof: FamilyPeak) -> str:
+    """Which probe reached a family's roof, beside the family's other probes; or the op of
+    the run that beat them."""
+    if roof.op_id is not None:
+        raised = hw.details.achieved_by_ops.get(f"{dtype} {family}")
+        before = (f", above the probes' {fmt.si(raised.measured_peak_flops_per_s, 'FLOP/s')}"
+                  if raised is not None else "")
+        batch = f" at batch {raised.batch_size}" if raised is not None else ""
+        return f"reached by {roof.path} ({roof.op_id}){batch} in this run{before}"
+    figures = hw.details.matmul.get(dtype)
+    how = f"reached by {_probe_at(figures, roof.path)}"
+    if figures is None:
+        return how
+    rates = {"mm": figures.peak_flops_per_s,
+             **{path: f.peak_flops_per_s for path, f in figures.paths.items()}}
+    others = [f"{PROBE_WORDS.get(path, path)} {fmt.si(rate, 'FLOP/s')}"
+              for path, rate in rates.items()
+              if rate and path != roof.path and PATH_FAMILY.get(path) == Family(family)]
+    return how + (f" (the better of its probes: {', '.join(others)})" if others else "")
+
+
+def _peak_how(hw: Ceilings, dtype: str, peak: float) -> str:
+    """How a dtype's peak, the roof of ops of no family with probes of their own, came."""
+    if hw.source == "datasheet" and dtype not in hw.details.matmul:
+        return "datasheet figure, not measured"
+    figures = hw.details.matmul.get(dtype)
+    if not hw.family_peaks:  # ceilings measured before families had roofs of their own
+        return _matmul_how(figures, hw.source == "datasheet")
+    best = next((roof for by_dtype in hw.family_peaks.values()
+                 if (roof := by_dtype.get(dtype)) is not None and roof.flops_per_s == peak),
+                None)
+    path = best.path if best is not None else (figures.peak_path if figures else None) or "mm"
+    what = (f"{path} ({best.op_id}) in this run" if best is not None and best.op_id
+            else _probe_at(figures, path))
+    return f"the best of all probes: {what}"
+
+
+def theoretical_how(theoretical: TheoreticalPeak, dtype: str) -> str:
+    """The theoretical peak's formula with its numbers (a CPU), or its datasheet row, and
+    its assumptions: a bound, not a prediction.
+
+    Example:
+        >>> t = TheoreticalPeak({"float32": 307.2e9}, "cpu flags", {"float32": 64.0}, cores=2,
+        ...                     clock_hz=2.4e9, clock_source="cpu MHz", isa="avx512f",
+        ...                     fma_units=2)
+        >>> theoretical_how(t, "float32")[:71]
+        'a bound, not a measurement: 2 cores × 2.40 GHz × 64 FLOP/cycle (avx512f'
+    """
+    per_cycle = theoretical.flops_per_cycle_per_core.get(dtype)
+    if theoretical.cores is None or theoretical.clock_hz is None or per_cycle is None:
+        return f"a bound, not a measurement ({theoretical.source}, dense)"
+    matrix = (f", {theoretical.matrix_unit.upper()} for {dtype}"
+              if theoretical.matrix_unit and per_cycle == AMX_FLOP_PER_CYCLE else "")
+    clock = _CLOCK_WORDS.get(theoretical.clock_source or "", theoretical.clock_source or "?")
+    cores = f"{theoretical.cores} core{'s' if theoretical.cores != 1 else ''}"
+    return (f"a bound, not a measurement: {cores} × "
+            f"{theoretical.clock_hz / 1e9:.2f} GHz × {per_cycle:,.0f} FLOP/cycle "
+            f"({theoretical.isa}{matrix}, {theoretical.fma_units} FMA units a core assumed; "
+            f"SMT threads count as cores; clock {clock})")
+
+
+def roof_rows(hw: Ceilings) -> list[RoofRow]:
+    """Per dtype: each kernel family's roof and the probe that reached it, the dtype's peak
+    (the roof of every other op) and the theoretical peak, the bound all are set against."""
+    bw = hw.bandwidth_bytes_per_s
+    rows = []
+    for dtype, peak in hw.peak_flops_per_s.items():
+        for family in sorted(hw.family_peaks, key=family_order):
+            roof = hw.family_peaks[family].get(dtype)
+            if roof is not None:
+                rows.append(RoofRow(family_roof_name(dtype, family), roof.flops_per_s,
+                                    roof.flops_per_s / bw if bw else None,
+                                    _family_how(hw, dtype, family, roof)))
+        name = f"{dtype} peak: every other op's roof" if hw.family_peaks else f"{dtype} peak"
+        rows.append(RoofRow(name, peak, peak / bw if bw else None, _peak_how(hw, dtype, peak)))
+        bound = hw.theoretical.flops_per_s.get(dtype) if hw.theoretical is not None else None
+        if hw.theoretical is not None and bound:
+            rows.append(RoofRow(f"{dtype} theoretical peak (a bound)", bound, None,
+                                theoretical_how(hw.theoretical, dtype)))
+    return rows
 
 
 def _bandwidth_paths(copy: CopyFigures) -> str:
@@ -398,7 +545,8 @@ def _bandwidth_paths(copy: CopyFigures) -> str:
 
 
 def _matmul_how(d: MatmulFigures | None, datasheet: bool) -> str:
-    """How one dtype's matmul peak was found, from the benchmark's figures."""
+    """How one dtype's peak was found, from the benchmark's figures (ceilings measured
+    before kernel families had roofs of their own)."""
     if d is None:
         return "datasheet figure, not measured" if datasheet else "measured"
     how = (f"best of {len(d.sizes)} square matmul sizes, peak at n = "
@@ -420,15 +568,10 @@ def ceiling_rows(report: Report) -> list[CeilingRow]:
     if hw is None:
         return []
     details = hw.details
-    ridges = hw.ridge_flops_per_byte
-    rows = []
-    for dtype, peak in hw.peak_flops_per_s.items():
-        rows.append(CeilingRow(f"peak {dtype} matmul", fmt.si(peak, "FLOP/s"),
-                               _matmul_how(details.matmul.get(dtype),
-                                           hw.source == "datasheet")))
-        rows.append(CeilingRow(f"ridge point {dtype}",
-                               f"{fmt.number(ridges.get(dtype))} FLOP/byte",
-                               "computed: peak / bandwidth"))
+    rows = [CeilingRow(r.name, fmt.si(r.flops_per_s, "FLOP/s"), r.how,
+                       f"{fmt.number(r.ridge_flops_per_byte)} FLOP/byte"
+                       if r.ridge_flops_per_byte is not None else "")
+            for r in roof_rows(hw)]
     copy = details.copy
     rows.append(CeilingRow(
         "memory bandwidth", fmt.si(hw.bandwidth_bytes_per_s, "B/s"),

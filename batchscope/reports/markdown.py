@@ -13,18 +13,26 @@ Example:
 
 from __future__ import annotations
 
-from batchscope.records import PeakMemoryMethod, Report
+from batchscope.records import BatchResult, PeakMemoryMethod, Report, Status
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
 from batchscope.reports.escape import md_cell, md_text, mermaid_label
 from batchscope.reports.flag_text import assumption_text, estimate_text, rule_text, stop_text
+from batchscope.reports.html_rows import PROBE_WORDS
 
 MAX_CHARS = 60_000
 TOP_OPS = 10
 MAX_FLAGS = 30
 # Rows of the batch table; a sweep longer than this keeps its first and last rows.
 MAX_BATCH_ROWS = 40
-ERROR_CELL_CHARS = 100
+# Why a batch size failed is said in full under the table, as the terminal says it (a cell
+# cut it to 100 characters, and the clause that names the cause is often the end). Its
+# first line, the exception, is bounded where it is caught (tracebacks.MAX_ERROR_CHARS,
+# 2000, and the cut's note); a longer line is cut here all the same.
+ERROR_LINE_CHARS = 2100
+# The user's traceback frames shown under it, the innermost kept: a runaway recursion holds
+# a thousand.
+ERROR_FRAMES = 20
 # Column heads of the time shares, in v.SHARES order.
 SHARE_HEADS = {"memory": "memory", "compute": "compute", "overhead": "overhead",
                "uncounted": "uncounted", "framework": "between ops",
@@ -100,10 +108,17 @@ def _facts(report: Report) -> str:
         where = ("datasheet figures, not measured" if hw.source == "datasheet"
                  else f"{hw.device}, {hw.threads} threads")
         rows.append(["machine", md_cell(f"{hw.name} ({where})")])
-        rows.append(["ceilings", md_cell(f"{fmt.si(peak, 'FLOP/s')} {dtype}, "
-                                         f"{fmt.si(hw.bandwidth_bytes_per_s, 'B/s')}, "
-                                         f"ridge {fmt.number(v.ridge(report))} FLOP/byte, "
-                                         f"one small op {fmt.seconds(hw.overhead_s)}")])
+        compute = f"{fmt.si(peak, 'FLOP/s')} {dtype}"
+        ridge = f"ridge {fmt.number(v.ridge(report))} FLOP/byte"
+        matmul = hw.family_peaks.get("matmul", {}).get(dtype)
+        if matmul is not None and peak:  # the roof a matmul is placed against, then the peak
+            via = PROBE_WORDS.get(matmul.path, matmul.path)
+            compute = (f"{dtype} matmul roof {fmt.si(matmul.flops_per_s, 'FLOP/s')} ({via}), "
+                       f"peak {fmt.si(peak, 'FLOP/s')}")
+            ridge = (f"matmul ridge {fmt.number(matmul.flops_per_s / hw.bandwidth_bytes_per_s)}"
+                     " FLOP/byte")
+        rows.append(["ceilings", md_cell(f"{compute}, {fmt.si(hw.bandwidth_bytes_per_s, 'B/s')}, "
+                                         f"{ridge}, one small op {fmt.seconds(hw.overhead_s)}")])
     return md_table(["", ""], [[md_cell(a), b if b else " "] for a, b in rows])
 
 
@@ -135,8 +150,6 @@ def _batch_rows(report: Report) -> str:
         if not v.batch_size_known(report):
             mark = "?"
         status = md_cell(b.status.value)
-        if v.failure_text(b):
-            status += ": " + md_cell(v.failure_text(b), ERROR_CELL_CHARS)
         gain, gain_band = v.gain_over(b, first)
         rows.append([
             mark, status, v.latency_text(b) if lat is not None else fmt.MISSING,
@@ -152,6 +165,9 @@ def _batch_rows(report: Report) -> str:
     header = ["batch", "status", "step (median, 95%)", "p25 – p75", md_cell(f"{unit}s/s (95%)"),
               f"× batch {base}", "peak memory", " / ".join(SHARE_HEADS[k] for k in keys)]
     table = md_table(header, rows, "rlrrrrrr")
+    failures = _failures(report, batches)
+    if failures:
+        table += "\n\n" + failures
     carried = v.counts_note(report)
     if carried:
         table += "\n\n" + carried
@@ -159,6 +175,41 @@ def _batch_rows(report: Report) -> str:
         return table  # no peak memory measured (a recorded trace): nothing to label
     memory = f"The peak memory column is the {md_text(v.peak_memory_label(report), 400)}."
     return table + "\n\n" + memory
+
+
+def _frames(lines: list[str]) -> list[str]:
+    """The user's traceback (``traceback.format_list``: a "File ..., line N, in f" line, then
+    its source line) as one line a frame: "File "m.py", line 12, in run: return model(x)"."""
+    frames: list[str] = []
+    for line in (line.strip() for line in lines):
+        if not line:
+            continue
+        if line.startswith("File ") or not frames:
+            frames.append(line)
+        else:
+            frames[-1] += f": {line}"
+    return frames
+
+
+def _failures(report: Report, batches: list[BatchResult]) -> str:
+    """Why each batch size of the table failed, in full: the error on the line of its batch
+    size, the user's frames under it, innermost last (each line escaped like every other
+    piece of user text: a code block would keep a mention or a tag raw in the file)."""
+    items = []
+    for b in batches:
+        why = v.failure_text(b) if b.status != Status.OK else ""
+        if not why:
+            continue
+        first, *rest = why.splitlines()
+        items.append(f"- batch {md_text(v.size_label(report, b.batch_size))} "
+                     f"({md_text(b.status.value)}): {md_text(first, ERROR_LINE_CHARS)}")
+        frames = _frames(rest)
+        if len(frames) > ERROR_FRAMES:
+            left = len(frames) - ERROR_FRAMES
+            items.append(f"  - … {left} outer frames left out")
+            frames = frames[-ERROR_FRAMES:]
+        items += [f"  - {md_text(frame, ERROR_LINE_CHARS)}" for frame in frames]
+    return "\n".join(items)
 
 
 def _explanation(report: Report) -> str:

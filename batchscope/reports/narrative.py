@@ -70,6 +70,9 @@ MAX_STATE_OPS = 3
 NOTHING_MEASURED = "No batch size was measured, so there is nothing to explain."
 # A time share under this is left out of the share sentence (it would read "0%").
 SMALL_SHARE = 0.005
+# A share of the step from which it is "most of the step": words such as "mostly" or a
+# verdict ("compute-bound", "launch-bound") need the share to hold a majority.
+MAJORITY_SHARE = 0.5
 
 
 @dataclass
@@ -86,7 +89,7 @@ def _bound_words(bound: Bound) -> str:
     if bound in (Bound.MEMORY, Bound.COMPUTE, Bound.OVERHEAD):
         return f"{bound.value}-bound"
     if bound == Bound.COMMUNICATION:
-        return "communication (NCCL)"
+        return "communication (collectives: NCCL on a GPU, gloo on a CPU)"
     if bound == Bound.TRANSFER:
         return "a copy between host and device"
     return "not classified (no FLOP formula or no ceilings)"
@@ -167,6 +170,11 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
     weights = batch.bytes.weights if batch.bytes is not None else 0
     weight_share = weights / total if total else 0.0
     hw = v.hardware(report)
+    # "Most" only where the largest share is a majority; else the share itself, as the
+    # largest one (a step 28% in one kind of op is not mostly in it).
+    share = v.share_of(batch.time_share, dominant) if dominant is not None else 0.0
+    most = share >= MAJORITY_SHARE
+    largest = f"The largest share of the step ({fmt.pct(share)}, less than half)"
     if dominant == "memory" and weight_share >= WEIGHT_DOMINATED_SHARE:
         return ("So the step waits on memory, and mostly on weights. Weights are read once per "
                 "step whatever the batch, so every extra row gets them for free: this is the "
@@ -176,7 +184,8 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
                 "every row cannot be shared by a batch, so batching helps less than the "
                 "memory-bound label suggests.")
     if dominant == "compute":
-        text = ("Most of the step's time is in compute-bound ops: its large ops do enough FLOPs "
+        text = (("Most of the step's time" if most else largest)
+                + " is in compute-bound ops: its large ops do enough FLOPs "
                 "per byte to keep the arithmetic units busy, and a larger batch brings more "
                 "FLOPs in proportion.")
         intensity, ridge = v.step_intensity(batch), v.ridge(report)
@@ -192,20 +201,30 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
                 "lifts throughput through amortized overhead rather than weight reuse."
                 + _noise_note(report))
     if dominant == "uncounted":
-        return ("Most of the step is in ops without a FLOP formula, which the roofline cannot "
+        return (("Most of the step" if most else largest)
+                + " is in ops without a FLOP formula, which the roofline cannot "
                 "place; the flags below list them.")
     if dominant == "idle":
+        remedy = ("a larger batch (the same launches do more work), CUDA graphs or "
+                  "torch.compile.")
+        if not most:
+            return (f"{largest} is the GPU sitting idle, waiting for the host to launch the "
+                    "next kernel; fewer, larger kernels would shorten it: " + remedy
+                    + _noise_note(report))
         return ("The step is launch-bound: the GPU sits idle most of the time, waiting for the "
                 "host to launch the next kernel. Faster kernels would not help; fewer, larger "
-                "ones would: a larger batch (the same launches do more work), CUDA graphs or "
-                "torch.compile." + _noise_note(report))
+                "ones would: " + remedy + _noise_note(report))
     if dominant == "communication":
-        return ("The step waits mostly on communication (NCCL collectives that no other kernel "
+        return (("The step waits mostly on communication" if most else
+                 f"{largest} is communication")
+                + " (collectives, NCCL's on a GPU or gloo's on a CPU, that no other work "
                 "hides). A larger per-rank batch does more compute per collective, which "
                 "amortizes it; overlapping it with backward (bucketing) hides it.")
     if dominant == "transfer":
-        return ("The step waits mostly on copies between host and device: pinned memory, "
-                "non_blocking copies and keeping tensors on the GPU shorten them.")
+        return (("The step waits mostly on copies between host and device" if most else
+                 f"{largest} is copies between host and device")
+                + ": pinned memory, non_blocking copies and keeping tensors on the GPU "
+                "shorten them.")
     return ""
 
 
@@ -240,10 +259,13 @@ def _bytes_paragraph(report: Report, b0: BatchResult) -> str:
                 "counted from the recorded shapes (a trace does not say which tensors "
                 "are weights, so the bytes are not split).")
     else:
+        # A watched loop has no make_inputs: its state is what its model was called with.
+        given = ("the step was given" if report.run.source == Source.WATCH
+                 else "built by make_inputs")
         text = (f"One step moves {fmt.nbytes(total)}: {fmt.nbytes(split.weights)} "
                 f"of weights ({fmt.pct(split.weights / total)}), "
-                f"{fmt.nbytes(split.state)} of inputs and state built by "
-                f"make_inputs ({fmt.pct(split.state / total)}) and "
+                f"{fmt.nbytes(split.state)} of inputs and state {given} "
+                f"({fmt.pct(split.state / total)}) and "
                 f"{fmt.nbytes(split.activations)} of activations, for "
                 f"{fmt.flops(b0.flops)}.")
     intensity, ridge, hw = v.step_intensity(b0), v.ridge(report), v.hardware(report)
@@ -327,7 +349,10 @@ def _bstar_band(rec: Recommendation) -> str:
 
 def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
     """Where the layers that read weights or state turn compute-bound, or that they never do."""
-    ridge = v.ridge(report)
+    # The ridge the crossing was worked out against (the matmul roof's, for a decoder's
+    # linears: critical_batch.predict_compute_bound_batch), else the dtype's.
+    ridge = (terms.peak_flops_per_s / terms.bandwidth_bytes_per_s
+             if terms.peak_flops_per_s and terms.bandwidth_bytes_per_s else v.ridge(report))
     ridge_text = f"{fmt.number(ridge)} FLOP/byte" if ridge else "the ridge point"
     flops_row, bytes_row = terms.layers_flops_per_row, terms.layers_bytes_per_row
     fixed = fmt.nbytes(terms.layers_fixed_bytes)
@@ -472,16 +497,20 @@ def state(report: Report) -> Section | None:
     else:
         sec.paragraphs.append(f"Weights are {fmt.nbytes(w0)} per step, read once and shared by "
                               "every row of a batch; only one batch size was measured.")
+    # A watched loop has no make_inputs: its state is what its model was called with.
+    watched = report.run.source == Source.WATCH
     if negligible:
+        given = "the step was given" if watched else "built by make_inputs"
         sec.paragraphs.append(
-            f"Inputs and state built by make_inputs take {fmt.nbytes(s1 / n1)} per row "
+            f"Inputs and state {given} take {fmt.nbytes(s1 / n1)} per row "
             f"({fmt.pct(s1 / total1)} of the step's bytes at batch {n1}): each row brings its "
             "own, so they never amortize, but at this size they do not hold the weights back. "
             "Activations grow with the batch, as they must "
             f"({fmt.nbytes(hi_bytes.activations / n1)} per row at batch {n1}).")
         return sec
     sec.paragraphs.append(
-        f"State (tensors make_inputs built that every step reads again, such as a KV cache) is "
+        f"State (tensors {'the step was given' if watched else 'make_inputs built'} that "
+        "every step reads again, such as a KV cache) is "
         f"{fmt.nbytes(s0 / n0)} per row at batch {n0} and {fmt.nbytes(s1 / n1)} per row at "
         f"batch {n1}: every row owns its own, so no batch can share it. It is "
         f"{fmt.pct(s1 / total1)} of the step's bytes at batch {n1}, up from "
@@ -894,13 +923,24 @@ def _allocator_side_by_side(report: Report) -> str | None:
     return text
 
 
-# A trace's verdict, by the share holding the largest part of its step.
+# A trace's verdict, by the share holding the largest part of its step: said only where
+# that share is a majority (MAJORITY_SHARE); below it, where the largest share went
+# (_LARGEST_SHARE_WORDS), with no verdict.
 _TRACE_VERDICTS = {
     "idle": "launch-bound, the GPU waiting on the host",
     "communication": "communication-bound", "transfer": "bound by host-device copies",
     "memory": "memory-bound", "compute": "compute-bound",
     "overhead": "bound by kernels too small to reach a roof",
     "uncounted": "mostly in ops without a FLOP formula",
+}
+_LARGEST_SHARE_WORDS = {
+    "idle": "with the GPU idle, waiting on the host",
+    "communication": "in communication not hidden behind other kernels",
+    "transfer": "in copies between host and device",
+    "memory": "in memory-bound kernels", "compute": "in compute-bound kernels",
+    "overhead": "in kernels too small to reach a roof",
+    "uncounted": "in ops without a FLOP formula",
+    "framework": "between ops (Python and dispatch)",
 }
 
 
@@ -912,12 +952,19 @@ def trace_headline(report: Report) -> str | None:
     b0 = measured[0]
     median = b0.latency_s.median if b0.latency_s is not None else None
     dominant = v.dominant_bound(b0)
-    words = _TRACE_VERDICTS.get(dominant or "", "")
     where = "on the GPU" if b0.time_basis == TimeBasis.DEVICE else "on the CPU"
     label = v.batch_label(report, b0)
     text = f"{label[0].upper()}{label[1:]}: a step takes {fmt.seconds(median)} {where}"
-    if words and dominant is not None:
-        text += f", {words} ({fmt.pct(v.share_of(b0.time_share, dominant))} of the step)"
+    if dominant is None:
+        return text + "."
+    share = v.share_of(b0.time_share, dominant)
+    if share >= MAJORITY_SHARE and dominant in _TRACE_VERDICTS:
+        return text + f", {_TRACE_VERDICTS[dominant]} ({fmt.pct(share)} of the step)."
+    # No kind of time holds most of the step: a verdict would overstate its largest part.
+    words = _LARGEST_SHARE_WORDS.get(dominant)
+    if words:
+        text += (f", its largest share {words} ({fmt.pct(share)} of the step, "
+                 "less than half)")
     return text + "."
 
 

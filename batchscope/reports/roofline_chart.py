@@ -1,24 +1,38 @@
-"""The roofline of this machine, a roof per dtype, with every op at every batch size.
+"""The roofline, a roof per dtype and per kernel family, with every op at every batch size:
+this machine's measured roofs, or the datasheet roofs of the GPU a trace names.
 
 Log-log: x is arithmetic intensity (FLOP per byte), y the FLOP/s an op attained (its counted
-FLOPs over its profiled time). Each roof is ``min(peak, intensity × bandwidth)``; the
-model's dtype is drawn solid, the other measured dtypes dashed. Points are coloured by the
-bound the classifier gave them, shaped by batch size, sized by their share of the step, and
-a thin path joins one op across batch sizes: ops whose weights amortize walk right as the
-batch grows, ops that read per-row state stay put.
+FLOPs over its profiled time). Each roof is ``min(peak, intensity × bandwidth)``. Every
+dtype's peak is drawn (the roof of ops of no kernel family with probes of their own), and
+beside it each kernel family's roof the run's ops were placed against, labelled with the
+probe that reached it: a matmul is drawn under the matmul roof it is classified against, so
+an addmm at 92% of that roof sits at 92% of a line, not at 45% of a convolution's (issue
+32). The model's dtype is drawn solid, the other dtypes dashed; a dotted line marks the ridge
+of the roof the model's ops spent the most time under. Points are coloured by the bound the
+classifier gave them, shaped by batch size, sized by their share of the step, and a thin
+path joins one op across batch sizes: ops whose weights amortize walk right as the batch
+grows, ops that read per-row state stay put.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from batchscope.hardware.types import Ceilings
+from batchscope.hardware.types import FP32, Ceilings
+from batchscope.op_families import family as kernel_family
 from batchscope.records import BatchResult, OpStat, Report
 from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.escape import chart_text
+from batchscope.reports.html_rows import (
+    FAMILY_WORDS,
+    PROBE_WORDS,
+    family_order,
+    family_roof_name,
+)
 
 # Marker diameter in px: the floor, and what a share of 100% of the step adds (by sqrt).
 MARKER_MIN_PX = 6.0
@@ -28,6 +42,9 @@ PAD_DECADES = 0.35
 ROOF_HEIGHT_PX = 540
 # Two roof labels closer than this (in decades of FLOP/s) would overlap.
 LABEL_GAP_DECADES = 0.15
+# The kernel families' roofs (op_families.Family), each in its own colour; the dtypes' peaks
+# keep the ink (the model's dtype) and the guide grey (the others).
+FAMILY_COLORS = {"matmul": "#1e3a8a", "conv": "#7c3aed"}
 
 
 def _placeable(op: OpStat) -> bool:
@@ -40,7 +57,7 @@ def _attained(op: OpStat) -> float:
     return (op.flops or 0) / op.time_s
 
 
-def _hover(report: Report, op: OpStat, batch: BatchResult) -> str:
+def _hover(report: Report, op: OpStat, batch: BatchResult, roof: str) -> str:
     split = op.bytes
     lines = [
         f"<b>{chart_text(op.name)}</b>  {chart_text(op.op_id)}",
@@ -55,7 +72,7 @@ def _hover(report: Report, op: OpStat, batch: BatchResult) -> str:
         f"activations {fmt.nbytes(split.activations)}",
         f"intensity {fmt.number(op.intensity)} FLOP/byte · "
         f"<b>{chart_text(op.bound.value)}-bound</b> · "
-        f"{fmt.pct(op.efficiency)} of roof",
+        f"{fmt.pct(op.efficiency)} of its roof: the {chart_text(roof)}",
     ]
     return "<br>".join(lines)
 
@@ -65,7 +82,8 @@ def _marker_size(op: OpStat, batch: BatchResult) -> float:
     return MARKER_MIN_PX + MARKER_SCALE_PX * math.sqrt(min(max(share, 0.0), 1.0))
 
 
-def _point_traces(report: Report) -> tuple[list[dict[str, Any]], list[float], list[float]]:
+def _point_traces(report: Report,
+                  hw: Ceilings) -> tuple[list[dict[str, Any]], list[float], list[float]]:
     traces: list[dict[str, Any]] = []
     xs: list[float] = []
     ys: list[float] = []
@@ -87,7 +105,9 @@ def _point_traces(report: Report) -> tuple[list[dict[str, Any]], list[float], li
         traces.append({
             "type": "scatter", "mode": "markers", "name": group, "legendgroup": group,
             "showlegend": False,
-            "x": x, "y": y, "hovertext": [_hover(report, op, batch) for op in ops],
+            "x": x, "y": y,
+            "hovertext": [_hover(report, op, batch, _roof_name(hw, *roof_of(hw, op)))
+                          for op in ops],
             "hoverinfo": "text",
             "marker": {
                 "symbol": symbol,
@@ -124,32 +144,109 @@ def _paths(report: Report) -> dict[str, Any] | None:
             "line": {"color": "#cbd5e1", "width": 1}}
 
 
-def _roofs(hw: Ceilings, dtype: str, x_lo: float,
+@dataclass(frozen=True)
+class _Line:
+    """One roof drawn: a kernel family's in a dtype, a dtype's peak, or both at once where
+    they are the same figure (a convolution that reached the dtype's best)."""
+
+    name: str  # the legend's: "float32 matmul roof", "float32 roof"
+    label: str  # the words on the chart before its figure: "float32 matmul"
+    dtype: str
+    family: str | None  # None: the dtype's peak alone
+    flops_per_s: float
+    via: str = ""  # the probe (or op) that reached it, after the figure: "torch.mm"
+
+
+def roof_of(hw: Ceilings, op: OpStat) -> tuple[str, str | None]:
+    """The roof an op is placed against, as roofline.Roof.of_op finds it: the dtype whose
+    figures it uses and its kernel family where that family has a roof there (None: the
+    dtype's peak)."""
+    dtype = op.roof_dtype or op.dtype or FP32
+    key = dtype if hw.peak_flops_per_s.get(dtype) else FP32
+    found = kernel_family(op.name)
+    has_roof = found is not None and key in hw.family_peaks.get(found.value, {})
+    return key, found.value if has_roof and found is not None else None
+
+
+def _roof_name(hw: Ceilings, dtype: str, family: str | None) -> str:
+    """A roof's name in the legend and the hover: "float32 matmul roof"; a dtype's peak is
+    "float32 peak" beside family roofs (as the ceilings table has it), "float32 roof" in
+    ceilings without them (the one roof of its dtype)."""
+    if family:
+        return family_roof_name(dtype, family)
+    return f"{dtype} peak" if hw.family_peaks else f"{dtype} roof"
+
+
+def _time_by_roof(report: Report, hw: Ceilings) -> dict[tuple[str, str | None], float]:
+    """Seconds of the placeable ops of every analysed batch size under each roof."""
+    used: dict[tuple[str, str | None], float] = {}
+    for batch in v.analysed(report):
+        for op in batch.ops:
+            if _placeable(op):
+                key = roof_of(hw, op)
+                used[key] = used.get(key, 0.0) + op.time_s
+    return used
+
+
+def _lines(hw: Ceilings, used: dict[tuple[str, str | None], float]) -> list[_Line]:
+    """Every dtype's peak, and each kernel family's roof the run's ops were placed against,
+    highest first; a family roof that is its dtype's peak too is one line of two names."""
+    lines = []
+    for dtype, peak in hw.peak_flops_per_s.items():
+        merged = False
+        for family in sorted(hw.family_peaks, key=family_order):
+            roof = hw.family_peaks[family].get(dtype)
+            if roof is None or (dtype, family) not in used:
+                continue
+            via = f"{roof.path}, this run" if roof.op_id else PROBE_WORDS.get(roof.path,
+                                                                               roof.path)
+            name = family_roof_name(dtype, family)
+            label = f"{dtype} {FAMILY_WORDS.get(family, family)}"
+            if roof.flops_per_s == peak and not merged:  # the same line: one, both names
+                name, label, merged = f"{name} = {dtype} peak", f"{label} = peak", True
+            lines.append(_Line(name, label, dtype, family, roof.flops_per_s, via))
+        if not merged:
+            lines.append(_Line(_roof_name(hw, dtype, None),
+                               f"{dtype} peak" if hw.family_peaks else dtype, dtype, None, peak))
+    return sorted(lines, key=lambda line: -line.flops_per_s)
+
+
+def _main_roof(hw: Ceilings, dtype: str, used: dict[tuple[str, str | None], float]) -> float:
+    """The roof whose ridge is drawn: the one the placed ops spent the most time under (a
+    decoder's matmuls', a CNN's convolutions', autocast's dtype under --amp), else the
+    model's dtype's peak."""
+    if used:
+        key, family = max(used, key=lambda roof: used[roof])
+        return hw.peak_for(key, family)
+    return hw.peak_flops_per_s.get(dtype, max(hw.peak_flops_per_s.values()))
+
+
+def _roofs(hw: Ceilings, dtype: str, lines: list[_Line], ridge: float, x_lo: float,
            x_hi: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     bw = float(hw.bandwidth_bytes_per_s)
     traces: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
-    peaks = sorted(hw.peak_flops_per_s.items(), key=lambda kv: -kv[1])
     last_label_y = math.inf
-    for name, peak in peaks:
-        ridge = peak / bw
-        own = name == dtype
+    for line in lines:
+        peak, own = line.flops_per_s, line.dtype == dtype
+        color = (FAMILY_COLORS.get(line.family, st.MUTED) if line.family
+                 else st.INK if own else st.GUIDE)
         traces.append({
-            "type": "scatter", "mode": "lines", "name": f"{chart_text(name)} roof",
-            "x": [x_lo, ridge, x_hi], "y": [x_lo * bw, peak, peak],
-            "hovertemplate": (f"{chart_text(name)}: peak {fmt.si(peak, 'FLOP/s')}, "
-                              f"ridge {fmt.number(ridge)} FLOP/byte<extra></extra>"),
-            "line": {"color": st.INK if own else st.GUIDE, "width": 2.4 if own else 1.2,
+            "type": "scatter", "mode": "lines", "name": chart_text(line.name),
+            "x": [x_lo, peak / bw, x_hi], "y": [x_lo * bw, peak, peak],
+            "hovertemplate": (f"{chart_text(line.name)}: {fmt.si(peak, 'FLOP/s')}, "
+                              f"ridge {fmt.number(peak / bw)} FLOP/byte<extra></extra>"),
+            "line": {"color": color, "width": 2.4 if own else 1.2,
                      "dash": "solid" if own else "dash"},
         })
         # Roofs closer than LABEL_GAP_DECADES get their label under the line, not over it.
         below = last_label_y - math.log10(peak) < LABEL_GAP_DECADES
         notes.append(st.note(math.log10(x_hi), math.log10(peak),
-                             f"{chart_text(name)} {fmt.si(peak, 'FLOP/s')}",
-                             color=st.INK if own else st.MUTED, xanchor="right",
+                             chart_text(f"{line.label} {fmt.si(peak, 'FLOP/s')}"
+                                        + (f" ({line.via})" if line.via else "")),
+                             color=color if own else st.MUTED, xanchor="right",
                              yanchor="top" if below else "bottom", bgcolor="rgba(0,0,0,0)"))
         last_label_y = math.log10(peak) - (1.0 if below else 0.0)
-    ridge = hw.peak_flops_per_s.get(dtype, peaks[0][1]) / bw
     notes.append(st.note(math.log10(ridge), "paper:0.0",
                          f"ridge {fmt.number(ridge)} FLOP/byte", xanchor="left", yanchor="bottom"))
     # The bandwidth label sits on the sloped roof, a fifth of the way from the left edge.
@@ -159,26 +256,25 @@ def _roofs(hw: Ceilings, dtype: str, x_lo: float,
     return traces, notes
 
 
-def _ridge_line(hw: Ceilings, dtype: str) -> dict[str, Any]:
-    ridge = hw.peak_flops_per_s.get(dtype, max(hw.peak_flops_per_s.values()))
-    return st.vline(ridge / hw.bandwidth_bytes_per_s, st.MUTED, dash="dot", width=1)
-
-
 def roofline(report: Report) -> st.Figure | None:
     """The roofline figure, or None without measured ceilings or placeable ops."""
     hw = v.hardware(report)
     if hw is None or not hw.bandwidth_bytes_per_s:
         return None
-    points, xs, ys = _point_traces(report)
+    points, xs, ys = _point_traces(report, hw)
     if not points:
         return None
     dtype = v.model_dtype(report)
-    ridges = [p / hw.bandwidth_bytes_per_s for p in hw.peak_flops_per_s.values()]
+    used = _time_by_roof(report, hw)
+    lines = _lines(hw, used)
+    bw = hw.bandwidth_bytes_per_s
+    ridge = _main_roof(hw, dtype, used) / bw
+    ridges = [line.flops_per_s / bw for line in lines]
     x_lo = 10 ** (math.floor(math.log10(min(xs + ridges))) - PAD_DECADES)
     x_hi = 10 ** (math.ceil(math.log10(max(xs + ridges))) + PAD_DECADES)
-    roof_traces, notes = _roofs(hw, dtype, x_lo, x_hi)
-    y_lo = 10 ** (math.log10(min([*ys, x_lo * hw.bandwidth_bytes_per_s])) - PAD_DECADES)
-    y_hi = 10 ** (math.log10(max([*ys, *hw.peak_flops_per_s.values()])) + PAD_DECADES)
+    roof_traces, notes = _roofs(hw, dtype, lines, ridge, x_lo, x_hi)
+    y_lo = 10 ** (math.log10(min([*ys, x_lo * bw])) - PAD_DECADES)
+    y_hi = 10 ** (math.log10(max([*ys, *(line.flops_per_s for line in lines)])) + PAD_DECADES)
     paths = _paths(report)
     data = roof_traces + ([paths] if paths else []) + points
     lay = st.layout(
@@ -187,12 +283,21 @@ def roofline(report: Report) -> st.Figure | None:
                       range=[math.log10(x_lo), math.log10(x_hi)], exponentformat="power"),
         yaxis=st.axis("attained FLOP/s (log)", log=True, tickformat="~s",
                       range=[math.log10(y_lo), math.log10(y_hi)]),
-        annotations=notes, shapes=[_ridge_line(hw, dtype)],
+        annotations=notes, shapes=[st.vline(ridge, st.MUTED, dash="dot", width=1)],
         legend={"orientation": "v", "x": 1.01, "y": 1, "font": {"size": 11}},
         margin={"l": 70, "r": 150, "t": 16, "b": 56},
         hovermode="closest",
     )
     return st.figure(data, lay)
+
+
+def title(report: Report) -> str:
+    """The chart's heading: whose roofs these are. A trace's roofs are the datasheet of the
+    GPU it names, never measured here, so they are not "this machine's"."""
+    hw = v.hardware(report)
+    if hw is not None and hw.source == "datasheet":
+        return f"Roofline of the {hw.name} datasheet"
+    return "Roofline of this machine"
 
 
 def unplaced(report: Report) -> tuple[int, float | None, int | None]:

@@ -55,7 +55,7 @@ SHARE_LABELS = {
     "overhead": "overhead-bound",
     "uncounted": "uncounted (no FLOP formula)",
     "framework": "between ops (Python, dispatch)",
-    "communication": "communication (NCCL, not hidden)",
+    "communication": "communication (collectives, not hidden)",
     "transfer": "host-device copies",
     "idle": "GPU idle (waiting on the host)",
 }

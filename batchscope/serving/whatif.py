@@ -20,6 +20,7 @@ from typing import Any
 from batchscope.errors import UsageError
 from batchscope.records import Report
 from batchscope.records.codec import to_builtins
+from batchscope.records.report import Mode
 from batchscope.records.serving import (
     KvMemorySource,
     Policy,
@@ -64,6 +65,9 @@ MAX_RATE_PER_S = 1e9
 SAME_THROUGHPUT = 1.05
 # Caps (or SLO rates) within this share of the best count as tied: the fewer rows wins.
 TIE_SHARE = 0.99
+# What a decode step's rows yield: tokens, or "sample", the contract's UNIT where a file sets
+# none (its report may still be a decode model's; --context then says what its steps held).
+DECODE_UNITS = frozenset({"token", "tokens", "sample", ""})
 
 
 @dataclass
@@ -216,6 +220,7 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
     """
     options = options or WhatIfOptions()
     options.validate()
+    check_decode_step(report)
     model = fit_step_time(report, options.context)
     prompt = options.prompt_tokens or TokenRange(model.base_context, model.base_context)
     kv_tokens, kv_bytes, kv_source = _kv_capacity(report, model, options)
@@ -256,6 +261,38 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
         raise UsageError("the report's step times give figures out of any real range (a "
                          "time or size that overflows).")
     return result
+
+
+def check_decode_step(report: Report) -> None:
+    """Refuse a report whose step is not one decode step (one new token per row over a KV
+    cache), before its step times are taken for one.
+
+    A model file that sets CONTEXTS says it is a decode model; one that does not may still
+    be (``--context`` says what its steps held) unless the report says otherwise: a
+    training step, rows of several tokens (SEQ_LENS, UNITS_PER_ROW: a prefill or a whole
+    sequence), or rows that yield something other than tokens.
+
+    Raises:
+        UsageError: one sentence naming what the report's step is instead.
+    """
+    m = report.model
+    unit = (m.unit or "").strip().lower()
+    if m.mode == Mode.TRAIN:
+        what = "a training step (mode train)"
+    elif m.contexts:
+        return
+    elif m.seq_lens:
+        what = "a step over whole sequences (SEQ_LENS)"
+    elif m.units_per_row_per_token or m.units_per_row != 1:
+        what = (f"a step whose rows each yield {m.units_per_row} units (UNITS_PER_ROW: a "
+                "prefill or whole sequences)")
+    elif unit not in DECODE_UNITS:
+        what = f"a step whose rows yield {m.unit!r}, not tokens (UNIT)"
+    else:
+        return
+    raise UsageError(f"the report's step is {what}, not one decode step, so serving cannot be "
+                     "simulated from it; sweep a decode model (a model file with CONTEXTS, or "
+                     "hf:MODEL --task causal-lm-decode).")
 
 
 def _finite(value: Any) -> bool:

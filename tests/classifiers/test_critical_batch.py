@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from batchscope.classifiers.critical_batch import (
@@ -7,6 +9,7 @@ from batchscope.classifiers.critical_batch import (
     predict_compute_bound_batch,
     predict_critical_batch,
 )
+from batchscope.hardware.figures import FamilyPeak
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, ByteSplit, LatencyStats, OpStat, Status
 
@@ -95,3 +98,48 @@ def test_knee_of_a_flat_then_linear_latency():
 def test_knee_beyond_the_sweep_when_latency_stays_flat():
     _, inside = measured_knee([lat(b, 0.010) for b in (1, 2, 4, 8)])
     assert not inside
+
+
+# -- the matmul family's roof (issue 32) ------------------------------------------------------
+# A machine whose 3x3 convolution outran its matmuls (issue 32's EPYC: 380 against 173
+# GFLOP/s): the dtype's peak is the convolution's 400, the matmul roof 100; ridges 10 and
+# 2.5 FLOP/byte at 40 GB/s.
+FAMILIES = Ceilings(device="cpu", name="test", peak_flops_per_s={"float32": 400e9},
+                    bandwidth_bytes_per_s=40e9, overhead_s=3e-6,
+                    family_peaks={"matmul": {"float32": FamilyPeak(100e9, "mm")},
+                                  "conv": {"float32": FamilyPeak(400e9, "conv2d")}})
+
+
+def test_a_decoders_matmuls_cross_the_matmul_ridge_not_the_dtypes_peak():
+    # The 1000x1000 fp32 linear of the first test as an addmm: B* = R × 4 / 2 with R the
+    # matmul ridge, 100e9 / 40e9 = 2.5, so B* = 5 (the dtype's 10 FLOP/byte would say 20).
+    # Shared t0 = 4e6 / 40e9 = 1e-4 s, per row 2e6 / 100e9 = 2e-5 s: 1e-4 / 2e-5 = 5.
+    results = []
+    for b in (1, 2, 4, 8):
+        r = counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0)
+        r.ops = [dataclasses.replace(o, name="addmm") for o in r.ops]
+        results.append(r)
+    assert predict_critical_batch(results, FAMILIES).batch == pytest.approx(5.0)
+    layers = predict_compute_bound_batch(results, FAMILIES, "float32")
+    assert layers.batch == pytest.approx(5.0)
+    # the roof the crossing used, for the sentence that quotes its ridge
+    assert layers.peak_flops_per_s == pytest.approx(100e9)
+
+
+def test_each_family_computes_at_its_own_roof():
+    # An addmm (2e6 FLOP a row, 4e6 weight bytes) beside a convolution (8e6 FLOP a row, 1e6
+    # weight bytes): per row 2e6 / 100e9 + 8e6 / 400e9 = 4e-5 s of compute; the weights,
+    # 5e6 / 40e9 = 1.25e-4 s: they cross at 1.25e-4 / 4e-5 = 3.125 rows. The per-row FLOPs,
+    # 1e7, run at 1e7 / 4e-5 = 250 GFLOP/s between the two roofs.
+    results = []
+    for b in (1, 2, 4):
+        mm = op("addmm", 2 * 10**6 * b, ByteSplit(4 * 10**6, 0, 0))
+        conv = op("convolution", 8 * 10**6 * b, ByteSplit(10**6, 0, 0))
+        results.append(BatchResult(b, Status.OK, ops=[mm, conv]))
+    layers = predict_compute_bound_batch(results, FAMILIES, "float32")
+    assert layers.batch == pytest.approx(3.125)
+    assert layers.peak_flops_per_s == pytest.approx(250e9)
+    # ceilings without family roofs (a report of an older version): the dtype's peak for
+    # both, 1e7 / 400e9 = 2.5e-5 s a row: 1.25e-4 / 2.5e-5 = 5 rows, as before
+    old = dataclasses.replace(FAMILIES, family_peaks={})
+    assert predict_compute_bound_batch(results, old, "float32").batch == pytest.approx(5.0)

@@ -26,6 +26,7 @@ from batchscope.hardware.cache import cache_path, load_or_measure, machine_key
 from batchscope.hardware.figures import (
     CeilingDetails,
     CopyFigures,
+    FamilyPeak,
     InPlaceFigures,
     MatmulFigures,
     MatmulSize,
@@ -448,23 +449,32 @@ def test_other_load_sees_a_busy_neighbour() -> None:
 
 
 def test_a_peak_matmul_that_spread_widely_between_repeats_is_flagged(quick: Ceilings) -> None:
-    from batchscope.classifiers.analyze import CEILING_SPREAD_FLAG, ceiling_flags
+    from batchscope.classifiers.analyze import ceiling_flags
+    from batchscope.classifiers.roofline import CEILING_SPREAD_FLAG
 
-    # Issue 14's EPYC: fp32 best 215 GFLOP/s, median 114, spread 0.63 between repeats.
+    # Issue 14's EPYC: fp32 best 215 GFLOP/s, median 114; the middle half of the repeats
+    # ran at 100-200 GFLOP/s, a span of (200 - 100) / 114 = 88% of the median.
     flops = 2 * 1024**3
     wide = MatmulSize(n=1024, flops_per_call=flops, repeats=5, median_s=flops / 114e9,
-                      best_s=flops / 215e9, worst_s=flops / 100e9, spread=0.63, inner=1,
-                      warmup_s=0.01, best_flops_per_s=215e9, median_flops_per_s=114e9)
+                      best_s=flops / 215e9, worst_s=flops / 90e9, spread=0.63, inner=1,
+                      warmup_s=0.01, best_flops_per_s=215e9, median_flops_per_s=114e9,
+                      p25_s=flops / 200e9, p75_s=flops / 100e9)
 
     def with_row(row: MatmulSize) -> Ceilings:
-        return dataclasses.replace(quick, details=CeilingDetails(matmul={FP32: MatmulFigures(
-            sizes=[row], peak_flops_per_s=215e9, peak_size=1024)}))
+        details = CeilingDetails(matmul={FP32: MatmulFigures(
+            sizes=[row], peak_flops_per_s=215e9, peak_size=1024, peak_path="mm")})
+        return dataclasses.replace(quick, details=details, theoretical=None,
+                                   peak_flops_per_s={FP32: 215e9},
+                                   family_peaks=microbench.family_roofs(details.matmul))
 
     (flag,) = ceiling_flags(with_row(wide), FP32)
-    assert flag.kind == FlagKind.CEILING_SPREAD and flag.values["spread"] == 0.63
-    assert "varied by 63% between repeats (best 215, median 114 GFLOP/s)" in flag_text(flag)
+    assert flag.kind == FlagKind.CEILING_SPREAD
+    assert flag.values["spread"] == pytest.approx((200 - 100) / 114)
+    assert ("ran at 100-200 GFLOP/s, a span of 88% of their median 114 GFLOP/s; the roof is "
+            "their best, 215 GFLOP/s") in flag_text(flag)
     assert ceiling_flags(with_row(wide), BF16) == []  # not the model's dtype
-    narrow = dataclasses.replace(wide, spread=CEILING_SPREAD_FLAG / 2)
+    narrow = dataclasses.replace(wide, p25_s=flops / 120e9, p75_s=flops / 110e9)
+    assert CEILING_SPREAD_FLAG > (120 - 110) / 114
     assert ceiling_flags(with_row(narrow), FP32) == []
     # A cache file edited by hand is refused as a whole (typed), never read half-way.
     bad = with_row(wide).to_dict()
@@ -687,6 +697,31 @@ def test_each_peak_is_the_best_of_the_paths_models_take(quick: Ceilings) -> None
         measured = [mm.peak_flops_per_s] + [p.peak_flops_per_s for p in mm.paths.values()]
         assert peak == max(x for x in measured if x)
         assert mm.peak_path in ("mm", "linear", "conv2d")
+
+
+def test_each_kernel_family_has_the_roof_of_its_own_probes(quick: Ceilings) -> None:
+    # issue 32: the fp32 roof was a convolution's rate, applied to matmuls. Each family's
+    # roof is the best of its own probes (torch.mm or F.linear; the 3x3 convolution),
+    # naming the one; the dtype's peak, every other op's roof, the best of all of them.
+    for dtype, peak in quick.peak_flops_per_s.items():
+        mm = quick.details.matmul[dtype]
+        rates = {"mm": mm.peak_flops_per_s,
+                 **{k: v.peak_flops_per_s for k, v in mm.paths.items()}}
+        matmul = quick.family_peaks["matmul"][dtype]
+        assert matmul.flops_per_s == max(r for k, r in rates.items()
+                                         if k in ("mm", "linear") and r)
+        assert rates[matmul.path] == matmul.flops_per_s and matmul.op_id is None
+        if rates["conv2d"]:
+            assert quick.family_peaks["conv"][dtype] == FamilyPeak(rates["conv2d"], "conv2d")
+        assert peak == max(roofs[dtype].flops_per_s for roofs in quick.family_peaks.values()
+                           if dtype in roofs)
+    # the quartiles behind every spread are kept
+    row = quick.details.matmul[FP32].sizes[0]
+    assert row.p25_s is not None and row.best_s <= row.p25_s <= row.median_s <= row.p75_s
+    # the theoretical peak beside them, where this OS and CPU say enough to work it out
+    if quick.theoretical is not None:
+        assert quick.theoretical.flops_per_s[FP32] > 0
+        assert quick.theoretical.cores == min(torch.get_num_threads(), os.cpu_count() or 1)
 
 
 def test_best_path_names_the_fastest() -> None:

@@ -34,6 +34,7 @@ def check_page(run: PageRun) -> None:
     assert body["data-charts-drawn"] == body["data-charts-expected"]
     assert body["data-resource-requests"] == "0"
     assert body["data-csp-violations"] == "0"
+    assert body.get("data-page-overflow-x", "0") == "0"  # the page never scrolls sideways
     assert run.page_requests == []
     assert png_size(run.screenshot) == (WIDTH, HEIGHT)
     assert run.screenshot.stat().st_size > MIN_SCREENSHOT_BYTES
@@ -81,3 +82,13 @@ def test_serving_page_draws_its_charts_offline(tmp_path: Path) -> None:
     keep = os.environ.get("BATCHSCOPE_SCREENSHOT_DIR")
     if keep:
         shutil.copy(run.screenshot, Path(keep) / run.screenshot.name)
+
+
+def test_a_failed_sweeps_page_does_not_scroll_sideways(tmp_path: Path) -> None:
+    # issue 32: the timings table and a long error widened the page past 1400 px
+    from tests.reports.test_labels import LONG_TOKEN, failed_report
+
+    run = open_report(failed_report(load("cnn")), "failed", tmp_path)
+    check_page(run)
+    assert run.body["data-page-overflow-x"] == "0"
+    assert LONG_TOKEN in run.dom

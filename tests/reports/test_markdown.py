@@ -9,7 +9,12 @@ from markdown_it import MarkdownIt
 
 from batchscope.records import Report
 from batchscope.reports import view
-from batchscope.reports.markdown import MAX_CHARS, render_summary
+from batchscope.reports.markdown import (
+    ERROR_FRAMES,
+    ERROR_LINE_CHARS,
+    MAX_CHARS,
+    render_summary,
+)
 from tests.reports.conftest import typed
 
 HOSTILE = "<script>alert(1)</script> | [x](y) @someone"
@@ -77,8 +82,53 @@ def test_user_text_is_inert(sample_doc: dict[str, Any]) -> None:
 
 
 def test_long_error_text_is_cut(sample_doc: dict[str, Any]) -> None:
+    # A line of 5000 characters is no message (an exception's is cut at 2000 where it is
+    # caught): shown up to ERROR_LINE_CHARS, and said to be cut.
     text = render_summary(typed(_hostile(sample_doc)))
-    assert "x" * 200 not in text and "…" in text
+    assert "x" * (ERROR_LINE_CHARS - 1) + "…" in text and "x" * ERROR_LINE_CHARS not in text
+
+
+# issue 32: the status cell cut a model error to 100 characters, and its cause, at the end of
+# the message, was cut off; the terminal prints it in full under the table.
+SHAPES = ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x3 and 4x5) in the "
+          "projection of the third decoder block, after the attention's output was "
+          "reshaped for the MLP: check the hidden size the model file builds")
+FRAMES = ('  File "/home/u/models/m.py", line 12, in run\n'
+          "    return model(x)\n"
+          '  File "/home/u/models/m.py", line 40, in forward\n'
+          "    x = self.proj(x)  # <script>alert(1)</script> | [x](y) @someone")
+
+
+def test_a_failed_batch_sizes_error_is_shown_in_full_under_the_table(
+        sample_doc: dict[str, Any]) -> None:
+    assert len(SHAPES) > 100
+    sample_doc["batches"][-1].update(status="model_error", error=f"{SHAPES}\n{FRAMES}")
+    size = sample_doc["batches"][-1]["batch_size"]
+    text = render_summary(typed(sample_doc))
+    table, after = text.split("| batch | status |", 1)[1].split("\n\n", 1)
+    assert "model\\_error |" in table and "RuntimeError" not in table  # the cell: the status
+    # the whole message on the line of its batch size, escaped
+    escaped = SHAPES.replace("_", "\\_")
+    assert f"- batch {size} (model\\_error): {escaped}\n" in after
+    # the user's frames under it, one a line, innermost last, escaped as all user text
+    assert ('  - File "/home/u/models/m.py", line 12, in run: return model(x)\n'
+            '  - File "/home/u/models/m.py", line 40, in forward: x = self.proj(x)') in after
+    html = render(text)
+    assert "<script" not in html and "<a " not in html and "@someone" not in text
+    item = html.split("<li>batch")[1]
+    assert "<ul>" in item and "&lt;script&gt;alert(1)&lt;/script&gt;" in item
+
+
+def test_a_runaway_traceback_keeps_its_innermost_frames(sample_doc: dict[str, Any]) -> None:
+    # A recursion of 1,000 frames: the error whole, the frames nearest it, the count left out.
+    frames = "\n".join(f'  File "m.py", line {i}, in f\n    return f(x)' for i in range(1000))
+    sample_doc["batches"][-1].update(status="model_error",
+                                     error=f"RecursionError: maximum depth\n{frames}")
+    text = render_summary(typed(sample_doc))
+    assert "RecursionError: maximum depth" in text
+    assert f"  - … {1000 - ERROR_FRAMES} outer frames left out\n" in text
+    assert 'line 999, in f: return f(x)' in text
+    assert f'line {999 - ERROR_FRAMES}, in f' not in text
 
 
 @pytest.mark.slow

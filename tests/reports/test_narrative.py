@@ -65,6 +65,21 @@ def test_where_the_layers_turn_compute_bound(sample_docs: dict[str, dict[str, An
     assert "never turn compute-bound" in narrative.explanation(typed(doc))
 
 
+def test_the_crossing_quotes_the_ridge_it_was_worked_out_against(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 32: the crossing is where the decoder's matmuls meet the matmul roof's ridge
+    # (critical_batch.predict_compute_bound_batch), not the dtype's peak's, which a 3x3
+    # convolution may set twice as high; the sentence quotes the ridge the number came from
+    doc = copy.deepcopy(sample_docs["llm_decode"])
+    terms = doc["recommendation"]["prediction"]
+    terms["peak_flops_per_s"] = 5 * terms["bandwidth_bytes_per_s"]  # a matmul ridge of 5
+    llm = narrative.explanation(typed(doc))
+    assert "reach the ridge point of 5 FLOP/byte at about 65 rows" in llm
+    # a report without the terms' roof (older): the dtype's ridge, as before
+    terms["peak_flops_per_s"] = None
+    assert "reach the ridge point of 13.8 FLOP/byte" in narrative.explanation(typed(doc))
+
+
 def test_the_knee_moves_by_the_efficiency_ratio(sample_docs: dict[str, dict[str, Any]],
                                                 sample_reports: dict[str, Report]) -> None:
     doc = sample_docs["mlp"]

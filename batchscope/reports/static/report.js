@@ -1,7 +1,8 @@
 /* batchscope report page: draws the charts from the embedded JSON, sorts and filters the op
  * table. It never builds markup from data (textContent and attributes only), and it records
  * for tests what happened: data-charts-expected / data-charts-drawn on <body>, plus
- * data-csp-violations and data-resource-requests (both must stay 0: the page is offline). */
+ * data-csp-violations and data-resource-requests (both must stay 0: the page is offline)
+ * and data-page-overflow-x (px the page scrolls sideways: must stay 0). */
 (function () {
   "use strict";
 
@@ -47,6 +48,11 @@
       ? performance.getEntriesByType("resource").length : 0;
     body.setAttribute("data-resource-requests", String(requests));
     body.setAttribute("data-csp-violations", String(violations));
+    // How far the page scrolls sideways once drawn (must stay 0: wide tables scroll in
+    // their own box, long tokens wrap).
+    var root = document.documentElement;
+    var overflow = Math.max(root.scrollWidth - root.clientWidth, 0);
+    body.setAttribute("data-page-overflow-x", String(overflow));
   }
 
   function drawCharts() {
