@@ -28,7 +28,7 @@ from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.launcher import DistributedConfig, LaunchedRanks
-from batchscope.profiler.supervisor import Callbacks, Sweep, SweepConfig
+from batchscope.profiler.supervisor import Callbacks, InterruptHold, Sweep, SweepConfig
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import (
     AMP_NAMES,
@@ -347,14 +347,21 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         distributed=dist,
         retime_sizes=retime_sizes if options.allocator_check else None,
     )
-    outcome = Sweep(config, writer).run()
-    writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift)
-    report = assemble(writer.measured(
-        outcome.results, stop=outcome.stop, partial=outcome.interrupted,
-        flags=outcome.flags, grid=outcome.grid,
-        kept_buffers=outcome.kept_buffers, kept_buffers_set_by=outcome.kept_buffers_set_by))
-    if options.out_dir is not None:
-        write_all(report, options.out_dir)
+    # Once every phase has ended, an interrupt waits for the report (supervisor.InterruptHold):
+    # raised while it was assembled or written, it left report.json "sweep in progress".
+    # After an interrupt the hold is never engaged: a second one still stops at once.
+    hold = InterruptHold()
+    try:
+        outcome = Sweep(config, writer).run(hold)
+        writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift)
+        report = assemble(writer.measured(
+            outcome.results, stop=outcome.stop, partial=outcome.interrupted,
+            flags=outcome.flags, grid=outcome.grid,
+            kept_buffers=outcome.kept_buffers, kept_buffers_set_by=outcome.kept_buffers_set_by))
+        if options.out_dir is not None:
+            write_all(report, options.out_dir)
+    finally:
+        hold.release()
     return report
 
 

@@ -7,8 +7,10 @@ to stderr. Exit codes are documented in README.md and :class:`batchscope.errors.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
+import os
 import re
 import signal
 import sys
@@ -37,6 +39,7 @@ from batchscope.integrations.hf_models import (
 )
 from batchscope.integrations.hf_models import TASKS as HF_TASKS
 from batchscope.plan import parse_batch_sizes, parse_ordered_batch_sizes
+from batchscope.profiler.supervisor import InterruptHold, reap_children
 from batchscope.records.run import DEFAULT_MAX_BATCH
 from batchscope.reports.compare import RUN_DRIFT
 from batchscope.reports.console import (
@@ -85,8 +88,29 @@ def fail(exc: BatchscopeError) -> typer.Exit:
     return typer.Exit(code=int(exc.exit_code))
 
 
+# A second interrupt ends the command at once: its SIGKILLed workers are usually gone within
+# milliseconds, and one stuck in the kernel for longer is not waited for past this.
+EXIT_NOW_REAP_S = 5.0
+
+
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _reap_and_exit_now(signum: int, frame: object) -> None:
+    """A second Ctrl-C or SIGTERM while the partial report is written: out at once, but
+    with every worker killed and waited for, so none is left in the caller's process group."""
+    reap_children(within_s=EXIT_NOW_REAP_S)
+    os._exit(int(ExitCode.INTERRUPTED))
+
+
+class _Progress(ProgressCallbacks):
+    """The progress bar, whose second-interrupt handler also reaps the workers."""
+
+    def on_interrupt(self) -> None:
+        super().on_interrupt()  # says so, and sets the handlers for a second interrupt
+        signal.signal(signal.SIGINT, _reap_and_exit_now)
+        signal.signal(signal.SIGTERM, _reap_and_exit_now)
 
 
 diagnose_app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -250,7 +274,7 @@ def diagnose(
         typer.Option(
             "--context",
             help="With hf:MODEL --task causal-lm-decode: tokens of KV cache per row (default "
-            "1024).",
+            "1024, less where the config's position window needs: 768 for GPT-2).",
         ),
     ] = None,
     contexts: Annotated[
@@ -342,20 +366,27 @@ def diagnose(
     # ignored, and Python then keeps ignoring it: Ctrl-C (or a CI runner's SIGINT) must
     # still stop the sweep and write the partial report.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    progress = ProgressCallbacks(err_console)
+    progress = _Progress(err_console)
     try:
         with progress:
             report = diagnose_file(model, options, callbacks=progress)
+        code = exit_code(report)
+        # The report is written; printing it is not cut short by an interrupt either
+        # (after one, a second still exits at once: its handler is not held).
+        with InterruptHold() if code != ExitCode.INTERRUPTED else contextlib.nullcontext():
+            print_summary(out_console, report)
+            if code == ExitCode.INTERRUPTED:
+                err_console.print(f"interrupted: the partial report is in {out}/",
+                                  markup=False)
+            elif code == ExitCode.NOTHING_MEASURED:
+                err_console.print(f"error: {nothing_measured_message(report)}", markup=False)
     except (ModelFileError, BatchscopeError) as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt:  # a second interrupt while the finished report was written
+        err_console.print("interrupted again: stopped at once", markup=False)
+        raise typer.Exit(code=int(ExitCode.INTERRUPTED)) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-    code = exit_code(report)
-    print_summary(out_console, report)
-    if code == ExitCode.INTERRUPTED:
-        err_console.print(f"interrupted: the partial report is in {out}/", markup=False)
-    elif code == ExitCode.NOTHING_MEASURED:
-        err_console.print(f"error: {nothing_measured_message(report)}", markup=False)
     raise typer.Exit(code=int(code))
 
 
@@ -749,7 +780,8 @@ def serve(
 
     Example: diagnose serve batchscope-report/report.json --slo-tpot-ms 200
 
-    Exit 0: simulated; 4: bad input (an unreadable report, a negative rate, an empty trace).
+    Exit 0: simulated; 4: bad input (an unreadable report, one whose step is not a decode
+    step, a negative rate, an empty trace).
     """
     from batchscope.reports.json_report import atomic_write_text, load_report
     from batchscope.reports.serving_render import (
@@ -823,3 +855,7 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"internal error (a bug in batchscope, please report it): "
                           f"{type(exc).__name__}", markup=False)
         sys.exit(int(ExitCode.INTERNAL))
+    finally:
+        # Whatever the way out, no process of this command is left behind (a worker, the
+        # resource tracker that multiprocessing started for them).
+        reap_children()

@@ -342,3 +342,150 @@ def test_the_same_work_at_every_batch_size_is_not_flagged(tmp_path):
         out_dir=None, batch_sizes=[1, 2, 4], min_time_s=0.05, device="cpu"))
     assert not report.recommendation.work_varies_with_inputs
     assert not any(f.kind == FlagKind.WORK_VARIES for f in report.flags)
+
+
+# The CLI with a SIGTERM sent to itself at a cue (argv[1]) once every phase of the sweep has
+# ended: "stop", as the sweep stops its worker (gracefully: only the last stop of a
+# one-size run is); "assemble", as the final report is assembled (not a partial one).
+SIGTERM_ON_CUE = """
+import os, signal, sys
+import batchscope.api as api
+from batchscope.profiler import supervisor
+from batchscope.records import StopKind
+
+cue = sys.argv[1]
+real_assemble, real_stop = api.assemble, supervisor.ProcessHandle.stop
+
+def assemble(measured):
+    if cue == "assemble" and (measured.stop is None
+                              or measured.stop.kind != StopKind.IN_PROGRESS):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real_assemble(measured)
+
+def stop(self, graceful=True):
+    if cue == "stop" and graceful:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real_stop(self, graceful)
+
+api.assemble, supervisor.ProcessHandle.stop = assemble, stop
+from batchscope.cli import main
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cue", ["stop", "assemble"])
+def test_sigterm_once_everything_is_measured_waits_for_the_report(tmp_path, cue):
+    # A SIGTERM near the end of a long run (the worker's stop, the report's assembly) left
+    # report.json "sweep in progress", printed no table and exited 130: the
+    # KeyboardInterrupt it raised there escaped the sweep and the command.
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_ON_CUE, cue, str(MODELS / "tiny.py"), "--out", str(out),
+         "--batch-sizes", "1", "--min-time", "0.05", "--no-ops", "--no-allocator-check"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert done.returncode == ExitCode.OK, done.stderr
+    final_report(out)  # complete, all three files written
+    assert "batchscope sweep" in done.stdout  # the summary table was printed
+
+
+# Runs argv (JSON, argv[1]) in a process group of its own as a child subreaper, so that
+# every process the command leaves behind, running or exited (a zombie nobody reaped),
+# becomes this script's to see; the cue (argv[3]) is what happens once report.json
+# (argv[2]) holds a batch size: "none", "term" (SIGTERM to the group, as `timeout` and CI
+# runners send it) or "int-twice" (two Ctrl-C to the group). Prints the command's exit
+# code and what of its group was left after it exited (pid, state, command line), then
+# kills and reaps that.
+GROUP_LEFT_BEHIND = r"""
+import ctypes, json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+argv, report, cue = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
+if cue != "none":
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads(report.read_text())["batches"]:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    for _ in range(2 if cue == "int-twice" else 1):
+        os.killpg(proc.pid, signal.SIGINT if cue == "int-twice" else signal.SIGTERM)
+        time.sleep(0.05)
+code = proc.wait(timeout=120)
+
+def group(pgid):
+    left = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, ValueError):
+            continue
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == pgid:
+            left.append([int(entry), state, cmd.decode(errors="replace")[:120]])
+    return left
+
+left = group(proc.pid)
+print(json.dumps({"returncode": code, "left": left}))
+for pid, *_ in left:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="reads /proc and adopts orphans with prctl(PR_SET_CHILD_SUBREAPER)")
+@pytest.mark.parametrize("cue,args,model,code", [
+    ("none", ["--batch-sizes", "1,2", "--min-time", "0.05"], "tiny.py", ExitCode.OK),
+    ("term", ["--batch-sizes", ",".join(str(2**i) for i in range(12)), "--min-time", "0.3"],
+     "tiny.py", ExitCode.INTERRUPTED),
+    ("int-twice", ["--min-time", "0.05"], "hangs_at_2.py", ExitCode.INTERRUPTED),
+])
+def test_diagnose_leaves_no_process_of_its_group_behind(tmp_path, cue, args, model, code):
+    # `diagnose` exited before everything it started was waited for: multiprocessing's
+    # resource tracker outlived it (a defunct process under a PID 1 that reaps nothing),
+    # and a second Ctrl-C left a hanging worker running. A CI step or `timeout` counts them.
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "batchscope", str(MODELS / model), "--out", str(out),
+            "--no-ops", *args]
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_LEFT_BEHIND, json.dumps(argv), str(out / "report.json"),
+         cue], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["returncode"] == code
+    assert seen["left"] == []
+
+
+def test_a_hold_keeps_the_first_interrupt_and_passes_on_the_second():
+    # Once everything is measured the report must be finished: the first Ctrl-C or SIGTERM
+    # is recorded, not raised; a second goes to the handler the hold replaced.
+    from batchscope.profiler.supervisor import InterruptHold
+
+    before = signal.getsignal(signal.SIGINT)
+    with InterruptHold() as hold:
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt here
+        assert hold.held == [signal.SIGINT]
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before
+    sigterm = signal.getsignal(signal.SIGTERM)
+    if not callable(sigterm):  # left to its default, SIGTERM still ends the process
+        with InterruptHold():
+            assert signal.getsignal(signal.SIGTERM) == sigterm

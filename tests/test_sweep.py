@@ -17,6 +17,11 @@ from batchscope.api import Options, diagnose_file, exit_code, validate_options
 from batchscope.classifiers.recommend import recommend
 from batchscope.errors import ExitCode, ModelFileError, UsageError
 from batchscope.hardware.types import Ceilings
+from batchscope.profiler import supervisor
+from batchscope.profiler.probe import ProbeSpec
+from batchscope.profiler.protocol import ProbesTimed, RunProbes
+from batchscope.profiler.supervisor import Sweep, SweepConfig
+from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, PeakMemoryMethod, Status, Stop, StopKind
 from batchscope.records.codec import to_builtins
 from batchscope.reports import view
@@ -255,3 +260,50 @@ def test_the_early_stop_policy_is_asked_before_each_size_and_obeyed(monkeypatch)
     every = diagnose_file(MODELS / "tiny.py", dataclasses.replace(options, measure_all=True))
     assert [b.batch_size for b in every.batches] == [1, 2, 4, 8]
     assert policy.asked == [] and every.stop == Stop(StopKind.CAP, values={"largest": 8})
+
+
+class ProbingWorker:
+    """A worker handle (supervisor.WorkerHandle) that answers probe rounds: it times the
+    first spec of each round and says it skipped the rest."""
+
+    def __init__(self) -> None:
+        self.sent: list[RunProbes] = []
+
+    def alive(self) -> bool:
+        return True
+
+    def send(self, request: RunProbes) -> None:
+        self.sent.append(request)
+
+    def recv(self, deadline: float) -> ProbesTimed:
+        specs = self.sent[-1].specs
+        return ProbesTimed({specs[0].key: 1e-3}, skipped=[s.key for s in specs[1:]])
+
+    def stop(self, graceful: bool = True) -> None: ...
+
+
+def test_a_probe_round_gets_a_share_of_the_sweeps_time_and_loses_the_largest_sizes_first():
+    # Unbounded, a round of a 2-layer GPT-2 training step's matmuls at every size to 1024
+    # ran past the 120 s a round may take after 42 s of sweep: the round was lost with the
+    # worker (a T5's batch 16 took 134 s so). Now each round gets what is left of half the
+    # sweep's measuring time (at least PROBE_ROUND_MIN_S, at most PROBE_ROUND_MAX_S), every
+    # op at the smallest size first, and what it skipped is asked for again later.
+    sweep = Sweep(SweepConfig(WorkerConfig(str(MODELS / "tiny.py"))))
+    sweep.handle = worker = ProbingWorker()
+    sweep.results = [BatchResult(1, Status.OK, wall_s=10.0), BatchResult(2, Status.OK, wall_s=20.0)]
+    head = [ProbeSpec.of("mm", [[b, 8], [8, 50]], op_id="head", batch=b) for b in (1, 64, 1024)]
+    fc = [ProbeSpec.of("mm", [[b, 8], [8, 8]], op_id="fc", batch=b) for b in (1, 64, 1024)]
+    conv = dataclasses.replace(ProbeSpec.of("mm", [[4, 8], [8, 4]]), budget_s=3.0)
+    times = sweep.probe([*head, conv, *fc])
+    first = worker.sent[0]
+    assert first.round_s == supervisor.PROBE_ROUND_SHARE * 30.0  # 0.5 * (10 + 20) s
+    assert [s.key for s in first.specs] == [s.key for s in (head[0], fc[0], head[1], fc[1],
+                                                            head[2], fc[2], conv)]
+    assert times == {head[0].key: 1e-3}
+    sweep.probe([*head, conv, *fc])  # the skipped ones, again; the timed one is known
+    assert [s.key for s in worker.sent[1].specs][:2] == [fc[0].key, head[1].key]
+    assert worker.sent[1].round_s <= first.round_s  # the first round's time is spent
+    sweep.probe_rounds_s = 1e3
+    assert sweep.probe_round_s() == supervisor.PROBE_ROUND_MIN_S
+    sweep.probe_rounds_s, sweep.results[0].wall_s = 0.0, 1e4
+    assert sweep.probe_round_s() == supervisor.PROBE_ROUND_MAX_S

@@ -4,14 +4,18 @@ Every op's FLOPs and bytes are linear in the batch size on the models batchscope
 (weights a fixed part, activations and state a part per row), and the op sequence is the
 same at every size. So the counting pass, a full step under a dispatch mode (slower than a
 step), need not run at every batch size: counted at three, the counts at the third must be
-exactly what the first two extrapolate to (names, shapes, a convolution's stride and the
+exactly what the two before it extrapolate to (names, shapes, a convolution's stride and the
 like, FLOPs, each kind of bytes, within :data:`TOLERANCE`); from then on each larger size
-gets the counts of its two predecessors carried to it, op by op. A model whose counts are
-not linear (an early exit, routing, a kernel chosen by size) fails the check and is counted
-at every size.
+gets the counts of its two predecessors carried to it, op by op. Where the check fails the
+next size is counted and checked again against its two predecessors: batch 1 often runs a
+few ops fewer than batch 2 (a dimension of 1 needs no copy; a GPT-2 training step: 702
+ops, then 708 from batch 2 on), and judged on batches 1, 2 and 4 alone such a model was
+counted at every size, each count costing about a step. A model whose counts are not
+linear (an early exit, routing, a kernel chosen by size) keeps failing the check and is
+counted at every size.
 
 The worker also re-counts when an extrapolated size joins worse than the size before it
-(its op sequence changed): see :meth:`CountPlan.reject`.
+(its op sequence changed), and from then on counts every size: see :meth:`CountPlan.reject`.
 """
 
 from __future__ import annotations
@@ -90,7 +94,8 @@ class CountPlan:
 
     def __init__(self) -> None:
         self.counted: dict[int, list[CountedOp]] = {}
-        self.linear: bool | None = None  # None: not checked yet
+        self.linear: bool | None = None  # the last check's verdict; None: none made yet
+        self.rejected = False  # an extrapolated size did not fit its profile: no more checks
 
     def counts(self, batch_size: int, count: Callable[[], list[CountedOp]]
                ) -> tuple[list[CountedOp], list[int]]:
@@ -105,9 +110,10 @@ class CountPlan:
         return self.record(batch_size, count()), []
 
     def record(self, batch_size: int, counted: list[CountedOp]) -> list[CountedOp]:
-        """Keep a counted size; with :data:`CHECKED_SIZES` counted, decide linearity."""
+        """Keep a counted size; with :data:`CHECKED_SIZES` counted, judge linearity again
+        on it and the two counted before it (unless rejected)."""
         sizes = sorted(b for b in self.counted if b < batch_size)
-        if self.linear is None and len(sizes) >= CHECKED_SIZES - 1:
+        if not self.rejected and len(sizes) >= CHECKED_SIZES - 1:
             a, b = sizes[-2], sizes[-1]
             carried = extrapolate(self.counted[a], a, self.counted[b], b, batch_size)
             self.linear = carried is not None and agrees(carried, counted)
@@ -119,3 +125,4 @@ class CountPlan:
     def reject(self) -> None:
         """An extrapolated size did not fit its profile: count every size from now on."""
         self.linear = False
+        self.rejected = True

@@ -345,13 +345,15 @@ def time_probe(spec: ProbeSpec, dtype: torch.dtype, device: torch.device,
 
 def run_probes(specs: list[ProbeSpec], dtype: torch.dtype, device: torch.device,
                sync: Callable[[], None], cache_bytes: int | None = None,
-               bounded_spent_s: float = 0.0) -> ProbesTimed:
-    """The specs' times by key, why the others failed, the cost-bounded ones skipped, and
-    the seconds the cost-bounded ones took this round, for the specs in their order.
+               bounded_spent_s: float = 0.0, round_s: float | None = None) -> ProbesTimed:
+    """The specs' times by key, why the others failed, the ones skipped, and the seconds
+    the cost-bounded ones took this round, for the specs in their order.
 
     A spec with a ``budget_s`` (a cost-bounded probe) is skipped once such probes have
     taken that long: ``bounded_spent_s`` in earlier rounds plus this round's, measured
-    (``bounded_s``: this round's), whatever their estimate said.
+    (``bounded_s``: this round's), whatever their estimate said. With ``round_s`` any spec
+    is skipped, not begun, where it would end past that many seconds of the round: its
+    calls estimated from its op's last probe (a first probe of an op, from nothing).
 
     Specs of one op (``op_id``, at ``batch``), smallest first: where the last one timed,
     scaled by the rows, says a call takes :data:`LONG_CALL_S` or more, its warm-up call is
@@ -363,14 +365,21 @@ def run_probes(specs: list[ProbeSpec], dtype: torch.dtype, device: torch.device,
     bounded_s = 0.0
     arguments = _Arguments(dtype, device)
     last: dict[str, tuple[int, float]] = {}  # op id -> (batch, seconds a call)
+    round_started = time.perf_counter()
     for spec in specs:
         if spec.budget_s is not None and bounded_spent_s + bounded_s >= spec.budget_s:
             skipped.append(spec.key)
             continue
         op_id, batch = spec.op_id, spec.batch
         before = last.get(op_id) if op_id is not None else None
-        long_call = (before is not None and batch is not None and batch > before[0]
-                     and before[1] * batch / before[0] >= LONG_CALL_S)
+        call_s = (before[1] * batch / before[0]  # scaled by the rows
+                  if before is not None and batch is not None and batch > before[0] else 0.0)
+        long_call = call_s >= LONG_CALL_S
+        # one timed call after a long one's skipped warm-up, else a warm-up and at least two
+        if round_s is not None and (time.perf_counter() - round_started
+                                    + call_s * (1 if long_call else 1 + MIN_REPEATS) > round_s):
+            skipped.append(spec.key)
+            continue
         started = time.perf_counter()
         try:
             times[spec.key] = time_probe(spec, dtype, device, sync, cache_bytes, arguments,

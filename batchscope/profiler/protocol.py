@@ -72,11 +72,13 @@ class TimeGridPoint:
 @dataclass(frozen=True)
 class RunProbes:
     """Time kernel probes (:class:`~batchscope.profiler.probe.ProbeSpec`, as the classifiers
-    build them); ``bounded_spent_s`` is what the cost-bounded ones took before."""
+    build them); ``bounded_spent_s`` is what the cost-bounded ones took before, ``round_s``
+    the wall time this round may take (None: no limit)."""
 
     specs: list[ProbeSpec]
     cache_bytes: int | None = None
     bounded_spent_s: float = 0.0
+    round_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,9 @@ class GridTimed:
 
 @dataclass(frozen=True)
 class ProbesTimed:
-    """Kernel probe times by key; the ones that failed, with why; the cost-bounded ones
-    skipped for their budget; and the seconds the cost-bounded ones took this round."""
+    """Kernel probe times by key; the ones that failed, with why; the ones skipped (a
+    cost-bounded one past its budget, any past the round's time); and the seconds the
+    cost-bounded ones took this round."""
 
     times_s: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)

@@ -544,7 +544,7 @@ def _follow(worker: RankWorker, conn: Connection | None, send: Send, rank: int,
 
             # rank 0 alone, within what the earlier rounds left of the probes' budget
             send(run_probes(request.specs, worker.dtype, worker.device, worker.sync,
-                            request.cache_bytes, request.bounded_spent_s))
+                            request.cache_bytes, request.bounded_spent_s, request.round_s))
         elif isinstance(request, MeasureBatch):
             mine = worker.measure_rank(request.batch_size)
             gathered = _gather_results(mine, rank, world_size, timeout_s, commands)

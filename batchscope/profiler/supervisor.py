@@ -20,11 +20,14 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Protocol, TypeVar
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any, Protocol, TypeVar
 
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
@@ -91,9 +94,23 @@ DISTRIBUTED_START_MIN_S = 120.0
 CEILINGS_TIMEOUT_S = 300.0
 # Time given to a worker to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 2.0
+# Time given to a SIGKILLed worker to be gone: the kernel unmaps its memory first, seconds
+# for tens of GB. Bounded, so that a worker stuck in the kernel (a hung GPU driver) cannot
+# hang the command; one not gone by then is waited for again on the way out (reap_workers).
+REAP_AFTER_KILL_S = 30.0
 POLL_S = 0.05
-# Seconds allowed for one round of kernel probes.
+# Seconds allowed for one round of kernel probes (past them the round and the worker are lost).
 PROBE_TIMEOUT_S = 120.0
+# The rounds of kernel probes together may take at most this share of the wall time the
+# sweep has spent measuring its batch sizes, each round at least PROBE_ROUND_MIN_S and at
+# most PROBE_ROUND_MAX_S (well inside PROBE_TIMEOUT_S); the worker skips, not begins, a
+# probe it expects to end past its round (profiler/probe.run_probes), and a later round may
+# time it. Unbounded, a 2-layer GPT-2 training step's matmuls at every power of two to 1024
+# ran past PROBE_TIMEOUT_S after 42 s of sweep: 122 s spent, every probe lost and the
+# worker restarted; a T5's batch 16 took 134 s so, for a 954 ms step.
+PROBE_ROUND_SHARE = 0.5
+PROBE_ROUND_MIN_S = 5.0
+PROBE_ROUND_MAX_S = 45.0
 
 R = TypeVar("R", BatchDone, GridTimed, BuffersKept)
 
@@ -224,6 +241,129 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+# Every worker process started and not yet waited for (reaped): what reap_workers ends.
+_UNREAPED: set[BaseProcess] = set()
+
+
+def _forget_if_reaped(proc: BaseProcess) -> None:
+    if proc.exitcode is not None:  # set once the process was waited for
+        _UNREAPED.discard(proc)
+
+
+def reap_workers(within_s: float = REAP_AFTER_KILL_S) -> bool:
+    """Kill every worker this process started that is still running, and wait for each,
+    within ``within_s`` in all; True when none is left unreaped.
+
+    For the command's way out, whichever it takes (a second Ctrl-C exits at once, without
+    the sweep's own stop): a worker left running, or dead and not waited for, stayed
+    behind in the caller's process group after the command ended (what a CI step or
+    ``timeout`` counts)."""
+    deadline = time.monotonic() + within_s
+    for proc in list(_UNREAPED):
+        if proc.is_alive():
+            proc.kill()
+    for proc in list(_UNREAPED):
+        proc.join(max(0.0, deadline - time.monotonic()))
+        _forget_if_reaped(proc)
+    return not _UNREAPED
+
+
+def reap_children(within_s: float = REAP_AFTER_KILL_S) -> None:
+    """On the way out of the command: every worker waited for (:func:`reap_workers`), then
+    multiprocessing's resource tracker stopped and waited for.
+
+    The ``spawn`` start method starts that tracker with the first worker and Python 3.11
+    never waits for it: it outlived the command, and under a PID 1 that reaps nothing (a
+    container's ``sleep infinity``) stayed in the caller's process group as a defunct
+    process. Closing our end of its pipe stops it once no other process holds the pipe, so
+    only when every worker is gone, and it is waited for within ``within_s`` (a process a
+    worker left behind may still hold the pipe: then it is left as it is). Not for the
+    library: its caller's process may use the tracker after the sweep."""
+    deadline = time.monotonic() + within_s
+    if not reap_workers(within_s):
+        return
+    from multiprocessing import resource_tracker
+
+    # What ResourceTracker._stop does, but with a bounded wait (its waitpid has none). Its
+    # private fields, there since Python 3.8; without them the tracker is left as it is.
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    fd, pid = getattr(tracker, "_fd", None), getattr(tracker, "_pid", None)
+    if tracker is None or not isinstance(fd, int) or not isinstance(pid, int):
+        return
+    tracker._fd = tracker._pid = None  # a later use starts another
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] or time.monotonic() > deadline:
+                return
+        except ChildProcessError:  # not ours, or already waited for
+            return
+        time.sleep(POLL_S / 5)
+
+
+# The signals that stop a sweep (Ctrl-C, and SIGTERM where the CLI turns it into one).
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_Handler = Callable[[int, FrameType | None], Any]
+
+
+class InterruptHold:
+    """Ctrl-C and SIGTERM held off while the run's last steps run, once everything is
+    measured: stopping the worker, assembling the report, writing and printing it.
+
+    A KeyboardInterrupt raised in the middle of those lost the whole report: report.json
+    stayed "sweep in progress" and no table was printed. While engaged, the first signal is
+    recorded (:attr:`held`) and the steps go on: the report they finish is complete. A
+    second one goes to the handler the hold replaced ("a second Ctrl-C exits at once").
+    Only signals whose handler is Python code are held (SIGTERM left to its default still
+    ends the process as asked), and only in the main thread, the one that receives them.
+
+    Example:
+        >>> hold = InterruptHold()
+        >>> hold.engage()
+        >>> # ... write the report ...
+        >>> hold.release()
+        >>> hold.held
+        []
+    """
+
+    def __init__(self) -> None:
+        self.held: list[int] = []
+        self._previous: dict[int, _Handler] = {}
+
+    def engage(self) -> None:
+        """Hold the signals from now on (again nothing when already engaged)."""
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return
+        for signum in INTERRUPT_SIGNALS:
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                self._previous[signum] = handler
+                signal.signal(signum, self._hold)
+
+    def release(self) -> None:
+        """Put back the handlers the hold replaced; the held signal is not delivered again
+        (the run it would have stopped has ended)."""
+        for signum, handler in self._previous.items():
+            if signal.getsignal(signum) == self._hold:  # not one set since (on_interrupt's)
+                signal.signal(signum, handler)
+        self._previous = {}
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        passed_on = self._previous.get(signum)
+        if not self.held or passed_on is None:
+            self.held.append(signum)
+            return
+        passed_on(signum, frame)
+
+    def __enter__(self) -> InterruptHold:
+        self.engage()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class ProcessHandle:
     """One worker process and its pipe: a :class:`WorkerHandle`."""
 
@@ -233,6 +373,7 @@ class ProcessHandle:
         self.proc = ctx.Process(target=_worker_entry, args=(child, config), daemon=True)
         with _environment(config.env or {}):  # the child's libc reads it as it starts
             self.proc.start()
+        _UNREAPED.add(self.proc)
         child.close()
 
     def send(self, request: Request) -> None:
@@ -268,8 +409,20 @@ class ProcessHandle:
             self.proc.join(TERMINATE_GRACE_S)
         if self.proc.is_alive():
             self.proc.kill()
-            self.proc.join(TERMINATE_GRACE_S)
+            self.proc.join(REAP_AFTER_KILL_S)
+        _forget_if_reaped(self.proc)
         self.conn.close()
+
+
+def by_batch(specs: list[ProbeSpec]) -> list[ProbeSpec]:
+    """The probes in the order to time them, so that a round cut short by its time loses
+    the costliest, at the sizes furthest from any measured, and never a whole op: every op
+    at the smallest size, then every op at the next (each op's sizes stay ascending, as
+    run_probes wants them); the cost-bounded ones after them, in their own
+    (cheapest-first) order."""
+    free = [s for s in specs if s.budget_s is None]
+    bounded = [s for s in specs if s.budget_s is not None]
+    return sorted(free, key=lambda s: s.batch if s.batch is not None else 0) + bounded
 
 
 def fmt_mib(n: int | None) -> str:
@@ -333,11 +486,18 @@ class Sweep:
         self.plan: Plan | None = None
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
         self.bounded_probe_s = 0.0  # seconds the cost-bounded probes took, measured
+        self.probe_rounds_s = 0.0  # wall seconds of every round of probes so far
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self) -> SweepOutcome:
+    def run(self, hold: InterruptHold | None = None) -> SweepOutcome:
         """Run every phase until the plan stops or the user interrupts; never lose a
-        finished batch size."""
+        finished batch size.
+
+        Args:
+            hold: engaged once every phase has ended, before the worker is stopped: an
+                interrupt from then on is held, not raised, and the caller, which writes
+                the report, releases it (None: the worker's stop can be interrupted).
+        """
         interrupted = False
         try:
             self._worker()
@@ -349,6 +509,8 @@ class Sweep:
             self.final_probes()
             self.grid = self.time_grid()
             self.kept_buffers_set_by = self.retime_keeping_buffers()
+            if hold is not None:
+                hold.engage()  # everything is measured: nothing left to cut short
         except KeyboardInterrupt:
             interrupted = True
             self.callbacks.on_interrupt()
@@ -584,19 +746,33 @@ class Sweep:
             wanted = []  # the ranks stopped: no relaunch of every rank for probes
         self.tried.update(s.key for s in wanted)  # a probe that failed is not retried
         if wanted:
+            started: float | None = None
             try:
                 handle = self._worker()
-                handle.send(RunProbes(wanted, self._cold_cache(), self.bounded_probe_s))
-                reply = handle.recv(time.monotonic() + PROBE_TIMEOUT_S)
+                started = time.monotonic()
+                handle.send(RunProbes(by_batch(wanted), self._cold_cache(), self.bounded_probe_s,
+                                      self.probe_round_s()))
+                reply = handle.recv(started + PROBE_TIMEOUT_S)
                 if isinstance(reply, ProbesTimed):
                     known.update(reply.times_s)
-                    # Past the cost-bounded probes' budget: a later round, with a larger
-                    # budget (the sweep went on), may time them.
+                    # Past the cost-bounded probes' budget or the round's time: a later
+                    # round, with a larger budget (the sweep went on), may time them.
                     self.tried.difference_update(reply.skipped)
                     self.bounded_probe_s += reply.bounded_s
             except (WorkerDied, WorkerTimedOut, NothingMeasuredError):
                 self._drop_worker(graceful=False)
+            finally:
+                if started is not None:
+                    self.probe_rounds_s += time.monotonic() - started
         return {s.key: known[s.key] for s in specs if s.key in known}
+
+    def probe_round_s(self) -> float:
+        """The wall time the next round of probes may take: what is left of
+        :data:`PROBE_ROUND_SHARE` of the sweep's measuring time, within
+        [:data:`PROBE_ROUND_MIN_S`, :data:`PROBE_ROUND_MAX_S`]."""
+        measured_s = sum(r.wall_s or 0.0 for r in self.results)
+        left_s = PROBE_ROUND_SHARE * measured_s - self.probe_rounds_s
+        return min(max(left_s, PROBE_ROUND_MIN_S), PROBE_ROUND_MAX_S)
 
     def _cold_cache(self) -> int | None:
         """The cache size to keep probes out of, when the model's weights outgrow it (else
@@ -725,6 +901,11 @@ class Sweep:
         what = "the ranks" if self.config.distributed else "the worker"
         try:
             reply = handle.recv(time.monotonic() + self._start_timeout_s())
+        except KeyboardInterrupt:
+            # Not yet self.handle, so nothing else would stop it (the control's fresh
+            # worker, loading a large model, was left running past the end of the run).
+            handle.stop(graceful=False)
+            raise
         except WorkerDied as exc:
             why = _death_of(exc)[1]
             handle.stop(graceful=False)

@@ -419,7 +419,7 @@ def answer(worker: Worker, request: Request) -> bool:
         from batchscope.profiler.probe import run_probes
 
         send(run_probes(request.specs, worker.dtype, worker.device, worker.sync,
-                        request.cache_bytes, request.bounded_spent_s))
+                        request.cache_bytes, request.bounded_spent_s, request.round_s))
     elif isinstance(request, KeepBuffers):
         from batchscope.profiler.glibc_malloc import keep_freed_buffers
 

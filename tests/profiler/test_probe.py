@@ -196,3 +196,18 @@ def test_matmuls_and_convolutions_run_in_their_specs_dtype_and_their_keys_say_it
                                       for d in ("float32", "bfloat16")]
     out = run_probes(specs, torch.float32, torch.device("cpu"), lambda: None)
     assert out.errors == {} and set(out.times_s) == set(keys)
+
+
+def test_a_round_skips_the_probes_it_expects_to_end_past_its_time():
+    # A round of probes has round_s of wall time (the sweep's supervisor sets it from what
+    # measuring took): a probe its op's smaller one says would end past it is skipped, not
+    # begun, and once the time is spent nothing more begins. Unbounded, a GPT-2's matmuls
+    # at every size to 1024 ran past the supervisor's 120 s and the whole round was lost.
+    cpu = torch.device("cpu")
+    small = ProbeSpec.of("mm", [[1, 64], [64, 64]], op_id="head", batch=1)
+    # any call of the small one (1 ns or more) scaled to 2**40 rows: past 1000 s
+    huge = ProbeSpec.of("mm", [[2**40, 64], [64, 64]], op_id="head", batch=2**40)
+    out = run_probes([small, huge], torch.float32, cpu, lambda: None, round_s=60.0)
+    assert set(out.times_s) == {small.key} and out.skipped == [huge.key] and not out.errors
+    spent = run_probes([small], torch.float32, cpu, lambda: None, round_s=0.0)
+    assert spent.times_s == {} and spent.skipped == [small.key]
