@@ -51,6 +51,10 @@ OVERFLOWING_LITERALS = ("1e400", "-1e400", "9" * 400, "1" * 5000)
 
 # Surrogates included: json.dumps writes them as \udXXX escapes, which json.loads accepts.
 any_text = st.text(st.characters(blacklist_categories=()), max_size=12)
+# Text a report batchscope writes can hold: valid Unicode. The loader refuses a lone
+# surrogate with one sentence (test_compare.py, test_json_report.py), so a plausible report
+# draws its text without them, or a draw of one fails the test at random (it did, in CI).
+report_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 huge_ints = st.sampled_from([2**63, -(2**63) - 1, 10**308, 10**309, -(10**400)])
 scalars = (st.none() | st.booleans() | st.integers() | huge_ints
            | st.floats(allow_nan=True, allow_infinity=True) | any_text
@@ -115,13 +119,14 @@ def report_shaped(field: Field) -> st.SearchStrategy[Any]:
         "measured_knee_within_sweep": field(st.booleans()),
     })
     hardware = st.fixed_dictionaries({
-        "device": field(st.just("cpu")), "name": field(any_text),
+        "device": field(st.just("cpu")), "name": field(report_text),
         "peak_flops_per_s": field(st.just({"float32": 1e11})),
         "bandwidth_bytes_per_s": field(st.floats(1, 1e12)), "overhead_s": field(numbers)})
     documents = st.fixed_dictionaries(
         {"schema": field(st.sampled_from([SCHEMA, SCHEMA_1])),
-         "model": field(st.fixed_dictionaries({"target": field(any_text)}, optional={
-             "unit": field(any_text), "mode": field(st.sampled_from(["inference", "train"]))})),
+         "model": field(st.fixed_dictionaries({"target": field(report_text)}, optional={
+             "unit": field(report_text),
+             "mode": field(st.sampled_from(["inference", "train"]))})),
          "run": field(st.just({})),
          "batches": field(st.lists(batches, max_size=4)),
          "recommendation": field(recommendations | recommendations | st.none()),
