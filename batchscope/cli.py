@@ -352,7 +352,7 @@ def diagnose(
             if task is None:
                 raise UsageError(f"{model} needs --task ({', '.join(HF_TASKS)}).")
             model = write_model_file(str(model), task, out, context=context, seq_len=seq_len,
-                                     seq_lens=options.seq_lens)
+                                     seq_lens=options.seq_lens, contexts=options.contexts)
             options.seq_lens = None  # written into the file as its SEQ_LENS
         except UsageError as exc:
             raise fail(exc) from None

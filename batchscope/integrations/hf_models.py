@@ -212,12 +212,13 @@ def _tasks_for(config: Any) -> list[str] | None:
 
 
 def check_config(target: str, task: str, config: Any, *, context: int | None,
-                 seq_lens: list[int]) -> int:
+                 seq_lens: list[int], contexts: list[int] | None = None) -> int:
     """Check ``task`` and its lengths against ``config`` before any sweep; the decode
     context (``context``, or :func:`default_context` where it is None).
 
     ``seq_lens`` are the row lengths of a sequence task (``--seq-lens``, else
-    ``[--seq-len]``).
+    ``[--seq-len]``); ``contexts`` a decode sweep's ``--contexts`` (each must fit as
+    ``context`` must).
 
     Raises:
         UsageError: one sentence naming the config's field: the architecture has no class
@@ -243,6 +244,12 @@ def check_config(target: str, task: str, config: Any, *, context: int | None,
                              f"{window.field} is {window.tokens}, and a decode step puts its "
                              f"new token at position {chosen}; use --context "
                              f"{window.tokens - 1} or less.")
+        for n in contexts or []:
+            if window is not None and n >= window.tokens:
+                raise UsageError(f"--contexts {n} does not fit {target}: its config's "
+                                 f"{window.field} is {window.tokens}, and a decode step puts "
+                                 f"its new token at position {n}; use contexts of "
+                                 f"{window.tokens - 1} or fewer tokens.")
         return chosen
     if task != "image-cls" and window is not None:
         over = [n for n in seq_lens if n > window.tokens]
@@ -281,7 +288,8 @@ def _check_decoder_start(target: str, config: Any) -> None:
 
 
 def model_file_source(target: str, task: str, *, context: int | None, seq_len: int,
-                      seq_lens: list[int] | None = None) -> str:
+                      seq_lens: list[int] | None = None,
+                      contexts: list[int] | None = None) -> str:
     """The text of the model file that sweeps ``target`` for ``task`` (with ``seq_lens``:
     over batch size × sequence length, SEQ_LENS).
 
@@ -307,7 +315,7 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
     weights = ("the local weights" if found.has_weights
                else "random weights (built from the config; nothing downloaded)")
     context = check_config(target, task, load_config(target, found), context=context,
-                           seq_lens=seq_lens or [seq_len])
+                           seq_lens=seq_lens or [seq_len], contexts=contexts)
     about = (f"Written by batchscope for `diagnose {target} --task {task}`: a {model_type} "
              f"model, {auto}, with {weights}. Rerun it with `diagnose` or edit it.")
     lines = [
@@ -336,13 +344,15 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
 
 
 def write_model_file(target: str, task: str, out_dir: str | Path, *, context: int | None,
-                     seq_len: int, seq_lens: list[int] | None = None) -> Path:
+                     seq_len: int, seq_lens: list[int] | None = None,
+                     contexts: list[int] | None = None) -> Path:
     """Write the model file for ``target`` and ``task`` into ``out_dir``; its path.
 
     Raises:
         UsageError: as :func:`model_file_source`, or the folder cannot be written.
     """
-    text = model_file_source(target, task, context=context, seq_len=seq_len, seq_lens=seq_lens)
+    text = model_file_source(target, task, context=context, seq_len=seq_len, seq_lens=seq_lens,
+                             contexts=contexts)
     path = Path(out_dir) / GENERATED_NAME
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,9 @@ def test_the_default_decode_context_runs_a_step_on_a_tiny_gpt2(configs, tmp_path
      ["--context 1024 does not fit", "n_positions is 1024", "--context 1023 or less"]),
     (["hf:{root}/bert", "--task", "causal-lm-decode", "--context", "600"],
      ["max_position_embeddings is 512"]),
+    # ...and every --contexts of a decode sweep's context grid
+    (["hf:{root}/tiny-gpt2", "--task", "causal-lm-decode", "--contexts", "16,64"],
+     ["--contexts 64 does not fit", "n_positions is 64", "63 or fewer tokens"]),
     # The same check on the sequence tasks' rows.
     (["hf:{root}/bert", "--task", "seq-cls", "--seq-len", "513"],
      ["--seq-len 513 does not fit", "max_position_embeddings is 512"]),
