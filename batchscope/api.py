@@ -353,7 +353,8 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     hold = InterruptHold()
     try:
         outcome = Sweep(config, writer).run(hold)
-        writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift)
+        writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift,
+                                         amp_off=outcome.amp_off)
         report = assemble(writer.measured(
             outcome.results, stop=outcome.stop, partial=outcome.interrupted,
             flags=outcome.flags, grid=outcome.grid,

@@ -24,6 +24,7 @@ from batchscope.classifiers.allocator import (
 )
 from batchscope.classifiers.analyze import (
     accumulation,
+    amp_measured_flags,
     ceiling_flags,
     compiled_flags,
     dtype_hints,
@@ -269,6 +270,7 @@ def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None) -
     flags += run_flags(m.model)
     flags += compiled_flags(m.model, batches)
     flags += dtype_hints(m.model, ceilings, batches)
+    flags += amp_measured_flags(m.model, m.run.amp_off, batches, drift_allowance(m.run.drift))
     if m.global_batch is not None and m.model.mode != Mode.TRAIN:
         flags.append(Flag(FlagKind.GLOBAL_BATCH_IN_INFERENCE,
                           values={"global_batch": m.global_batch}))

@@ -21,8 +21,10 @@ from batchscope.records import (
     FUSED_KERNELS,
     Accumulation,
     BatchResult,
+    ControlTiming,
     Flag,
     FlagKind,
+    Interval,
     ModelInfo,
     Status,
 )
@@ -126,6 +128,29 @@ def amp_cast_flags(model: ModelInfo, batches: list[BatchResult]) -> list[Flag]:
     return [Flag(FlagKind.AMP_CASTS, batch_size, values={
         "amp": _AMP_FLAGS.get(model.amp, model.amp), "dtype": model.amp, "cast_s": cast_s,
         "share": share, "calls": calls})]
+
+
+def amp_measured_flags(model: ModelInfo, amp_off: ControlTiming | None,
+                       batches: list[BatchResult], allowance: float) -> list[Flag]:
+    """Under --amp, where the fastest batch size timed again with autocast off
+    (``run.amp_off``, a fresh worker) ran faster beyond noise: the top of its median's
+    interval, widened by the run's drift ``allowance`` (process to process, as the
+    control measured it), under the bottom of the autocast timing's interval (its own,
+    widened alike). Within noise, nothing is said: the record is in report.json."""
+    if not model.amp or amp_off is None:
+        return []
+    measured = next((r for r in batches if r.batch_size == amp_off.batch_size
+                     and r.latency_interval_s is not None), None)
+    if measured is None or measured.latency_interval_s is None:
+        return []
+    fp32 = Interval(amp_off.control_low_s, amp_off.control_high_s).widened(allowance)
+    amp = measured.latency_interval_s
+    if fp32.high >= amp.low or amp_off.control_latency_s <= 0:
+        return []
+    return [Flag(FlagKind.AMP_SLOWER_MEASURED, amp_off.batch_size, values={
+        "amp": _AMP_FLAGS.get(model.amp, model.amp), "amp_s": amp_off.first_latency_s,
+        "fp32_s": amp_off.control_latency_s, "fp32_high_s": fp32.high, "amp_low_s": amp.low,
+        "ratio": amp_off.first_latency_s / amp_off.control_latency_s})]
 
 
 def _roof_hints(model: ModelInfo, ceilings: Ceilings | None,

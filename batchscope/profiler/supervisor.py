@@ -173,6 +173,8 @@ class SweepOutcome:
             how it was told to (None when nothing was re-timed).
         drift: the sweep's control: its reference batch size timed again once the plan
             ended (None: it did not run).
+        amp_off: under ``--amp``, the fastest batch size timed again with autocast off
+            (None: no --amp, or it did not run).
     """
 
     model: ModelInfo
@@ -185,6 +187,7 @@ class SweepOutcome:
     kept_buffers: list[BatchResult] = field(default_factory=list)
     kept_buffers_set_by: AllocatorSetBy | None = None
     drift: DriftControl | None = None
+    amp_off: ControlTiming | None = None
 
 
 class Callbacks:
@@ -481,6 +484,7 @@ class Sweep:
         self.kept_buffers: list[BatchResult] = []
         self.kept_buffers_set_by: AllocatorSetBy | None = None
         self.drift: DriftControl | None = None
+        self.amp_off: ControlTiming | None = None
         self.measured_at: dict[int, float] = {}  # monotonic seconds each size finished
         self.worker_config = config.worker  # what the next worker started is told
         self.plan: Plan | None = None
@@ -506,6 +510,7 @@ class Sweep:
                 self.ceilings = self.measure_ceilings()
             self.plan = self.measure_batches()
             self.drift = self.time_control()
+            self.amp_off = self.time_without_amp()
             self.final_probes()
             self.grid = self.time_grid()
             self.kept_buffers_set_by = self.retime_keeping_buffers()
@@ -524,7 +529,7 @@ class Sweep:
             model=self.model, ceilings=self.ceilings, results=self.results, stop=stop,
             interrupted=interrupted, flags=list(self.flags), grid=self.grid,
             kept_buffers=self.kept_buffers, kept_buffers_set_by=self.kept_buffers_set_by,
-            drift=self.drift)
+            drift=self.drift, amp_off=self.amp_off)
 
     # -- phase: the ceilings -----------------------------------------------------------------
     def measure_ceilings(self) -> Ceilings | None:
@@ -604,6 +609,34 @@ class Sweep:
         reference = timings[0].batch_size
         apart = time.monotonic() - self.measured_at.get(reference, time.monotonic())
         return drift_control(timings, apart)
+
+    def time_without_amp(self) -> ControlTiming | None:
+        """Under ``--amp``: the fastest batch size timed again, timing only, in a fresh
+        worker with autocast off, the direct evidence of whether the lower precision pays
+        on this machine (issue 32: ``--amp bf16`` ran the MLP sample 42% slower than fp32
+        and nothing said so). None without --amp, on ranks, with nothing measured, or when
+        the timing failed."""
+        if not self.config.worker.amp or self.config.distributed is not None:
+            return None
+        ok = [r for r in self.results if r.status == Status.OK and r.latency_s is not None
+              and r.throughput_per_s]
+        if not ok:
+            return None
+        best = max(ok, key=lambda r: r.throughput_per_s or 0.0)
+        self._drop_worker(graceful=True)
+        self.worker_config = dataclasses.replace(self.config.worker, amp=None,
+                                                 op_breakdown=False)
+        try:
+            self.callbacks.on_phase(best.batch_size, "without autocast, to compare")
+            again = self._timed_only(best.batch_size)
+        except ModelFileError:  # a fresh worker refused: what was measured stands
+            return None
+        finally:
+            self._drop_worker(graceful=True)
+            self.worker_config = self.config.worker
+        if again.status != Status.OK or again.latency_s is None or best.latency_s is None:
+            return None
+        return control_timing(best.batch_size, best.latency_s, again.latency_s)
 
     def _overrule(self, plan: Plan) -> bool:
         """Whether the early-stop policy overrules the plan's plateau stop (the step-time

@@ -66,6 +66,9 @@ class FlagKind(str, Enum):
     #                        kernel_s
     AMP_SLOWER = "amp_slower"  # amp, dtype, peak, fp32_peak, compute_share, native
     AMP_CASTS = "amp_casts"  # amp, dtype, cast_s, share (of the profiled step), calls
+    # --amp timed against itself: the fastest size again without autocast ran faster beyond
+    # noise (run.amp_off). amp, amp_s, fp32_s, fp32_high_s, amp_low_s, ratio
+    AMP_SLOWER_MEASURED = "amp_slower_measured"
     AMP_FASTER = "amp_faster"  # dtype, ratio, compute_share
     GLOBAL_BATCH_IN_INFERENCE = "global_batch_in_inference"  # global_batch
     WORK_VARIES = "work_varies"  # batch_sizes, weight_bytes

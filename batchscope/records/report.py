@@ -20,7 +20,7 @@ from typing import Any
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records.flags import Flag, Stop, Value
-from batchscope.records.interval import DriftControl, Interval
+from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, Status
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
@@ -219,6 +219,10 @@ class RunInfo:
     # The relative drift every interval was widened by: the control's, never below
     # classifiers.uncertainty.DRIFT_FLOOR (the floor alone where no control ran).
     drift_allowance: float | None = None
+    # Under --amp: the fastest batch size timed again with autocast off, in a fresh worker
+    # once the plan ended (first_latency_s under autocast, control_* without it); the
+    # amp_slower_measured flag says where autocast ran slower beyond noise.
+    amp_off: ControlTiming | None = None
 
 
 # -- recommendation ------------------------------------------------------------------------

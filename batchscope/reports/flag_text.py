@@ -387,6 +387,13 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.COMPILED: _compiled,
     FlagKind.AMP_SLOWER: _amp_slower,
     FlagKind.AMP_CASTS: _amp_casts,
+    FlagKind.AMP_SLOWER_MEASURED: lambda f: (
+        f"--amp {_t(f, 'amp')} ran batch {f.batch_size} at {_n(f, 'amp_s') * 1e3:,.3g} ms a "
+        f"step; timed again without autocast in a fresh worker, the same batch ran at "
+        f"{_n(f, 'fp32_s') * 1e3:,.3g} ms ({_n(f, 'ratio'):.2f}x faster, beyond the run's "
+        f"noise: at most {_n(f, 'fp32_high_s') * 1e3:,.3g} ms against at least "
+        f"{_n(f, 'amp_low_s') * 1e3:,.3g} ms): on this machine fp32 is the faster; run "
+        "without --amp"),
     FlagKind.AMP_FASTER: _amp_faster,
     FlagKind.GLOBAL_BATCH_IN_INFERENCE: lambda f: (
         f"--global-batch {int(_n(f, 'global_batch'))} was given, but this run is inference: "
@@ -468,7 +475,8 @@ def flag_text(flag: Flag) -> str:
 
 # Kinds whose batch size is part of their own sentence, not a prefix.
 _RUN_WIDE = frozenset({FlagKind.ROOF_RAISED, FlagKind.AMP_SLOWER, FlagKind.AMP_FASTER,
-                       FlagKind.AMP_CASTS, FlagKind.BATCH_FAILED})
+                       FlagKind.AMP_CASTS, FlagKind.AMP_SLOWER_MEASURED,
+                       FlagKind.BATCH_FAILED})
 
 
 # -- the stop ---------------------------------------------------------------------------------
