@@ -139,13 +139,10 @@ def amp_measured_flags(model: ModelInfo, amp_off: ControlTiming | None,
     widened alike). Within noise, nothing is said: the record is in report.json."""
     if not model.amp or amp_off is None:
         return []
-    measured = next((r for r in batches if r.batch_size == amp_off.batch_size
-                     and r.latency_interval_s is not None), None)
-    if measured is None or measured.latency_interval_s is None:
-        return []
+    amp = next((r.latency_interval_s for r in batches if r.batch_size == amp_off.batch_size
+                and r.latency_interval_s is not None), None)
     fp32 = Interval(amp_off.control_low_s, amp_off.control_high_s).widened(allowance)
-    amp = measured.latency_interval_s
-    if fp32.high >= amp.low or amp_off.control_latency_s <= 0:
+    if amp is None or fp32.high >= amp.low or amp_off.control_latency_s <= 0:
         return []
     return [Flag(FlagKind.AMP_SLOWER_MEASURED, amp_off.batch_size, values={
         "amp": _AMP_FLAGS.get(model.amp, model.amp), "amp_s": amp_off.first_latency_s,
