@@ -143,7 +143,7 @@ def assemble(m: Measured) -> Report:
                              m.probes_s, model.units_per_row)
     distributed = data_parallel_summary(model, batches, choice.batch_size if choice else None,
                                         m.global_batch, drift_allowance=allowance,
-                                        prediction=prediction)
+                                        control=control, prediction=prediction)
     # The step-time model has no term for the all-reduce: on a data-parallel sweep its
     # pick stands only where every size it predicts lies inside the band the measured
     # neighbours and all-reduces give (data_parallel.predicted_band).

@@ -129,26 +129,36 @@ def model_rows(name: str, runs: int, variant_runs: int, ab_trials: int, out: Pat
 
 
 def ranks_rows(runs: int, out: Path) -> list[list[str]]:
+    """Per run and per-rank batch: the communication share, its interval, how many of the
+    other runs' shares at that size the interval holds, whether it is a bare 0; and a last
+    row with the ordered pairs held over all sizes."""
     reports = [_diagnose("tests/models/ddp_tiny.py", out / "ranks" / f"run-{i}",
                          ["--nproc-per-node", "2", "--batch-sizes", "2,8,32"]).report
                for i in range(runs)]
-    rows = []
+
+    def shares(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        return {b["batch_size"]: b for b in (report.get("distributed") or {}).get("batches", [])}
+
+    rows, held_pairs, pairs = [], 0, 0
     for i, report in enumerate(reports):
-        others = [r for j, r in enumerate(reports) if j != i]
-        for batch in (report.get("distributed") or {}).get("batches", []):
+        others = [shares(r) for j, r in enumerate(reports) if j != i]
+        drift = (report.get("run") or {}).get("drift") or {}
+        for size, batch in shares(report).items():
             share = batch.get("communication_share")
             interval = batch.get("communication_share_interval") or {}
-            held = [next((o_b.get("communication_share") for o_b in
-                          (o.get("distributed") or {}).get("batches", [])
-                          if o_b["batch_size"] == batch["batch_size"]), None) for o in others]
-            inside = all(v is not None and interval and interval["low"] <= v <= interval["high"]
-                         for v in held)
-            rows.append([str(i), str(batch["batch_size"]),
+            values = [o[size].get("communication_share") for o in others if size in o]
+            held = sum(1 for v in values if v is not None and interval
+                       and interval["low"] <= v <= interval["high"])
+            held_pairs, pairs = held_pairs + held, pairs + len(values)
+            rows.append([str(i), str(size),
                          f"{share:.3f}" if share is not None else "n/a",
                          (f"{interval['low']:.3f}–{interval['high']:.3f}" if interval
                           else "none"),
-                         "yes" if inside else "no",
-                         "yes" if share == 0 and not interval else "no"])
+                         f"{held}/{len(values)}",
+                         "yes" if share == 0 and not interval else "no",
+                         (f"{drift['communication_drift']:.0%}"
+                          if drift.get("communication_drift") is not None else "n/a")])
+    rows.append(["all", "", "", "", _pct(held_pairs, pairs), "", ""])
     return rows
 
 
@@ -172,7 +182,8 @@ def main() -> None:
     if args.ranks_runs >= 2:
         print()
         print(table(["run", "per-rank batch", "communication share", "its 95% interval",
-                     "holds the other runs' value", "bare 0"],
+                     "other runs' shares it holds", "bare 0",
+                     "control's share change"],
                     ranks_rows(args.ranks_runs, out)))
 
 

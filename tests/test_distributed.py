@@ -119,6 +119,20 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
         assert row["communication_in_flight_s"] >= exposed
         assert 0 <= row["hidden_share"] <= 1
     assert dp["communication_trend"] in ("falls", "rises", "within_noise")
+    # The control: a fresh launch of both ranks timed the reference size again, with its
+    # communication share, and each share's interval spans the other launch's share there.
+    control = doc["run"]["drift"]
+    assert control is not None and control["batch_size"] == 2
+    ref = control["timings"][0]
+    assert ref["first_communication_share"] == dp["batches"][0]["communication_share"]
+    assert 0 <= ref["control_communication_share"] <= 1
+    timed_again = {t["batch_size"]: t for t in control["timings"]}
+    for row in dp["batches"]:
+        again = timed_again.get(row["batch_size"])
+        if again is not None:
+            band = row["communication_share_interval"]
+            assert band["low"] <= again["control_communication_share"] <= band["high"]
+    assert "in the first launch of the ranks" in (tmp_path / "out" / "report.html").read_text()
     rec = dp["recommendation"]
     per_step = rec["per_rank_batch"] * 2
     assert rec["global_batch"] == per_step
@@ -156,6 +170,8 @@ def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
     assert doc["distributed"]["world_size"] == 2
     assert [[r["rank"] for r in b["ranks"]] for b in doc["batches"]] == [[0, 1], [0, 1]]
     assert doc["distributed"]["recommendation"]["global_batch"] in (2, 16)
+    # Node 1's launcher cannot start again: the control re-times in the same ranks.
+    assert doc["run"]["drift"]["timings"][0]["batch_size"] == 1
     assert not ranks_left()
 
 

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from batchscope.records import BatchResult, DataParallel, ModelInfo, Status
-from batchscope.records.interval import Interval
-from batchscope.records.noise import latency_interval
+from batchscope.records.interval import DriftControl, Interval
+from batchscope.records.noise import STAMP_RESOLUTION_S, communication_shares, latency_interval
 from batchscope.records.report import (
     CommunicationTrend,
     DataParallelBatch,
@@ -37,10 +37,14 @@ from batchscope.records.report import (
 )
 from batchscope.stats import median_interval
 
-# The smallest exposed time the hook's stamps resolve: two host-clock reads on two threads
-# (the hook's, and the all-reduce's completion callback). A sample below it counts as 0,
-# and an interval never ends below it: "< 1 µs", never a bare 0.
-STAMP_RESOLUTION_S = 1e-6
+# The least the communication share's interval allows for the share moving from one launch
+# of the ranks to the next, whatever the sweep's control measured (its one or two sizes
+# timed again in a fresh launch, DriftControl.communication_drift): two launches of
+# tests/models/ddp_tiny.py on the 2-vCPU VM gave shares 1.10-1.46x apart at the same size,
+# and the issue's two runs of a training model 1.15-1.60x (docs/benchmarks.md section 10).
+# The all-reduce's exposed part is a race between backward's last gradients and gloo's
+# threads, which a shared machine's scheduling moves far more than it moves the step.
+COMMUNICATION_DRIFT_FLOOR = 0.25
 
 
 @dataclass(frozen=True)
@@ -57,39 +61,64 @@ class CommunicationFigures:
 
 def communication_figures(exposed_s: Sequence[float], step_s: Sequence[float],
                           in_flight_s: Sequence[float] = (), drift_allowance: float = 0.0,
-                          resolution_s: float = STAMP_RESOLUTION_S
-                          ) -> CommunicationFigures | None:
+                          resolution_s: float = STAMP_RESOLUTION_S, *,
+                          share_allowance: float = 0.0,
+                          control_share: float | None = None) -> CommunicationFigures | None:
     """The exposed all-reduce time and its share of the step from per-step samples (one
     ``exposed_s``, ``step_s`` and, optionally, ``in_flight_s`` per timed step, paired):
     each the median with the distribution-free 95% interval of a median
     (:func:`~batchscope.stats.median_interval`). The exposed time's interval is widened by
     ``drift_allowance`` (relative: the machine's speed moved that much over the sweep,
-    :meth:`~batchscope.records.interval.Interval.widened`); the share's is not, as a drift
-    moves both sides of each step's ratio, and it is at most 1. A sample below
+    :meth:`~batchscope.records.interval.Interval.widened`). The share's is widened by
+    ``share_allowance`` instead (how far the share moves from one launch of the ranks to
+    the next, :func:`share_allowance`: a speed drift moves both sides of each step's ratio,
+    the all-reduce's race with backward does not) and spans ``control_share``, this size's
+    share in the control's launch where it was timed again; it is at most 1. A sample below
     ``resolution_s`` counts as 0, and no interval ends below it. None without samples.
 
     Example:
         >>> f = communication_figures([0.0, 0.0, 0.0], [0.01, 0.01, 0.01])
         >>> f.exposed_s, f.exposed_interval_s.low, f.exposed_interval_s.high
         (0.0, 0.0, 1e-06)
+        >>> f = communication_figures([0.002] * 9, [0.01] * 9, share_allowance=0.25,
+        ...                           control_share=0.3)
+        >>> round(f.share_interval.low, 3), round(f.share_interval.high, 3)
+        (0.16, 0.375)
     """
     n = min(len(exposed_s), len(step_s))
     if n == 0:
         return None
     exposed = [x if x >= resolution_s else 0.0 for x in exposed_s[:n]]
-    shares = [min(e / s, 1.0) if s > 0 else 0.0 for e, s in zip(exposed, step_s[:n])]
+    shares = communication_shares(exposed, step_s[:n], resolution_s)
     band = Interval(*median_interval(exposed)).widened(drift_allowance)
     share_low, share_high = median_interval(shares)
+    if control_share is not None:
+        share_low, share_high = min(share_low, control_share), max(share_high, control_share)
+    share_band = Interval(share_low, share_high).widened(share_allowance)
     share_floor = resolution_s / max(statistics.median(step_s[:n]), resolution_s)
     in_flight = [x for x in in_flight_s[:n] if x >= 0]
     return CommunicationFigures(
         exposed_s=statistics.median(exposed),
         exposed_interval_s=Interval(band.low, max(band.high, resolution_s)),
         share=statistics.median(shares),
-        share_interval=Interval(share_low, min(max(share_high, share_floor), 1.0)),
+        share_interval=Interval(min(share_band.low, 1.0),
+                                min(max(share_band.high, share_floor), 1.0)),
         in_flight_s=statistics.median(in_flight) if in_flight else None,
         steps=n,
     )
+
+
+def share_allowance(control: DriftControl | None) -> float:
+    """The relative allowance every communication share's interval is widened by: the
+    control's measured launch-to-launch change (``communication_drift``), at least
+    :data:`COMMUNICATION_DRIFT_FLOOR`.
+
+    Example:
+        >>> share_allowance(None)
+        0.25
+    """
+    measured = control.communication_drift if control is not None else None
+    return max(measured or 0.0, COMMUNICATION_DRIFT_FLOOR)
 
 
 def communication_trend(rows: Sequence[DataParallelBatch]) -> CommunicationTrend | None:
@@ -258,6 +287,7 @@ def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
                           recommended: int | None,
                           global_batch: int | None, *,
                           drift_allowance: float | None = None,
+                          control: DriftControl | None = None,
                           prediction: StepPrediction | None = None) -> DataParallel | None:
     """report.json ``distributed``: per batch size the global batch and throughput, the
     communication exposed and its share with their 95% intervals, the slowest rank; the
@@ -265,7 +295,9 @@ def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
     (with ``global_batch``: the accumulation steps that reach it); and, for the per-rank
     sizes ``prediction`` (the step-time model) predicts without a measurement, the band a
     measurement there falls inside. ``drift_allowance`` (the run's, relative) widens the
-    exposed time's interval and the measured compute the bands rest on, once."""
+    exposed time's interval and the measured compute the bands rest on, once; ``control``
+    (the sweep's, ``run.drift``) sets each share interval's allowance
+    (:func:`share_allowance`) and adds its second share at the sizes it timed again."""
     dist = model.distributed
     if dist is None:
         return None
@@ -284,9 +316,13 @@ def data_parallel_summary(model: ModelInfo, batches: list[BatchResult],
         fastest = min(timed, key=lambda x: x[1]) if timed else None
         # From the hook's per-step samples; from a report that predates them, the point
         # alone (no interval).
+        timing = control.timing(r.batch_size) if control is not None else None
         comm = communication_figures(r.communication_exposed_samples_s,
                                      r.communication_step_samples_s,
-                                     r.communication_in_flight_samples_s, drift)
+                                     r.communication_in_flight_samples_s, drift,
+                                     share_allowance=share_allowance(control),
+                                     control_share=(timing.control_communication_share
+                                                    if timing is not None else None))
         exposed = comm.exposed_s if comm is not None else r.communication_exposed_s
         share = communication_share(r, comm)
         in_flight = comm.in_flight_s if comm is not None else None

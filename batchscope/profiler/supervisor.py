@@ -80,7 +80,7 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.interval import ControlTiming, DriftControl
-from batchscope.records.noise import control_timing, drift_control
+from batchscope.records.noise import communication_share, control_timing, drift_control
 from batchscope.records.report import AllocatorSetBy, Mode
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 
@@ -575,11 +575,12 @@ class Sweep:
         """Time again, timing only, in a fresh worker once the plan has ended: the sweep's first
         batch size (how far the machine's speed drifted while the others were measured) and the
         fastest sizes the pick is made among (plan.control_sizes); their second timings widen
-        every interval (classifiers/uncertainty.py). None where fewer than two sizes were
-        measured, on ranks (their timing is a fixed count under torch's launcher), or when the
-        reference's re-timing failed."""
-        if self.config.distributed is not None:
-            return None
+        every interval (classifiers/uncertainty.py). On data-parallel ranks, a fresh launch of
+        every rank by torch's launcher on one node (on several, the same ranks: another
+        node's launcher waits on node 0's group and cannot start again), and each timing
+        carries its communication share too, whose change widens every share's interval
+        (classifiers/data_parallel.share_allowance). None where fewer than two sizes were
+        measured or when the reference's re-timing failed."""
         sizes = control_sizes(self.results)
         if not sizes:
             return None
@@ -587,23 +588,29 @@ class Sweep:
         # starts (glibc's raised thresholds, a fragmented heap; the decode sample's batch 1
         # ran 4x slower after batch 512 in its own worker), and the pick's sizes timed in two
         # processes show the process-to-process noise one cannot (the MLP's batch 1024 ran
-        # 0.7 M or 1.5 M samples/s from one worker to the next).
-        self._drop_worker(graceful=True)
+        # 0.7 M or 1.5 M samples/s from one worker to the next; two launches of 2 ranks put
+        # one size's communication share at 0.30 and 0.44).
+        dist = self.config.distributed
+        if dist is None or dist.nnodes == 1:
+            self._drop_worker(graceful=True)
         by_size = {r.batch_size: r for r in self.results}
         timings: list[ControlTiming] = []
         for b in sizes:
-            first = by_size[b].latency_s
+            first = by_size[b]
             self.callbacks.on_phase(b, "control: timed again for drift")
             try:
                 again = self._timed_only(b)
-            except ModelFileError:  # a fresh worker refused: what was measured stands
+            except (ModelFileError, NothingMeasuredError):
+                # A fresh worker (or launch) refused: what was measured stands.
                 self._drop_worker(graceful=False)
                 break
-            if again.status != Status.OK or again.latency_s is None or first is None:
+            if again.status != Status.OK or again.latency_s is None or first.latency_s is None:
                 if not timings:
                     return None  # the reference failed: no drift to measure
                 continue
-            timings.append(control_timing(b, first, again.latency_s))
+            timings.append(control_timing(b, first.latency_s, again.latency_s,
+                                          communication_share(first),
+                                          communication_share(again)))
         if not timings:
             return None
         reference = timings[0].batch_size

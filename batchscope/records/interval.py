@@ -51,19 +51,38 @@ class Interval:
 @dataclass(frozen=True)
 class ControlTiming:
     """One batch size timed a second time by the sweep's control: its median step at the
-    first timing and at the second, and the second's own 95% interval of the median."""
+    first timing and at the second, and the second's own 95% interval of the median; on
+    data-parallel ranks, the communication share of each timing too (the median of the
+    timed steps' exposed all-reduce / step ratios, records/noise.communication_shares)."""
 
     batch_size: int
     first_latency_s: float
     control_latency_s: float
     control_low_s: float
     control_high_s: float
+    first_communication_share: float | None = None
+    control_communication_share: float | None = None
 
     @property
     def change(self) -> float:
         """|control / first - 1|: how far this size moved between its two timings."""
         return abs(self.control_latency_s / self.first_latency_s - 1) \
             if self.first_latency_s > 0 else 0.0
+
+    @property
+    def communication_change(self) -> float | None:
+        """The relative allowance that takes either communication share to the other under
+        :meth:`Interval.widened` (larger / smaller - 1); None without both, or with a share
+        of 0 (an all-reduce fully hidden has no ratio).
+
+        Example:
+            >>> ControlTiming(2, 0.01, 0.01, 0.01, 0.01, 0.30, 0.45).communication_change
+            0.5
+        """
+        a, b = self.first_communication_share, self.control_communication_share
+        if a is None or b is None or a <= 0 or b <= 0:
+            return None
+        return max(a, b) / min(a, b) - 1
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,9 @@ class DriftControl:
     seconds_apart: float
     drift: float  # the median of |control / first - 1| over ``timings``
     timings: list[ControlTiming] = field(default_factory=list)
+    # On data-parallel ranks: the median of the timings' communication_change, how far the
+    # communication share moved from one launch of the ranks to the next (None elsewhere).
+    communication_drift: float | None = None
 
     def timing(self, batch_size: int) -> ControlTiming | None:
         """The control timing of ``batch_size`` (None: not timed again)."""

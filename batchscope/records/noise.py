@@ -11,6 +11,7 @@ read these intervals too.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
 from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, LatencyStats
@@ -20,6 +21,11 @@ from batchscope.records.measurement import BatchResult, LatencyStats
 # (docs/benchmarks.md table 1). Also the whole allowance where no control ran (watch, a
 # trace, and the decisions made during the sweep, before its control).
 DRIFT_FLOOR = 0.05
+
+# The smallest exposed all-reduce time the DDP hook's stamps resolve: two host-clock reads
+# on two threads (the hook's, and the all-reduce's completion callback). A sample below it
+# counts as 0, and an interval never ends below it: "< 1 µs", never a bare 0.
+STAMP_RESOLUTION_S = 1e-6
 
 
 def latency_interval(stats: LatencyStats, allowance: float = DRIFT_FLOOR,
@@ -55,7 +61,8 @@ def throughput_interval(result: BatchResult, allowance: float = DRIFT_FLOOR) -> 
 
 
 def drift_control(timings: list[ControlTiming], seconds_apart: float) -> DriftControl | None:
-    """The control's record from its timings, the reference's first; None without any.
+    """The control's record from its timings, the reference's first; None without any. On
+    ranks, its ``communication_drift`` is the median of the timings' communication changes.
 
     Example:
         >>> t = ControlTiming(1, 0.010, 0.011, 0.0105, 0.0115)
@@ -66,13 +73,41 @@ def drift_control(timings: list[ControlTiming], seconds_apart: float) -> DriftCo
         return None
     ref = timings[0]
     drift = statistics.median(t.change for t in timings)
+    changes = [c for c in (t.communication_change for t in timings) if c is not None]
     return DriftControl(ref.batch_size, ref.first_latency_s, ref.control_latency_s,
-                        seconds_apart, drift, list(timings))
+                        seconds_apart, drift, list(timings),
+                        communication_drift=statistics.median(changes) if changes else None)
 
 
-def control_timing(batch_size: int, first: LatencyStats, control: LatencyStats) -> ControlTiming:
-    """One size's control timing from its two timing passes."""
+def control_timing(batch_size: int, first: LatencyStats, control: LatencyStats,
+                   first_communication_share: float | None = None,
+                   control_communication_share: float | None = None) -> ControlTiming:
+    """One size's control timing from its two timing passes (on ranks, with each pass's
+    communication share)."""
     return ControlTiming(batch_size, first.median, control.median,
                          control.median_low if control.median_low is not None else control.median,
                          control.median_high if control.median_high is not None
-                         else control.median)
+                         else control.median,
+                         first_communication_share, control_communication_share)
+
+
+def communication_shares(exposed_s: Sequence[float], step_s: Sequence[float],
+                         resolution_s: float = STAMP_RESOLUTION_S) -> list[float]:
+    """Each timed step's exposed all-reduce over the step (paired samples), an exposed time
+    below ``resolution_s`` counted as 0 and each share at most 1.
+
+    Example:
+        >>> communication_shares([3e-7, 0.002, 0.05], [0.01, 0.01, 0.04])
+        [0.0, 0.2, 1.0]
+    """
+    n = min(len(exposed_s), len(step_s))
+    exposed = [x if x >= resolution_s else 0.0 for x in exposed_s[:n]]
+    return [min(e / s, 1.0) if s > 0 else 0.0 for e, s in zip(exposed, step_s[:n])]
+
+
+def communication_share(result: BatchResult) -> float | None:
+    """The median of ``result``'s per-step communication shares (None without samples):
+    what the sweep's control compares between two launches of the ranks."""
+    shares = communication_shares(result.communication_exposed_samples_s,
+                                  result.communication_step_samples_s)
+    return statistics.median(shares) if shares else None

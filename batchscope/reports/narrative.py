@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from batchscope.classifiers.data_parallel import STAMP_RESOLUTION_S
+from batchscope.classifiers.data_parallel import share_allowance
 from batchscope.classifiers.step_model import MIN_MARGIN, band_margin
 from batchscope.records import (
     BatchResult,
     Bound,
     ControlTiming,
+    DriftControl,
     Interval,
     OpStat,
     PredictionTerms,
@@ -36,7 +37,7 @@ from batchscope.records import (
     TimeBasis,
     TimeShare,
 )
-from batchscope.records.noise import DRIFT_FLOOR
+from batchscope.records.noise import DRIFT_FLOOR, STAMP_RESOLUTION_S
 from batchscope.records.report import (
     AllocatorCheck,
     CommunicationTrend,
@@ -632,11 +633,44 @@ def drift_text(report: Report) -> str:
                     f"{fmt.seconds(t.control_latency_s)} ({fmt.pct(t.change)})" for t in others)
     what = "Their median change" if others else "That change"
     if allowance is not None and drift.drift < allowance:
-        return text + (f". {what}, {fmt.pct(drift.drift)}, is under the floor of "
-                       f"{fmt.pct(allowance)} that every interval here carries for drift; a "
-                       "size timed twice spans both timings.")
-    return text + (f". {what}, {fmt.pct(drift.drift)}, is the drift every interval here "
-                   "includes; a size timed twice spans both timings.")
+        text += (f". {what}, {fmt.pct(drift.drift)}, is under the floor of "
+                 f"{fmt.pct(allowance)} that every interval here carries for drift; a "
+                 "size timed twice spans both timings.")
+    else:
+        text += (f". {what}, {fmt.pct(drift.drift)}, is the drift every interval here "
+                 "includes; a size timed twice spans both timings.")
+    return text + communication_drift_text(drift)
+
+
+def communication_drift_text(drift: DriftControl) -> str:
+    """On data-parallel ranks, the control's communication shares in words: how far the
+    share moved from the first launch of the ranks to the control's, and the allowance
+    every share's interval carries; "" elsewhere.
+
+    Example:
+        >>> t = ControlTiming(2, 0.01, 0.011, 0.0105, 0.0115, 0.30, 0.44)
+        >>> communication_drift_text(DriftControl(2, 0.01, 0.011, 30.0, 0.1, [t],
+        ...                                       communication_drift=t.communication_change))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        " The communication share at batch 2 was 30% in the first launch of the ranks and
+        44% in the control's (1.47x): every share's interval here allows for 47%."
+    """
+    shared = [t for t in drift.timings if t.first_communication_share is not None
+              and t.control_communication_share is not None]
+    if not shared:
+        return ""
+    parts = [f"at batch {t.batch_size} was {_dp_pct(t.first_communication_share or 0.0)} in "
+             f"the first launch of the ranks and {_dp_pct(t.control_communication_share or 0.0)}"
+             " in the control's"
+             + (f" ({1 + t.communication_change:.2f}x)" if t.communication_change is not None
+                else "")
+             for t in shared]
+    allowance = share_allowance(drift)
+    floor = ("" if (drift.communication_drift or 0.0) >= allowance
+             else f" (the floor; the change measured was "
+                  f"{fmt.pct(drift.communication_drift or 0.0)})")
+    return (f" The communication share {'; '.join(parts)}: every share's interval here "
+            f"allows for {fmt.pct(allowance)}{floor}.")
 
 
 def _batches(sizes: list[int]) -> str:
