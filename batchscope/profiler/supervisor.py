@@ -610,7 +610,9 @@ class Sweep:
                 continue
             timings.append(control_timing(b, first.latency_s, again.latency_s,
                                           communication_share(first),
-                                          communication_share(again)))
+                                          communication_share(again),
+                                          first.page_faults_per_step,
+                                          again.page_faults_per_step))
         if not timings:
             return None
         reference = timings[0].batch_size

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from batchscope.page_faults import PAGE_FAULT_COST_S
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -62,6 +64,29 @@ class ControlTiming:
     control_high_s: float
     first_communication_share: float | None = None
     control_communication_share: float | None = None
+    # Minor page faults per timed step at each timing (CPU sweeps): where their difference
+    # accounts for the change, the two processes' allocators differed, not the machine.
+    first_page_faults_per_step: float | None = None
+    control_page_faults_per_step: float | None = None
+
+    def allocator_change(self, cost_per_fault_s: float = PAGE_FAULT_COST_S) -> bool:
+        """Whether the page faults of the two timings account for at least half of the
+        change in the step, in its direction: the fresh worker's allocator mapped memory
+        afresh every step where the sweep's did not (or the reverse), which no drift of
+        the machine explains (issue 31: MobileNet's batch 2 ran 6.6 ms in the sweep's
+        worker with no fault and 67 ms in a fresh one).
+
+        Example:
+            >>> ControlTiming(2, 0.0066, 0.0669, 0.066, 0.068, first_page_faults_per_step=0.0,
+            ...               control_page_faults_per_step=55_000.0).allocator_change()
+            True
+        """
+        a, b = self.first_page_faults_per_step, self.control_page_faults_per_step
+        if a is None or b is None:
+            return False
+        delta_s = self.control_latency_s - self.first_latency_s
+        fault_s = (b - a) * cost_per_fault_s
+        return delta_s != 0 and fault_s * delta_s > 0 and abs(fault_s) >= 0.5 * abs(delta_s)
 
     @property
     def change(self) -> float:
@@ -98,7 +123,7 @@ class DriftControl:
     first_latency_s: float
     control_latency_s: float
     seconds_apart: float
-    drift: float  # the median of |control / first - 1| over ``timings``
+    drift: float  # the median of |control / first - 1| over ``timings`` (allocator's left out)
     timings: list[ControlTiming] = field(default_factory=list)
     # On data-parallel ranks: the median of the timings' communication_change, how far the
     # communication share moved from one launch of the ranks to the next (None elsewhere).

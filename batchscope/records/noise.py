@@ -72,7 +72,10 @@ def drift_control(timings: list[ControlTiming], seconds_apart: float) -> DriftCo
     if not timings:
         return None
     ref = timings[0]
-    drift = statistics.median(t.change for t in timings)
+    # A size whose two timings differ by their page faults measured two allocators, not a
+    # drift: it spans both timings itself, and widens nothing else.
+    machine = [t.change for t in timings if not t.allocator_change()]
+    drift = statistics.median(machine) if machine else 0.0
     changes = [c for c in (t.communication_change for t in timings) if c is not None]
     return DriftControl(ref.batch_size, ref.first_latency_s, ref.control_latency_s,
                         seconds_apart, drift, list(timings),
@@ -81,14 +84,17 @@ def drift_control(timings: list[ControlTiming], seconds_apart: float) -> DriftCo
 
 def control_timing(batch_size: int, first: LatencyStats, control: LatencyStats,
                    first_communication_share: float | None = None,
-                   control_communication_share: float | None = None) -> ControlTiming:
+                   control_communication_share: float | None = None,
+                   first_page_faults_per_step: float | None = None,
+                   control_page_faults_per_step: float | None = None) -> ControlTiming:
     """One size's control timing from its two timing passes (on ranks, with each pass's
-    communication share)."""
+    communication share; on a CPU, with each pass's page faults per step)."""
     return ControlTiming(batch_size, first.median, control.median,
                          control.median_low if control.median_low is not None else control.median,
                          control.median_high if control.median_high is not None
                          else control.median,
-                         first_communication_share, control_communication_share)
+                         first_communication_share, control_communication_share,
+                         first_page_faults_per_step, control_page_faults_per_step)
 
 
 def communication_shares(exposed_s: Sequence[float], step_s: Sequence[float],

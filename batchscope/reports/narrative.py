@@ -632,6 +632,15 @@ def drift_text(report: Report) -> str:
     text += "".join(f", batch {t.batch_size} {fmt.seconds(t.first_latency_s)} and "
                     f"{fmt.seconds(t.control_latency_s)} ({fmt.pct(t.change)})" for t in others)
     what = "Their median change" if others else "That change"
+    allocator = [t for t in timings if t.allocator_change()]
+    if allocator:
+        faults = ", ".join(f"batch {t.batch_size} {t.first_page_faults_per_step:,.0f} and "
+                           f"{t.control_page_faults_per_step:,.0f}" for t in allocator)
+        text += (f". Page faults a step account for {_batches([t.batch_size for t in allocator])}"
+                 f"'s change ({faults}): the two processes' allocators differed, not the "
+                 "machine, so each spans both its timings and widens nothing else")
+        what = ("The median change of the others" if len(allocator) < len(timings)
+                else "The drift left")
     if allowance is not None and drift.drift < allowance:
         text += (f". {what}, {fmt.pct(drift.drift)}, is under the floor of "
                  f"{fmt.pct(allowance)} that every interval here carries for drift; a "

@@ -175,3 +175,32 @@ def test_sizes_slowed_by_page_faults_count_at_their_fault_free_speed():
     assert plateaued([_at(1, 169.0), _at(2, 96.8), _at(4, 132.0)])
     plan = Plan(None, Limits(max_batch=8))
     assert plan.next_batch(slowed) == 8
+
+
+def test_a_change_the_page_faults_account_for_widens_no_other_interval():
+    # Issue 31, MobileNet: timed again in a fresh worker, batches 1, 2 and 4 ran 2.4x, 10x
+    # and 6.8x slower with tens of thousands of page faults a step where the sweep's worker
+    # had few: the allocators differed, and a "drift" of 581% made every size equivalent.
+    def timed(b, first_s, again_s, first_faults, again_faults):
+        return control_timing(b, LatencyStats(first_s, first_s, first_s, 20),
+                              LatencyStats(again_s, again_s * 0.98, again_s * 1.02, 20),
+                              first_page_faults_per_step=first_faults,
+                              control_page_faults_per_step=again_faults)
+
+    allocator = [timed(1, 0.0134, 0.0325, 7_500.0, 26_000.0),
+                 timed(2, 0.0066, 0.0669, 0.0, 55_000.0),
+                 timed(4, 0.0177, 0.1204, 55.0, 95_000.0)]
+    assert all(t.allocator_change() for t in allocator)
+    control = drift_control(allocator, 60.0)
+    assert control.drift == 0.0 and drift_allowance(control) == DRIFT_FLOOR
+    # the size itself still spans both of its timings
+    first = LatencyStats(0.0066, 0.0066, 0.0066, 20, median_low=0.0065, median_high=0.0067)
+    band = latency_interval(first, drift_allowance(control), allocator[1])
+    assert band.contains(0.0066) and band.contains(0.0669)
+    # a change the faults do not account for is drift, as before
+    machine = timed(1, 0.010, 0.013, 100.0, 120.0)
+    assert not machine.allocator_change()
+    mixed = drift_control([machine, *allocator[1:]], 60.0)
+    assert mixed.drift == pytest.approx(0.3)
+    # faults that moved the other way explain nothing
+    assert not timed(1, 0.010, 0.020, 50_000.0, 0.0).allocator_change()
