@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batchscope.page_faults import PAGE_FAULT_COST_S
+# Two timings of one size ran under different allocator states where their page faults a
+# step differ by this share of the larger and by this many (ControlTiming.allocator_change).
+ALLOCATOR_FAULTS_APART = 0.25
+ALLOCATOR_FAULTS_MIN = 1000.0
 
 
 @dataclass(frozen=True)
@@ -69,24 +72,28 @@ class ControlTiming:
     first_page_faults_per_step: float | None = None
     control_page_faults_per_step: float | None = None
 
-    def allocator_change(self, cost_per_fault_s: float = PAGE_FAULT_COST_S) -> bool:
-        """Whether the page faults of the two timings account for at least half of the
-        change in the step, in its direction: the fresh worker's allocator mapped memory
-        afresh every step where the sweep's did not (or the reverse), which no drift of
-        the machine explains (issue 31: MobileNet's batch 2 ran 6.6 ms in the sweep's
-        worker with no fault and 67 ms in a fresh one).
+    def allocator_change(self) -> bool:
+        """Whether the two timings ran under different allocator states: their page faults
+        a step differ by at least :data:`ALLOCATOR_FAULTS_APART` of the larger and by at
+        least :data:`ALLOCATOR_FAULTS_MIN` a step, and the step moved the way the faults
+        did. The fresh worker's allocator then mapped memory afresh where the sweep's did
+        not (or the reverse), which no drift of the machine explains (issue 31: MobileNet's
+        batch 2 ran 9.6 ms in the sweep's worker with 85 faults a step, 40 ms in a fresh
+        one with 15,000). The faults' own cost is not the test: it ran 0.7-1.6 µs a fault
+        from one run to the next, and a process that faults also misses its caches.
 
         Example:
-            >>> ControlTiming(2, 0.0066, 0.0669, 0.066, 0.068, first_page_faults_per_step=0.0,
-            ...               control_page_faults_per_step=55_000.0).allocator_change()
+            >>> ControlTiming(2, 0.0096, 0.0403, 0.040, 0.041, first_page_faults_per_step=85.0,
+            ...               control_page_faults_per_step=14_992.0).allocator_change()
             True
         """
         a, b = self.first_page_faults_per_step, self.control_page_faults_per_step
         if a is None or b is None:
             return False
+        apart = abs(b - a)
         delta_s = self.control_latency_s - self.first_latency_s
-        fault_s = (b - a) * cost_per_fault_s
-        return delta_s != 0 and fault_s * delta_s > 0 and abs(fault_s) >= 0.5 * abs(delta_s)
+        return (apart >= ALLOCATOR_FAULTS_MIN and apart >= ALLOCATOR_FAULTS_APART * max(a, b)
+                and (b - a) * delta_s > 0)
 
     @property
     def change(self) -> float:

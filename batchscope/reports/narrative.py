@@ -636,9 +636,9 @@ def drift_text(report: Report) -> str:
     if allocator:
         faults = ", ".join(f"batch {t.batch_size} {t.first_page_faults_per_step:,.0f} and "
                            f"{t.control_page_faults_per_step:,.0f}" for t in allocator)
-        text += (f". Page faults a step account for {_batches([t.batch_size for t in allocator])}"
-                 f"'s change ({faults}): the two processes' allocators differed, not the "
-                 "machine, so each spans both its timings and widens nothing else")
+        text += (f". The page faults a step of {_batches([t.batch_size for t in allocator])} "
+                 f"moved with it ({faults}): the two processes' allocators differed, not "
+                 "the machine's speed, so each spans both its timings and widens nothing else")
         what = ("The median change of the others" if len(allocator) < len(timings)
                 else "The drift left")
     if allowance is not None and drift.drift < allowance:

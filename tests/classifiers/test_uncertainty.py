@@ -177,7 +177,7 @@ def test_sizes_slowed_by_page_faults_count_at_their_fault_free_speed():
     assert plan.next_batch(slowed) == 8
 
 
-def test_a_change_the_page_faults_account_for_widens_no_other_interval():
+def test_a_change_the_page_faults_moved_with_widens_no_other_interval():
     # Issue 31, MobileNet: timed again in a fresh worker, batches 1, 2 and 4 ran 2.4x, 10x
     # and 6.8x slower with tens of thousands of page faults a step where the sweep's worker
     # had few: the allocators differed, and a "drift" of 581% made every size equivalent.
@@ -197,10 +197,10 @@ def test_a_change_the_page_faults_account_for_widens_no_other_interval():
     first = LatencyStats(0.0066, 0.0066, 0.0066, 20, median_low=0.0065, median_high=0.0067)
     band = latency_interval(first, drift_allowance(control), allocator[1])
     assert band.contains(0.0066) and band.contains(0.0669)
-    # a change the faults do not account for is drift, as before
+    # a change with the same faults is drift, as before
     machine = timed(1, 0.010, 0.013, 100.0, 120.0)
     assert not machine.allocator_change()
     mixed = drift_control([machine, *allocator[1:]], 60.0)
     assert mixed.drift == pytest.approx(0.3)
-    # faults that moved the other way explain nothing
+    # faults that moved the other way are not the allocator's doing
     assert not timed(1, 0.010, 0.020, 50_000.0, 0.0).allocator_change()
