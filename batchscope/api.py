@@ -23,11 +23,20 @@ from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.allocator import retime_sizes
 from batchscope.classifiers.analyze import final_probe_specs
 from batchscope.classifiers.early_stop import EarlyStop
+from batchscope.classifiers.kernel_roofline import counters_section
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.launcher import DistributedConfig, LaunchedRanks
+from batchscope.profiler.ncu_export import NcuUnreadable, read_ncu_exports
+from batchscope.profiler.ncu_run import (
+    CACHE_CONTROL,
+    CLOCK_CONTROL,
+    NcuFailure,
+    find_ncu,
+    run_ncu,
+)
 from batchscope.profiler.supervisor import Callbacks, InterruptHold, Sweep, SweepConfig
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.worker_config import (
@@ -38,6 +47,8 @@ from batchscope.profiler.worker_config import (
 )
 from batchscope.records import (
     BatchResult,
+    Flag,
+    FlagKind,
     ModelInfo,
     Options,
     Report,
@@ -47,6 +58,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.counter_report import CountersSection
 from batchscope.records.run import DEFAULT_OUT_DIR
 from batchscope.reports import write_all, write_json
 from batchscope.version import __version__
@@ -75,6 +87,11 @@ def limits_of(options: Options) -> Limits:
     cap = (min(options.max_batch, max(options.batch_sizes)) if options.batch_sizes
            else options.max_batch)
     return Limits(cap, options.latency_limit_s, options.memory_budget_bytes, options.predict_to)
+
+
+# --ncu: the time one batch size may take under ncu, as a multiple of --timeout, and at least.
+NCU_TIMEOUT_FACTOR = 10
+NCU_TIMEOUT_MIN_S = 600.0
 
 
 def validate_options(options: Options) -> None:
@@ -129,6 +146,14 @@ def validate_options(options: Options) -> None:
     if o.seq_lens is not None and o.contexts is not None:
         raise UsageError("--contexts and --seq-lens both give a second axis; a sweep "
                          "takes one.")
+    if o.ncu:
+        if dist is not None:
+            raise UsageError("--ncu profiles one process; it does not run with "
+                             "--nproc-per-node.")
+        if find_ncu() is None:
+            raise UsageError("--ncu needs Nsight Compute: ncu is not on PATH (install the "
+                             "CUDA toolkit's Nsight Compute, or set BATCHSCOPE_NCU to its "
+                             "ncu).")
     if o.global_batch is not None and o.global_batch < 1:
         raise UsageError(f"--global-batch must be at least 1, not {o.global_batch}.")
     if o.out_dir is not None:
@@ -323,6 +348,9 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     if dist is not None and dist.node_rank != 0:
         raise UsageError(f"node {dist.node_rank} of a distributed sweep only runs its ranks "
                          "(follow_node_zero, or the diagnose command); node 0 writes the report.")
+    if options.ncu and callables is not None:
+        raise UsageError("--ncu runs the model file in a process of ncu's: pass the file to "
+                         "diagnose_file or to the diagnose command.")
     started = time.time()
     run = RunInfo(source=Source.SWEEP, tool_version=__version__,
                   torch_version=_torch_version(),
@@ -353,17 +381,63 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     hold = InterruptHold()
     try:
         outcome = Sweep(config, writer).run(hold)
+        counters, ncu_flags = (
+            ncu_counters(worker, outcome.results, options, writer.ceilings)
+            if options.ncu and not outcome.interrupted else (None, []))
         writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift,
                                          amp_off=outcome.amp_off)
         report = assemble(writer.measured(
             outcome.results, stop=outcome.stop, partial=outcome.interrupted,
-            flags=outcome.flags, grid=outcome.grid,
-            kept_buffers=outcome.kept_buffers, kept_buffers_set_by=outcome.kept_buffers_set_by))
+            flags=outcome.flags + ncu_flags, grid=outcome.grid,
+            kept_buffers=outcome.kept_buffers, kept_buffers_set_by=outcome.kept_buffers_set_by,
+            counters=counters))
         if options.out_dir is not None:
             write_all(report, options.out_dir)
     finally:
         hold.release()
     return report
+
+
+def ncu_counters(worker: WorkerConfig, results: list[BatchResult], options: Options,
+                 ceilings: Ceilings | None) -> tuple[CountersSection | None, list[Flag]]:
+    """``--ncu``: one step at each measured batch size under Nsight Compute, its kernels
+    read and placed on the roofline (the datasheet's roofs on a GPU in the table, else the
+    exports' own); a flag for each size without counters, and none tried after ncu was
+    refused the counters (the same refusal at every size). The CSVs are kept in the output
+    folder's ``ncu/``."""
+    ncu = find_ncu()
+    if ncu is None:
+        return None, []
+    folder = Path(options.out_dir or tempfile.mkdtemp(prefix="batchscope-")) / "ncu"
+    # ncu replays each kernel once per counter pass: far longer than the step itself.
+    timeout_s = max(options.batch_timeout_s * NCU_TIMEOUT_FACTOR, NCU_TIMEOUT_MIN_S)
+    spec = ceilings.spec if ceilings is not None else None
+    sections: list[CountersSection] = []
+    flags: list[Flag] = []
+    for r in results:
+        if r.status != Status.OK:
+            continue
+        run = run_ncu(ncu, dataclasses.replace(worker, op_breakdown=False), r.batch_size,
+                      folder, timeout_s)
+        if run.failure is None and run.csv_path is not None:
+            try:
+                export = read_ncu_exports([Path(run.csv_path)])
+            except NcuUnreadable as exc:
+                run = dataclasses.replace(run, failure=NcuFailure.UNREADABLE, detail=str(exc))
+            else:
+                sections.append(counters_section(export, spec, batch_size=r.batch_size))
+        if run.failure is not None:
+            flags.append(Flag(FlagKind.NCU_FAILED, r.batch_size, values={
+                "failure": run.failure.value, "detail": run.detail}))
+            if run.failure in (NcuFailure.PERMISSION, NcuFailure.NOT_STARTED):
+                break
+    if not sections:
+        return None, flags
+    return dataclasses.replace(
+        sections[0], files=[f for s in sections for f in s.files],
+        kernels=[k for s in sections for k in s.kernels],
+        notes=[n for s in sections for n in s.notes],
+        cache_control=CACHE_CONTROL, clock_control=CLOCK_CONTROL), flags
 
 
 def exit_code(report: Report) -> ExitCode:

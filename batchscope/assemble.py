@@ -44,6 +44,7 @@ from batchscope.classifiers.critical_batch import (
 )
 from batchscope.classifiers.data_parallel import data_parallel_summary
 from batchscope.classifiers.estimate import estimate_batch
+from batchscope.classifiers.kernel_roofline import counter_flags, judge_ops
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, predicted_pick, recommend
 from batchscope.classifiers.roofline import (
     achieved_ceilings,
@@ -72,6 +73,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.counter_report import CountersSection
 from batchscope.records.report import AllocatorSetBy, Estimate, Mode, Source
 from batchscope.serving.report_section import serving_section
 
@@ -118,6 +120,8 @@ class Measured:
     kept_buffers_set_by: AllocatorSetBy | None = None
     estimate_factors: tuple[int, ...] = ()
     recommends: bool = True
+    # diagnose trace --ncu: the profiled kernels, and the ops joined to them (unjudged).
+    counters: CountersSection | None = None
 
 
 def assemble(m: Measured) -> Report:
@@ -171,6 +175,7 @@ def assemble(m: Measured) -> Report:
                                     m.kept_buffers_set_by, allowance),
         sequence_grid=sequence_grid_section(model, batches, m.grid,
                                             m.limits.memory_budget_bytes),
+        counters=_counters(m, batches, ceilings),
     )
     if model.contexts and model.mode == Mode.INFERENCE:
         # A decode model: its context grid, and (once the sweep is done) the what-if,
@@ -261,10 +266,23 @@ def _still_rising_at_cap(results: list[BatchResult], choice: Choice,
     return stopped_at_cap and choice.best_batch_size == largest
 
 
+def _counters(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None
+              ) -> CountersSection | None:
+    """The counters section with its ops judged: measured against modelled, both placed
+    against each op's roof (classifiers/kernel_roofline.judge_ops)."""
+    if m.counters is None or not m.counters.ops:
+        return m.counters
+    batch = next((b for b in batches if b.batch_size == m.counters.batch_size), None)
+    return dataclasses.replace(m.counters, ops=judge_ops(m.counters.ops, batch, ceilings))
+
+
 def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None) -> list[Flag]:
     """The front end's flags, each batch size's own (with its batch size), then the run's.
     Op flags stay on their ops (renderers list them with the op's id)."""
     flags = list(m.flags)
+    counters = _counters(m, batches, ceilings)
+    if counters is not None and counters.batch_size is not None:
+        flags += counter_flags(counters.ops, counters.batch_size)
     flags += [f if f.batch_size is not None else dataclasses.replace(f, batch_size=r.batch_size)
               for r in batches for f in r.flags]
     flags += run_flags(m.model)

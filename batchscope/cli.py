@@ -52,7 +52,7 @@ from batchscope.reports.console import (
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
-SUBCOMMANDS = ("hardware", "compare", "trace", "serve")
+SUBCOMMANDS = ("hardware", "compare", "trace", "ncu", "serve")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
                "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -222,6 +222,15 @@ def diagnose(
             "glibc keeping its buffers and report both side by side (default: on).",
         ),
     ] = True,
+    ncu: Annotated[
+        bool,
+        typer.Option(
+            "--ncu",
+            help="Profile one step at each measured batch size under Nsight Compute (ncu on "
+            "PATH, or $BATCHSCOPE_NCU): each kernel's measured DRAM bytes and FLOPs on the "
+            "roofline (report.json counters).",
+        ),
+    ] = False,
     nproc_per_node: Annotated[
         int | None,
         typer.Option(
@@ -310,6 +319,8 @@ def diagnose(
         e.g. diagnose compare main/report.json pr/report.json
       diagnose trace TRACE...            recorded torch.profiler traces (GPU or CPU)
         e.g. diagnose trace rank0.json.gz --batch-sizes 64
+      diagnose ncu NCU.csv...            Nsight Compute exports: kernels on the roofline
+        e.g. diagnose ncu kernels/*/ncu.details.csv --gpu "RTX 5090"
       diagnose serve REPORT.json         static against continuous batching, from a
                                          decode model's report
         e.g. diagnose serve report/report.json --rate 2 --slo-tpot-ms 150
@@ -336,6 +347,7 @@ def diagnose(
             recalibrate=recalibrate,
             op_breakdown=not no_ops,
             allocator_check=allocator_check,
+            ncu=ncu,
             mode=mode,
             objective=objective,
             nproc_per_node=nproc_per_node,
@@ -664,6 +676,12 @@ def trace(
         str | None,
         typer.Option("--batch-sizes", help="The batch size of each trace, in order, e.g. 8,16,32."),
     ] = None,
+    ncu_exports: Annotated[
+        list[Path] | None,
+        typer.Option("--ncu", help="Nsight Compute CSV exports of the same step (repeat for "
+                     "several files): each op's kernels' measured DRAM bytes and FLOPs beside "
+                     "the modelled ones."),
+    ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")
     ] = Path(DEFAULT_OUT_DIR),
@@ -671,7 +689,8 @@ def trace(
     """Analyse recorded torch.profiler traces (from your own GPU runs): the same report.
 
     Exit 0: analysed (a trace missing pieces gets a sentence saying what); 4: no trace
-    could be read, or --batch-sizes does not fit the traces.
+    could be read, --batch-sizes does not fit the traces, or an --ncu file is not an Nsight
+    Compute CSV export.
 
     Example: diagnose trace rank0.pt.trace.json.gz rank1.pt.trace.json.gz --batch-sizes 64
     """
@@ -683,7 +702,7 @@ def trace(
     try:
         sizes = parse_ordered_batch_sizes(batch_sizes) if batch_sizes is not None else None
         check_writable(out)
-        report = diagnose_traces(traces, sizes, str(out))
+        report = diagnose_traces(traces, sizes, str(out), ncu_exports or ())
     except BatchscopeError as exc:
         raise fail(exc) from None
     for flag in report.flags:
@@ -693,6 +712,46 @@ def trace(
         for flag in batch.flags:
             err_console.print(f"note: {Path(batch.trace_path).name}: {flag_text(flag)}",
                               markup=False)
+    print_summary(out_console, report)
+    err_console.print(f"report written to {out}/", markup=False)
+    raise typer.Exit(code=0)
+
+
+@tools_app.command("ncu")
+def ncu(
+    exports: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Nsight Compute CSV exports (ncu --csv: --page details, --section exports, "
+            "--page raw); the rows of one kernel launch may be spread over several files.",
+        ),
+    ],
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", help="The GPU the exports were recorded on, e.g. \"RTX 5090\": "
+                     "its datasheet's roofs, tensor cores included (default: the exports' own "
+                     "roofline section, which has no tensor roof)."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for report.json/html and summary.md.")
+    ] = Path(DEFAULT_OUT_DIR),
+) -> None:
+    """Place every kernel launch Nsight Compute profiled on the roofline, from its measured
+    DRAM bytes and FLOPs (report.json counters.kernels[]).
+
+    Exit 0: read (figures a file lacks or garbles are listed as set aside); 4: a file is not
+    an Nsight Compute CSV export, or --gpu names a GPU not in the datasheet table.
+
+    Example: diagnose ncu kernels/*/ncu.details.csv kernels/*/ncu.metrics.csv --gpu "RTX 5090"
+    """
+    from batchscope.api import check_writable
+    from batchscope.traces.ncu_diagnose import diagnose_ncu
+
+    try:
+        check_writable(out)
+        report = diagnose_ncu(exports, gpu, str(out))
+    except BatchscopeError as exc:
+        raise fail(exc) from None
     print_summary(out_console, report)
     err_console.print(f"report written to {out}/", markup=False)
     raise typer.Exit(code=0)

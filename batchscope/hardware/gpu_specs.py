@@ -37,6 +37,11 @@ _ADA_PAPER = (
     "NVIDIA Ada GPU architecture whitepaper, appendix A (FP32-accumulate tensor rates), "
     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
 )
+_RTX_BLACKWELL_PAPER = (
+    "NVIDIA RTX Blackwell GPU architecture whitepaper, appendix A (FP32-accumulate tensor "
+    "rates), https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/"
+    "nvidia-rtx-blackwell-gpu-architecture.pdf"
+)
 _GA102_PAPER = (
     "NVIDIA Ampere GA102 GPU architecture whitepaper, appendix A (FP32-accumulate tensor rates), "
     "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
@@ -177,6 +182,12 @@ SPECS: tuple[GpuSpec, ...] = (
             source="NVIDIA L40 GPU datasheet, https://www.nvidia.com/en-us/data-center/l40/",
             l2_bytes=96 * MIB, **_sparse_sheet(90.5, 181, 362.1)),
     # GeForce: architecture whitepapers, "dense | sparse" with FP32 accumulate (what torch uses).
+    # GeForce Blackwell (sm_120): FP32-accumulate tensor rates, half the FP16-accumulate ones
+    # (838.4 TFLOPS sparse FP16) as on Ada; the Nsight Compute exports in tests/data/ncu
+    # reached 113 TFLOP/s on its bf16 GEMMs.
+    GpuSpec("GeForce RTX 5090", (r"rtx 5090",), bandwidth_bytes_per_s=1792 * GB_PER_S,
+            memory_bytes=32 * GIB,
+            source=_RTX_BLACKWELL_PAPER, l2_bytes=96 * MIB, **_dense_sheet(104.8, 104.8, 209.5)),
     GpuSpec("GeForce RTX 4090", (r"rtx 4090",), bandwidth_bytes_per_s=1008 * GB_PER_S,
             memory_bytes=24 * GIB,
             source=_ADA_PAPER, l2_bytes=72 * MIB, **_dense_sheet(82.6, 82.6, 165.2)),

@@ -84,6 +84,12 @@ class FlagKind(str, Enum):
     GPU_NOT_IN_DATASHEETS = "gpu_not_in_datasheets"  # gpu
     SLOWEST_RANK = "slowest_rank"  # rank, ranks, trace
     TRACE_INCOMPLETE = "trace_incomplete"  # missing (traces.analysis.MISSING_*), events
+    # diagnose trace --ncu: an op's measured intensity (its kernels' Nsight Compute
+    # counters) is on the other side of its roof's ridge from the modelled one (op, bound,
+    # modelled_bound, dram_bytes, modelled_bytes, flops, modelled_flops, matched, launches).
+    COUNTERS_DISAGREE = "counters_disagree"
+    # --ncu: this batch size has no counters (failure: profiler.ncu_run.NcuFailure, detail).
+    NCU_FAILED = "ncu_failed"
     # -- integrations ---------------------------------------------------------------------
     LIGHTNING_ACCUMULATES = "lightning_accumulates"  # batches, rows
     LIGHTNING_PROCESSES = "lightning_processes"  # world, strategy

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any
 
 from batchscope.hardware.types import Ceilings
+from batchscope.records.counter_report import CountersSection
 from batchscope.records.flags import Flag, Stop, Value
 from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, Status
@@ -42,6 +43,7 @@ class Source(str, Enum):
     SWEEP = "sweep"  # diagnose model.py: a worker (or torchrun's ranks) per batch size
     WATCH = "watch"  # batchscope.watch around the user's own loop (and the callbacks)
     TRACE = "trace"  # diagnose trace: recorded profiler traces, nothing run here
+    NCU = "ncu"  # diagnose ncu: Nsight Compute exports, nothing run here
 
 
 # -- model ---------------------------------------------------------------------------------
@@ -646,6 +648,7 @@ class Report:
     serving: ServingSection | None = None  # decode models (CONTEXTS)
     allocator: AllocatorCheck | None = None  # CPU sweeps whose page faults were flagged
     sequence_grid: SequenceGrid | None = None  # models that set SEQ_LENS
+    counters: CountersSection | None = None  # diagnose ncu: Nsight Compute's counters
 
     def batch(self, batch_size: int) -> BatchResult | None:
         """The result of ``batch_size`` (None when it was not tried)."""

@@ -45,6 +45,8 @@ class Options:
     # CPU: time the batch sizes whose page faults were flagged again, with the allocator
     # keeping its buffers, side by side (classifiers/allocator.py).
     allocator_check: bool = True
+    # --ncu: one step at each measured batch size under Nsight Compute (profiler/ncu_run.py)
+    ncu: bool = False
     mode: str | None = None
     objective: str = "throughput"  # or "energy": J per unit from NVML, where measured
     # Data parallel (profiler/launcher.py): torchrun's arguments; None: one process.

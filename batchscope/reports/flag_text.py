@@ -32,6 +32,7 @@ from batchscope.records import (
 from batchscope.records.flags import TraceGap, Value
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.serving import Policy, WhatIf
+from batchscope.reports import fmt
 from batchscope.serving.metrics import Slo
 from batchscope.serving.whatif import SAME_THROUGHPUT
 
@@ -342,6 +343,24 @@ def _watch_data_loading(f: Flag) -> str:
             "first call.")
 
 
+
+# --ncu's failures (profiler/ncu_run.NcuFailure), each with what to do.
+_NCU_FAILURES = {
+    "not_started": "ncu could not be started ({detail})",
+    "permission": ("Nsight Compute may not read this GPU's performance counters "
+                   "(ERR_NVGPUCTRPERM: the driver allows them to admins only; run as root, or "
+                   "see NVIDIA's ERR_NVGPUCTRPERM page): no counters, the sweep went on"),
+    "timeout": "ncu did not finish within {detail} s (it replays each kernel once per pass)",
+    "exited": "ncu failed ({detail})",
+    "nothing_written": "ncu wrote no CSV",
+    "unreadable": "ncu's CSV could not be read: {detail}",
+}
+
+
+def _ncu_failed(f: Flag) -> str:
+    words = _NCU_FAILURES.get(_t(f, "failure"), "ncu failed ({detail})")
+    return f"no counters at batch {f.batch_size}: " + words.format(detail=_t(f, "detail"))
+
 _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {_t(f, 'reason')}",
     FlagKind.PLATEAU_OVERRULED: lambda f: (
@@ -414,6 +433,15 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         f"rank {_t(f, 'rank')} is the slowest of {int(_n(f, 'ranks'))} ranks "
         f"({_t(f, 'trace')}); the report shows it"),
     FlagKind.TRACE_INCOMPLETE: _incomplete,
+    FlagKind.NCU_FAILED: _ncu_failed,
+    FlagKind.COUNTERS_DISAGREE: lambda f: (
+        f"{_t(f, 'op')} is {_t(f, 'bound')}-bound by its kernels' measured counters "
+        f"({fmt.si(_n(f, 'flops'), 'FLOP')} over {fmt.si(_n(f, 'dram_bytes'), 'B')} of DRAM "
+        f"per step) but {_t(f, 'modelled_bound')}-bound as modelled "
+        f"({fmt.si(_n(f, 'modelled_flops'), 'FLOP')} over "
+        f"{fmt.si(_n(f, 'modelled_bytes'), 'B')}; {int(_n(f, 'matched'))} of its "
+        f"{int(_n(f, 'launches'))} launches profiled): the model's bytes or FLOPs are wrong "
+        "for its kernels (cache reuse, recomputation, split-K, padding)"),
     FlagKind.LIGHTNING_ACCUMULATES: _lightning_accumulates,
     FlagKind.LIGHTNING_PROCESSES: lambda f: (
         f"Lightning ran {int(_n(f, 'world'))} processes ({_t(f, 'strategy')}): this report is "

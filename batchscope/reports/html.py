@@ -23,7 +23,14 @@ import jinja2
 
 from batchscope.records import SCHEMA, Report
 from batchscope.reports import chart_style as st
-from batchscope.reports import fmt, json_report, narrative, roofline_chart, sweep_charts
+from batchscope.reports import (
+    counters_render,
+    fmt,
+    json_report,
+    narrative,
+    roofline_chart,
+    sweep_charts,
+)
 from batchscope.reports import html_rows as rows
 from batchscope.reports import view as v
 from batchscope.reports.escape import json_for_script
@@ -163,9 +170,13 @@ def context(report: Report) -> dict[str, object]:
         "report_json": json_for_script(json_report.document(report)),
         "css": _static("report.css"), "page_js": page_js, "plotly_js": plotly_js(),
         "csp": page_csp(page_js),
+        "counters": counters_render.page_section(report.counters),
     }
 
 
 def render_html(report: Report) -> str:
-    """report.html for one report (the module's docstring has an example)."""
+    """report.html for one report (the module's docstring has an example); a report of
+    Nsight Compute counters alone (``diagnose ncu``) has its own page."""
+    if report.counters is not None and not report.batches:
+        return counters_render.render_html(report)
     return environment().get_template(TEMPLATE).render(**context(report))

@@ -306,6 +306,20 @@ def _ranks(report: Report) -> str:
     return "\n\n".join(blocks)
 
 
+def _counters(report: Report) -> str:
+    """Nsight Compute's counters in a few lines (--ncu, or a trace with --ncu)."""
+    from batchscope.reports import counters_render
+
+    if report.counters is None:
+        return ""
+    lines = ["**Measured counters (Nsight Compute).** "
+             + md_text(counters_render.headline(report.counters), 600)]
+    joined = counters_render.ops_text(report.counters)
+    if joined:
+        lines += ["", md_text(joined, 800)]
+    return "\n".join(lines)
+
+
 def _flags(report: Report) -> str:
     shown = v.flags(report)
     if not shown:
@@ -340,13 +354,22 @@ def render_summary(report: Report, max_chars: int = MAX_CHARS) -> str:
         >>> text.startswith("### batchscope")  # doctest: +SKIP
         True
     """
+    if report.counters is not None and not report.batches:
+        from batchscope.reports import counters_render
+
+        text = counters_render.render_summary(report)
+        if len(text) > max_chars:
+            cut = "\n\n… (cut to fit a comment; see report.html)\n"
+            text = text[: max_chars - len(cut)].rsplit("\n", 1)[0] + cut
+        return text
     required = [_headline(report), _facts(report),
                 _batch_rows(report) if report.batches else "", _ranks(report),
                 _estimates(report)]
     optional = [("chart", _chart(report)), ("prediction", _prediction(report)),
                 ("sequence", _sequence_grid(report)),
                 ("explanation", _explanation(report)),
-                ("ops", _top_ops(report)), ("flags", _flags(report))]
+                ("ops", _top_ops(report)), ("counters", _counters(report)),
+                ("flags", _flags(report))]
     footer = _footer(report)
     while True:
         blocks = required[:1] + [b for k, b in optional if k == "chart"] + required[1:] + [

@@ -1330,5 +1330,9 @@ def explanation(report: Report) -> str:
         >>> text.splitlines()[0]  # doctest: +SKIP
         'Where the model sits at batch 1'
     """
+    if report.counters is not None and not report.batches:
+        from batchscope.reports.counters_render import paragraphs
+
+        return "\n".join(paragraphs(report.counters))
     text = ["\n".join([s.title, *s.paragraphs]) for s in sections(report)]
     return "\n\n".join(text) or NOTHING_MEASURED

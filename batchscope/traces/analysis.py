@@ -222,6 +222,25 @@ def _device_step_units(step: TraceStep, dtype_hint: str
             for counted, events in units.values()]
 
 
+def kernel_launches(trace: KinetoTrace, timeline: Timeline) -> list[tuple[str, dict[str, Any]]]:
+    """Every kernel event of the steps :func:`trace_result` reads, in launch order, with
+    the ``op_id`` of the op group it is counted under there (the first step's id of the
+    group, as the report names it): what a per-kernel measurement (Nsight Compute's) is
+    joined to an op through. Copies, sets and kernels no op launched are left out."""
+    dtype_hint = dominant_dtype(trace)
+    steps = [s for s in timeline.steps if s.launched or s.unattributed] or timeline.steps
+    first_ids: dict[tuple[Any, ...], str] = {}
+    out: list[tuple[str, dict[str, Any]]] = []
+    for step in steps:
+        units = _device_step_units(step, dtype_hint)
+        ids = op_ids([counted for counted, _, _ in units])
+        for op_id, (counted, _, events) in zip(ids, units, strict=True):
+            group_id = first_ids.setdefault(_group_key(counted), op_id)
+            out += [(group_id, e) for e in events if e.get("cat") == "kernel"]
+    out.sort(key=lambda pair: float(pair[1].get("ts", 0.0)))
+    return out
+
+
 def trace_result(trace: KinetoTrace, timeline: Timeline, batch_size: int,
                  batch_size_known: bool) -> BatchResult:
     """The trace's steps as one batch size: per-op device time, FLOPs and bytes per step.

@@ -8,12 +8,14 @@ roofs are datasheet figures of the GPU named in ``deviceProperties``, labelled a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from batchscope.assemble import Measured, assemble
+from batchscope.classifiers.kernel_roofline import counters_section
 from batchscope.classifiers.roofline import time_share
 from batchscope.errors import ExitCode, UsageError
 from batchscope.hardware.figures import CeilingDetails
@@ -41,6 +43,8 @@ from batchscope.traces.analysis import (
     trace_result,
 )
 from batchscope.traces.kineto import KinetoTrace, TraceUnreadable, load_trace
+from batchscope.traces.ncu_diagnose import read_exports
+from batchscope.traces.ncu_join import join_ops
 from batchscope.traces.timeline import build_timeline
 from batchscope.version import __version__
 
@@ -156,7 +160,8 @@ def _gpu_flags(traces: list[KinetoTrace], ceilings: Ceilings | None) -> list[Fla
 
 
 def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | None = None,
-                    out_dir: str | None = None) -> Report:
+                    out_dir: str | None = None,
+                    ncu_paths: Sequence[str | Path] = ()) -> Report:
     """Analyse recorded profiler traces; write report.json/html and summary.md to ``out_dir``.
 
     Example:
@@ -165,9 +170,16 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
 
     Raises:
         NoTraceReadable: no file could be read as a trace (exit 4).
-        UsageError: the batch sizes do not fit the traces (exit 4).
+        UsageError: the batch sizes do not fit the traces, or an ``ncu_paths`` file is not
+            a Nsight Compute CSV export (exit 4).
+
+    With ``ncu_paths`` (``--ncu``), the first trace's ops are joined to the kernel launches
+    those exports profiled (traces/ncu_join.py): report.json ``counters`` holds both, the
+    ops' measured bytes and FLOPs beside the modelled ones, and a flag says where the
+    measured intensity puts an op under another bound.
     """
     started = time.time()
+    export = read_exports(ncu_paths) if ncu_paths else None
     traces: list[KinetoTrace] = []
     unreadable: list[str] = []
     for path in paths:
@@ -214,11 +226,20 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
         ranks=per_rank,
         wall_s=time.time() - started,
     )
+    counters = None
+    if export is not None:
+        first_size = plan[0][0]
+        names = {op.op_id: op.name for r in results if r.batch_size == first_size
+                 for op in r.ops}
+        counters = dataclasses.replace(
+            counters_section(export, ceilings.spec if ceilings is not None else None),
+            ops=join_ops(first, export, names), batch_size=first_size)
     report = assemble(Measured(
         model=model, run=run, ceilings=ceilings, results=results,
         limits=Limits(max_batch=max(size for size, _ in plan)),
         stop=Stop(StopKind.TRACES), flags=flags,
         recommends=known,  # one trace of an unknown batch size recommends nothing
+        counters=counters,
     ))
     if out_dir is not None:
         write_all(report, out_dir)

@@ -281,6 +281,7 @@ def test_machine_key_names_what_invalidates_it() -> None:
         ("NVIDIA L40S", "L40S 48GB"),
         ("NVIDIA L40", "L40 48GB"),
         ("NVIDIA B200", "B200 (HGX) 180GB"),
+        ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090"),
         ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
         ("NVIDIA GeForce RTX 3090", "GeForce RTX 3090"),
         ("Tesla T4", "T4 16GB"),
@@ -331,6 +332,7 @@ TRACE_NAMES = [
     ("NVIDIA L4", "L4 24GB", 121, 60, 48),
     ("NVIDIA L40S", "L40S 48GB", 366.5, 183, 96),
     ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090", 165.2, 82.6, 72),
+    ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", 209.5, 104.8, 96),
 ]
 
 
