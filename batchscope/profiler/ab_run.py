@@ -72,6 +72,13 @@ MIN_PAIRS = INNER_INTERVAL_PAIRS
 # so that a pair's two blocks sit close in time and drift over minutes cancels in the ratio.
 DEFAULT_BLOCK_S = 0.2
 SIDES = ("base", "head")
+# Pairs of worker processes the pairs are split over, each pair of processes started afresh:
+# a process's own speed can differ from the next one's for its whole life, which no
+# interleaving inside one pair of processes cancels. MobileNet's batch 2 (issue 31) ran
+# identical files at 0.86x and 2.03x in two pairs of processes, their pairs' ratios tight
+# around each (a false regression); the judge reads the rounds apart
+# (reports/ab_compare.py).
+DEFAULT_ROUNDS = 3
 
 
 @dataclass
@@ -87,6 +94,7 @@ class ABConfig:
     block_s: float = DEFAULT_BLOCK_S
     seed: int = 0
     timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
+    rounds: int = DEFAULT_ROUNDS
 
 
 # (pairs done, pairs asked): after the counting passes (0) and after each pair.
@@ -96,9 +104,15 @@ Progress = Callable[[int, int], None]
 class _Side:
     """One side's worker and what it said when it started."""
 
-    def __init__(self, label: str, path: str, handle: ProcessHandle) -> None:
-        self.label, self.path, self.handle = label, path, handle
+    def __init__(self, label: str, path: str, config: WorkerConfig) -> None:
+        self.label, self.path, self.config = label, path, config
+        self.handle = ProcessHandle(config)
         self.model = ModelInfo(target=path)
+
+    def restart(self) -> None:
+        """A fresh worker process in place of this one (not yet ready)."""
+        self.handle.stop(graceful=True)
+        self.handle = ProcessHandle(self.config)
 
     def ready(self, deadline: float) -> None:
         """Wait for the worker's Ready.
@@ -174,8 +188,7 @@ def run_ab(config: ABConfig, progress: Progress | None = None) -> ABMeasurement:
     sides: list[_Side] = []
     try:
         for label, path in zip(SIDES, paths, strict=True):
-            sides.append(_Side(label, path,
-                               ProcessHandle(side_config(config.worker, path, config.block_s))))
+            sides.append(_Side(label, path, side_config(config.worker, path, config.block_s)))
         deadline = time.monotonic() + WORKER_START_TIMEOUT_S
         for side in sides:  # both load at once; each is read in turn
             side.ready(deadline)
@@ -188,7 +201,8 @@ def run_ab(config: ABConfig, progress: Progress | None = None) -> ABMeasurement:
             records.append(ABSide(side.path, side.model, result.status,
                                   result.error, work_count(result), latency))
         measurement = ABMeasurement(config.batch_size, records[0], records[1],
-                                    config.block_s, config.seed, pairs_asked=config.pairs)
+                                    config.block_s, config.seed, pairs_asked=config.pairs,
+                                    rounds=max(1, min(config.rounds, config.pairs)))
         if records[0].status != Status.OK:
             raise NothingMeasuredError(
                 f"the base ({config.base_path}) could not run batch {config.batch_size}: "
@@ -210,9 +224,13 @@ def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasu
     request = MeasureBatch(config.batch_size, first_step=False, op_breakdown=False)
     if progress:
         progress(0, config.pairs)
+    rounds = measurement.rounds
     i = 0
     try:
         for i in range(config.pairs):
+            round_ = i * rounds // config.pairs
+            if i and round_ != (i - 1) * rounds // config.pairs:
+                _fresh_workers(config, (base, head))
             head_first = rng.random() < 0.5
             latency: dict[str, float] = {}
             for side in (head, base) if head_first else (base, head):
@@ -225,8 +243,26 @@ def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasu
                         measurement.head.error = result.error
                     return
                 latency[side.label] = result.latency_s.median
-            measurement.pairs.append(ABPair(i, head_first, latency["base"], latency["head"]))
+            measurement.pairs.append(ABPair(i, head_first, latency["base"], latency["head"],
+                                            round=round_))
             if progress:
                 progress(i + 1, config.pairs)
     except KeyboardInterrupt:
         measurement.stop = ABStop(ABStopKind.INTERRUPTED, i + 1)
+
+
+def _fresh_workers(config: ABConfig, sides: tuple[_Side, _Side]) -> None:
+    """Both sides in new worker processes, loaded at once and warmed up at the batch size
+    (its first step, untimed here) before the next round's pairs.
+
+    Raises:
+        NothingMeasuredError: a side could not be loaded again.
+    """
+    for side in sides:
+        side.restart()
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    for side in sides:
+        side.ready(deadline)
+    warm = MeasureBatch(config.batch_size, first_step=True, op_breakdown=False)
+    for side in sides:
+        side.measure(warm, config.timeout_s)

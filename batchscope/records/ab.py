@@ -59,6 +59,9 @@ class ABPair:
     head_first: bool
     base_latency_s: float
     head_latency_s: float
+    # Which pair of worker processes timed it: each round starts both sides afresh, since a
+    # process's own speed can differ from the next one's (profiler/ab_run.py).
+    round: int = 0
 
     @property
     def ratio(self) -> float:
@@ -93,6 +96,7 @@ class ABMeasurement:
     pairs_asked: int = 0
     stop: ABStop | None = None  # why the pairs stopped before pairs_asked (None: they did not)
     wall_s: float = 0.0
+    rounds: int = 1  # pairs of worker processes asked for (ABPair.round)
 
 
 @dataclass

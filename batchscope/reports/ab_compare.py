@@ -55,6 +55,7 @@ from batchscope.records.ab import (
     INNER_INTERVAL_PAIRS,
     ABComparison,
     ABMeasurement,
+    ABPair,
     ABStop,
     ABStopKind,
     first_line,
@@ -112,6 +113,21 @@ def time_rule(ratios: list[float], threshold: float) -> tuple[bool, bool]:
     return call == TimeCall.REGRESSION, call.inconclusive
 
 
+def round_medians(pairs: list[ABPair]) -> list[float]:
+    """The median ratio of each round's pairs (one pair of worker processes each), in
+    round order; one value for a run of one round.
+
+    Example:
+        >>> round_medians([ABPair(0, False, 1.0, 0.86, 0), ABPair(1, True, 1.0, 0.88, 0),
+        ...                ABPair(2, False, 1.0, 2.03, 1)])
+        [0.87, 2.03]
+    """
+    by_round: dict[int, list[float]] = {}
+    for p in pairs:
+        by_round.setdefault(p.round, []).append(p.ratio)
+    return [statistics.median(by_round[r]) for r in sorted(by_round)]
+
+
 def stop_text(stop: ABStop) -> str:
     """Why the pairs stopped early, in words."""
     if stop.kind == ABStopKind.INTERRUPTED:
@@ -123,12 +139,16 @@ def stop_text(stop: ABStop) -> str:
 
 
 def _time_text(call: TimeCall, b: int, ratio: float, interval: Interval, pairs: int,
-               threshold: float) -> str:
+               threshold: float, medians: list[float] | None = None) -> str:
     bar = _ratio(ratio_bar(threshold))
+    rounds = ""
+    if medians and len(medians) > 1:
+        rounds = (f" over {len(medians)} pairs of worker processes, their medians "
+                  f"{', '.join(_ratio(x) for x in medians)}")
     text = (f"step time at batch {b}, head over base, {_ratio(ratio)} (95% interval "
-            f"{_ratio(interval.low)}–{_ratio(interval.high)}, {pairs} interleaved pairs): "
-            f"throughput {fmt.signed_pct(1.0 / ratio - 1.0)}, the threshold is "
-            f"−{fmt.pct(threshold)}")
+            f"{_ratio(interval.low)}–{_ratio(interval.high)}, {pairs} interleaved "
+            f"pairs{rounds}): throughput {fmt.signed_pct(1.0 / ratio - 1.0)}, the threshold "
+            f"is −{fmt.pct(threshold)}")
     if call == TimeCall.SPANS_ONE_AND_BAR:
         text += (f" — the interval reaches both 1 and {bar} (the threshold's step time): "
                  "too noisy to tell; rerun with more --pairs to decide")
@@ -155,6 +175,10 @@ def judge(m: ABMeasurement, threshold: float) -> ABComparison:
     ratio = interval = change = call = None
     if ratios:
         ratio, low, high = paired_ratio_interval(ratios)
+        medians = round_medians(m.pairs)
+        # A pair of processes can run at its own speed for its whole life: the interval
+        # holds every round's median, so one pair of processes cannot decide alone.
+        low, high = min(low, *medians), max(high, *medians)
         interval = Interval(low, high)
         change = 1.0 / ratio - 1.0
         call = time_call(ratio, low, high, threshold)
@@ -171,7 +195,8 @@ def judge(m: ABMeasurement, threshold: float) -> ABComparison:
     elif ratio is None or interval is None or call is None:
         time_text = f"no pair was timed at batch {b}"
     else:
-        time_text = _time_text(call, b, ratio, interval, len(ratios), threshold)
+        time_text = _time_text(call, b, ratio, interval, len(ratios), threshold,
+                               round_medians(m.pairs))
     work_text = work_sentence(b, work, threshold, where="")
     parts = [work_text, time_text] if work_regression else [time_text, work_text]
     verdict = f"{verdict_label(regression, inconclusive)}: " + "; ".join(parts)

@@ -3,6 +3,7 @@ machine's speed), its files, and real A/B runs of two tiny model files (slow).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -30,6 +31,7 @@ from batchscope.reports.ab_compare import (
     ab_json,
     judge,
     ratio_bar,
+    round_medians,
     time_call,
     time_rule,
     write_ab,
@@ -95,6 +97,30 @@ def test_verdicts_regression_inconclusive_and_none() -> None:
     assert "too noisy to tell" in noisy.verdict
     assert "the interval reaches both 1 and 1.111×" in noisy.verdict
     assert any("scatter" in w for w in noisy.warnings)
+
+
+def test_one_pair_of_processes_at_its_own_speed_cannot_decide_alone() -> None:
+    # Issue 31, MobileNet at batch 2: identical files ran 0.86x in one pair of worker
+    # processes and 2.03x in another, each pair's ratios tight around its own level. One
+    # pair of processes alone called it a regression; the rounds' medians keep it open.
+    rng = random.Random(5)
+    levels = (0.86, 2.03, 1.0)
+    pairs = [ABPair(i, i % 2 == 0, 0.010, 0.010 * r, round=i // 10)
+             for i, r in enumerate(x for level in levels for x in ratios(level, 0.03, 10, rng))]
+    m = ABMeasurement(8, ABSide("base.py", CPU, work=WORK), ABSide("head.py", CPU, work=WORK),
+                      block_s=0.2, seed=0, pairs=pairs, pairs_asked=30, rounds=3)
+    assert round_medians(pairs) == pytest.approx(list(levels), rel=0.05)
+    spread = judge(m, 0.10)
+    assert not spread.regression and spread.inconclusive
+    assert spread.ratio_interval.low <= 0.87 and spread.ratio_interval.high >= 2.0
+    assert "over 3 pairs of worker processes" in spread.verdict
+    # the second pair of processes alone was a confident regression
+    alone = judge(dataclasses.replace(m, pairs=pairs[10:20], rounds=1), 0.10)
+    assert alone.regression
+    # a slowdown every pair of processes shows is still a regression
+    slow = [dataclasses.replace(p, head_latency_s=0.010 * r)
+            for p, r in zip(pairs, ratios(1.25, 0.03, 30, rng))]
+    assert judge(dataclasses.replace(m, pairs=slow), 0.10).regression
 
 
 def test_an_interval_above_1_that_reaches_the_bar_is_worded_as_such() -> None:
@@ -227,6 +253,8 @@ def test_a_real_ab_run_of_identical_files_is_no_regression(tmp_path: Path) -> No
     assert data["schema"] == AB_SCHEMA and data["regression"] is False
     m = data["measurement"]
     assert m["batch_size"] == 16 and len(m["pairs"]) == 20 and m["stop"] is None
+    # three pairs of worker processes, each started afresh
+    assert m["rounds"] == 3 and sorted({p["round"] for p in m["pairs"]}) == [0, 1, 2]
     assert {p["head_first"] for p in m["pairs"]} == {True, False}  # seed 0 draws both orders
     assert all(p["base_latency_s"] > 0 and p["head_latency_s"] > 0 for p in m["pairs"])
     assert m["base"]["work"] == m["head"]["work"] and m["base"]["work"]["flops"] > 0

@@ -226,7 +226,8 @@ def test_a_partial_profile_is_scaled_to_the_ops_launches_and_says_how_many_it_re
 @pytest.fixture
 def fake_ncu(tmp_path, monkeypatch):
     """tests/tools/fake_ncu.py as an executable, named by $BATCHSCOPE_NCU; its log."""
-    script = tmp_path / "ncu"
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "ncu"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} "
                       f"{ROOT / 'tests' / 'tools' / 'fake_ncu.py'} \"$@\"\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -268,15 +269,20 @@ def test_ncu_profiles_one_step_at_each_batch_size_and_the_report_holds_its_kerne
     assert "Measured counters (Nsight Compute)" in page
 
 
-@pytest.mark.slow
-def test_counters_refused_by_the_driver_cost_one_sentence_and_the_sweep_goes_on(
+def test_counters_refused_by_the_driver_cost_one_sentence_and_no_second_try(
         tmp_path, fake_ncu, monkeypatch):
+    from batchscope.api import Options, ncu_counters
+    from batchscope.profiler.worker_config import WorkerConfig
+    from batchscope.records import BatchResult, Status
+
     monkeypatch.setenv("FAKE_NCU_MODE", "permission")
-    code, doc = _diagnose(tmp_path, "1,2")
-    assert code == 0 and [b["status"] for b in doc["batches"]] == ["ok", "ok"]
-    assert doc["counters"] is None
-    (flag,) = [f for f in doc["flags"] if f["kind"] == "ncu_failed"]
-    assert "ERR_NVGPUCTRPERM" in flag["text"] and flag["batch_size"] == 1
+    measured = [BatchResult(b, Status.OK) for b in (1, 2)]
+    counters, flags = ncu_counters(WorkerConfig(str(ROOT / "tests" / "models" / "tiny.py")),
+                                   measured, Options(out_dir=str(tmp_path)), None)
+    assert counters is None
+    (flag,) = flags
+    assert flag.kind == FlagKind.NCU_FAILED and flag.batch_size == 1
+    assert "ERR_NVGPUCTRPERM" in flag_text(flag) and "the sweep went on" in flag_text(flag)
     assert len(fake_ncu.read_text().splitlines()) == 1  # not asked again at batch 2
 
 
