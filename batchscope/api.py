@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import os
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,8 @@ from batchscope.classifiers.analyze import final_probe_specs
 from batchscope.classifiers.early_stop import EarlyStop
 from batchscope.classifiers.kernel_roofline import counters_section
 from batchscope.classifiers.recommend import OBJECTIVES
-from batchscope.errors import ExitCode, NothingMeasuredError, UsageError
+from batchscope.errors import BatchscopeError, ExitCode, NothingMeasuredError, UsageError
+from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.launcher import DistributedConfig, LaunchedRanks
@@ -59,6 +62,7 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.counter_report import CountersSection
+from batchscope.records.counters import NcuExport
 from batchscope.records.run import DEFAULT_OUT_DIR
 from batchscope.reports import write_all, write_json
 from batchscope.version import __version__
@@ -381,9 +385,24 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     hold = InterruptHold()
     try:
         outcome = Sweep(config, writer).run(hold)
-        counters, ncu_flags = (
-            ncu_counters(worker, outcome.results, options, writer.ceilings)
-            if options.ncu and not outcome.interrupted else (None, []))
+        phase = NcuPhase()
+        if options.ncu and not outcome.interrupted and not hold.held:
+            # Minutes of ncu's replays: an interrupt stops them (not held, as the report's
+            # writing is), and the report keeps what was profiled; a failure of the phase
+            # costs its counters, never the sweep's report.
+            hold.release()
+            try:
+                ncu_counters(worker, outcome.results, options, phase)
+            except KeyboardInterrupt:
+                phase.flags.append(Flag(FlagKind.NCU_FAILED, values={
+                    "failure": NcuFailure.INTERRUPTED.value, "detail": ""}))
+            except (OSError, BatchscopeError) as exc:
+                phase.flags.append(Flag(FlagKind.NCU_FAILED, values={
+                    "failure": NcuFailure.ERROR.value, "detail": str(exc)}))
+            hold.engage()
+        ceilings = writer.ceilings
+        counters = phase.section(ceilings.spec if ceilings is not None else None)
+        ncu_flags = phase.flags
         writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift,
                                          amp_off=outcome.amp_off)
         report = assemble(writer.measured(
@@ -398,46 +417,61 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     return report
 
 
+@dataclass
+class NcuPhase:
+    """What the ``--ncu`` phase gathered so far: each profiled batch size's export, and a
+    flag for each size without counters (kept when the phase is interrupted)."""
+
+    exports: list[tuple[int, NcuExport]] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+
+    def section(self, spec: DatasheetSpec | None) -> CountersSection | None:
+        """report.json ``counters``: every profiled launch of every size classified
+        together (one kernel floor, one set of roofs), each stamped with its batch size."""
+        if not self.exports:
+            return None
+        merged = NcuExport(kernels=[k for _, e in self.exports for k in e.kernels],
+                           files=[f for _, e in self.exports for f in e.files],
+                           notes=[n for _, e in self.exports for n in e.notes])
+        sizes = [b for b, e in self.exports for _ in e.kernels]
+        section = counters_section(merged, spec)
+        return dataclasses.replace(
+            section, cache_control=CACHE_CONTROL, clock_control=CLOCK_CONTROL,
+            kernels=[dataclasses.replace(k, batch_size=b)
+                     for k, b in zip(section.kernels, sizes, strict=True)])
+
+
 def ncu_counters(worker: WorkerConfig, results: list[BatchResult], options: Options,
-                 ceilings: Ceilings | None) -> tuple[CountersSection | None, list[Flag]]:
-    """``--ncu``: one step at each measured batch size under Nsight Compute, its kernels
-    read and placed on the roofline (the datasheet's roofs on a GPU in the table, else the
-    exports' own); a flag for each size without counters, and none tried after ncu was
-    refused the counters (the same refusal at every size). The CSVs are kept in the output
-    folder's ``ncu/``."""
+                 phase: NcuPhase) -> None:
+    """``--ncu``: one step at each measured batch size under Nsight Compute, gathered into
+    ``phase``: its export, or a flag saying why there is none. Once ncu is refused the
+    counters, or cannot start, no other size is tried (the same answer at every size). The
+    CSVs are kept in the output folder's ``ncu/`` (a temporary folder, removed, without
+    one)."""
     ncu = find_ncu()
     if ncu is None:
-        return None, []
-    folder = Path(options.out_dir or tempfile.mkdtemp(prefix="batchscope-")) / "ncu"
+        return
     # ncu replays each kernel once per counter pass: far longer than the step itself.
     timeout_s = max(options.batch_timeout_s * NCU_TIMEOUT_FACTOR, NCU_TIMEOUT_MIN_S)
-    spec = ceilings.spec if ceilings is not None else None
-    sections: list[CountersSection] = []
-    flags: list[Flag] = []
-    for r in results:
-        if r.status != Status.OK:
-            continue
-        run = run_ncu(ncu, dataclasses.replace(worker, op_breakdown=False), r.batch_size,
-                      folder, timeout_s)
-        if run.failure is None and run.csv_path is not None:
-            try:
-                export = read_ncu_exports([Path(run.csv_path)])
-            except NcuUnreadable as exc:
-                run = dataclasses.replace(run, failure=NcuFailure.UNREADABLE, detail=str(exc))
-            else:
-                sections.append(counters_section(export, spec, batch_size=r.batch_size))
-        if run.failure is not None:
-            flags.append(Flag(FlagKind.NCU_FAILED, r.batch_size, values={
-                "failure": run.failure.value, "detail": run.detail}))
-            if run.failure in (NcuFailure.PERMISSION, NcuFailure.NOT_STARTED):
-                break
-    if not sections:
-        return None, flags
-    return dataclasses.replace(
-        sections[0], files=[f for s in sections for f in s.files],
-        kernels=[k for s in sections for k in s.kernels],
-        notes=[n for s in sections for n in s.notes],
-        cache_control=CACHE_CONTROL, clock_control=CLOCK_CONTROL), flags
+    with contextlib.ExitStack() as stack:
+        root = (Path(options.out_dir) if options.out_dir is not None
+                else Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        for r in results:
+            if r.status != Status.OK:
+                continue
+            run = run_ncu(ncu, dataclasses.replace(worker, op_breakdown=False), r.batch_size,
+                          root / "ncu", timeout_s)
+            if run.failure is None and run.csv_path is not None:
+                try:
+                    phase.exports.append((r.batch_size, read_ncu_exports([Path(run.csv_path)])))
+                except NcuUnreadable as exc:
+                    run = dataclasses.replace(run, failure=NcuFailure.UNREADABLE,
+                                              detail=str(exc))
+            if run.failure is not None:
+                phase.flags.append(Flag(FlagKind.NCU_FAILED, r.batch_size, values={
+                    "failure": run.failure.value, "detail": run.detail}))
+                if run.failure in (NcuFailure.PERMISSION, NcuFailure.NOT_STARTED):
+                    break
 
 
 def exit_code(report: Report) -> ExitCode:

@@ -157,6 +157,7 @@ def assemble(m: Measured) -> Report:
             and trusted:
         prediction = dataclasses.replace(
             prediction, pick=predicted_pick(batches, prediction, m.limits, choice))
+    counters = _counters(m, batches, ceilings)
     report = Report(
         model=model,
         hardware=ceilings,
@@ -167,7 +168,7 @@ def assemble(m: Measured) -> Report:
         stop=m.stop,
         partial=m.partial,
         batch_response=batch_response(batches),
-        flags=_flags(m, batches, ceilings),
+        flags=_flags(m, batches, ceilings, counters),
         estimates=_estimates(m, batches, ceilings),
         prediction=prediction,
         distributed=distributed,
@@ -175,7 +176,7 @@ def assemble(m: Measured) -> Report:
                                     m.kept_buffers_set_by, allowance),
         sequence_grid=sequence_grid_section(model, batches, m.grid,
                                             m.limits.memory_budget_bytes),
-        counters=_counters(m, batches, ceilings),
+        counters=counters,
     )
     if model.contexts and model.mode == Mode.INFERENCE:
         # A decode model: its context grid, and (once the sweep is done) the what-if,
@@ -276,11 +277,11 @@ def _counters(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None
     return dataclasses.replace(m.counters, ops=judge_ops(m.counters.ops, batch, ceilings))
 
 
-def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None) -> list[Flag]:
+def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None,
+           counters: CountersSection | None = None) -> list[Flag]:
     """The front end's flags, each batch size's own (with its batch size), then the run's.
     Op flags stay on their ops (renderers list them with the op's id)."""
     flags = list(m.flags)
-    counters = _counters(m, batches, ceilings)
     if counters is not None and counters.batch_size is not None:
         flags += counter_flags(counters.ops, counters.batch_size)
     flags += [f if f.batch_size is not None else dataclasses.replace(f, batch_size=r.batch_size)

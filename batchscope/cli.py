@@ -507,6 +507,12 @@ def compare(
             "--block-time", help="With --ab: seconds of timed steps per block (default 0.2)."
         ),
     ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", help="With --ab: pairs of worker processes the pairs are "
+                     "split over, each started afresh (default 3; 9 or more read the rounds' "
+                     "medians as samples: a model whose speed depends on the process)."),
+    ] = None,
     seed: Annotated[
         int, typer.Option("--seed", help="With --ab: seed of the order within each pair.")
     ] = 0,
@@ -556,10 +562,11 @@ def compare(
             )
         if ab:
             _compare_ab(base, head, threshold / 100, markdown, output_format, batch_size, pairs,
-                        block_time, seed, out, device, dtype, mode, threads, timeout)
+                        block_time, seed, out, device, dtype, mode, threads, timeout, rounds)
             return
         given = [name for name, value in (("--batch-size", batch_size), ("--pairs", pairs),
-                                          ("--block-time", block_time), ("--out", out))
+                                          ("--block-time", block_time), ("--out", out),
+                                          ("--rounds", rounds))
                  if value is not None]
         if given:
             raise UsageError(f"{', '.join(given)} time two model files: add --ab (and give "
@@ -589,12 +596,14 @@ def compare(
 def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
                 output_format: str, batch_size: int | None, pairs: int | None,
                 block_time: float | None, seed: int, out: Path | None, device: str, dtype: str,
-                mode: str | None, threads: int | None, timeout: float) -> None:
+                mode: str | None, threads: int | None, timeout: float,
+                rounds: int | None = None) -> None:
     """``diagnose compare --ab``: run the A/B, write ab.json and ab.md, print, exit."""
     from batchscope.api import check_writable
     from batchscope.profiler.ab_run import (
         DEFAULT_BLOCK_S,
         DEFAULT_PAIRS,
+        DEFAULT_ROUNDS,
         MIN_PAIRS,
         ABConfig,
         run_ab,
@@ -608,6 +617,7 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
 
     b = 1 if batch_size is None else batch_size
     k = DEFAULT_PAIRS if pairs is None else pairs
+    r = DEFAULT_ROUNDS if rounds is None else rounds
     block_s = DEFAULT_BLOCK_S if block_time is None else block_time
     for label, path in (("base", base), ("head", head)):
         if not Path(path).is_file():
@@ -617,6 +627,8 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
     if k < MIN_PAIRS:
         raise UsageError(f"--pairs must be at least {MIN_PAIRS}, not {k}: with fewer, the "
                          "median ratio's 95% interval is the pairs' whole range.")
+    if not 1 <= r <= k:
+        raise UsageError(f"--rounds must be between 1 and --pairs ({k}), not {r}.")
     if not 0 < block_s <= 60:
         raise UsageError(f"--block-time must be between 0 and 60 seconds, not {block_s:g}.")
     if timeout <= 0:
@@ -633,7 +645,8 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
     check_writable(folder)
     config = ABConfig(base, head, WorkerConfig(base, device=device, dtype=dtype, mode=mode,
                                                threads=threads),
-                      batch_size=b, pairs=k, block_s=block_s, seed=seed, timeout_s=timeout)
+                      batch_size=b, pairs=k, block_s=block_s, seed=seed, timeout_s=timeout,
+                      rounds=r)
 
     def progress(done: int, total: int) -> None:
         if done == 0:

@@ -97,7 +97,7 @@ def _pct(part: int, whole: int) -> str:
 
 
 def model_rows(name: str, runs: int, variant_runs: int, ab_trials: int, out: Path,
-               ab_batch: int | None) -> list[str]:
+               ab_batch: int | None, ab_extra: list[str] | None = None) -> list[str]:
     model, more_work, slower, args = MODELS[name]
     base = [_diagnose(model, out / name / f"base-{i}", args) for i in range(runs)]
     variant = [_diagnose(more_work, out / name / f"more-work-{i}", args)
@@ -114,9 +114,9 @@ def model_rows(name: str, runs: int, variant_runs: int, ab_trials: int, out: Pat
     ab_slow = ab_same = 0
     for _ in range(ab_trials):
         ab_slow += _exit_code(["--ab", model, slower, "--batch-size", str(ab_batch_size),
-                               "--out", str(out / name / "ab")]) == 1
+                               "--out", str(out / name / "ab"), *(ab_extra or [])]) == 1
         ab_same += _exit_code(["--ab", model, model, "--batch-size", str(ab_batch_size),
-                               "--out", str(out / name / "ab-same")]) == 1
+                               "--out", str(out / name / "ab-same"), *(ab_extra or [])]) == 1
     drifts = [r.drift for r in base if r.drift is not None]
     print(f"{name}: picks {picks}, equivalent sets {[r.equivalent for r in base]}, drift "
           f"{[round(d, 3) for d in drifts]}, wall {[round(r.wall_s) for r in base]} s",
@@ -169,12 +169,19 @@ def main() -> None:
     parser.add_argument("--ab-trials", type=int, default=10)
     parser.add_argument("--ab-batch", type=int, default=None,
                         help="the A/B mode's batch size (default: the commonest pick)")
+    parser.add_argument("--ab-rounds", type=int, default=None,
+                        help="the A/B mode's pairs of worker processes (default: its own, 3)")
+    parser.add_argument("--ab-pairs", type=int, default=None,
+                        help="the A/B mode's pairs of blocks (default: its own, 30)")
     parser.add_argument("--ranks-runs", type=int, default=2)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--out", default="/tmp/stability")
     args = parser.parse_args()
     out = Path(args.out)
-    rows = [model_rows(name, args.runs, args.variant_runs, args.ab_trials, out, args.ab_batch)
+    ab_extra = [*(["--rounds", str(args.ab_rounds)] if args.ab_rounds else []),
+                *(["--pairs", str(args.ab_pairs)] if args.ab_pairs else [])]
+    rows = [model_rows(name, args.runs, args.variant_runs, args.ab_trials, out, args.ab_batch,
+                       ab_extra)
             for name in args.models.split(",") if name]
     print(table(["model", "picks", "pick in the other run's set", "commonest pick",
                  "drift (control)", "compare identical: exit 1", "compare +25% work: exit 1",

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from batchscope.records import BatchResult, DataParallel, ModelInfo, Status
 from batchscope.records.interval import DriftControl, Interval
 from batchscope.records.noise import STAMP_RESOLUTION_S, communication_shares, latency_interval
+from batchscope.records.noise import communication_share as sample_share
 from batchscope.records.report import (
     CommunicationTrend,
     DataParallelBatch,
@@ -89,7 +90,7 @@ def communication_figures(exposed_s: Sequence[float], step_s: Sequence[float],
     if n == 0:
         return None
     exposed = [x if x >= resolution_s else 0.0 for x in exposed_s[:n]]
-    shares = communication_shares(exposed, step_s[:n], resolution_s)
+    shares = communication_shares(exposed_s[:n], step_s[:n], resolution_s)
     band = Interval(*median_interval(exposed)).widened(drift_allowance)
     share_low, share_high = median_interval(shares)
     if control_share is not None:
@@ -165,11 +166,9 @@ def communication_share(result: BatchResult,
         >>> communication_share(r)  # 3e-7 counts as 0, 0.05 / 0.04 as 1
         0.2
     """
-    if figures is None:
-        figures = communication_figures(result.communication_exposed_samples_s,
-                                        result.communication_step_samples_s)
-    if figures is not None:
-        return figures.share
+    share = figures.share if figures is not None else sample_share(result)
+    if share is not None:
+        return share
     exposed, lat = result.communication_exposed_s, result.latency_s
     if exposed is None or lat is None or lat.median <= 0:
         return None

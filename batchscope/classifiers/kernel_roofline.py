@@ -30,6 +30,7 @@ from batchscope.hardware.gpu_specs import FP8
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
 from batchscope.records import BatchResult, Flag, FlagKind
 from batchscope.records.counter_report import (
+    DEFAULT_KERNEL_FLOOR_S,
     ComputeRoof,
     CounterKernel,
     CounterRoofs,
@@ -40,9 +41,6 @@ from batchscope.records.counter_report import (
 from batchscope.records.counters import FlopSource, KernelCounters, NcuExport
 from batchscope.records.measurement import Bound
 
-# The floor under every kernel where the exports hold too few launches to measure it: a
-# near-empty kernel's time on recent NVIDIA GPUs (traces/diagnose.DEFAULT_KERNEL_FLOOR_S).
-DEFAULT_KERNEL_FLOOR_S = 2e-6
 # With at least this many launches, the floor is their shortest duration: ncu times one
 # launch at a time, so the shortest is the nearest to an empty kernel the exports show.
 FLOOR_FROM_LAUNCHES = 10
@@ -158,7 +156,7 @@ def classify_kernel(kernel: KernelCounters, roofs: CounterRoofs | None) -> Count
         roof_time = max(memory_s, compute_s)
         if roof_time < roofs.floor_s and roofs.floor_s >= FLOOR_SHARE * duration:
             bound = Bound.OVERHEAD
-        elif compute_s > memory_s:
+        elif compute_s > 0 and compute_s >= memory_s:  # at or above the ridge
             bound = Bound.COMPUTE
         else:
             bound = Bound.MEMORY

@@ -230,7 +230,12 @@ def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasu
         for i in range(config.pairs):
             round_ = i * rounds // config.pairs
             if i and round_ != (i - 1) * rounds // config.pairs:
-                _fresh_workers(config, (base, head))
+                failed = _fresh_workers(config, (base, head))
+                if failed is not None:  # the pairs timed so far stand
+                    side, result = failed
+                    kind = ABStopKind.HEAD_FAILED if side is head else ABStopKind.BASE_FAILED
+                    measurement.stop = ABStop(kind, i + 1, result.status, result.error)
+                    return
             head_first = rng.random() < 0.5
             latency: dict[str, float] = {}
             for side in (head, base) if head_first else (base, head):
@@ -251,18 +256,21 @@ def _time_pairs(config: ABConfig, base: _Side, head: _Side, measurement: ABMeasu
         measurement.stop = ABStop(ABStopKind.INTERRUPTED, i + 1)
 
 
-def _fresh_workers(config: ABConfig, sides: tuple[_Side, _Side]) -> None:
+def _fresh_workers(config: ABConfig, sides: tuple[_Side, _Side]
+                   ) -> tuple[_Side, BatchResult] | None:
     """Both sides in new worker processes, loaded at once and warmed up at the batch size
-    (its first step, untimed here) before the next round's pairs.
-
-    Raises:
-        NothingMeasuredError: a side could not be loaded again.
-    """
+    (its first step, untimed here) before the next round's pairs; the side that could not
+    be loaded again or warmed up, and why (None: both are ready)."""
     for side in sides:
         side.restart()
     deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    for side in sides:
-        side.ready(deadline)
     warm = MeasureBatch(config.batch_size, first_step=True, op_breakdown=False)
     for side in sides:
-        side.measure(warm, config.timeout_s)
+        try:
+            side.ready(deadline)
+            result = side.measure(warm, config.timeout_s)
+        except (NothingMeasuredError, ModelFileError) as exc:
+            result = BatchResult(config.batch_size, Status.KILLED, error=str(exc))
+        if result.status != Status.OK:
+            return side, result
+    return None

@@ -40,7 +40,11 @@ from batchscope.profiler.protocol import (
     WorkerDied,
     WorkerTimedOut,
 )
-from batchscope.profiler.worker_config import WorkerConfig, worker_config_to_json
+from batchscope.profiler.worker_config import (
+    WORKER_CONFIG_ENV,
+    WorkerConfig,
+    worker_config_to_json,
+)
 from batchscope.records import ModelInfo
 
 log = logging.getLogger(__name__)
@@ -162,7 +166,7 @@ class LaunchedRanks:
             prefix="batchscope-ranks-", suffix=".log", delete=False)
         env = dict(os.environ)
         env.update({
-            "BATCHSCOPE_WORKER_CONFIG": worker_config_to_json(worker),
+            WORKER_CONFIG_ENV: worker_config_to_json(worker),
             "BATCHSCOPE_AUTHKEY": self.authkey.hex(),
             "BATCHSCOPE_COLLECTIVE_TIMEOUT_S": str(
                 max(batch_timeout_s * COLLECTIVE_SHARE_OF_BATCH_TIMEOUT, 1.0)),

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from batchscope.profiler.worker_config import WorkerConfig, worker_config_to_json
+from batchscope.profiler.worker_config import (
+    WORKER_CONFIG_ENV,
+    WorkerConfig,
+    worker_config_to_json,
+)
 
 # The counters asked for: DRAM, L2 and L1 bytes, the duration, the CUDA cores' FLOPs by
 # SASS instruction (add, mul, fma at each precision), the tensor pipe's operations at every
@@ -44,7 +48,6 @@ CACHE_CONTROL = "all"
 CLOCK_CONTROL = "base"
 NCU_ENV = "BATCHSCOPE_NCU"  # the ncu executable, where it is not ``ncu`` on PATH
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
-CONFIG_ENV = "BATCHSCOPE_WORKER_CONFIG"
 
 
 class NcuFailure(str, Enum):
@@ -56,6 +59,8 @@ class NcuFailure(str, Enum):
     EXITED = "exited"  # detail: the exit status and ncu's last error line
     NOTHING_WRITTEN = "nothing_written"  # ncu's log file is empty
     UNREADABLE = "unreadable"  # detail: the reader's sentence (no kernel profiled, ...)
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM during the ncu phase
+    ERROR = "error"  # detail: what went wrong outside ncu (a folder not writable, ...)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,13 @@ def ncu_command(ncu: str, log_file: str, batch_size: int) -> list[str]:
             sys.executable, "-m", "batchscope.profiler.ncu_step", str(batch_size)]
 
 
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """ncu and the step it runs, in the session they were started in."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
 def _last_error(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if "==ERROR==" in line]
     if lines:
@@ -101,7 +113,7 @@ def run_ncu(ncu: str, config: WorkerConfig, batch_size: int, out_dir: Path,
     log_file = out_dir / f"ncu-batch-{batch_size}.csv"
     with contextlib.suppress(FileNotFoundError):
         log_file.unlink()
-    env = {**os.environ, **(config.env or {}), CONFIG_ENV: worker_config_to_json(config)}
+    env = {**os.environ, **(config.env or {}), WORKER_CONFIG_ENV: worker_config_to_json(config)}
     try:
         proc = subprocess.Popen(ncu_command(ncu, str(log_file), batch_size), env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -111,10 +123,11 @@ def run_ncu(ncu: str, config: WorkerConfig, batch_size: int, out_dir: Path,
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill(proc)
         return NcuRun(batch_size, None, NcuFailure.TIMEOUT, f"{timeout_s:.0f}")
+    except KeyboardInterrupt:  # its own session: the terminal's Ctrl-C did not reach it
+        _kill(proc)
+        raise
     logged = log_file.read_text(errors="replace") if log_file.exists() else ""
     everything = output + logged
     if PERMISSION_ERROR in everything:

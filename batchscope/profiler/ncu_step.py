@@ -12,32 +12,36 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 
 import torch
 
 from batchscope.profiler.worker import Worker
-from batchscope.profiler.worker_config import worker_config_from_json
+from batchscope.profiler.worker_config import WORKER_CONFIG_ENV, worker_config_from_json
 
 WARMUP_STEPS = 2
-CONFIG_ENV = "BATCHSCOPE_WORKER_CONFIG"
 
 
 def main() -> None:
-    config = worker_config_from_json(os.environ[CONFIG_ENV])
+    config = worker_config_from_json(os.environ[WORKER_CONFIG_ENV])
     batch_size = int(sys.argv[1])
     worker = Worker(config, send=lambda reply: None)
     inputs = worker.make_inputs(batch_size)
     step = worker._step(worker.model, inputs)
-    for _ in range(WARMUP_STEPS):
-        step()
     cuda = worker.device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-    step()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+    # The step the sweep timed: inference under inference_mode, as Worker.measure runs it
+    # (no autograd graph, and the kernels of torch's no-grad fast paths).
+    grad = torch.inference_mode() if worker.mode == "inference" else nullcontext()
+    with grad:
+        for _ in range(WARMUP_STEPS):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
 
 
 if __name__ == "__main__":

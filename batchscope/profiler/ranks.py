@@ -88,7 +88,11 @@ from batchscope.profiler.protocol import (
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.training import default_loss, persistent_tensors
 from batchscope.profiler.worker import Send, Step, Worker
-from batchscope.profiler.worker_config import WorkerConfig, worker_config_from_json
+from batchscope.profiler.worker_config import (
+    WORKER_CONFIG_ENV,
+    WorkerConfig,
+    worker_config_from_json,
+)
 from batchscope.records import BatchResult, Flag, FlagKind, ModelInfo, RankResult, Status
 from batchscope.records.codec import decode
 from batchscope.records.report import (
@@ -103,7 +107,7 @@ from batchscope.tracebacks import describe_exception, user_frames
 
 ENV_ADDRESS = "BATCHSCOPE_SUPERVISOR"  # host:port of the parent's listener
 ENV_AUTHKEY = "BATCHSCOPE_AUTHKEY"  # hex
-ENV_CONFIG = "BATCHSCOPE_WORKER_CONFIG"  # WorkerConfig as JSON
+ENV_CONFIG = WORKER_CONFIG_ENV  # WorkerConfig as JSON
 ENV_COLLECTIVE_TIMEOUT = "BATCHSCOPE_COLLECTIVE_TIMEOUT_S"
 # Timed steps per batch size: enough for about this long at the slowest rank's warm-up pace,
 # within these bounds (a fixed count: every rank must run the same steps).

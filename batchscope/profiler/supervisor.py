@@ -593,6 +593,8 @@ class Sweep:
         dist = self.config.distributed
         if dist is None or dist.nnodes == 1:
             self._drop_worker(graceful=True)
+        elif self.handle is None:
+            return None  # the ranks ended with a failure: node 0 alone cannot launch again
         by_size = {r.batch_size: r for r in self.results}
         timings: list[ControlTiming] = []
         for b in sizes:
@@ -600,13 +602,14 @@ class Sweep:
             self.callbacks.on_phase(b, "control: timed again for drift")
             try:
                 again = self._timed_only(b)
-            except (ModelFileError, NothingMeasuredError):
-                # A fresh worker (or launch) refused: what was measured stands.
+            except ModelFileError:  # a fresh worker refused: what was measured stands
                 self._drop_worker(graceful=False)
                 break
             if again.status != Status.OK or again.latency_s is None or first.latency_s is None:
-                if not timings:
-                    return None  # the reference failed: no drift to measure
+                if not timings or (self.handle is None and dist is not None):
+                    # The reference failed (no drift to measure), or the ranks did: each
+                    # size left would start (and wait on) another launch.
+                    break
                 continue
             timings.append(control_timing(b, first.latency_s, again.latency_s,
                                           communication_share(first),

@@ -19,6 +19,10 @@ from batchscope.typed_json import decode, to_builtins
 # (classifiers/allocator.py). 1 TiB: glibc 2.36 takes it from the environment.
 KEPT_BUFFERS_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**40), "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 
+# The environment variable a worker started by another program (torch's launcher, ncu)
+# reads its WorkerConfig from, as JSON (worker_config_to_json).
+WORKER_CONFIG_ENV = "BATCHSCOPE_WORKER_CONFIG"
+
 # The --dtype names the worker understands (batchscope.profiler.worker.DTYPES maps them).
 DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 # torch.compile's modes (--compile-mode).

@@ -64,7 +64,7 @@ from batchscope.records.work import WorkDelta, work_delta
 from batchscope.reports import fmt
 from batchscope.reports.compare import verdict_label, work_sentence
 from batchscope.reports.json_report import atomic_write_text
-from batchscope.stats import paired_ratio_interval
+from batchscope.stats import median_interval, paired_ratio_interval
 from batchscope.typed_json import to_builtins
 
 AB_JSON = "ab.json"
@@ -128,6 +128,25 @@ def round_medians(pairs: list[ABPair]) -> list[float]:
     return [statistics.median(by_round[r]) for r in sorted(by_round)]
 
 
+def across_rounds(medians: list[float], low: float, high: float) -> tuple[float, float]:
+    """The pairs' interval ``(low, high)`` widened for the processes: a pair of worker
+    processes can run at its own speed for its whole life, so one pair of processes must
+    not decide alone. With fewer rounds than :data:`INNER_INTERVAL_PAIRS` the interval holds
+    every round's median; with as many or more, the rounds' medians are samples of their
+    own, and it holds their median's distribution-free 95% interval.
+
+    Example:
+        >>> across_rounds([0.86, 2.03, 1.0], 0.98, 1.05)
+        (0.86, 2.03)
+    """
+    if len(medians) < 2:
+        return low, high
+    if len(medians) < INNER_INTERVAL_PAIRS:
+        return min(low, *medians), max(high, *medians)
+    r_low, r_high = median_interval(medians)
+    return min(low, r_low), max(high, r_high)
+
+
 def stop_text(stop: ABStop) -> str:
     """Why the pairs stopped early, in words."""
     if stop.kind == ABStopKind.INTERRUPTED:
@@ -175,10 +194,7 @@ def judge(m: ABMeasurement, threshold: float) -> ABComparison:
     ratio = interval = change = call = None
     if ratios:
         ratio, low, high = paired_ratio_interval(ratios)
-        medians = round_medians(m.pairs)
-        # A pair of processes can run at its own speed for its whole life: the interval
-        # holds every round's median, so one pair of processes cannot decide alone.
-        low, high = min(low, *medians), max(high, *medians)
+        low, high = across_rounds(round_medians(m.pairs), low, high)
         interval = Interval(low, high)
         change = 1.0 / ratio - 1.0
         call = time_call(ratio, low, high, threshold)

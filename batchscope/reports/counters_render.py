@@ -16,6 +16,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from batchscope.records import Bound, Report
 from batchscope.records.counter_report import (
@@ -108,9 +109,10 @@ def roofs_text(counters: CountersSection) -> str:
                      "the tensor pipe are set against the FP32 rate, which calls them "
                      "compute-bound too early: name the GPU with --gpu to use its datasheet's "
                      "tensor roof.")
-    text += (f" A kernel whose roofs' time is under {fmt.seconds(roofs.floor_s)} (the "
-             "shortest launch profiled) and that floor at least half its duration is "
-             "latency-bound.")
+    text += (f" A kernel whose roofs' time is under the GPU's kernel floor, "
+             f"{fmt.seconds(roofs.floor_s)} (the shortest launch profiled where there are ten "
+             "or more, else a near-empty kernel's 2 µs), with that floor at least half its "
+             "duration, is latency-bound.")
     return text
 
 
@@ -365,6 +367,7 @@ def print_summary(console: Console, report: Report) -> None:
     for column in ("duration", "DRAM", "FLOPs", "FLOP/B", "of roof", "bound"):
         table.add_column(column, no_wrap=True)
     for r in kernel_rows(counters):
-        table.add_row(short_name(r.full_name, 28), r.duration, r.dram, r.flops, r.intensity,
-                      r.efficiency, r.bound)
+        # Text, not markup: ncu's names hold "[lambda() (instance 1)]".
+        table.add_row(Text(short_name(r.full_name, 28)), r.duration, r.dram, r.flops,
+                      r.intensity, r.efficiency, r.bound)
     console.print(table)

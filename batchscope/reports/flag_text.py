@@ -343,8 +343,7 @@ def _watch_data_loading(f: Flag) -> str:
             "first call.")
 
 
-
-# --ncu's failures (profiler/ncu_run.NcuFailure), each with what to do.
+# --ncu's failures (profiler/ncu_run.NcuFailure), in words.
 _NCU_FAILURES = {
     "not_started": "ncu could not be started ({detail})",
     "permission": ("Nsight Compute may not read this GPU's performance counters "
@@ -354,12 +353,16 @@ _NCU_FAILURES = {
     "exited": "ncu failed ({detail})",
     "nothing_written": "ncu wrote no CSV",
     "unreadable": "ncu's CSV could not be read: {detail}",
+    "interrupted": "interrupted while ncu ran; the sweep's measurements stand",
+    "error": "the ncu phase failed ({detail}); the sweep's measurements stand",
 }
 
 
 def _ncu_failed(f: Flag) -> str:
     words = _NCU_FAILURES.get(_t(f, "failure"), "ncu failed ({detail})")
-    return f"no counters at batch {f.batch_size}: " + words.format(detail=_t(f, "detail"))
+    where = f" at batch {f.batch_size}" if f.batch_size is not None else ""
+    return f"no counters{where}: " + words.format(detail=_t(f, "detail"))
+
 
 _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {_t(f, 'reason')}",

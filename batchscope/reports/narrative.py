@@ -675,9 +675,12 @@ def communication_drift_text(drift: DriftControl) -> str:
                 else "")
              for t in shared]
     allowance = share_allowance(drift)
-    floor = ("" if (drift.communication_drift or 0.0) >= allowance
-             else f" (the floor; the change measured was "
-                  f"{fmt.pct(drift.communication_drift or 0.0)})")
+    if drift.communication_drift is None:
+        floor = " (the floor: a share of 0 has no ratio to measure a change by)"
+    elif drift.communication_drift < allowance:
+        floor = f" (the floor; the change measured was {fmt.pct(drift.communication_drift)})"
+    else:
+        floor = ""
     return (f" The communication share {'; '.join(parts)}: every share's interval here "
             f"allows for {fmt.pct(allowance)}{floor}.")
 

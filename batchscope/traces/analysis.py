@@ -229,6 +229,9 @@ def kernel_launches(trace: KinetoTrace, timeline: Timeline) -> list[tuple[str, d
     joined to an op through. Copies, sets and kernels no op launched are left out."""
     dtype_hint = dominant_dtype(trace)
     steps = [s for s in timeline.steps if s.launched or s.unattributed] or timeline.steps
+    # Launch order is the host's: kernels on several streams may start in another order.
+    launched_at = {(e.get("args") or {}).get("correlation"): float(e.get("ts", 0.0))
+                   for e in trace.launches}
     first_ids: dict[tuple[Any, ...], str] = {}
     out: list[tuple[str, dict[str, Any]]] = []
     for step in steps:
@@ -237,7 +240,8 @@ def kernel_launches(trace: KinetoTrace, timeline: Timeline) -> list[tuple[str, d
         for op_id, (counted, _, events) in zip(ids, units, strict=True):
             group_id = first_ids.setdefault(_group_key(counted), op_id)
             out += [(group_id, e) for e in events if e.get("cat") == "kernel"]
-    out.sort(key=lambda pair: float(pair[1].get("ts", 0.0)))
+    out.sort(key=lambda pair: launched_at.get((pair[1].get("args") or {}).get("correlation"),
+                                              float(pair[1].get("ts", 0.0))))
     return out
 
 

@@ -33,6 +33,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.counter_report import DEFAULT_KERNEL_FLOOR_S as KERNEL_FLOOR_S
 from batchscope.records.report import Mode, TraceFile, TraceRank
 from batchscope.reports import write_all
 from batchscope.traces.analysis import (
@@ -48,9 +49,8 @@ from batchscope.traces.ncu_join import join_ops
 from batchscope.traces.timeline import build_timeline
 from batchscope.version import __version__
 
-# Per-op floor when a trace has no kernels to measure it from: the time of a near-empty
-# kernel on recent NVIDIA GPUs (the shared traces' 5th percentiles: 2-5 µs).
-DEFAULT_KERNEL_FLOOR_S = 2e-6
+# Per-op floor when a trace has no kernels to measure it from.
+DEFAULT_KERNEL_FLOOR_S = KERNEL_FLOOR_S
 
 
 class NoTraceReadable(UsageError):

@@ -29,6 +29,7 @@ from batchscope.records.work import WorkCount
 from batchscope.reports.ab_compare import (
     TimeCall,
     ab_json,
+    across_rounds,
     judge,
     ratio_bar,
     round_medians,
@@ -121,6 +122,18 @@ def test_one_pair_of_processes_at_its_own_speed_cannot_decide_alone() -> None:
     slow = [dataclasses.replace(p, head_latency_s=0.010 * r)
             for p, r in zip(pairs, ratios(1.25, 0.03, 30, rng))]
     assert judge(dataclasses.replace(m, pairs=slow), 0.10).regression
+
+
+def test_with_nine_rounds_or_more_their_medians_are_samples_of_their_own() -> None:
+    # Ten pairs of processes whose own speeds scatter by 10% around a true 1.25x: the
+    # interval is their median's, not their whole range, so one outlying pair of processes
+    # neither decides nor keeps the verdict open; with three rounds, every median counts.
+    rng = random.Random(9)
+    levels = [*ratios(1.25, 0.10, 10, rng), 0.80]
+    low, high = across_rounds(levels, 1.24, 1.26)
+    assert 1.0 < low <= 1.24 and high >= 1.26 and low > 0.80
+    assert across_rounds([0.80, 1.25, 1.3], 1.24, 1.26) == (0.80, 1.3)
+    assert across_rounds([1.2], 1.1, 1.3) == (1.1, 1.3)
 
 
 def test_an_interval_above_1_that_reaches_the_bar_is_worded_as_such() -> None:
@@ -223,6 +236,8 @@ def test_option_errors_exit_4(tmp_path: Path) -> None:
     for args, said in (
         (["--ab", str(SAMPLE), str(tmp_path / "missing.py")], "is not a file"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--pairs", "8"], "--pairs must be at least 9"),
+        (["--ab", str(SAMPLE), str(SAMPLE), "--rounds", "40"], "--rounds must be between 1"),
+        ([str(SAMPLE), str(SAMPLE), "--rounds", "4"], "add --ab"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--device", "tpu"], "unknown device"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--block-time", "0"], "--block-time"),
         ([str(SAMPLE), str(SAMPLE), "--pairs", "10"], "add --ab"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import stat
 import sys
 from pathlib import Path
@@ -271,16 +270,17 @@ def test_ncu_profiles_one_step_at_each_batch_size_and_the_report_holds_its_kerne
 
 def test_counters_refused_by_the_driver_cost_one_sentence_and_no_second_try(
         tmp_path, fake_ncu, monkeypatch):
-    from batchscope.api import Options, ncu_counters
+    from batchscope.api import NcuPhase, Options, ncu_counters
     from batchscope.profiler.worker_config import WorkerConfig
     from batchscope.records import BatchResult, Status
 
     monkeypatch.setenv("FAKE_NCU_MODE", "permission")
     measured = [BatchResult(b, Status.OK) for b in (1, 2)]
-    counters, flags = ncu_counters(WorkerConfig(str(ROOT / "tests" / "models" / "tiny.py")),
-                                   measured, Options(out_dir=str(tmp_path)), None)
-    assert counters is None
-    (flag,) = flags
+    phase = NcuPhase()
+    ncu_counters(WorkerConfig(str(ROOT / "tests" / "models" / "tiny.py")), measured,
+                 Options(out_dir=str(tmp_path)), phase)
+    assert phase.section(None) is None
+    (flag,) = phase.flags
     assert flag.kind == FlagKind.NCU_FAILED and flag.batch_size == 1
     assert "ERR_NVGPUCTRPERM" in flag_text(flag) and "the sweep went on" in flag_text(flag)
     assert len(fake_ncu.read_text().splitlines()) == 1  # not asked again at batch 2
@@ -294,4 +294,3 @@ def test_ncu_missing_is_refused_before_the_sweep(tmp_path, monkeypatch):
                                                "--ncu", "--out", str(tmp_path / "out")])
     assert result.exit_code == ExitCode.USAGE and "--ncu needs Nsight Compute" in result.output
     assert not (tmp_path / "out" / "report.json").exists()
-    assert os.environ["BATCHSCOPE_NCU"].endswith("no-such-ncu")
