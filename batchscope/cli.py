@@ -510,8 +510,8 @@ def compare(
     rounds: Annotated[
         int | None,
         typer.Option("--rounds", help="With --ab: pairs of worker processes the pairs are "
-                     "split over, each started afresh (default 3; 9 or more read the rounds' "
-                     "medians as samples: a model whose speed depends on the process)."),
+                     "split over, each started afresh (default 10; with 9 or more the rounds' "
+                     "medians are samples of their own, with fewer each one counts)."),
     ] = None,
     seed: Annotated[
         int, typer.Option("--seed", help="With --ab: seed of the order within each pair.")
@@ -617,7 +617,7 @@ def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,
 
     b = 1 if batch_size is None else batch_size
     k = DEFAULT_PAIRS if pairs is None else pairs
-    r = DEFAULT_ROUNDS if rounds is None else rounds
+    r = min(DEFAULT_ROUNDS, k) if rounds is None else rounds
     block_s = DEFAULT_BLOCK_S if block_time is None else block_time
     for label, path in (("base", base), ("head", head)):
         if not Path(path).is_file():

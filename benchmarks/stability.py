@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--ab-batch", type=int, default=None,
                         help="the A/B mode's batch size (default: the commonest pick)")
     parser.add_argument("--ab-rounds", type=int, default=None,
-                        help="the A/B mode's pairs of worker processes (default: its own, 3)")
+                        help="the A/B mode's pairs of worker processes (default: its own, 10)")
     parser.add_argument("--ab-pairs", type=int, default=None,
                         help="the A/B mode's pairs of blocks (default: its own, 30)")
     parser.add_argument("--ranks-runs", type=int, default=2)

@@ -77,8 +77,11 @@ SIDES = ("base", "head")
 # interleaving inside one pair of processes cancels. MobileNet's batch 2 (issue 31) ran
 # identical files at 0.86x and 2.03x in two pairs of processes, their pairs' ratios tight
 # around each (a false regression); the judge reads the rounds apart
-# (reports/ab_compare.py).
-DEFAULT_ROUNDS = 3
+# (reports/ab_compare.py). Ten rounds make their medians samples of their own (nine or more
+# give the median an inner interval): MobileNet's 15% slower copy was caught in 6 of 6
+# trials (3 of 6 with three rounds) and identical files were never a regression, in ~40 s
+# an A/B on the 2-core VM (docs/benchmarks.md, section 10).
+DEFAULT_ROUNDS = 10
 
 
 @dataclass

@@ -262,13 +262,14 @@ def test_a_real_ab_run_of_identical_files_is_no_regression(tmp_path: Path) -> No
     out = tmp_path / "ab"
     result = runner.invoke(tools_app, [
         "compare", "--ab", str(base), str(head), "--batch-size", "16", "--pairs", "20",
+        "--rounds", "3",
         "--block-time", "0.05", "--device", "cpu", "--threads", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads((out / "ab.json").read_text(encoding="utf-8"))
     assert data["schema"] == AB_SCHEMA and data["regression"] is False
     m = data["measurement"]
     assert m["batch_size"] == 16 and len(m["pairs"]) == 20 and m["stop"] is None
-    # three pairs of worker processes, each started afresh
+    # three pairs of worker processes (as asked), each started afresh
     assert m["rounds"] == 3 and sorted({p["round"] for p in m["pairs"]}) == [0, 1, 2]
     assert {p["head_first"] for p in m["pairs"]} == {True, False}  # seed 0 draws both orders
     assert all(p["base_latency_s"] > 0 and p["head_latency_s"] > 0 for p in m["pairs"])
