@@ -75,33 +75,6 @@ class NcuNoteKind(str, Enum):
     NO_FLOP_COUNTER = "no_flop_counter"  # nothing to count FLOPs from: flops is None
 
 
-_MESSAGES: dict[NcuNoteKind, str] = {
-    NcuNoteKind.UNKNOWN_UNIT: "has the unit {text!r}, which has no known scale: left out",
-    NcuNoteKind.UNEXPECTED_UNIT: "has the unit {text!r}, not a unit of its kind: left out",
-    NcuNoteKind.NO_UNITS: "records no units, so no value's scale is known: its figures are "
-                          "left out",
-    NcuNoteKind.NOT_A_NUMBER: "has the value {text!r}, which is not a number: left out",
-    NcuNoteKind.NOT_FINITE: "has the value {text!r}, not a finite number: left out",
-    NcuNoteKind.NEGATIVE: "has the negative value {text!r}: left out",
-    NcuNoteKind.TRUNCATED: "ends inside a row: read up to its last whole row",
-    NcuNoteKind.MALFORMED_ROWS: "has {text} rows with too few fields, skipped",
-    NcuNoteKind.SEPARATE_RUNS: "records this launch with values more than 1% apart from "
-                               "another file's ({text}): kept as a separate launch",
-    NcuNoteKind.TENSOR_INSTRUCTIONS_ONLY: "counts tensor work only in instructions ({text}), "
-                                          "whose FLOPs per instruction depend on the GPU and "
-                                          "kernel: its FLOPs are a lower bound",
-    NcuNoteKind.NO_TENSOR_COUNTER: "records no tensor-pipe counter: its FLOPs leave out any "
-                                   "tensor-core work",
-    NcuNoteKind.NO_CUDA_CORE_COUNTER: "records no fp32 CUDA-core counter (SASS, flop_count "
-                                      "or roofline rates): its FLOPs leave that work out",
-    NcuNoteKind.PARTIAL_SASS: "collected only some of the {text} SASS counters: its FLOPs "
-                              "are a lower bound",
-    NcuNoteKind.PACKED_HALF: "executed fp16 SASS instructions ({text}), counted as scalar "
-                             "though a packed one does twice the FLOPs: a lower bound",
-    NcuNoteKind.NO_FLOP_COUNTER: "records no counter to count FLOPs from",
-}
-
-
 @dataclass(frozen=True)
 class NcuNote:
     """Something the reader decided about one file, launch or metric.
@@ -109,23 +82,13 @@ class NcuNote:
     ``path`` is the file it concerns; ``launch`` names the launch (``ID 3 in process 7``)
     where it concerns one, ``metric`` the metric (or roofline label), and ``text`` the
     offending text as written (a unit, a value, a count), so the note renders without
-    re-reading anything."""
+    re-reading anything (reports/flag_text.ncu_note_text words it)."""
 
     kind: NcuNoteKind
     path: str
     launch: str | None = None
     metric: str | None = None
     text: str | None = None
-
-    @property
-    def message(self) -> str:
-        """The note as one sentence.
-
-        >>> NcuNote(NcuNoteKind.NEGATIVE, "a.csv", None, "dram__bytes.sum", "-5").message
-        "a.csv, dram__bytes.sum has the negative value '-5': left out."
-        """
-        subject = ", ".join(p for p in (self.path, self.launch, self.metric) if p)
-        return f"{subject} {_MESSAGES[self.kind].format(text=self.text or '')}."
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.escape import chart_text, json_for_script, md_text
+from batchscope.reports.flag_text import ncu_note_text
 
 TEMPLATE = "counters.html.j2"
 # A kernel's name in tables: its first characters (ncu's demangled names run to hundreds).
@@ -230,9 +231,15 @@ def page_section(counters: CountersSection | None) -> dict[str, Any] | None:
     }
 
 
+# What the figures rest on: the counts are exact, each duration one timing.
+NOISE_TEXT = ("The bytes and FLOPs are counted, exact; each duration is one launch timed once "
+              "by ncu, with no interval, so an efficiency or a bound near the ridge or the "
+              "floor is within the noise of that one timing.")
+
+
 def paragraphs(counters: CountersSection) -> list[str]:
     """The page's verdict, in order."""
-    out = [headline(counters), roofs_text(counters), settings_text(counters)]
+    out = [headline(counters), roofs_text(counters), settings_text(counters), NOISE_TEXT]
     if counters.notes:
         out.append(f"The reader set {len(counters.notes)} figures aside; they are listed at "
                    "the end.")
@@ -328,7 +335,7 @@ def render_html(report: Report) -> str:
         target=v.target(report), device=report.model.device,
         launches=len(counters.kernels), files=counters.files,
         paragraphs=paragraphs(counters), rows=kernel_rows(counters),
-        notes=[n.message for n in counters.notes],
+        notes=[ncu_note_text(n) for n in counters.notes],
         charts={"roofline": "Measured kernels on the roofline"} if fig else {},
         css=_static("report.css"), page_js=page_js, plotly_js=plotly_js(),
         figures_json=json_for_script(figs),
@@ -350,7 +357,7 @@ def render_summary(report: Report) -> str:
               for r in kernel_rows(counters)]
     if counters.notes:
         lines += ["", "Set aside by the reader:", ""]
-        lines += [f"- {md_text(n.message, 400)}" for n in counters.notes[:20]]
+        lines += [f"- {md_text(ncu_note_text(n), 400)}" for n in counters.notes[:20]]
         if len(counters.notes) > 20:
             lines.append(f"- … and {len(counters.notes) - 20} more (report.json)")
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.counters import NcuNote, NcuNoteKind
 from batchscope.records.flags import TraceGap, Value
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.serving import Policy, WhatIf
@@ -362,6 +363,44 @@ def _ncu_failed(f: Flag) -> str:
     words = _NCU_FAILURES.get(_t(f, "failure"), "ncu failed ({detail})")
     where = f" at batch {f.batch_size}" if f.batch_size is not None else ""
     return f"no counters{where}: " + words.format(detail=_t(f, "detail"))
+
+# What the ncu reader set aside (records/counters.NcuNoteKind), after the note's subject.
+_NCU_NOTES: dict[NcuNoteKind, str] = {
+    NcuNoteKind.UNKNOWN_UNIT: "has the unit {text!r}, which has no known scale: left out",
+    NcuNoteKind.UNEXPECTED_UNIT: "has the unit {text!r}, not a unit of its kind: left out",
+    NcuNoteKind.NO_UNITS: "records no units, so no value's scale is known: its figures are "
+                          "left out",
+    NcuNoteKind.NOT_A_NUMBER: "has the value {text!r}, which is not a number: left out",
+    NcuNoteKind.NOT_FINITE: "has the value {text!r}, not a finite number: left out",
+    NcuNoteKind.NEGATIVE: "has the negative value {text!r}: left out",
+    NcuNoteKind.TRUNCATED: "ends inside a row: read up to its last whole row",
+    NcuNoteKind.MALFORMED_ROWS: "has {text} rows with too few fields, skipped",
+    NcuNoteKind.SEPARATE_RUNS: "records this launch with values more than 1% apart from "
+                               "another file's ({text}): kept as a separate launch",
+    NcuNoteKind.TENSOR_INSTRUCTIONS_ONLY: "counts tensor work only in instructions ({text}), "
+                                          "whose FLOPs per instruction depend on the GPU and "
+                                          "kernel: its FLOPs are a lower bound",
+    NcuNoteKind.NO_TENSOR_COUNTER: "records no tensor-pipe counter: its FLOPs leave out any "
+                                   "tensor-core work",
+    NcuNoteKind.NO_CUDA_CORE_COUNTER: "records no fp32 CUDA-core counter (SASS, flop_count "
+                                      "or roofline rates): its FLOPs leave that work out",
+    NcuNoteKind.PARTIAL_SASS: "collected only some of the {text} SASS counters: its FLOPs "
+                              "are a lower bound",
+    NcuNoteKind.PACKED_HALF: "executed fp16 SASS instructions ({text}), counted as scalar "
+                             "though a packed one does twice the FLOPs: a lower bound",
+    NcuNoteKind.NO_FLOP_COUNTER: "records no counter to count FLOPs from",
+}
+
+
+def ncu_note_text(note: NcuNote) -> str:
+    """An ncu reader's note as one sentence.
+
+    Example:
+        >>> ncu_note_text(NcuNote(NcuNoteKind.NEGATIVE, "a.csv", None, "dram__bytes.sum", "-5"))
+        "a.csv, dram__bytes.sum has the negative value '-5': left out."
+    """
+    subject = ", ".join(p for p in (note.path, note.launch, note.metric) if p)
+    return f"{subject} {_NCU_NOTES[note.kind].format(text=note.text or '')}."
 
 
 _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {

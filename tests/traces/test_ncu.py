@@ -34,6 +34,7 @@ from batchscope.records.counters import (
     NcuLayout,
     NcuNoteKind,
 )
+from batchscope.reports.flag_text import ncu_note_text
 
 DATA = Path(__file__).parent.parent / "data" / "ncu" / "deepseek-ocr-rtx5090"
 TRACES = Path(__file__).parent.parent / "data" / "gpu-traces"
@@ -589,7 +590,7 @@ def test_bad_values_are_not_recorded_and_say_why(tmp_path: Path, value: str,
     (kernel,) = export.kernels
     assert kernel.dram_read_bytes is None and kernel.dram_bytes is None
     assert value_notes(export) == [(kind, "dram__bytes_read.sum")]
-    assert export.notes[0].message.endswith(": left out.")
+    assert ncu_note_text(export.notes[0]).endswith(": left out.")
 
 
 def test_an_unknown_unit_leaves_its_figure_out(tmp_path: Path) -> None:
