@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 _ViewKey = tuple[int, int, tuple[int, ...], tuple[int, ...]]
 """(storage data pointer, offset, shape, strides): one view of one storage."""
 _NO_STORAGE = -1  # the "storage" of sparse, nested, ... tensors, keyed by id instead
-_META_STORAGE = -2  # meta tensors (a recorded op rebuilt from its shapes): each its own
 
 _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 # Device type -> dispatch key of its own kernels (an op may be composite on one backend only).
@@ -273,11 +272,8 @@ def _reads_and_writes(
 
 def _view_key(t: torch.Tensor) -> _ViewKey:
     """What makes two tensors the same bytes: the same view of the same storage."""
-    if t.is_meta:  # no storage to share: every rebuilt argument is its own tensor
-        return (_META_STORAGE, id(t), tuple(t.shape), t.stride())
     try:
-        return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape),
-                t.stride())
+        return (_storage_id(t), int(t.storage_offset()), tuple(t.shape), t.stride())
     except (RuntimeError, NotImplementedError):  # sparse, nested, ... tensors
         return (_NO_STORAGE, id(t), (), ())
 
@@ -491,16 +487,24 @@ def count_call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[
     return counted
 
 
+def _storage_id(t: torch.Tensor) -> int:
+    """What tells one storage from another: its data pointer; on the meta device (a model
+    counted from shapes alone, a recorded op rebuilt) the storage object's own address,
+    shared by its views as a data pointer is."""
+    storage = t.untyped_storage()
+    return storage._cdata if t.is_meta else storage.data_ptr()
+
+
 def _storages(tensors: Iterable[Any]) -> set[int]:
-    """Data pointers of the (non-empty) storages of the tensors in a nested structure."""
+    """Ids (:func:`_storage_id`) of the non-empty storages of the tensors in a nested
+    structure."""
     nested = isinstance(tensors, (torch.Tensor, dict, list, tuple))
     flat, _ = tree_flatten(tensors if nested else list(tensors))
     ptrs: set[int] = set()
     for t in flat:
-        if isinstance(t, torch.Tensor):
-            storage = t.untyped_storage()
-            if storage.nbytes() > 0 and storage.data_ptr() != 0:
-                ptrs.add(storage.data_ptr())
+        if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() > 0 \
+                and (t.is_meta or t.untyped_storage().data_ptr()):
+            ptrs.add(_storage_id(t))
     return ptrs
 
 
