@@ -33,6 +33,8 @@ _A100_SHEET = (
     "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/en-zz/Solutions/"
     "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
 )
+_V100_SHEET = ("NVIDIA V100 Tensor Core GPU datasheet, "
+               "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf")
 _ADA_PAPER = (
     "NVIDIA Ada GPU architecture whitepaper, appendix A (FP32-accumulate tensor rates), "
     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
@@ -198,6 +200,16 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("T4 16GB", (r"t4",), bandwidth_bytes_per_s=320 * GB_PER_S, memory_bytes=16 * GIB,
             source="NVIDIA T4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/tesla-t4/",
             l2_bytes=4 * MIB, peak_flops_per_s={FP16: 65 * TERA, FP32: 8.1 * TERA}),
+    # Volta: fp16 tensor cores only. L2 6 MB (Volta architecture whitepaper).
+    GpuSpec("V100 SXM2 16GB", (r"v100( sxm2)?( 16gb)?",), bandwidth_bytes_per_s=900 * GB_PER_S,
+            memory_bytes=16 * GIB, source=_V100_SHEET, l2_bytes=6 * MIB,
+            peak_flops_per_s={FP16: 125 * TERA, FP32: 15.7 * TERA}),
+    GpuSpec("V100 SXM2 32GB", (r"v100( sxm2)? 32gb",), bandwidth_bytes_per_s=900 * GB_PER_S,
+            memory_bytes=32 * GIB, source=_V100_SHEET, l2_bytes=6 * MIB,
+            peak_flops_per_s={FP16: 125 * TERA, FP32: 15.7 * TERA}),
+    GpuSpec("V100 PCIe 16GB", (r"v100 pcie( 16gb)?", r"v100 16gb pcie"),
+            bandwidth_bytes_per_s=900 * GB_PER_S, memory_bytes=16 * GIB, source=_V100_SHEET,
+            l2_bytes=6 * MIB, peak_flops_per_s={FP16: 112 * TERA, FP32: 14 * TERA}),
 )
 
 # Words that vendors put around the model name and that carry no information here.
