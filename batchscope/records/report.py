@@ -25,6 +25,7 @@ from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, Status
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
+from batchscope.records.target import TargetSection
 
 # report.json's schema; bump it to rename or retype a field. Schema 1 (flags, the stop and
 # the rule as sentences) is still read: codec.decode_report keeps them as NOTE kinds.
@@ -44,6 +45,7 @@ class Source(str, Enum):
     WATCH = "watch"  # batchscope.watch around the user's own loop (and the callbacks)
     TRACE = "trace"  # diagnose trace: recorded profiler traces, nothing run here
     NCU = "ncu"  # diagnose ncu: Nsight Compute exports, nothing run here
+    TARGET = "target"  # diagnose --target-gpu: predicted on a named GPU, nothing timed
 
 
 # -- model ---------------------------------------------------------------------------------
@@ -649,6 +651,7 @@ class Report:
     allocator: AllocatorCheck | None = None  # CPU sweeps whose page faults were flagged
     sequence_grid: SequenceGrid | None = None  # models that set SEQ_LENS
     counters: CountersSection | None = None  # diagnose ncu: Nsight Compute's counters
+    target: TargetSection | None = None  # diagnose --target-gpu: predicted on a named GPU
 
     def batch(self, batch_size: int) -> BatchResult | None:
         """The result of ``batch_size`` (None when it was not tried)."""

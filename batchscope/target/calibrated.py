@@ -1,0 +1,22 @@
+"""The performance model's terms as :mod:`batchscope.traces.calibrate` measured them on
+the recorded traces of real GPUs in tests/data/gpu-traces (an H100 running ViT and
+TimeSformer inference, a B200 eager rank, an A100 DDP training rank and an A100 NCCL
+rank). Regenerate with ``python -m batchscope.traces.calibrate
+tests/data/gpu-traces/*.json.gz``; tests/target/test_calibration.py recomputes them."""
+
+from __future__ import annotations
+
+from batchscope.records.target import KernelTerm, ModelTerms
+
+TERMS = ModelTerms(
+    gemm=KernelTerm(fixed_s=5.25e-06, efficiency=0.35, ops=115, calls=482,
+                    median_abs_log_error=0.2153),
+    gemm_fp32=KernelTerm(fixed_s=7e-06, efficiency=0.72, ops=19, calls=23,
+                         median_abs_log_error=0.1897),
+    other=KernelTerm(fixed_s=3.5e-06, efficiency=0.6, ops=277, calls=1191,
+                     median_abs_log_error=0.3113),
+    host_s_per_op=8.12e-05, host_low_s_per_op=4.94e-05, host_high_s_per_op=1.677e-04,
+    traces=["a100-ddp2-nccl-rank0.json.gz", "a100-ddp8-train-rank3.json.gz",
+            "b200-eager-rank.json.gz", "h100-timesformer-inference.json.gz",
+            "h100-vit-nsfw-inference.json.gz"],
+)

@@ -1,0 +1,131 @@
+"""A step's time on a named GPU from its counted ops: each kernel's time, and the host that
+issues them.
+
+- A kernel takes ``fixed_s + max(FLOPs / peak, bytes / bandwidth) / efficiency`` with the
+  terms of its family (:class:`~batchscope.records.target.ModelTerms`: GEMMs on the tensor
+  cores, GEMMs on the plain FP32 units, every other op): the datasheet's
+  dense peak in the op's dtype (an fp32 convolution on the TF32 tensor cores where the GPU
+  has them, as cuDNN runs it by default; an fp32 matmul on the plain FP32 rate, torch's
+  default) and its bandwidth.
+- Eager PyTorch issues the ops one after another: op ``i`` is issued ``host_s_per_op``
+  after op ``i - 1``, and its kernel starts once it is issued and the kernel before it is
+  done. The step ends with the last kernel or the last issue, whichever is later. Small
+  batches on a big GPU are launch-bound this way: the GPU waits for the host.
+
+Only ops that move bytes or do FLOPs launch a kernel; views and allocations do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from batchscope.hardware.figures import DatasheetSpec
+from batchscope.hardware.types import FP32, TF32
+from batchscope.op_families import Family, family
+from batchscope.records import CountedOp
+from batchscope.records.target import KernelTerm, ModelTerms
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One op's kernel on the target: its time and what bounds it."""
+
+    time_s: float
+    compute_s: float  # FLOPs over the effective peak
+    memory_s: float  # bytes over the effective bandwidth
+    fixed_s: float
+
+    @property
+    def bound(self) -> str:
+        """"latency" where the fixed cost is the larger part, else "compute" or "memory"."""
+        if self.fixed_s >= max(self.compute_s, self.memory_s):
+            return "latency"
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step on the target: its time, the host's and the kernels', kernels by bound."""
+
+    step_s: float
+    host_s: float
+    device_s: float
+    memory_s: float
+    compute_s: float
+    latency_s: float
+    launched_ops: int
+
+
+def launches(op: CountedOp) -> bool:
+    """Whether the op runs a kernel: it moves bytes or does FLOPs (views do neither)."""
+    return bool(op.flops) or op.bytes.total > 0
+
+
+def is_gemm(name: str) -> bool:
+    """Matmuls, convolutions and fused attention: the GEMM family's terms."""
+    return family(name) is not None or "attention" in name
+
+
+def peak_for(spec: DatasheetSpec, dtype: str, name: str) -> float:
+    """The datasheet's dense peak for ``name`` in ``dtype`` (see the module's doc)."""
+    peaks = spec.peak_flops_per_s
+    if dtype == FP32 and family(name) == Family.CONV and TF32 in peaks:
+        return peaks[TF32]
+    if dtype in peaks and (is_gemm(name) or dtype == FP32):
+        return peaks[dtype]
+    # Elementwise ops in a half dtype run on the plain FP32 units, not the tensor cores.
+    return peaks.get(FP32, max(peaks.values()))
+
+
+def kernel_time(op: CountedOp, spec: DatasheetSpec, terms: ModelTerms,
+                scale: float = 1.0) -> KernelTime:
+    """The op's kernel on the GPU of ``spec``; ``scale`` multiplies the variable part (the
+    band: the kernels' median error either way)."""
+    peak = peak_for(spec, op.dtype, op.name)
+    term: KernelTerm = terms.other
+    if is_gemm(op.name):
+        on_fp32_units = op.dtype == FP32 and peak == spec.peak_flops_per_s.get(FP32)
+        term = terms.gemm_fp32 if on_fp32_units else terms.gemm
+    compute_s = (op.flops or 0) / peak / term.efficiency * scale
+    memory_s = op.bytes.total / spec.bandwidth_bytes_per_s / term.efficiency * scale
+    return KernelTime(time_s=term.fixed_s + max(compute_s, memory_s), compute_s=compute_s,
+                      memory_s=memory_s, fixed_s=term.fixed_s)
+
+
+def step_time(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
+              host_s_per_op: float | None = None, scale: float = 1.0) -> StepTime:
+    """The step of ``ops`` (one step's counted ops, in order) on the GPU of ``spec``."""
+    per_op = terms.host_s_per_op if host_s_per_op is None else host_s_per_op
+    issued = done = 0.0
+    device = memory = compute = latency = 0.0
+    n = 0
+    for op in ops:
+        if not launches(op):
+            continue
+        k = kernel_time(op, spec, terms, scale)
+        n += 1
+        issued += per_op
+        done = max(done, issued) + k.time_s
+        device += k.time_s
+        bound = k.bound
+        if bound == "latency":
+            latency += k.time_s
+        elif bound == "compute":
+            compute += k.time_s
+        else:
+            memory += k.time_s
+    return StepTime(step_s=max(done, issued), host_s=issued, device_s=device,
+                    memory_s=memory, compute_s=compute, latency_s=latency, launched_ops=n)
+
+
+def band(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms
+         ) -> tuple[float, float]:
+    """(low, high) step: the fastest host and kernels at their median error below the
+    model, the slowest host and kernels at their median error above it."""
+    spread = max(terms.gemm.median_abs_log_error, terms.gemm_fp32.median_abs_log_error,
+                 terms.other.median_abs_log_error)
+    low = step_time(ops, spec, terms, terms.host_low_s_per_op, math.exp(-spread))
+    high = step_time(ops, spec, terms, terms.host_high_s_per_op, math.exp(spread))
+    return low.step_s, high.step_s

@@ -1,0 +1,160 @@
+"""The GPU performance model's terms, measured on recorded traces of real GPUs.
+
+``diagnose MODEL --target-gpu NAME`` predicts a step on a GPU this machine does not have
+(:mod:`batchscope.target`). Each term of its model is read off torch.profiler traces that
+real GPUs recorded (``tests/data/gpu-traces``: H100, B200, A100), never fitted to the
+published measurements the prediction is checked against (docs/benchmarks.md):
+
+- **kernel efficiency by family**: a kernel takes ``fixed_s + roof_s / efficiency``, its
+  roof being ``max(FLOPs / datasheet peak, bytes / datasheet bandwidth)``; one pair for
+  GEMMs (matmuls, convolutions, attention) on the tensor cores, one for GEMMs on the plain
+  FP32 units (an fp32 matmul not allowed TF32), one for every other op. Fitted by
+  least absolute log error over every counted op of every trace, weighted by its calls:
+  the fixed cost is what makes a small kernel run far below its roof.
+- **host cost per op**: eager PyTorch issues one op after another from Python; where a
+  trace's GPU sat idle most of the step, the host was the limit, and the time between one
+  kernel launch and the next is the host's cost per op (the mean gap, waits of more than
+  :data:`WAIT_GAPS` median gaps left out: a sync, a pageable copy). The median over such
+  traces is the term; their fastest and slowest are its band.
+
+Run ``python -m batchscope.traces.calibrate tests/data/gpu-traces/*.json.gz`` to print the
+terms; ``batchscope/target/calibrated.py`` holds what it printed, and a test recomputes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchscope.hardware.types import FP32
+from batchscope.op_families import family, is_collective
+from batchscope.records import OpStat
+from batchscope.records.target import KernelTerm, ModelTerms
+from batchscope.traces.analysis import trace_result
+from batchscope.traces.diagnose import datasheet_ceilings
+from batchscope.traces.kineto import load_trace
+from batchscope.traces.timeline import build_timeline
+
+# A trace whose device sat idle this share of its step or more was host-bound: its CPU
+# span over its launches is the host's own cost per op.
+HOST_BOUND_IDLE_SHARE = 0.5
+# A gap between two launches this many times the median gap is a wait, not issuing.
+WAIT_GAPS = 10
+# The fit's grid: fixed costs 0-10 us in quarter microseconds, efficiencies 5-100%.
+_FIXED_GRID_S = [i * 0.25e-6 for i in range(41)]
+_EFFICIENCY_GRID = [i / 100 for i in range(5, 101)]
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    """One op group of a trace: per call, its roof on the trace's GPU and its kernel time."""
+
+    trace: str
+    name: str
+    gemm: bool
+    fp32_units: bool  # a GEMM on the plain FP32 units, not the tensor cores
+    roof_s: float
+    time_s: float
+    calls: int
+
+
+def is_gemm_family(name: str) -> bool:
+    """Matmuls, convolutions (implicit GEMMs in cuDNN) and fused attention."""
+    return family(name) is not None or "attention" in name
+
+
+def _host_transfer(op: OpStat) -> bool:
+    return any(k.name.lower().startswith("memcpy") or k.name.lower().startswith("memset")
+               for k in op.kernels)
+
+
+def kernel_points(path: str | Path) -> tuple[list[KernelPoint], float | None]:
+    """The counted op groups of one trace, and the host's cost per launching op where the
+    trace was host-bound (None where its GPU was busy: the CPU then also waited)."""
+    trace = load_trace(path)
+    timeline = build_timeline(trace)
+    result = trace_result(trace, timeline, 1, False)
+    ceilings = datasheet_ceilings(trace)
+    points: list[KernelPoint] = []
+    if ceilings is not None:
+        for op in result.ops:
+            if (not op.flops and not op.bytes.total) or op.time_s <= 0 or op.calls <= 0 \
+                    or is_collective(op.name) or _host_transfer(op):
+                continue
+            fam = family(op.name)
+            dtype = op.roof_dtype or op.dtype or FP32
+            peak = ceilings.peak_for(dtype, fam.value if fam else None)
+            roof_s = max((op.flops or 0) / peak, op.bytes.total / ceilings.bandwidth_bytes_per_s)
+            if roof_s <= 0:
+                continue
+            points.append(KernelPoint(Path(path).name, op.name, is_gemm_family(op.name),
+                                      dtype == FP32, roof_s / op.calls,
+                                      op.time_s / op.calls, op.calls))
+    host = None
+    span = sum(s.span_s for s in timeline.steps)
+    if span > 0 and sum(s.idle_s for s in timeline.steps) / span >= HOST_BOUND_IDLE_SHARE:
+        starts = sorted(float(e["ts"]) for e in trace.launches
+                        if "launch" in str(e.get("name", "")).lower())
+        gaps = sorted(b - a for a, b in itertools.pairwise(starts) if b > a)
+        if gaps:
+            issuing = [g for g in gaps if g <= WAIT_GAPS * gaps[len(gaps) // 2]]
+            host = sum(issuing) / len(issuing) * 1e-6
+    return points, host
+
+
+def fit_kernel_term(points: Sequence[KernelPoint]) -> KernelTerm:
+    """``fixed_s`` and ``efficiency`` minimising the mean absolute log error of
+    ``fixed_s + roof_s / efficiency`` against the kernels' times, calls weighting."""
+    best: tuple[float, float, float] | None = None
+    weight = sum(p.calls for p in points)
+    logs = [(math.log(p.time_s), p.roof_s, p.calls) for p in points]
+    for fixed_s in _FIXED_GRID_S:
+        for eff in _EFFICIENCY_GRID:
+            err = sum(n * abs(math.log(fixed_s + roof / eff) - lt) for lt, roof, n in logs)
+            if best is None or err < best[0]:
+                best = (err, fixed_s, eff)
+    assert best is not None
+    err, fixed_s, eff = best
+    errors = sorted(abs(math.log(fixed_s + p.roof_s / eff) - math.log(p.time_s))
+                    for p in points)
+    return KernelTerm(fixed_s=fixed_s, efficiency=eff, ops=len(points), calls=weight,
+                      median_abs_log_error=errors[len(errors) // 2])
+
+
+def calibrate(paths: Sequence[str | Path]) -> ModelTerms:
+    """The model's terms from ``paths`` (torch.profiler traces of real GPUs)."""
+    points: list[KernelPoint] = []
+    hosts: list[float] = []
+    for path in paths:
+        found, host = kernel_points(path)
+        points += found
+        if host is not None:
+            hosts.append(host)
+    gemm = [p for p in points if p.gemm and not p.fp32_units]
+    gemm_fp32 = [p for p in points if p.gemm and p.fp32_units]
+    other = [p for p in points if not p.gemm]
+    if not gemm or not gemm_fp32 or not other or not hosts:
+        raise ValueError("the traces give too little to calibrate from: they need GEMMs on "
+                         "the tensor cores and on the FP32 units, other ops and one "
+                         "host-bound step")
+    hosts.sort()
+    middle = len(hosts) // 2
+    central = hosts[middle] if len(hosts) % 2 else (hosts[middle - 1] + hosts[middle]) / 2
+    return ModelTerms(gemm=fit_kernel_term(gemm), gemm_fp32=fit_kernel_term(gemm_fp32),
+                      other=fit_kernel_term(other),
+                      host_s_per_op=central, host_low_s_per_op=min(hosts),
+                      host_high_s_per_op=max(hosts),
+                      traces=sorted({Path(p).name for p in paths}))
+
+
+def main(argv: Sequence[str]) -> None:
+    terms = calibrate(argv)
+    print(repr(terms))
+
+
+if __name__ == "__main__":  # pragma: no cover - a maintainer's tool
+    main(sys.argv[1:])

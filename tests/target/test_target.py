@@ -1,0 +1,190 @@
+"""--target-gpu: the performance model on hand-checkable ops, the calibration recomputed
+from the recorded traces, and the prediction of small models counted on meta tensors.
+Nothing here times anything: every figure follows from shapes and recorded data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from batchscope.cli import diagnose_app, tools_app
+from batchscope.contract import load_model_file
+from batchscope.errors import ExitCode, UsageError
+from batchscope.hardware.gpu_specs import lookup
+from batchscope.records import ByteSplit, CountedOp
+from batchscope.records.target import PickRule
+from batchscope.target.calibrated import TERMS
+from batchscope.target.kernel_time import band, kernel_time, step_time
+from batchscope.target.memory import step_peak_bytes
+from batchscope.target.predict import critical_batch, diagnose_target, predict
+from tests.conftest import MODELS
+
+GPU_TRACES = MODELS.parent / "data" / "gpu-traces"
+runner = CliRunner()
+
+
+def op(name: str, flops: int, nbytes: int, dtype: str = "float16") -> CountedOp:
+    return CountedOp(name=name, input_shapes=[], dtype=dtype, flops=flops,
+                     bytes=ByteSplit(activations=nbytes))
+
+
+def test_a_kernel_is_its_fixed_cost_plus_its_roof_over_its_familys_efficiency():
+    t4 = lookup("T4")
+    # an fp16 matmul on the tensor cores: 2 TFLOP over 65 TFLOP/s at the GEMMs' efficiency
+    k = kernel_time(op("mm", 2 * 10**12, 10**6), t4, TERMS)
+    compute = 2e12 / 65e12 / TERMS.gemm.efficiency
+    assert k.time_s == pytest.approx(TERMS.gemm.fixed_s + compute)
+    assert k.bound == "compute"
+    # the same in fp32 on a T4 (no TF32): the plain FP32 units and their own term
+    k32 = kernel_time(op("mm", 2 * 10**12, 10**6, "float32"), t4, TERMS)
+    assert k32.time_s == pytest.approx(TERMS.gemm_fp32.fixed_s
+                                       + 2e12 / 8.1e12 / TERMS.gemm_fp32.efficiency)
+    # an elementwise add: bytes over 320 GB/s at the other ops' efficiency
+    add = kernel_time(op("add", 10**6, 3 * 10**8), t4, TERMS)
+    assert add.time_s == pytest.approx(TERMS.other.fixed_s + 3e8 / 320e9 / TERMS.other.efficiency)
+    assert add.bound == "memory"
+    # a tiny op is its fixed cost: latency-bound
+    assert kernel_time(op("add", 4, 16), t4, TERMS).bound == "latency"
+
+
+def test_an_fp32_convolution_runs_on_tf32_tensor_cores_where_the_gpu_has_them():
+    a100 = lookup("A100 SXM4 80GB")
+    conv = op("convolution", 10**12, 10**6, "float32")
+    assert kernel_time(conv, a100, TERMS).compute_s == pytest.approx(
+        1e12 / a100.peak_flops_per_s["tfloat32"] / TERMS.gemm.efficiency)
+    matmul = op("mm", 10**12, 10**6, "float32")  # torch's default: no TF32 for matmuls
+    assert kernel_time(matmul, a100, TERMS).compute_s == pytest.approx(
+        1e12 / a100.peak_flops_per_s["float32"] / TERMS.gemm_fp32.efficiency)
+
+
+def test_the_step_waits_for_the_host_when_its_kernels_are_short_and_not_when_long():
+    h100 = lookup("H100 SXM5 80GB")
+    views = [op("view", 0, 0)] * 5  # no kernel: no host cost charged either
+    tiny = [op("add", 4, 16)] * 100
+    t = step_time(views + tiny, h100, TERMS)
+    assert t.launched_ops == 100
+    # launch-bound: the last issue, then its (tiny) kernel
+    assert t.step_s == pytest.approx(100 * TERMS.host_s_per_op
+                                     + kernel_time(tiny[0], h100, TERMS).time_s)
+    long = [op("mm", 10**14, 10**6)] * 3
+    t = step_time(long, h100, TERMS)
+    kernel = kernel_time(long[0], h100, TERMS).time_s
+    assert t.step_s == pytest.approx(TERMS.host_s_per_op + 3 * kernel)  # device-bound
+    low, high = band(long, h100, TERMS)
+    assert low < t.step_s < high
+
+
+def test_the_critical_batch_is_where_the_counted_flops_meet_the_bytes():
+    from batchscope.records.target import TargetBatch
+
+    def batch(b: int) -> TargetBatch:  # weights 1e9 bytes read once; 1e9 FLOPs a row
+        return TargetBatch(b, 1.0, 1.0, 1.0, 1.0, 0, True, 0, 0, 0, 0, 0, 1, 10**9 * b,
+                           ByteSplit(weights=10**9, activations=10**6 * b))
+
+    # FLOPs b·1e9 / 1e14 = bytes (1e9 + 1e6·b) / 1e12  ->  b = 1e9 / (1e-2·1e12 - 1e6)... :
+    # b·1e-5 = 1e-3 + 1e-6·b  ->  b = 1e-3 / 9e-6 = 111.1
+    assert critical_batch([batch(1), batch(64)], 1e14, 1e12) == pytest.approx(1e-3 / 9e-6)
+    # bytes growing faster than the FLOPs can catch up: never compute-bound
+    assert critical_batch([batch(1), batch(64)], 1e17, 1e12) is None
+
+
+def test_peak_memory_counts_what_the_step_holds_at_once():
+    x = torch.empty(1024, device="meta")  # 4 KiB, resident
+
+    def step() -> torch.Tensor:
+        a = x * 2  # 4 KiB
+        b = a + 1  # 8 KiB held
+        del a
+        c = b.sum()  # 4 bytes
+        return c
+
+    assert step_peak_bytes(step, [x]) == 2 * 4096
+
+
+def test_the_calibration_recomputes_from_the_recorded_traces():
+    from batchscope.traces.calibrate import calibrate
+
+    terms = calibrate(sorted(GPU_TRACES.glob("*.json.gz")))
+    for got, kept in ((terms.gemm, TERMS.gemm), (terms.gemm_fp32, TERMS.gemm_fp32),
+                      (terms.other, TERMS.other)):
+        assert (got.fixed_s, got.efficiency, got.ops) == pytest.approx(
+            (kept.fixed_s, kept.efficiency, kept.ops))
+        assert got.median_abs_log_error == pytest.approx(kept.median_abs_log_error, abs=1e-3)
+    assert terms.host_s_per_op == pytest.approx(TERMS.host_s_per_op, rel=1e-3)
+    assert terms.host_low_s_per_op <= terms.host_s_per_op <= terms.host_high_s_per_op
+    assert terms.traces == TERMS.traces
+
+
+def test_a_model_is_predicted_from_its_exact_counted_work():
+    spec = load_model_file(MODELS / "tiny.py")
+    section = predict(spec, "A100 SXM4 80GB", "fp32", [1, 8, 64])
+    assert [b.batch_size for b in section.batches] == [1, 8, 64]
+    for b in section.batches:  # two linears (2 FLOPs a multiply-add) and the ReLU's 32 a row
+        assert b.flops == 2 * b.batch_size * (16 * 32 + 32 * 4) + 32 * b.batch_size
+        assert b.bytes.weights > 0 and b.bytes.state == b.batch_size * 16 * 4
+        assert b.low_s <= b.predicted_step_s <= b.high_s
+        assert b.fits and b.host_s >= b.device_s  # a tiny MLP: launch-bound on any GPU
+    assert section.pick == 64 and section.pick_rule == PickRule.NEAR_BEST
+
+
+def test_a_size_that_does_not_fit_says_so_and_is_never_picked(tmp_path):
+    wide = tmp_path / "wide.py"
+    wide.write_text(
+        "import torch\n"
+        "def build_model():\n"
+        "    return torch.nn.Linear(8192, 8192)\n"
+        "def make_inputs(batch_size):\n"
+        "    return torch.randn(batch_size, 8192)\n")
+    # batch 2^19 of 8192 fp32 inputs is 16 GiB of input alone: more than a T4 holds
+    section = predict(load_model_file(wide), "T4", "fp32", [256, 2**19])
+    small, big = section.batches
+    assert small.fits and not big.fits
+    assert big.predicted_peak_memory_bytes > 16 * 2**30
+    assert section.pick == 256
+
+
+def test_a_model_that_needs_real_data_gets_one_sentence(tmp_path):
+    item = tmp_path / "item.py"
+    item.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * float(x.sum().item())\n"
+        "def build_model():\n"
+        "    return M()\n"
+        "def make_inputs(batch_size):\n"
+        "    return torch.randn(batch_size, 4)\n")
+    with pytest.raises(UsageError, match="cannot run on meta tensors at batch 1"):
+        predict(load_model_file(item), "T4", "fp32", [1])
+    with pytest.raises(UsageError, match="has no bfloat16 peak"):
+        predict(load_model_file(MODELS / "tiny.py"), "T4", "bf16", [1])
+    with pytest.raises(UsageError, match="not a GPU in batchscope's datasheet table"):
+        predict(load_model_file(MODELS / "tiny.py"), "Voodoo 2", "fp32", [1])
+
+
+def test_the_cli_predicts_and_writes_the_report(tmp_path):
+    result = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--target-gpu", "T4",
+                                          "--batch-sizes", "1,4", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = diagnose_target(MODELS / "tiny.py", "T4", batch_sizes=[1, 4])
+    assert report.batches == [] and report.target is not None
+    assert report.target.gpu == "T4 16GB"
+    import json
+
+    doc = json.loads((tmp_path / "report.json").read_text())
+    batch = doc["target"]["batches"][0]
+    assert {"batch_size", "predicted_step_s", "low_s", "high_s",
+            "predicted_peak_memory_bytes", "fits"} <= set(batch)
+    bad = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--target-gpu", "nope"])
+    assert bad.exit_code == ExitCode.USAGE
+    assert "hardware --list-gpus" in bad.output
+    listed = runner.invoke(tools_app, ["hardware", "--list-gpus"])
+    assert listed.exit_code == 0 and "V100 SXM2 16GB" in listed.output
+
+
+def test_the_band_is_wider_than_the_kernels_median_error():
+    assert math.exp(TERMS.gemm.median_abs_log_error) > 1
+    assert TERMS.host_low_s_per_op < TERMS.host_high_s_per_op
