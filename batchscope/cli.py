@@ -46,6 +46,7 @@ from batchscope.reports.console import (
     ProgressCallbacks,
     print_bus_bandwidths,
     print_ceilings,
+    print_gpu_specs,
     print_summary,
 )
 
@@ -304,6 +305,17 @@ def diagnose(
             "sweep runs at the first, a grid of batch size × length at all of them.",
         ),
     ] = None,
+    target_gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--target-gpu",
+            help="Predict, never time: the model's step, throughput and peak memory at each "
+            "batch size on this GPU (e.g. \"A100 SXM4 80GB\", T4; `diagnose hardware "
+            "--list-gpus`), "
+            "from its exact per-op work and a model calibrated on real GPUs' traces. With "
+            "--dtype and --batch-sizes.",
+        ),
+    ] = None,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
@@ -371,6 +383,8 @@ def diagnose(
         err_console.print(f"model file for {task} written to {model}", markup=False)
     elif task is not None or context is not None:
         raise fail(UsageError("--task and --context go with an hf:MODEL_ID_OR_PATH target."))
+    if target_gpu is not None:
+        raise typer.Exit(code=_predict_on(model, target_gpu, options))
     if options.node_rank:
         raise typer.Exit(code=_follow(model, options))
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -402,6 +416,19 @@ def diagnose(
     raise typer.Exit(code=int(code))
 
 
+def _predict_on(model: Path, gpu: str, options: Options) -> int:
+    """--target-gpu: the prediction's report, nothing timed."""
+    from batchscope.target.predict import diagnose_target
+
+    try:
+        report = diagnose_target(model, gpu, options.dtype, options.batch_sizes,
+                                 out_dir=options.out_dir)
+    except (ModelFileError, BatchscopeError) as exc:
+        raise fail(exc) from None
+    print_summary(out_console, report)
+    return int(ExitCode.OK)
+
+
 def _follow(model: Path, options: Options) -> int:
     """Node ≠ 0: run this node's ranks until node 0 ends the sweep; node 0 reports."""
     err_console.print(f"node {options.node_rank}: running {options.nproc_per_node} ranks "
@@ -429,6 +456,11 @@ def tools() -> None:
 def hardware(
     device: Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")] = "cpu",
     recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Measure again.")] = False,
+    list_gpus: Annotated[
+        bool,
+        typer.Option("--list-gpus", help="List the GPUs --target-gpu and --gpu know (their "
+                     "datasheets); measure nothing."),
+    ] = False,
 ) -> None:
     """Print this machine's measured ceilings (measuring them on first use).
 
@@ -436,6 +468,9 @@ def hardware(
     """
     from batchscope.hardware import load_or_measure
 
+    if list_gpus:
+        print_gpu_specs(out_console)
+        return
     if not re.match(r"^(cpu|cuda(:\d+)?)$", device):
         raise fail(UsageError(f"unknown device {device!r}; use cpu, cuda or cuda:N."))
     print_ceilings(out_console, load_or_measure(device, recalibrate=recalibrate))

@@ -11,6 +11,7 @@ import signal
 from types import TracebackType
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -152,6 +153,11 @@ def print_summary(console: Console, report: Report) -> None:
 
         counters_render.print_summary(console, report)
         return
+    if report.target is not None and not report.batches:
+        from batchscope.reports import target_render
+
+        target_render.print_summary(console, report)
+        return
     unit = v.unit(report)
     rec = report.recommendation
     title = "batchscope trace" if v.from_trace(report) else "batchscope sweep"
@@ -251,3 +257,18 @@ def print_ceilings(console: Console, ceilings: Ceilings) -> None:
     for dtype in ceilings.peak_flops_per_s:
         for flag in roof_flags(ceilings, dtype):
             console.print(escape(f"* {flag_text(flag)}"), overflow="fold")
+
+
+def print_gpu_specs(console: Console) -> None:
+    """``diagnose hardware --list-gpus``: the datasheet table --target-gpu and --gpu read."""
+    from batchscope.hardware.gpu_specs import SPECS
+
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("GPU", "memory", "bandwidth", "dense peaks (TFLOP/s)"):
+        table.add_column(column)
+    for spec in SPECS:
+        peaks = ", ".join(f"{dtype} {flops / 1e12:g}"
+                          for dtype, flops in sorted(spec.peak_flops_per_s.items()))
+        table.add_row(spec.product, f"{spec.memory_bytes / 2**30:.0f} GiB",
+                      f"{spec.bandwidth_bytes_per_s / 1e9:,.0f} GB/s", peaks)
+    console.print(table)

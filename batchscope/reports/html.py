@@ -30,6 +30,7 @@ from batchscope.reports import (
     narrative,
     roofline_chart,
     sweep_charts,
+    target_render,
 )
 from batchscope.reports import html_rows as rows
 from batchscope.reports import view as v
@@ -176,7 +177,10 @@ def context(report: Report) -> dict[str, object]:
 
 def render_html(report: Report) -> str:
     """report.html for one report (the module's docstring has an example); a report of
-    Nsight Compute counters alone (``diagnose ncu``) has its own page."""
+    Nsight Compute counters alone (``diagnose ncu``) has its own page, and so has one
+    predicted on a named GPU (``diagnose MODEL --target-gpu NAME``)."""
     if report.counters is not None and not report.batches:
         return counters_render.render_html(report)
+    if report.target is not None and not report.batches:
+        return target_render.render_html(report)
     return environment().get_template(TEMPLATE).render(**context(report))

@@ -354,10 +354,11 @@ def render_summary(report: Report, max_chars: int = MAX_CHARS) -> str:
         >>> text.startswith("### batchscope")  # doctest: +SKIP
         True
     """
-    if report.counters is not None and not report.batches:
-        from batchscope.reports import counters_render
+    if (report.counters is not None or report.target is not None) and not report.batches:
+        from batchscope.reports import counters_render, target_render
 
-        text = counters_render.render_summary(report)
+        text = (counters_render.render_summary(report) if report.counters is not None
+                else target_render.render_summary(report))
         if len(text) > max_chars:
             cut = "\n\n… (cut to fit a comment; see report.html)\n"
             text = text[: max_chars - len(cut)].rsplit("\n", 1)[0] + cut

@@ -1337,5 +1337,9 @@ def explanation(report: Report) -> str:
         from batchscope.reports.counters_render import paragraphs
 
         return "\n".join(paragraphs(report.counters))
+    if report.target is not None and not report.batches:
+        from batchscope.reports import target_render
+
+        return "\n".join(target_render.paragraphs(report.target))
     text = ["\n".join([s.title, *s.paragraphs]) for s in sections(report)]
     return "\n\n".join(text) or NOTHING_MEASURED
