@@ -420,6 +420,14 @@ def _predict_on(model: Path, gpu: str, options: Options) -> int:
     """--target-gpu: the prediction's report, nothing timed."""
     from batchscope.target.predict import diagnose_target
 
+    unsupported = [flag for flag, given in (
+        ("--amp", options.amp is not None), ("--compile", options.compile_mode is not None),
+        ("--nproc-per-node", options.nproc_per_node is not None),
+        ("--mode", options.mode is not None), ("--contexts", options.contexts is not None),
+        ("--seq-lens", options.seq_lens is not None)) if given]
+    if unsupported:
+        raise fail(UsageError(f"--target-gpu predicts the model file as it is, in --dtype at "
+                              f"--batch-sizes; it does not take {', '.join(unsupported)}."))
     try:
         report = diagnose_target(model, gpu, options.dtype, options.batch_sizes,
                                  out_dir=options.out_dir)

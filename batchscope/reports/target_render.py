@@ -76,8 +76,8 @@ def _sizes(batches: list[TargetBatch]) -> str:
 
 
 def _error_pct(log_error: float) -> str:
-    """A median absolute log error as the ± share it spans: 0.3 -> "±35%"."""
-    return f"±{fmt.pct(math.exp(log_error) - 1)}"
+    """A median absolute log error as the factor it spans either way: 0.3 -> "×/÷ 1.35"."""
+    return f"×/÷ {math.exp(log_error):.2f}"
 
 
 def _term(term: KernelTerm) -> str:
@@ -193,8 +193,8 @@ def terms_text(target: TargetSection) -> str:
             f"(GEMMs {_term(t.gemm)}{fp32}; other ops {_term(t.other)}), the host "
             f"{fmt.seconds(t.host_s_per_op)} an op ({fmt.seconds(t.host_low_s_per_op)}–"
             f"{fmt.seconds(t.host_high_s_per_op)}); {calibrated}. The band is the host's range "
-            f"and the kernels' median error ({_error_pct(spread)} either way, the largest of "
-            "the families').")
+            f"and the kernels' variable part at their median error ({_error_pct(spread)}, the "
+            "largest of the families').")
 
 
 def paragraphs(target: TargetSection) -> list[str]:

@@ -2,7 +2,7 @@
 the recorded traces of real GPUs in tests/data/gpu-traces (an H100 running ViT and
 TimeSformer inference, a B200 eager rank, an A100 DDP training rank and an A100 NCCL
 rank). Regenerate with ``python -m batchscope.traces.calibrate
-tests/data/gpu-traces/*.json.gz``; tests/target/test_calibration.py recomputes them."""
+tests/data/gpu-traces/*.json.gz``; tests/target/test_target.py recomputes them."""
 
 from __future__ import annotations
 

@@ -102,10 +102,12 @@ def count_on_meta(spec: ModelSpec, batch_size: int, dtype: torch.dtype
     model = _build(spec, dtype)
     inputs = _inputs(spec, batch_size, dtype)
     resident = [*model.parameters(), *model.buffers(), *iter_tensors(inputs)]
+    # The same model and inputs for both runs: what the step writes in place (a KV cache,
+    # an optimizer's update of the weights) is resident, not a new allocation.
+    peak = step_peak_bytes(_step(spec, model, inputs), resident)
     ops = count_step(_step(spec, model, inputs), weights=[*model.parameters(),
                                                           *model.buffers()],
                      state=iter_tensors(inputs), root=model)
-    peak = step_peak_bytes(_step(spec, _build(spec, dtype), inputs), resident)
     resident_bytes = sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
                           for t in resident}.values())
     return ops, peak, resident_bytes
@@ -148,7 +150,7 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
                                 f"(it runs {', '.join(sorted(sheet.peak_flops_per_s))}); "
                                 "pick another --dtype.")
     batches: list[TargetBatch] = []
-    for b in batch_sizes or DEFAULT_BATCH_SIZES:
+    for b in batch_sizes or spec.batch_sizes or DEFAULT_BATCH_SIZES:
         try:
             ops, peak, resident = count_on_meta(spec, b, TORCH_DTYPES[dtype])
         except Exception as exc:
@@ -157,6 +159,9 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
                 f"needs (no weights or data, shapes only): {type(exc).__name__}: {exc}"
             ) from exc
         t = step_time(ops, sheet, terms)
+        if t.launched_ops == 0:
+            raise TargetUnsupported(f"{spec.path}'s step at batch {b} moves no bytes and does "
+                                    "no FLOPs: there is no kernel to predict.")
         low_s, high_s = band(ops, sheet, terms)
         memory = peak + resident + RESERVED_BYTES
         total = ByteSplit()

@@ -159,6 +159,12 @@ def test_a_model_that_needs_real_data_gets_one_sentence(tmp_path):
         "    return torch.randn(batch_size, 4)\n")
     with pytest.raises(UsageError, match="cannot run on meta tensors at batch 1"):
         predict(load_model_file(item), "T4", "fp32", [1])
+    identity = tmp_path / "identity.py"
+    identity.write_text("import torch\n"
+                        "def build_model():\n    return torch.nn.Identity()\n"
+                        "def make_inputs(batch_size):\n    return torch.randn(batch_size, 4)\n")
+    with pytest.raises(UsageError, match="no kernel to predict"):
+        predict(load_model_file(identity), "T4", "fp32", [1])
     with pytest.raises(UsageError, match="has no bfloat16 peak"):
         predict(load_model_file(MODELS / "tiny.py"), "T4", "bf16", [1])
     with pytest.raises(UsageError, match="not a GPU in batchscope's datasheet table"):
@@ -181,6 +187,9 @@ def test_the_cli_predicts_and_writes_the_report(tmp_path):
     bad = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--target-gpu", "nope"])
     assert bad.exit_code == ExitCode.USAGE
     assert "hardware --list-gpus" in bad.output
+    amp = runner.invoke(diagnose_app, [str(MODELS / "tiny.py"), "--target-gpu", "T4",
+                                       "--amp", "fp16"])
+    assert amp.exit_code == ExitCode.USAGE and "does not take --amp" in amp.output
     listed = runner.invoke(tools_app, ["hardware", "--list-gpus"])
     assert listed.exit_code == 0 and "V100 SXM2 16GB" in listed.output
 
