@@ -66,7 +66,7 @@ def _build(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
     model = model.to(device="meta")
     if dtype != torch.float32:
         model = model.to(dtype=dtype)
-    return model.train(spec.mode == "train") if spec.mode == "train" else model.eval()
+    return model.train(spec.mode == "train")
 
 
 def _inputs(spec: ModelSpec, batch_size: int, dtype: torch.dtype) -> Any:

@@ -4,8 +4,6 @@ Nothing here times anything: every figure follows from shapes and recorded data.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -193,7 +191,3 @@ def test_the_cli_predicts_and_writes_the_report(tmp_path):
     listed = runner.invoke(tools_app, ["hardware", "--list-gpus"])
     assert listed.exit_code == 0 and "V100 SXM2 16GB" in listed.output
 
-
-def test_the_band_is_wider_than_the_kernels_median_error():
-    assert math.exp(TERMS.gemm.median_abs_log_error) > 1
-    assert TERMS.host_low_s_per_op < TERMS.host_high_s_per_op
