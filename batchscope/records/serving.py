@@ -6,14 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from batchscope.records.engine import EngineCalibration, PrefillFit
 from batchscope.records.measurement import GridPoint
-
-
-class Policy(str, Enum):
-    """How a server forms batches."""
-
-    STATIC = "static"  # a batch runs until its longest request is done
-    CONTINUOUS = "continuous"  # a finished row is refilled at the next step
+from batchscope.records.policy import Policy as Policy  # re-exported: its home
 
 
 class StepTimeSource(str, Enum):
@@ -172,6 +167,12 @@ class WhatIf:
     best: dict[Policy, ServingRun | None]
     max_rate_within_slo: list[SloRate]
     recommendation: ServingPick
+    # The prefill charged at admission, and what it was measured on (None: a report from
+    # before it was recorded; prefill_s_per_token then says what was charged).
+    prefill: PrefillFit | None = None
+    # diagnose serve --engine: the real engine's own cost per step, measured (None: the
+    # model's forward step alone).
+    engine: EngineCalibration | None = None
 
 
 @dataclass(frozen=True)

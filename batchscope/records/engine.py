@@ -1,0 +1,133 @@
+"""report.json ``serving.what_if.engine`` and ``serving.what_if.prefill``: what a real
+serving engine costs beyond the model's forward step, measured by running it
+(``diagnose serve --engine``), and the prefill cost charged at admission.
+
+The serving simulator charges a decode step ``T(rows, context)`` from the sweep. A real
+engine adds its own work to every step (scheduling, paged-cache bookkeeping, padding its
+token batch, Python between steps): :class:`EngineCost` is that, per step, fitted over the
+calibration runs (:class:`CalibrationPoint`), one line in the step's rows per policy.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+from batchscope.records.policy import Policy
+
+
+class Engine(str, Enum):
+    """A serving engine whose cost ``diagnose serve --engine`` measures."""
+
+    TRANSFORMERS = "transformers"  # generate() (static) and generate_batch's manager
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class PrefillSource(str, Enum):
+    """Where the prefill charged at admission came from."""
+
+    NOT_TIMED = "not_timed"  # not looked for (a sweep's own first look): not charged
+    NONE = "none"  # no model to time it on here: not charged, the prompt's KV taken as ready
+    OPTION = "option"  # --prefill-ms-per-token
+    MODEL = "model"  # timed on the report's own model at the stream's prompt lengths
+
+
+@dataclass(frozen=True)
+class PrefillPoint:
+    """One timed prefill: a batch of one prompt of ``prompt_tokens`` tokens."""
+
+    prompt_tokens: int
+    measured_s: float  # median of the repeats
+
+
+@dataclass(frozen=True)
+class PrefillFit:
+    """Prefill of one prompt: ``fixed_s + per_token_s × prompt_tokens``, charged at
+    admission, blocking the batch."""
+
+    source: PrefillSource
+    fixed_s: float = 0.0
+    per_token_s: float = 0.0
+    points: list[PrefillPoint] = field(default_factory=list)
+    worst_error: float | None = None  # largest |fitted / measured - 1| over the points
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        return max(self.fixed_s + self.per_token_s * prompt_tokens, 0.0)
+
+    @property
+    def charged(self) -> bool:
+        return self.source != PrefillSource.NONE and (self.fixed_s > 0 or self.per_token_s > 0)
+
+
+@dataclass(frozen=True)
+class EngineCostPoint:
+    """What the engine added to each step of one calibration run, at its mean rows."""
+
+    rows: float
+    extra_s: float  # negative where the engine's step is faster than the sweep's
+
+
+@dataclass(frozen=True)
+class EngineCost:
+    """What one policy's engine adds to every decode step, by the step's rows: linear
+    between its points, flat beyond them (serving/engine_cost.py keeps a fitted line as its
+    two ends)."""
+
+    policy: Policy
+    points: list[EngineCostPoint]
+
+    def step_s(self, rows: float) -> float:
+        pts = self.points
+        if not pts:
+            return 0.0
+        if rows <= pts[0].rows:
+            return pts[0].extra_s
+        for low, high in itertools.pairwise(pts):
+            if rows <= high.rows:
+                share = (rows - low.rows) / (high.rows - low.rows)
+                return low.extra_s + (high.extra_s - low.extra_s) * share
+        return pts[-1].extra_s
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    """One calibration run: the real engine on requests that all arrive at once, beside the
+    simulation of the same requests without and with the engine's fitted cost."""
+
+    policy: Policy
+    cap: int
+    requests: int
+    output_tokens: int  # generated, all requests
+    measured_s: float  # first arrival to last finish, wall clock
+    engine_forward_calls: int  # the model's forward calls the engine made
+    model_forward_s: float  # wall time inside those calls
+    startup_s: float  # the engine's set-up before the first request, not in measured_s
+    simulated_steps: int
+    model_only_s: float  # simulated with the sweep's step times (and prefill) alone
+    simulated_s: float  # simulated with the engine's fitted cost added
+    mean_rows: float  # rows per simulated step
+    measured_tokens_per_s: float
+    simulated_tokens_per_s: float  # with the engine's cost
+    error: float  # simulated throughput over measured, minus 1
+    engine_share: float  # the share of measured_s the sweep's step times do not account for
+
+
+@dataclass(frozen=True)
+class EngineCalibration:
+    """The engine's measured cost, as ``diagnose serve --engine`` adds it to the simulation."""
+
+    engine: Engine
+    engine_version: str
+    costs: list[EngineCost]
+    points: list[CalibrationPoint]
+    max_output_tokens: int  # each calibration request generated at most this many
+    repeats: int  # runs of each policy and cap; the fastest is kept (noise only adds time)
+    wall_s: float  # the calibration's own time, warm-up and prefill timing included
+
+    def cost(self, policy: Policy) -> EngineCost | None:
+        return next((c for c in self.costs if c.policy == policy), None)
+
+    def worst_error(self) -> float | None:
+        return max((abs(p.error) for p in self.points), default=None)
