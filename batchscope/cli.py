@@ -16,7 +16,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -49,6 +49,10 @@ from batchscope.reports.console import (
     print_gpu_specs,
     print_summary,
 )
+
+if TYPE_CHECKING:
+    from batchscope.records import Report
+    from batchscope.serving.whatif import WhatIfOptions
 
 err_console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
@@ -890,13 +894,25 @@ def serve(
             "--out", help="Folder for serving.json/html/md (default: the report's folder)."
         ),
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Run this serving engine on the report's model first (transformers; a short "
+            "calibration at up to three caps) and add its measured cost per step.",
+        ),
+    ] = None,
 ) -> None:
     """Static against continuous batching, simulated from a report's step times.
 
     Example: diagnose serve batchscope-report/report.json --slo-tpot-ms 200
 
+    Prefill is timed on the report's model where its file defines build_engine_model() (the
+    file `diagnose hf:MODEL --task causal-lm-decode` writes does), unless
+    --prefill-ms-per-token is given.
+
     Exit 0: simulated; 4: bad input (an unreadable report, one whose step is not a decode
-    step, a negative rate, an empty trace).
+    step, a negative rate, an empty trace, an engine that cannot run here).
     """
     from batchscope.reports.json_report import atomic_write_text, load_report
     from batchscope.reports.serving_render import (
@@ -924,6 +940,7 @@ def serve(
             prefill_s_per_token=prefill_ms_per_token / 1e3, context=context)
         if context is not None and not 0 <= context <= 10_000_000:
             raise UsageError(f"--context must be a token count from 0 up, not {context}.")
+        options = _measure_for_serving(decoded, options, engine)
         result = what_if(decoded, options)
         folder = out if out is not None else report.parent
         from batchscope.api import check_writable
@@ -938,6 +955,36 @@ def serve(
     print_serving(out_console, result)
     err_console.print(f"serving what-if written to {folder}/", markup=False)
     raise typer.Exit(code=0)
+
+
+def _measure_for_serving(report: Report, options: WhatIfOptions, engine: str | None
+                         ) -> WhatIfOptions:
+    """``options`` with the model's prefill timed (unless --prefill-ms-per-token is given)
+    and, with --engine, the engine's calibration runs."""
+    import dataclasses
+
+    from batchscope.records.engine import Engine
+    from batchscope.serving.engines.calibrate import measure_engine, measure_prefill
+    from batchscope.serving.whatif import serving_plan
+
+    names = [e.value for e in Engine]
+    if engine is not None and engine not in names:
+        raise UsageError(f"--engine {engine!r} is not an engine batchscope runs; use one of "
+                         f"{', '.join(names)}.")
+    if engine is None and options.prefill_s_per_token > 0:
+        return options
+    stream, caps = serving_plan(report, options)
+    if engine is None:
+        points = measure_prefill(report.model.target, stream)
+        if points:
+            err_console.print(f"prefill timed on {report.model.target}'s build_engine_model() "
+                              f"at {', '.join(str(p.prompt_tokens) for p in points)} tokens",
+                              markup=False)
+        return dataclasses.replace(options, prefill_points=points or [])
+    err_console.print(f"running {engine} on {report.model.target} to measure its cost per step "
+                      "(a short calibration)...", markup=False)
+    measured = measure_engine(Engine(engine), report.model.target, stream, caps)
+    return dataclasses.replace(options, engine=measured, prefill_points=measured.prefill)
 
 
 def _nearest_subcommand(word: str) -> str | None:

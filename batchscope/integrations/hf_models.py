@@ -340,6 +340,8 @@ def model_file_source(target: str, task: str, *, context: int | None, seq_len: i
         lines.append("loss = _task.loss")
     if task == "causal-lm-decode":
         lines.append(f"CONTEXTS = [{context}]")
+        # The model a real engine serves: diagnose serve --engine and its prefill timing.
+        lines.append("build_engine_model = _task.build_model")
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from batchscope.errors import UsageError
 from batchscope.records import Report
 from batchscope.records.codec import to_builtins
+from batchscope.records.engine import EngineCalibration, PrefillFit, PrefillPoint, PrefillSource
 from batchscope.records.report import Mode
 from batchscope.records.serving import (
     KvMemorySource,
@@ -31,6 +32,8 @@ from batchscope.records.serving import (
     StreamKind,
     WhatIf,
 )
+from batchscope.serving.engine_cost import fit_engine, fit_prefill, with_engine
+from batchscope.serving.engines.runs import EngineMeasurement
 from batchscope.serving.metrics import ServingMetrics, Slo, summarize_simulation
 from batchscope.serving.requests import (
     Request,
@@ -86,6 +89,12 @@ class WhatIfOptions:
     prefill_s_per_token: float = 0.0
     context: int | None = None  # the sweep's context when the report does not record it
     loads: tuple[float, ...] = DEFAULT_LOADS  # default rates, as shares of saturation
+    # The model's prefill timed at the stream's prompt lengths (serving/engines/calibrate.py):
+    # None, not looked for; empty, no model here to time it on. --prefill-ms-per-token, where
+    # given, is charged instead.
+    prefill_points: list[PrefillPoint] | None = None
+    # diagnose serve --engine: the real engine's calibration runs, whose cost is added.
+    engine: EngineMeasurement | None = None
 
     def validate(self) -> None:
         """Raises:
@@ -112,12 +121,14 @@ class _Runner:
     """Runs one policy at one cap and rate on the fitted step times."""
 
     def __init__(self, model: StepTimeModel, options: WhatIfOptions, kv_tokens: int | None,
-                 prompt: TokenRange) -> None:
+                 prompt: TokenRange, prefill: PrefillFit,
+                 engine: EngineCalibration | None) -> None:
         self.model, self.options, self.kv_tokens, self.prompt = model, options, kv_tokens, prompt
         # Every simulation of one what-if asks for the same (rows, context) steps again.
-        self.step_s = lru_cache(maxsize=None)(model.step_s)
-        per_token = options.prefill_s_per_token
-        self.prefill = (lambda p: p * per_token) if per_token > 0 else None
+        self.step_s = {policy: lru_cache(maxsize=None)(
+            with_engine(model.step_s, engine.cost(policy) if engine is not None else None))
+            for policy in Policy}
+        self.prefill = prefill.prefill_s if prefill.charged else None
 
     def stream(self, rate_per_s: float) -> list[Request]:
         o = self.options
@@ -127,7 +138,7 @@ class _Runner:
 
     def run(self, policy: Policy, cap: int, rate_per_s: float) -> ServingMetrics:
         try:
-            sim = simulate(self.stream(rate_per_s), policy, cap, self.step_s,
+            sim = simulate(self.stream(rate_per_s), policy, cap, self.step_s[policy],
                            self.kv_tokens, self.prefill)
         except ValueError as exc:  # a step time out of range: the report's numbers are not
             raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
@@ -225,7 +236,10 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
     prompt = options.prompt_tokens or TokenRange(model.base_context, model.base_context)
     kv_tokens, kv_bytes, kv_source = _kv_capacity(report, model, options)
     caps = _caps(model, options)
-    runner = _Runner(model, options, kv_tokens, prompt)
+    prefill = _prefill(options)
+    engine = fit_engine(model.step_s, prefill, options.engine) \
+        if options.engine is not None else None
+    runner = _Runner(model, options, kv_tokens, prompt, prefill, engine)
     if options.trace is not None:
         mean_out = sum(r.output_tokens for r in options.trace) / len(options.trace)
         mean_prompt = sum(r.prompt_tokens for r in options.trace) / len(options.trace)
@@ -256,11 +270,38 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
         rates_per_s=rates, caps=caps,
         runs=runs, best=best, max_rate_within_slo=slo_rates,
         recommendation=recommend(best, slo_rates, options.slo),
+        prefill=prefill, engine=engine,
     )
     if not _finite(to_builtins(result)):  # a hostile report whose times overflow somewhere
         raise UsageError("the report's step times give figures out of any real range (a "
                          "time or size that overflows).")
     return result
+
+
+def _prefill(options: WhatIfOptions) -> PrefillFit:
+    """--prefill-ms-per-token where given, else the model's timed prefill, else none."""
+    if options.prefill_s_per_token > 0:
+        return PrefillFit(PrefillSource.OPTION, per_token_s=options.prefill_s_per_token)
+    points = options.prefill_points or (options.engine.prefill if options.engine else None)
+    if points:
+        return fit_prefill(points)
+    return PrefillFit(PrefillSource.NONE if options.prefill_points is not None
+                      else PrefillSource.NOT_TIMED)
+
+
+def serving_plan(report: Report, options: WhatIfOptions) -> tuple[list[Request], list[int]]:
+    """The stream's requests (their lengths; arrivals at one request per second) and the
+    caps the what-if tries: what an engine's calibration and the prefill timing need first.
+
+    Raises:
+        UsageError: as :func:`what_if`.
+    """
+    options.validate()
+    check_decode_step(report)
+    model = fit_step_time(report, options.context)
+    prompt = options.prompt_tokens or TokenRange(model.base_context, model.base_context)
+    runner = _Runner(model, options, None, prompt, PrefillFit(PrefillSource.NONE), None)
+    return runner.stream(1.0), _caps(model, options)
 
 
 def check_decode_step(report: Report) -> None:

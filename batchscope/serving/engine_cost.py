@@ -1,0 +1,158 @@
+"""The engine's own cost per step and the model's prefill, fitted from what a real engine's
+calibration runs measured (:class:`~batchscope.serving.engines.runs.EngineMeasurement`).
+
+A calibration run serves requests that all arrive at once. The simulator serves the same
+requests on the sweep's step times ``T(rows, context)`` and the prefill fit alone; whatever
+the engine took beyond that, per simulated step, is its cost at the run's mean rows. The
+cost per step is the least-squares line in the rows through those points, held flat beyond
+the smallest and largest rows calibrated.
+Each run is then simulated again with the cost added, and its error is kept beside it: at a
+calibration point the error is the fit's own, and the benchmark (docs/serving.md) checks
+the simulation on streams the calibration never saw.
+
+Example:
+    >>> calibration = fit_engine(step_model, prefill, measurement)  # doctest: +SKIP
+    >>> calibration.cost(Policy.CONTINUOUS).step_s(8)  # doctest: +SKIP
+    0.0021
+"""
+
+from __future__ import annotations
+
+import math
+
+from batchscope.errors import UsageError
+from batchscope.records.engine import (
+    CalibrationPoint,
+    EngineCalibration,
+    EngineCost,
+    EngineCostPoint,
+    PrefillFit,
+    PrefillPoint,
+    PrefillSource,
+)
+from batchscope.records.policy import Policy
+from batchscope.serving.engines.runs import EngineMeasurement, EngineRun
+from batchscope.serving.simulator import Simulation, StepTime, simulate
+
+# A step is never taken as faster than this share of the sweep's own step, whatever the
+# engine's cost (a negative cost, where the engine's forward beats the sweep's, is bounded).
+MIN_STEP_SHARE = 0.05
+
+
+def fit_prefill(points: list[PrefillPoint], source: PrefillSource = PrefillSource.MODEL
+                ) -> PrefillFit:
+    """``fixed_s + per_token_s × prompt_tokens`` by least squares (one point: all per token);
+    the slope is never negative (a longer prompt never prefills faster)."""
+    if not points:
+        return PrefillFit(PrefillSource.NONE)
+    xs = [float(p.prompt_tokens) for p in points]
+    ys = [p.measured_s for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var > 0:
+        slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var, 0.0)
+        fixed = my - slope * mx
+    else:
+        slope, fixed = (my / mx if mx > 0 else 0.0), 0.0
+    fit = PrefillFit(source, fixed_s=fixed, per_token_s=slope, points=list(points))
+    errors = [abs(fit.prefill_s(p.prompt_tokens) / p.measured_s - 1)
+              for p in points if p.measured_s > 0]
+    return PrefillFit(source, fixed_s=fixed, per_token_s=slope, points=list(points),
+                      worst_error=max(errors, default=None))
+
+
+def with_engine(step_s: StepTime, cost: EngineCost | None) -> StepTime:
+    """The sweep's step time plus the engine's cost at the step's rows."""
+    if cost is None:
+        return step_s
+
+    def step(rows: int, context: int) -> float:
+        model_s = step_s(rows, context)
+        return max(model_s + cost.step_s(rows), model_s * MIN_STEP_SHARE)
+
+    return step
+
+
+def _span_s(sim: Simulation) -> float:
+    finished = [s.finished_s for s in sim.served if s.finished_s is not None]
+    first = min(s.request.arrival_s for s in sim.served)
+    return max(finished) - first if finished else math.inf
+
+
+def _simulate(run: EngineRun, step_s: StepTime, prefill: PrefillFit) -> Simulation:
+    requests = [s.request for s in run.served]
+    return simulate(requests, run.policy, run.cap, step_s, None,
+                    prefill.prefill_s if prefill.charged else None)
+
+
+def fastest_runs(runs: list[EngineRun]) -> list[EngineRun]:
+    """One run per policy and cap: the fastest of its repeats (noise only adds time)."""
+    best: dict[tuple[Policy, int], EngineRun] = {}
+    for run in runs:
+        key = (run.policy, run.cap)
+        if key not in best or run.span_s < best[key].span_s:
+            best[key] = run
+    return [best[k] for k in sorted(best, key=lambda k: (k[0] != Policy.STATIC, k[1]))]
+
+
+def fit_engine(step_s: StepTime, prefill: PrefillFit,
+               measurement: EngineMeasurement) -> EngineCalibration:
+    """The engine's cost per step for each policy, and every calibration run measured
+    beside simulated.
+
+    Raises:
+        UsageError: a calibration run served nothing, or its times are out of range.
+    """
+    runs = fastest_runs(measurement.runs)
+    alone: dict[tuple[Policy, int], Simulation] = {}
+    for run in runs:
+        if not run.served or not 0 < run.span_s < math.inf:
+            raise UsageError(f"the {measurement.engine.value} calibration run at cap {run.cap} "
+                             f"({run.policy.value}) served no request in a measurable time.")
+        alone[(run.policy, run.cap)] = _simulate(run, step_s, prefill)
+    costs = []
+    for policy in Policy:
+        mine = [(run, alone[(run.policy, run.cap)]) for run in runs if run.policy == policy]
+        mine = [(run, sim) for run, sim in mine if sim.steps]
+        if mine:
+            costs.append(EngineCost(policy, _cost_points(mine)))
+    by_policy = {c.policy: c for c in costs}
+    points = []
+    for run in runs:
+        sim = alone[(run.policy, run.cap)]
+        fitted = _simulate(run, with_engine(step_s, by_policy.get(run.policy)), prefill)
+        model_only_s, simulated_s = _span_s(sim), _span_s(fitted)
+        points.append(CalibrationPoint(
+            policy=run.policy, cap=run.cap, requests=len(run.served),
+            output_tokens=run.output_tokens, measured_s=run.span_s,
+            engine_forward_calls=run.forward_calls, model_forward_s=run.forward_s,
+            startup_s=run.startup_s, simulated_steps=sim.steps,
+            model_only_s=model_only_s, simulated_s=simulated_s,
+            mean_rows=sim.row_steps / sim.steps if sim.steps else 0.0,
+            measured_tokens_per_s=run.output_tokens / run.span_s,
+            simulated_tokens_per_s=run.output_tokens / simulated_s,
+            error=run.span_s / simulated_s - 1,
+            engine_share=max(1 - model_only_s / run.span_s, 0.0)))
+    return EngineCalibration(
+        engine=measurement.engine, engine_version=measurement.engine_version, costs=costs,
+        points=points, max_output_tokens=measurement.max_output_tokens,
+        repeats=measurement.repeats, wall_s=measurement.wall_s)
+
+
+def _cost_points(runs: list[tuple[EngineRun, Simulation]]) -> list[EngineCostPoint]:
+    """The cost per step as a line in the rows, ``a + b × rows``, by least squares over the
+    runs' extra time per step at their mean rows, kept as its values at the smallest and the
+    largest of those rows (flat beyond them). One run, or runs at one mean, give a constant.
+
+    A line, not one free value per run: solved exactly through every run, the noise of a
+    2-3 s run made the cost swing by 20 ms from one cap to the next (+8.6 ms at 3 rows,
+    -12.7 ms at 6 in one calibration), and a stream whose steps fell between them paid it."""
+    rows = [sim.row_steps / sim.steps for _, sim in runs]
+    extra = [(run.span_s - _span_s(sim)) / sim.steps for run, sim in runs]
+    mr, mx = sum(rows) / len(rows), sum(extra) / len(extra)
+    var = sum((r - mr) ** 2 for r in rows)
+    if var <= 1e-12:
+        return [EngineCostPoint(mr, mx)]
+    slope = sum((r - mr) * (x - mx) for r, x in zip(rows, extra)) / var
+    low, high = min(rows), max(rows)
+    return [EngineCostPoint(r, mx + slope * (r - mr)) for r in (low, high)]

@@ -1,0 +1,114 @@
+"""``diagnose serve --engine``'s calibration: a short, bounded run of the real engine on the
+report's own model, and the model's prefill timed at the stream's prompt lengths.
+
+At each calibration cap each policy serves ``REQUESTS_PER_CAP × cap`` requests drawn from
+the stream (their prompt lengths, outputs cut to ``max_output_tokens``), all arriving at
+once, ``repeats`` times, interleaved; :mod:`batchscope.serving.engine_cost` keeps the
+fastest and fits the engine's cost from them. The calibration caps are the smallest, the
+largest and the middle of the caps the what-if tries, and 1: a server under a light load
+runs many steps of a row or two, where an engine's own cost weighs most (held flat below
+the smallest cap calibrated, the cost of a step of 1-3 rows came out 20-30% short in the
+first benchmark on Poisson streams).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from batchscope.errors import UsageError
+from batchscope.records.engine import Engine, PrefillPoint
+from batchscope.records.policy import Policy
+from batchscope.serving.engines.runs import EngineMeasurement, EngineRun
+from batchscope.serving.requests import Request
+
+# Each calibration run serves this many full batches at its cap.
+REQUESTS_PER_CAP = 2
+# A calibration request generates at most this many tokens (the run stays short; cut far
+# below the stream's own, its contexts would be shorter than the stream's).
+MAX_OUTPUT_TOKENS = 64
+REPEATS = 2
+MAX_CALIBRATION_CAPS = 3
+# Engines that need a GPU and are not run here: one sentence, not a traceback.
+GPU_ENGINES = {Engine.VLLM: "vllm", Engine.SGLANG: "sglang"}
+
+
+def calibration_caps(caps: list[int]) -> list[int]:
+    """1, and the smallest, the middle and the largest of ``caps`` (fewer when fewer are
+    tried)."""
+    ordered = sorted(set(caps))
+    if len(ordered) > MAX_CALIBRATION_CAPS:
+        ordered = [ordered[0], ordered[len(ordered) // 2], ordered[-1]]
+    return sorted({1, *ordered})
+
+
+def calibration_requests(stream: list[Request], cap: int, max_output_tokens: int
+                         ) -> list[Request]:
+    """``REQUESTS_PER_CAP × cap`` requests of ``stream`` (from its start, round again if it
+    is shorter), all arriving at 0, outputs cut to ``max_output_tokens``."""
+    count = REQUESTS_PER_CAP * cap
+    return [Request(0.0, r.prompt_tokens, min(r.output_tokens, max_output_tokens))
+            for r in (stream[i % len(stream)] for i in range(count))]
+
+
+def prompt_lengths(stream: list[Request]) -> list[int]:
+    """The stream's shortest, median and longest prompt: where prefill is timed."""
+    prompts = sorted(r.prompt_tokens for r in stream)
+    return sorted({prompts[0], prompts[len(prompts) // 2], prompts[-1]})
+
+
+def _driver(engine: Engine) -> Any:
+    if engine in GPU_ENGINES:
+        raise UsageError(f"--engine {engine.value} is not supported yet: batchscope runs "
+                         f"{GPU_ENGINES[engine]} only where it is installed with a GPU, and "
+                         "that path has not been built; --engine transformers runs on the CPU.")
+    from batchscope.serving.engines import transformers_engine
+
+    return transformers_engine
+
+
+def measure_prefill(target: str, stream: list[Request]) -> list[PrefillPoint] | None:
+    """The model's prefill at the stream's prompt lengths, where the report names a model
+    that can be built here (``hf:``, or a file with ``build_engine_model()``); None where it
+    names none."""
+    from batchscope.serving.engines import transformers_engine
+
+    try:
+        model = transformers_engine.load_engine_model(target)
+    except UsageError:  # no build_engine_model(), or the file is gone: prefill not charged
+        return None
+    return transformers_engine.time_prefill(model, prompt_lengths(stream))
+
+
+def measure_engine(engine: Engine, target: str, stream: list[Request], caps: list[int],
+                   max_output_tokens: int = MAX_OUTPUT_TOKENS,
+                   repeats: int = REPEATS) -> EngineMeasurement:
+    """Run ``engine`` on ``target``'s model at the calibration caps.
+
+    Raises:
+        UsageError: the engine is not available here, or the report names no model it can
+            serve.
+    """
+    driver = _driver(engine)
+    started = time.perf_counter()
+    model = driver.load_engine_model(target)
+
+    def serve(policy: Policy, requests: list[Request], cap: int) -> EngineRun:
+        try:
+            return driver.serve(model, policy, requests, cap)  # type: ignore[no-any-return]
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the engine's own failure: one sentence
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise UsageError(f"{engine.value} failed serving the calibration's {policy.value} "
+                             f"batches at cap {cap}: {type(exc).__name__}: {first}") from None
+
+    prefill = driver.time_prefill(model, prompt_lengths(stream))
+    warm_up = calibration_requests(stream, 1, 2)
+    for policy in Policy:  # one-time costs (first calls, lazy imports) out of the timings
+        serve(policy, warm_up, 1)
+    runs = [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
+            for _ in range(repeats) for cap in calibration_caps(caps) for policy in Policy]
+    return EngineMeasurement(engine=engine, engine_version=driver.engine_version(), runs=runs,
+                             prefill=prefill, max_output_tokens=max_output_tokens,
+                             repeats=repeats, wall_s=time.perf_counter() - started)
