@@ -16,8 +16,10 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from batchscope.records.codec import to_builtins
+from batchscope.records.engine import CalibrationPoint, EngineCalibration, PrefillSource
 from batchscope.records.serving import (
     KvBytesSource,
     KvMemorySource,
@@ -42,6 +44,15 @@ LONGER_CONTEXT = 4
 LONGER_CONTEXT_FLOOR = 512
 # The policies in the order every chart and table draws them.
 POLICIES = (Policy.CONTINUOUS, Policy.STATIC)
+
+# At the largest calibrated cap of a policy, the share of the engine's measured time outside
+# the model's simulated steps from which the engine, not the model, limits throughput; below
+# SMALL_ENGINE_SHARE the model's steps are nearly all of it.
+ENGINE_LIMITS_SHARE = 0.5
+SMALL_ENGINE_SHARE = 0.1
+POLICY_WORDS: dict[Policy, str] = {Policy.STATIC: "static-batching",
+                                   Policy.CONTINUOUS: "continuous-batching"}
+ENGINE_TITLE = "Engine calibration: measured beside simulated"
 
 KV_BYTES_SOURCES: dict[KvBytesSource, str] = {
     KvBytesSource.NONE: "",
@@ -170,28 +181,155 @@ def _kv_paragraph(result: WhatIf) -> str | None:
     return text if text.endswith(".") else text + "."
 
 
+def _and(items: list[str]) -> str:
+    """``["4", "8", "16"]`` -> ``"4, 8 and 16"``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _engine_name(engine: EngineCalibration) -> str:
+    return f"{engine.engine.value} {engine.engine_version}".strip()
+
+
+def _by_policy(engine: EngineCalibration) -> dict[Policy, list[CalibrationPoint]]:
+    """Each policy's calibration points, by cap, in the order the record holds them."""
+    out: dict[Policy, list[CalibrationPoint]] = {}
+    for point in engine.points:
+        out.setdefault(point.policy, []).append(point)
+    return {policy: sorted(points, key=lambda p: p.cap) for policy, points in out.items()}
+
+
+def _possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _share_sentences(engine: EngineCalibration, points: list[CalibrationPoint]) -> list[str]:
+    """What share of the engine's time at each policy's largest calibrated cap the model's
+    steps leave unexplained, in words: one sentence per kind of answer."""
+    owner = _possessive(engine.engine.value)
+
+    def times(group: list[CalibrationPoint], share: bool) -> str:
+        parts = [(f"{fmt.pct(p.engine_share)} of " if share else "")
+                 + f"{owner if i == 0 else 'its'} {POLICY_WORDS[p.policy]} time at cap {p.cap}"
+                 for i, p in enumerate(group)]
+        return _and(parts)
+
+    limits = [p for p in points if p.engine_share >= ENGINE_LIMITS_SHARE]
+    small = [p for p in points if p.engine_share < SMALL_ENGINE_SHARE]
+    middle = [p for p in points if p not in limits and p not in small]
+    out = []
+    if limits:
+        verb = "is" if len(limits) == 1 else "are"
+        out.append(f"The engine, not the model, limits throughput: {times(limits, True)} "
+                   f"{verb} outside what the model's forward steps take.")
+    if middle:
+        verb = "is" if len(middle) == 1 else "are"
+        text = times(middle, True)
+        out.append(f"{text[0].upper()}{text[1:]} {verb} outside what the model's forward "
+                   "steps take; the rest is the model's.")
+    if small:
+        left = _and([fmt.pct(p.engine_share, 1) for p in small])
+        out.append(f"The model's forward steps account for nearly all of {times(small, False)} "
+                   f"(all but {left}).")
+    return out
+
+
+def _engine_paragraph(result: WhatIf) -> str | None:
+    """The real engine measured beside simulated at its calibration caps, and how much of
+    its time at the largest cap is its own rather than the model's."""
+    engine = result.engine
+    if engine is None or not engine.points:
+        return None
+    unit = result.unit or "token"
+    by_policy = _by_policy(engine)
+    measured = [f"{policy.value} {'/'.join(str(p.cap) for p in points)} measured "
+                f"{'/'.join(fmt.number(p.measured_tokens_per_s) for p in points)} {unit}s/s"
+                for policy, points in by_policy.items()]
+    text = (f"{_engine_name(engine)} at the calibration caps, all requests arriving at once: "
+            f"{_and(measured)}; simulated with its fitted cost per step added to the "
+            f"sweep's step times, within ±{fmt.pct(engine.worst_error(), 1)}.")
+    largest = [points[-1] for points in by_policy.values()]
+    return " ".join([text, *_share_sentences(engine, largest)])
+
+
 def explain(result: WhatIf) -> list[str]:
     """Paragraphs that say what the what-if found, each from the numbers beside it."""
     paras = [recommendation_sentence(result), _step_paragraph(result),
-             _policies_paragraph(result), _kv_paragraph(result)]
+             _engine_paragraph(result), _policies_paragraph(result), _kv_paragraph(result)]
     return [p for p in paras if p]
 
 
+def _option_prefill_sentence(per_token_s: float) -> str:
+    return (f"Prefill costs {per_token_s * 1e3:g} ms per prompt token "
+            "(--prefill-ms-per-token), paid before the next step, blocking the batch.")
+
+
+def _prefill_sentence(result: WhatIf) -> str:
+    """What prefill is charged at admission, and where it came from."""
+    fit = result.prefill
+    if fit is None:  # a record from before the fit was kept: only the option was charged
+        if result.prefill_s_per_token > 0:
+            return _option_prefill_sentence(result.prefill_s_per_token)
+        return ("Prefill is not measured: a request's prompt is taken as already in its KV "
+                "cache when it is admitted, and its first token comes with its first decode "
+                "step (give --prefill-ms-per-token to charge it).")
+    if fit.source == PrefillSource.OPTION and fit.charged:
+        return _option_prefill_sentence(fit.per_token_s)
+    if fit.source == PrefillSource.MODEL and fit.charged:
+        per_token = f"{fmt.seconds(fit.per_token_s)} per prompt token"
+        if fit.fixed_s > 0:
+            cost = f"{fmt.seconds(fit.fixed_s)} + {per_token}"
+        elif fit.fixed_s < 0:
+            cost = f"{per_token} less {fmt.seconds(-fit.fixed_s)}"
+        else:
+            cost = per_token
+        prompt = round(result.stream.mean_prompt_tokens)
+        detail = [f"a prompt of {prompt:,} tokens: {fmt.seconds(fit.prefill_s(prompt))}"]
+        if fit.points:
+            lengths = _and([f"{p.prompt_tokens:,}" for p in fit.points])
+            measured = f"measured at {lengths} tokens"
+            if fit.worst_error is not None:
+                measured += f", fit within {fmt.pct(fit.worst_error, 1)}"
+            detail.append(measured)
+        return (f"Prefill is timed on the model: {cost} ({'; '.join(detail)}), paid at "
+                "admission, blocking the batch.")
+    if fit.source == PrefillSource.NOT_TIMED:
+        return ("Prefill is not charged in this first look: a request's prompt is taken as "
+                "already in its KV cache when it is admitted, and its first token comes with "
+                "its first decode step; `diagnose serve` times it on the model where the "
+                "model file defines build_engine_model().")
+    return ("Prefill is not measured: the report's model file is not here or defines no "
+            "build_engine_model() to time it on, so a request's prompt is taken as already "
+            "in its KV cache when it is admitted, and its first token comes with its first "
+            "decode step (give "
+            "--prefill-ms-per-token to charge it, or sweep hf:MODEL to time it).")
+
+
+def _engine_assumption(engine: EngineCalibration) -> str:
+    """How the engine's cost per step was measured, and what of it is not simulated."""
+    caps = sorted({p.cap for p in engine.points})
+    where = (f"cap {caps[0]}" if len(caps) == 1
+             else f"caps {_and([str(c) for c in caps])}") if caps else "no cap"
+    startup = max((p.startup_s for p in engine.points), default=0.0)
+    started = f"its start-up ({fmt.seconds(startup)})" if startup > 0 else "its start-up"
+    return (f"The engine's own cost per step ({_engine_name(engine)}) was measured at {where} "
+            f"on requests that all arrived at once (outputs cut to "
+            f"{engine.max_output_tokens:,} tokens; fastest of {engine.repeats} "
+            f"run{'s' if engine.repeats != 1 else ''}) and is interpolated in the step's rows "
+            f"between them, held flat beyond; {started} is not simulated: a running "
+            "server's steps are.")
+
+
 def assumptions(result: WhatIf) -> list[str]:
-    out = [("Attention is padded: every row of a step pays for the longest context in the "
+    out = [_prefill_sentence(result),
+           ("Attention is padded: every row of a step pays for the longest context in the "
             "batch, as a plain PyTorch batch does (paged attention would read each row's own)."),
            ("Each request reserves KV for its prompt and all its output tokens when admitted; "
             "nothing is preempted; waiting requests are admitted first come, first served."),
            (f"Step times are this machine's, from {result.target or 'the report'}'s "
             "sweep; between measured batch sizes they are interpolated, above the largest not "
             "extrapolated.")]
-    if not result.prefill_s_per_token:
-        out.insert(0, "Prefill is not measured: a request's prompt is taken as already in its "
-                   "KV cache when it is admitted, and its first token comes with its first "
-                   "decode step (give --prefill-ms-per-token to charge it).")
-    else:
-        out.insert(0, f"Prefill costs {result.prefill_s_per_token * 1e3:g} ms per prompt "
-                   "token, paid before the next step, blocking the batch.")
+    if result.engine is not None:
+        out.append(_engine_assumption(result.engine))
     return out
 
 
@@ -293,6 +431,54 @@ def fit_rows(result: WhatIf) -> list[FitRow]:
             for p in result.step_time.points]
 
 
+@dataclass(frozen=True)
+class CalibrationRow:
+    """One engine calibration run as the tables show it: measured beside simulated."""
+
+    policy: Policy
+    cap: int
+    requests: int
+    measured: str  # tokens/s
+    simulated: str  # tokens/s, the engine's fitted cost added
+    error: str
+    model_only: str  # tokens/s on the sweep's step times alone
+    share: str
+    forward_calls: str
+    startup: str
+
+
+def _model_only_tokens_per_s(point: CalibrationPoint) -> float | None:
+    s = point.model_only_s
+    return point.output_tokens / s if 0 < s < float("inf") else None
+
+
+def calibration_rows(result: WhatIf) -> list[CalibrationRow]:
+    """The engine's calibration runs, by policy and cap (none without --engine)."""
+    if result.engine is None:
+        return []
+    return [CalibrationRow(policy=p.policy, cap=p.cap, requests=p.requests,
+                           measured=fmt.number(p.measured_tokens_per_s),
+                           simulated=fmt.number(p.simulated_tokens_per_s),
+                           error=fmt.signed_pct(p.error),
+                           model_only=fmt.number(_model_only_tokens_per_s(p)),
+                           share=fmt.pct(p.engine_share),
+                           forward_calls=f"{p.engine_forward_calls:,}",
+                           startup=fmt.seconds(p.startup_s) if p.startup_s > 0 else fmt.MISSING)
+            for points in _by_policy(result.engine).values() for p in points]
+
+
+def calibration_caption(result: WhatIf) -> str:
+    """Under the calibration table: what ran, and how."""
+    engine = result.engine
+    if engine is None:
+        return ""
+    return (f"{_engine_name(engine)} on requests that all arrived at once, outputs cut to "
+            f"{engine.max_output_tokens:,} tokens, the fastest of {engine.repeats} "
+            f"run{'s' if engine.repeats != 1 else ''} kept ({fmt.seconds(engine.wall_s)} in "
+            "all); simulated with the engine's fitted cost per step, and with the sweep's step "
+            "times alone (model only).")
+
+
 def document(result: WhatIf) -> dict[str, Any]:
     """serving.json: the what-if's numbers, and the pick's sentence beside them
     (``recommendation.sentence``) for a reader without batchscope."""
@@ -315,6 +501,8 @@ def render_html(result: WhatIf) -> str:
         stream=stream, step_source=result.step_time.source.value,
         paragraphs=explain(result), assumptions=assumptions(result),
         rows=table_rows(result), fit_rows=fit_rows(result),
+        engine_rows=calibration_rows(result), engine_title=ENGINE_TITLE,
+        engine_caption=calibration_caption(result),
         charts={"tpot": "Time per output token", "ttft": "Time to first token",
                 "throughput": "Throughput served"},
         css=_static("report.css"), page_js=page_js, plotly_js=plotly_js(),
@@ -338,6 +526,15 @@ def render_markdown(result: WhatIf) -> str:
                      f"{row.throughput} | {row.batch} | {row.ttft99} | "
                      f"{row.tpot50} | {row.tpot99} | {row.keeps_up} | "
                      f"{row.slo} |")
+    engine_rows = calibration_rows(result)
+    if engine_rows:
+        lines += ["", f"### {ENGINE_TITLE}", "", md_text(calibration_caption(result)), "",
+                  ("| policy | cap | requests | measured tokens/s | simulated tokens/s | error | "
+                   "model-only tokens/s | engine share | forward calls | start-up |"),
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.policy.value} | {r.cap} | {r.requests} | {r.measured} | "
+                  f"{r.simulated} | {r.error} | {r.model_only} | {r.share} | "
+                  f"{r.forward_calls} | {r.startup} |" for r in engine_rows]
     lines += ["", "Assumptions: " + " ".join(md_text(a, limit=4000) for a in assumptions(result)),
               ""]
     return "\n".join(lines)
@@ -358,3 +555,17 @@ def print_serving(console: Console, result: WhatIf) -> None:
         table.add_row(row.policy.value, str(row.cap), row.rate, row.throughput,
                       row.ttft99, row.tpot50, row.tpot99, slo)
     console.print(table)
+    engine_rows = calibration_rows(result)
+    if not engine_rows or result.engine is None:
+        return
+    console.print()
+    engine = Table(title=Text(f"{ENGINE_TITLE} ({_engine_name(result.engine)})"),
+                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("policy", "cap", "requests", "measured tok/s", "simulated tok/s", "error",
+                "model-only tok/s", "engine share", "forward calls", "start-up"):
+        engine.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in engine_rows:
+        engine.add_row(*(Text(cell) for cell in (
+            r.policy.value, str(r.cap), str(r.requests), r.measured, r.simulated, r.error,
+            r.model_only, r.share, r.forward_calls, r.startup)))
+    console.print(engine)
