@@ -72,8 +72,7 @@ class EngineCostPoint:
 @dataclass(frozen=True)
 class EngineCost:
     """What one policy's engine adds to every decode step, by the step's rows: linear
-    between its points, flat beyond them (serving/engine_cost.py keeps a fitted line as its
-    two ends)."""
+    between its points (one per calibration run, at its mean rows), flat beyond them."""
 
     policy: Policy
     points: list[EngineCostPoint]

@@ -3,9 +3,8 @@ calibration runs measured (:class:`~batchscope.serving.engines.runs.EngineMeasur
 
 A calibration run serves requests that all arrive at once. The simulator serves the same
 requests on the sweep's step times ``T(rows, context)`` and the prefill fit alone; whatever
-the engine took beyond that, per simulated step, is its cost at the run's mean rows. The
-cost per step is the least-squares line in the rows through those points, held flat beyond
-the smallest and largest rows calibrated.
+the engine took beyond that, per simulated step, is its cost at the run's mean rows; between
+the runs' mean rows the cost is linear, beyond them flat.
 Each run is then simulated again with the cost added, and its error is kept beside it: at a
 calibration point the error is the fit's own, and the benchmark (docs/serving.md) checks
 the simulation on streams the calibration never saw.
@@ -140,19 +139,18 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
 
 
 def _cost_points(runs: list[tuple[EngineRun, Simulation]]) -> list[EngineCostPoint]:
-    """The cost per step as a line in the rows, ``a + b × rows``, by least squares over the
-    runs' extra time per step at their mean rows, kept as its values at the smallest and the
-    largest of those rows (flat beyond them). One run, or runs at one mean, give a constant.
+    """Each run's extra time per simulated step, at its mean rows (runs at one mean
+    averaged), ascending: linear between them, flat beyond.
 
-    A line, not one free value per run: solved exactly through every run, the noise of a
-    2-3 s run made the cost swing by 20 ms from one cap to the next (+8.6 ms at 3 rows,
-    -12.7 ms at 6 in one calibration), and a stream whose steps fell between them paid it."""
-    rows = [sim.row_steps / sim.steps for _, sim in runs]
-    extra = [(run.span_s - _span_s(sim)) / sim.steps for run, sim in runs]
-    mr, mx = sum(rows) / len(rows), sum(extra) / len(extra)
-    var = sum((r - mr) ** 2 for r in rows)
-    if var <= 1e-12:
-        return [EngineCostPoint(mr, mx)]
-    slope = sum((r - mr) * (x - mx) for r, x in zip(rows, extra)) / var
-    low, high = min(rows), max(rows)
-    return [EngineCostPoint(r, mx + slope * (r - mr)) for r in (low, high)]
+    One value per calibration run, so at the caps calibrated (by default the caps the
+    what-if tries) the simulation reproduces what the engine measured there, whatever the
+    sweep's own step at that size. Two alternatives measured worse on the benchmark
+    (docs/serving.md): a least-squares line in the rows carried a sweep's slow batch size
+    into the simulation (-23% at cap 4, +31% at cap 8 on one model), and a curve solved so
+    each run's total is exact at every step's own rows swung by 20 ms from one cap to the
+    next on the noise of 2-3 s runs."""
+    by_rows: dict[float, list[float]] = {}
+    for run, sim in runs:
+        rows = round(sim.row_steps / sim.steps, 6)
+        by_rows.setdefault(rows, []).append((run.span_s - _span_s(sim)) / sim.steps)
+    return [EngineCostPoint(r, sum(v) / len(v)) for r, v in sorted(by_rows.items())]
