@@ -1,0 +1,218 @@
+"""`diagnose serve --engine transformers` against transformers' own serving, side by side.
+
+For each of two Llama-style configs (random weights, nothing downloaded), one run:
+
+1. the decode sweep a user runs: ``diagnose hf:DIR --task causal-lm-decode`` with a context
+   grid and batch sizes 1-16;
+2. two seeded streams of the issue's shape (prompts 48-80 tokens, outputs 16-48): *offline*
+   (every request at 0) and *Poisson* (arrivals at 60% of what the sweep's batch of 16
+   serves: past what caps 4 and 8 serve, near cap 16);
+3. ``diagnose serve report.json --trace STREAM --caps 4,8,16 --engine transformers``: the
+   engine's calibration (its own short runs) and the simulation of both policies;
+4. transformers itself serving each stream under each policy and cap, on the wall clock
+   (``batchscope/serving/engines/transformers_engine.py``: ``generate()`` on batches of up
+   to ``cap`` arrived requests, and the continuous-batching manager with
+   ``max_requests_per_batch=cap``), the fastest of two runs, as the calibration keeps.
+
+Printed and written (``--json``): measured and simulated tokens/s per model, stream, policy
+and cap, the error, and continuous over static measured against simulated. With
+``--default-cache`` also one ``generate_batch()`` call with transformers' default cache
+sizing (90% of free memory), the issue's setting, for its start-up cost.
+
+    python benchmarks/serving_engine.py --json docs/data/serving_engine_epyc.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from batchscope.records.policy import Policy
+from batchscope.serving.engines import transformers_engine as te
+from batchscope.serving.requests import Request, trace_rate_per_s
+from benchmarks._common import PYTHON, run_timed
+
+MODELS = {  # name: (layers, hidden, heads)
+    "llama-4x512": (4, 512, 8),
+    "llama-8x768": (8, 768, 12),
+}
+CAPS = (4, 8, 16)
+PROMPT, OUTPUT = (48, 80), (16, 48)
+REQUESTS = {"offline": 32, "poisson": 48}
+# The Poisson stream's rate, as a share of what the sweep's batch of 16 serves: past what
+# caps 4 and 8 can serve, near cap 16's (a lighter load is served at its arrival rate by
+# every cap and policy alike, which tells nothing).
+LOAD = 0.6
+REPEATS = 2
+
+
+def write_config(folder: Path, layers: int, hidden: int, heads: int) -> None:
+    from transformers import LlamaConfig
+
+    LlamaConfig(num_hidden_layers=layers, hidden_size=hidden, intermediate_size=hidden * 11 // 4,
+                num_attention_heads=heads, num_key_value_heads=heads, vocab_size=32000,
+                max_position_embeddings=2048).save_pretrained(folder)
+
+
+def stream(kind: str, seed: int, rate_per_s: float) -> list[Request]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(REQUESTS[kind]):
+        if kind == "poisson":
+            t += rng.expovariate(rate_per_s)
+        out.append(Request(t, rng.randint(*PROMPT), rng.randint(*OUTPUT)))
+    return out
+
+
+def write_trace(path: Path, requests: list[Request]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["arrival_s", "prompt_tokens", "output_tokens"])
+        for r in requests:
+            w.writerow([f"{r.arrival_s:.6f}", r.prompt_tokens, r.output_tokens])
+
+
+def simulated(serving: dict[str, Any]) -> dict[tuple[str, int], float]:
+    return {(r["policy"], r["cap"]): r["throughput_tokens_per_s"] for r in serving["runs"]}
+
+
+def one_model(name: str, work: Path, default_cache: bool) -> list[dict[str, Any]]:
+    layers, hidden, heads = MODELS[name]
+    folder = work / name
+    write_config(folder, layers, hidden, heads)
+    report_dir = work / f"{name}-report"
+    diagnose = str(Path(PYTHON).parent / "diagnose")
+    wall, proc = run_timed([diagnose, f"hf:{folder}", "--task", "causal-lm-decode", "--context",
+                         "96", "--contexts", "64,96,160", "--batch-sizes", "1,2,4,8,16",
+                         "--device", "cpu", "--out", str(report_dir)])
+    if proc.returncode:
+        raise SystemExit(f"the sweep exited {proc.returncode}: {proc.stderr[-2000:]}")
+    report = json.loads((report_dir / "report.json").read_text())
+    print(f"{name}: sweep {wall:.0f} s", flush=True)
+    b16 = next(b for b in report["batches"] if b["batch_size"] == 16)
+    tokens_per_s_16 = 16 / b16["latency_s"]["median"]
+    rate = LOAD * tokens_per_s_16 / ((OUTPUT[0] + OUTPUT[1]) / 2)
+    model = te.load_engine_model(str(report_dir / "hf_model.py"))
+    rows = []
+    for kind in ("offline", "poisson"):
+        requests = stream(kind, seed=7, rate_per_s=rate)
+        own_rate = trace_rate_per_s(requests) or 1.0  # replayed at its own rate: unchanged
+        trace = work / f"{name}-{kind}.csv"
+        write_trace(trace, requests)
+        out = work / f"{name}-{kind}-serve"
+        started = time.perf_counter()
+        _, proc = run_timed([diagnose, "serve", str(report_dir / "report.json"), "--trace",
+                             str(trace),
+                   "--caps", ",".join(map(str, CAPS)), "--engine", "transformers",
+                   "--rate", f"{own_rate:.12g}", "--out", str(out)])
+        if proc.returncode:
+            raise SystemExit(f"diagnose serve exited {proc.returncode}: {proc.stderr[-2000:]}")
+        serving = json.loads((out / "serving.json").read_text())
+        sim = simulated(serving)
+        # The same what-if without the engine: the sweep's step times and the timed prefill.
+        plain_out = work / f"{name}-{kind}-plain"
+        _, proc = run_timed([diagnose, "serve", str(report_dir / "report.json"), "--trace",
+                             str(trace), "--caps", ",".join(map(str, CAPS)),
+                             "--rate", f"{own_rate:.12g}", "--out", str(plain_out)])
+        if proc.returncode:
+            raise SystemExit(f"diagnose serve exited {proc.returncode}: {proc.stderr[-2000:]}")
+        plain = simulated(json.loads((plain_out / "serving.json").read_text()))
+        print(f"  {kind}: serve --engine {time.perf_counter() - started:.0f} s "
+              f"(calibration {serving['engine']['wall_s']:.0f} s)", flush=True)
+        if abs(serving["rates_per_s"][0] / own_rate - 1) > 1e-6:
+            raise SystemExit("the Poisson trace was not replayed at its own rate")
+        for policy in Policy:
+            te.serve(model, policy, stream("offline", 99, 1.0)[:2], 2)  # warm
+            for cap in CAPS:
+                runs = [te.serve(model, policy, requests, cap) for _ in range(REPEATS)]
+                best = max(r.tokens_per_s for r in runs)
+                simulated_tps = sim[(policy.value, cap)]
+                rows.append({"model": name, "stream": kind, "policy": policy.value, "cap": cap,
+                             "rate_per_s": own_rate if kind == "poisson" else None,
+                             "measured_tokens_per_s": best,
+                             "measured_runs": [r.tokens_per_s for r in runs],
+                             "simulated_tokens_per_s": simulated_tps,
+                             "model_only_tokens_per_s": plain[(policy.value, cap)],
+                             "error": simulated_tps / best - 1,
+                             "calibration": serving["engine"]["points"]})
+                print(f"  {kind} {policy.value:10s} cap {cap:2d}: measured {best:6.1f} "
+                      f"({', '.join(f'{r.tokens_per_s:.1f}' for r in runs)}), simulated "
+                      f"{simulated_tps:6.1f} ({simulated_tps / best - 1:+.0%}); model only "
+                      f"{plain[(policy.value, cap)]:6.1f}", flush=True)
+    if default_cache:
+        rows.append(default_cache_run(model, name))
+    return rows
+
+
+def default_cache_run(model: Any, name: str) -> dict[str, Any]:
+    """generate_batch() as the issue ran it: transformers' own cache sizing, cap 8."""
+    import resource
+
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    requests = stream("offline", seed=7, rate_per_s=1.0)
+    prompts = [te._prompt(i, r.prompt_tokens) for i, r in enumerate(requests)]
+    tokens = sum(r.output_tokens for r in requests)
+    started = time.perf_counter()
+    model.generate_batch(prompts, generation_config=te._generation_config(model, 48),
+                         continuous_batching_config=ContinuousBatchingConfig(
+                             max_requests_per_batch=8), warmup=False)
+    wall = time.perf_counter() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"  generate_batch, default cache, cap 8: {tokens / wall:.1f} tokens/s "
+          f"(max resident {rss / 2**30:.1f} GiB)", flush=True)
+    return {"model": name, "stream": "offline", "policy": "generate_batch default cache",
+            "cap": 8, "measured_tokens_per_s": tokens / wall, "max_rss_bytes": rss}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--default-cache", action="store_true")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            rows += one_model(name, Path(tmp), args.default_cache)
+    print()
+    print("| model | stream | policy | cap | measured tok/s | simulated | error | model only |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "simulated_tokens_per_s" in r:
+            print(f"| {r['model']} | {r['stream']} | {r['policy']} | {r['cap']} | "
+                  f"{r['measured_tokens_per_s']:.1f} | {r['simulated_tokens_per_s']:.1f} | "
+                  f"{r['error']:+.0%} | {r['model_only_tokens_per_s']:.1f} |")
+    within = [abs(r["error"]) <= 0.15 for r in rows if "error" in r]
+    print(f"\nwithin 15%: {sum(within)}/{len(within)}")
+    for model in {r["model"] for r in rows}:
+        for kind in REQUESTS:
+            for cap in CAPS:
+                got = {(r["policy"], "m"): r["measured_tokens_per_s"] for r in rows
+                       if r["model"] == model and r["stream"] == kind and r["cap"] == cap
+                       and "error" in r}
+                sims = {r["policy"]: r["simulated_tokens_per_s"] for r in rows
+                        if r["model"] == model and r["stream"] == kind and r["cap"] == cap
+                        and "error" in r}
+                m = got[("continuous", "m")] / got[("static", "m")]
+                s = sims["continuous"] / sims["static"]
+                print(f"{model} {kind} cap {cap}: continuous/static measured {m:.2f}, "
+                      f"simulated {s:.2f}")
+    print(f"wall {time.perf_counter() - started:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
