@@ -80,8 +80,11 @@ def _span_s(sim: Simulation) -> float:
 
 def _simulate(run: EngineRun, step_s: StepTime, prefill: PrefillFit) -> Simulation:
     requests = [s.request for s in run.served]
-    return simulate(requests, run.policy, run.cap, step_s, None,
-                    prefill.prefill_s if prefill.charged else None)
+    try:
+        return simulate(requests, run.policy, run.cap, step_s, None,
+                        prefill.prefill_s if prefill.charged else None)
+    except ValueError as exc:  # a step time out of range: the report's numbers are not
+        raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
 
 
 def fastest_runs(runs: list[EngineRun]) -> list[EngineRun]:

@@ -235,3 +235,10 @@ def test_an_engine_that_fails_mid_calibration_is_one_sentence(monkeypatch):
         measure_engine(Engine.TRANSFORMERS, "m.py", [Request(0, 8, 8)], [2])
     assert str(caught.value) == ("transformers failed serving the calibration's static batches "
                                  "at cap 1: RuntimeError: paged cache exhausted")
+
+
+def test_step_times_that_cannot_be_simulated_are_one_sentence():
+    prefill = fit_prefill([])
+    run = _run(Policy.STATIC, 2, 0.0, prefill)
+    with pytest.raises(UsageError, match="cannot be simulated"):
+        fit_engine(lambda rows, context: float("nan"), prefill, _measurement([run]))
