@@ -476,7 +476,9 @@ def calibration_caption(result: WhatIf) -> str:
             f"{engine.max_output_tokens:,} tokens, the fastest of {engine.repeats} "
             f"run{'s' if engine.repeats != 1 else ''} kept ({fmt.seconds(engine.wall_s)} in "
             "all); simulated with the engine's fitted cost per step, and with the sweep's step "
-            "times alone (model only).")
+            "times alone (model only). Each measured figure is one timed run with no interval: "
+            "on a shared machine a run minutes later can differ by 10-30%, so an error or a "
+            "policy's lead within that is within noise.")
 
 
 def document(result: WhatIf) -> dict[str, Any]:

@@ -30,7 +30,7 @@ MAX_OUTPUT_TOKENS = 64
 REPEATS = 2
 MAX_CALIBRATION_CAPS = 3
 # Engines that need a GPU and are not run here: one sentence, not a traceback.
-GPU_ENGINES = {Engine.VLLM: "vllm", Engine.SGLANG: "sglang"}
+GPU_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
 
 
 def calibration_caps(caps: list[int]) -> list[int]:
@@ -60,7 +60,7 @@ def prompt_lengths(stream: list[Request]) -> list[int]:
 def _driver(engine: Engine) -> Any:
     if engine in GPU_ENGINES:
         raise UsageError(f"--engine {engine.value} is not supported yet: batchscope runs "
-                         f"{GPU_ENGINES[engine]} only where it is installed with a GPU, and "
+                         f"{engine.value} only where it is installed with a GPU, and "
                          "that path has not been built; --engine transformers runs on the CPU.")
     from batchscope.serving.engines import transformers_engine
 

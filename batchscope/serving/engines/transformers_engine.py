@@ -13,7 +13,7 @@ times on the wall clock:
   gives them), each request added when it arrives with its own ``max_new_tokens``. Its
   paged KV cache is sized for the stream (``num_blocks``: every row of two full batches at
   the stream's longest request), not by transformers' default (90% of the free memory: on
-  a CPU most of the machine's RAM, ~10 GB on a 24 GB VM, which took 6-13 s to set up at
+  a CPU most of the machine's RAM, ~10 GB on a 24 GB VM, which took 4-13 s to set up at
   each manager's start, the one cost that made continuous batching look 2-7x slower than
   static there). The clock starts once the manager has built its cache: the start-up is
   measured apart (:attr:`EngineRun.startup_s`) and a running server's steps are what the
@@ -157,14 +157,6 @@ def _forward_clock(model: Any) -> Iterator[_ForwardClock]:
             handle.remove()
 
 
-def _quiet() -> Any:
-    """transformers' logging held to errors while the engine runs (its warnings about
-    generation flags would be printed once per call)."""
-    import transformers
-
-    return transformers.logging
-
-
 def serve_static(model: Any, requests: list[Request], cap: int) -> EngineRun:
     """Serve ``requests`` with ``generate()`` in batches of up to ``cap`` arrived requests."""
     import torch
@@ -253,10 +245,12 @@ def serve_continuous(model: Any, requests: list[Request], cap: int) -> EngineRun
 
 
 def serve(model: Any, policy: Policy, requests: list[Request], cap: int) -> EngineRun:
-    """Serve ``requests`` under ``policy``; transformers' warnings held back meanwhile."""
-    logging = _quiet()
+    """Serve ``requests`` under ``policy``; transformers' warnings (one per call about its
+    generation flags) held back meanwhile."""
+    from transformers import logging
+
     level = logging.get_verbosity()
-    logging.set_verbosity_error()
+    logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # unannotated upstream
     try:
         if policy == Policy.STATIC:
             return serve_static(model, requests, cap)
