@@ -1,12 +1,15 @@
 """The recommended batch size (DESIGN.md): the smallest b whose throughput, within noise,
-reaches 90% of the best's (classifiers/uncertainty.py), and every size noise cannot tell
-from that pick."""
+reaches 90% of the best's (classifiers/uncertainty.py) and that the step time fitted through
+every measured size does not put below that (classifiers/throughput_curve.py), and every
+size noise cannot tell from that pick."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from batchscope.classifiers.step_model import band_margin
+from batchscope.classifiers.throughput_curve import fit_curve, passed_over
 from batchscope.classifiers.uncertainty import (
     DRIFT_FLOOR,
     Figure,
@@ -23,6 +26,7 @@ from batchscope.records import (
     PredictedPick,
     Status,
     StepPrediction,
+    ThroughputCurve,
 )
 from batchscope.records.report import OverLimit, Rule, RuleKind
 
@@ -77,8 +81,11 @@ def recommend(results: list[BatchResult], limits: Limits,
 
     The throughput rule reads intervals (each result's own, else its latency's widened by
     ``allowance``): the pick is the smallest batch size whose interval reaches
-    :data:`NEAR_BEST_SHARE` of the best median, and every size whose interval reaches that
-    share of the bottom of the best's is equivalent to it within noise. ``objective``
+    :data:`NEAR_BEST_SHARE` of the best median, passing over a size where the step time
+    fitted through all of them (throughput_curve.fit_curve, four sizes or more) lies inside
+    that size's interval and below the share of the curve's best: one size's timing moves
+    10-30% from run to run, the curve pools them all. Every size whose interval reaches the
+    share of the bottom of the best's is equivalent to the pick within noise. ``objective``
     "energy" picks by NVML energy per unit (J/token) where it was measured, and falls back
     to throughput, saying so, where it was not (a CPU, no NVML). A size the sweep's
     ``control`` timed again counts at the faster of its two timings
@@ -92,17 +99,18 @@ def recommend(results: list[BatchResult], limits: Limits,
         return None
     best_size = max(points, key=lambda b: points[b][0])
     best_t = points[best_size][0]
-    chosen = pick_within_noise(points, NEAR_BEST_SHARE)
+    curve = _curve(allowed, points)
+    chosen = pick_within_noise(points, NEAR_BEST_SHARE, curve.passed_over if curve else ())
     equivalent = equivalent_batch_sizes(points, NEAR_BEST_SHARE)
     best_result = next(r for r in allowed if r.batch_size == best_size)
     faster = best_t != best_result.throughput_per_s
     rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, best_t, excluded,
-                best_at_faster_timing=faster)
+                best_at_faster_timing=faster, curve=curve)
     if objective == "energy":
         by_energy = _by_energy(allowed)
         if by_energy is None:
             rule = Rule(RuleKind.ENERGY_UNAVAILABLE, NEAR_BEST_SHARE, best_size, best_t,
-                        excluded)
+                        excluded, best_at_faster_timing=faster, curve=curve)
         else:
             energy_pick, lowest = by_energy
             chosen, equivalent = energy_pick.batch_size, [energy_pick.batch_size]
@@ -124,6 +132,26 @@ def recommend(results: list[BatchResult], limits: Limits,
         pick_share_of_best=share[0] if share else None,
         pick_share_of_best_interval=share[1] if share else None,
     )
+
+
+def _units_per_row(result: BatchResult) -> float:
+    """Units (samples, tokens) a row yields per step: throughput x step / rows."""
+    assert result.latency_s is not None and result.throughput_per_s
+    return result.throughput_per_s * result.latency_s.median / result.batch_size
+
+
+def _curve(allowed: list[BatchResult], points: dict[int, Figure]) -> ThroughputCurve | None:
+    """The throughput curve fitted through every allowed size at its figure's throughput
+    (the faster timing where the control timed it again), with the sizes the rule passes
+    over (throughput_curve.passed_over); None with fewer than four sizes."""
+    by_size = {r.batch_size: r for r in allowed if r.batch_size in points}
+    step_s = {b: _units_per_row(r) * b / points[b][0] for b, r in by_size.items()}
+    curve = fit_curve(step_s)
+    if curve is None:
+        return None
+    best = max(points, key=lambda b: points[b][0])
+    skipped = passed_over(curve, points, _units_per_row(by_size[best]), NEAR_BEST_SHARE)
+    return dataclasses.replace(curve, passed_over=skipped)
 
 
 def _speedup(points: dict[int, Figure]) -> tuple[float, Interval] | None:
@@ -169,8 +197,9 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
     if not allowed or not predicted:
         return None
     low = {b: p.predicted_throughput_per_s / (1 + margin) for b, p in predicted.items()}
+    curve = choice.rule.curve
     chosen = pick_within_noise({**points, **{b: (t, Interval(t, t)) for b, t in low.items()}},
-                               NEAR_BEST_SHARE)
+                               NEAR_BEST_SHARE, curve.passed_over if curve else ())
     if chosen == choice.batch_size:
         return None
     best = max(predicted, key=low.__getitem__)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Collection
 
 from batchscope.classifiers.critical_batch import fit_knee
 from batchscope.records import BatchResult, ControlTiming, DriftControl, Interval, Status
@@ -88,9 +89,12 @@ def figures(results: list[BatchResult], allowance: float = DRIFT_FLOOR,
     return out
 
 
-def pick_within_noise(points: dict[int, Figure], share: float) -> int:
+def pick_within_noise(points: dict[int, Figure], share: float,
+                      passed_over: Collection[int] = ()) -> int:
     """The rule: the smallest batch size whose throughput interval reaches ``share`` of the
-    best median (so the best itself qualifies: its interval holds its median).
+    best median (so the best itself qualifies: its interval holds its median), but for the
+    sizes ``passed_over`` (throughput_curve.passed_over: the fitted curve, inside their
+    interval, puts them below the bar).
 
     Example:
         >>> pick_within_noise({8: (100.0, Interval(95.0, 105.0)),
@@ -99,7 +103,8 @@ def pick_within_noise(points: dict[int, Figure], share: float) -> int:
         16
     """
     best = max(t for t, _ in points.values())
-    return min(b for b, (_, interval) in points.items() if interval.high >= share * best)
+    return min(b for b, (t, interval) in points.items()
+               if interval.high >= share * best and (t == best or b not in passed_over))
 
 
 def equivalent_batch_sizes(points: dict[int, Figure], share: float) -> list[int]:

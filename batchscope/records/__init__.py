@@ -54,6 +54,7 @@ from batchscope.records.report import (
     RunInfo,
     Source,
     StepPrediction,
+    ThroughputCurve,
 )
 from batchscope.records.run import Options
 
@@ -100,6 +101,7 @@ __all__ = [
     "Stop",
     "StopKind",
     "StoppedBy",
+    "ThroughputCurve",
     "TimeBasis",
     "TimeShare",
     "TimedOp",

@@ -255,6 +255,21 @@ class OverLimit:
 
 
 @dataclass(frozen=True)
+class ThroughputCurve:
+    """The step time fitted through every measured batch size (classifiers/throughput_curve.py):
+    ``step_s(b) = shared_s + per_row_s * b``, least squares on log step time. Pooled over all
+    sizes it moves far less from run to run than any one size's timing; the rule passes over a
+    size whose own interval holds the curve where the curve puts it below the rule's share."""
+
+    shared_s: float  # the step time the whole batch shares (weights read once, fixed costs)
+    per_row_s: float  # the step time each row adds
+    batch_sizes: list[int]  # the sizes fitted
+    # Sizes whose interval reached the rule's bar but which the curve, inside that interval,
+    # puts below it: not picked.
+    passed_over: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Rule:
     """Which rule picked, with its numbers."""
 
@@ -266,6 +281,9 @@ class Rule:
     # The best's throughput is its faster timing: the sweep's control timed it again in a
     # fresh worker, faster (classifiers/uncertainty.faster_timing).
     best_at_faster_timing: bool = False
+    # The throughput rule's fitted curve (None: fewer than four sizes, or not the throughput
+    # rule).
+    curve: ThroughputCurve | None = None
 
 
 @dataclass(frozen=True)

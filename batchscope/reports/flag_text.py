@@ -28,6 +28,7 @@ from batchscope.records import (
     RuleKind,
     Stop,
     StopKind,
+    ThroughputCurve,
 )
 from batchscope.records.counters import NcuNote, NcuNoteKind
 from batchscope.records.flags import TraceGap, Value
@@ -632,11 +633,28 @@ def rule_text(rule: Rule, unit: str) -> str:
                 "point there is no curve to choose from")
     else:
         text = near
+    if rule.curve is not None and rule.curve.passed_over and rule.kind in (
+            RuleKind.NEAR_BEST, RuleKind.ENERGY_UNAVAILABLE):
+        text += "; " + passed_over_text(rule.curve, rule.share)
     if rule.excluded:
         text += "; batch sizes over a limit were not considered (" + "; ".join(
             f"{e.batch_size}: {limit_text(e)}"
             for e in sorted(rule.excluded, key=lambda e: e.batch_size)) + ")"
     return text
+
+
+def passed_over_text(curve: ThroughputCurve, share: float) -> str:
+    """Why the rule passed over sizes whose interval reached its bar, with the fitted
+    curve's numbers (classifiers/throughput_curve.py)."""
+    sizes = curve.passed_over
+    one = len(sizes) == 1
+    which = (f"batch {sizes[0]} was" if one else
+             "batches " + ", ".join(str(b) for b in sizes[:-1]) + f" and {sizes[-1]} were")
+    return (f"{which} passed over: the step time fitted through all {len(curve.batch_sizes)} "
+            f"measured sizes ({fmt.seconds(curve.shared_s)} the batch shares plus "
+            f"{fmt.seconds(curve.per_row_s)} per row) puts {'it' if one else 'them'} below "
+            f"{share:.0%} of its best, inside {'its' if one else 'their'} own "
+            f"{'interval' if one else 'intervals'}")
 
 
 # -- watch's estimates ---------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""The throughput curve fitted through every measured batch size, for the pick.
+
+One size's timing on a shared VM moves 10-30% from run to run, so a rule that reads each size
+alone ("the smallest whose interval reaches 90% of the best") lands on a different size
+each run wherever the curve is nearly flat: issue 31's decode sample picked 256, 128, 64,
+256, 128, 128, 128, 64, 128 and 64 in ten identical runs, each inside the others' sets.
+The step time fitted through all of them,
+
+    step_s(b) = shared_s + per_row_s * b
+
+(what the batch shares: weights read once, fixed per-op costs; what each row adds: its
+FLOPs, activations and state; the same split as B*'s, measured here instead of predicted)
+pools every size's timing, and moved far less: its knee ``shared_s / per_row_s`` came out at
+18-25 rows in those ten runs. The rule (classifiers/recommend.py) passes over a size whose
+own interval reached the bar only where the curve lies inside that interval too and puts the
+size below the bar: the size's timing cannot tell the curve wrong, and the curve carries every
+other size's evidence. Where a size's timing excludes the curve (its interval's bottom lies
+above the curve, as for a knee sharper than the curve's), the timing wins.
+
+The fit is least squares on log step time (each size's error relative, as its noise is),
+over a grid of knees (:data:`GRID_PER_OCTAVE` a factor of two) with the scale in closed form,
+as ``critical_batch.fit_knee`` does; no optimizer, the same report gives the same curve.
+
+Example:
+    >>> curve = fit_curve({b: 0.080 + 0.0022 * b for b in (1, 4, 16, 64, 256, 1024)})
+    >>> round(curve.shared_s, 3), round(curve.per_row_s, 4)
+    (0.08, 0.0022)
+"""
+
+from __future__ import annotations
+
+import math
+
+from batchscope.classifiers.uncertainty import Figure
+from batchscope.records import ThroughputCurve
+
+# Fewer sizes than this leave two parameters without a test of their own.
+MIN_SIZES = 4
+# The knee's grid: this many points a factor of two, from a 16th of the smallest size to 16
+# times the largest (a knee beyond either end is a line through the origin or a flat step).
+GRID_PER_OCTAVE = 32
+GRID_MARGIN_OCTAVES = 4
+
+
+def fit_curve(step_s: dict[int, float]) -> ThroughputCurve | None:
+    """The least-squares fit of ``log step_s(b)`` to ``log(shared_s + per_row_s * b)``;
+    None with fewer than :data:`MIN_SIZES` sizes or a step that is not positive."""
+    sizes = sorted(step_s)
+    if len(sizes) < MIN_SIZES or any(not step_s[b] > 0 for b in sizes):
+        return None
+    logs = [math.log(step_s[b]) for b in sizes]
+    lo = math.log2(sizes[0]) - GRID_MARGIN_OCTAVES
+    hi = math.log2(sizes[-1]) + GRID_MARGIN_OCTAVES
+    steps = int((hi - lo) * GRID_PER_OCTAVE)
+    best: tuple[float, float, float] | None = None  # (error, knee, log per_row_s)
+    for i in range(steps + 1):
+        knee = 2 ** (lo + (hi - lo) * i / steps)
+        shape = [math.log(knee + b) for b in sizes]
+        log_per_row = sum(y - s for y, s in zip(logs, shape)) / len(sizes)
+        err = sum((y - log_per_row - s) ** 2 for y, s in zip(logs, shape))
+        if best is None or err < best[0] - 1e-12:
+            best = (err, knee, log_per_row)
+    assert best is not None
+    _, knee, log_per_row = best
+    per_row_s = math.exp(log_per_row)
+    return ThroughputCurve(shared_s=knee * per_row_s, per_row_s=per_row_s, batch_sizes=sizes)
+
+
+def curve_throughput(curve: ThroughputCurve, batch_size: int, units_per_row: float) -> float:
+    """The curve's throughput at ``batch_size``, in units/s (``units_per_row`` a step)."""
+    return units_per_row * batch_size / (curve.shared_s + curve.per_row_s * batch_size)
+
+
+def passed_over(curve: ThroughputCurve, points: dict[int, Figure], units_per_row: float,
+                share: float) -> list[int]:
+    """The sizes the rule passes over: those whose interval reaches ``share`` of the best
+    median (uncertainty.pick_within_noise's bar) while the curve, at or above the interval's
+    bottom, puts them below ``share`` of its own best (its largest value over the sizes
+    fitted). The best measured size is never passed over.
+
+    Example:
+        >>> from batchscope.records import Interval
+        >>> curve = ThroughputCurve(0.080, 0.0022, [32, 64, 128, 256, 512])
+        >>> points = {32: (260.0, Interval(230.0, 290.0)), 64: (290.0, Interval(250.0, 380.0)),
+        ...           128: (350.0, Interval(300.0, 400.0)), 256: (380.0, Interval(330.0, 420.0)),
+        ...           512: (410.0, Interval(350.0, 450.0))}
+        >>> passed_over(curve, points, 1.0, 0.9)  # the curve: 290, 354, 398 and 424 from 64
+        [64, 128]
+    """
+    fitted = {b: curve_throughput(curve, b, units_per_row) for b in curve.batch_sizes}
+    curve_bar = share * max(fitted.values())
+    best = max(points, key=lambda b: points[b][0])
+    bar = share * points[best][0]
+    return sorted(b for b, (_, interval) in points.items()
+                  if b != best and b in fitted and interval.high >= bar
+                  and interval.low <= fitted[b] < curve_bar)
