@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
+from batchscope.classifiers.throughput_curve import projects_past
 from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.op_families import ARGS_PROBED, family
@@ -844,8 +845,10 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     last's measured throughput and widened by that miss (at least :data:`MIN_MARGIN`), must stay
     under the bar, from the top of the last size's throughput interval: one noisy low point does
     not stop the sweep. The model's throughput never falls with b, so this stops a sweep whose
-    measured curve has levelled off or turned down. ``probes_s``: the times of
-    :func:`stop_probe_specs`' probes that ran.
+    measured curve has levelled off or turned down. Nor does it stop where the step time
+    fitted through every measured size (throughput_curve.py) still projects a remaining size
+    past the bar from there. ``probes_s``: the times of :func:`stop_probe_specs`' probes that
+    ran.
     """
     usable = _usable(results)
     if not remaining or len(usable) < FIT_WINDOW + 1:
@@ -874,7 +877,10 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     last_interval = throughput_interval(last)
     last_high = last_interval.high if last_interval is not None else last.throughput_per_s
     projected = last_high * gain[highest]
-    if projected * (1 + margin) >= bar:
+    # The per-op model reads the last few sizes, and one of them timed slow can level it
+    # off where the step time fitted through all of them still rises.
+    steps = {r.batch_size: r.latency_s.median for r in usable if r.latency_s is not None}
+    if projected * (1 + margin) >= bar or projects_past(steps, remaining, last_high, bar):
         return None
     return Stop(StopKind.PREDICTED, values={
         "remaining": list(remaining), "fitted_on": list(model.fitted_on),

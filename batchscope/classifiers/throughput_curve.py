@@ -94,3 +94,22 @@ def passed_over(curve: ThroughputCurve, points: dict[int, Figure], units_per_row
     return sorted(b for b, (_, interval) in points.items()
                   if b != best and b in fitted and interval.high >= bar
                   and interval.low <= fitted[b] < curve_bar)
+
+
+def projects_past(step_s: dict[int, float], remaining: list[int], last_high_per_s: float,
+                  bar_per_s: float) -> bool:
+    """Whether the curve fitted through ``step_s`` (every measured size) projects a size of
+    ``remaining`` past ``bar_per_s``, from ``last_high_per_s`` at the largest measured size
+    (the top of its interval) times the curve's gain there: the sweep's predicted stop
+    (step_model.predicted_stop) does not stop on a per-op model that one slow timing levelled
+    off where this curve still rises. Issue 31's MLP: the model, fitted on batches 128-512,
+    put batch 1024 at 0.89x batch 512; nine other runs measured it at 1.1-2.4x. False with
+    fewer than :data:`MIN_SIZES` sizes.
+    """
+    curve = fit_curve(step_s)
+    if curve is None or not remaining:
+        return False
+    last = max(step_s)
+    gain = max(curve_throughput(curve, b, 1.0) / curve_throughput(curve, last, 1.0)
+               for b in remaining)
+    return last_high_per_s * gain >= bar_per_s
