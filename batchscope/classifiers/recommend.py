@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from batchscope.classifiers.step_model import band_margin
-from batchscope.classifiers.throughput_curve import fit_curve, passed_over
+from batchscope.classifiers.throughput_curve import fit_curve, passed_over, reference_size
 from batchscope.classifiers.uncertainty import (
     DRIFT_FLOOR,
     Figure,
@@ -82,10 +82,11 @@ def recommend(results: list[BatchResult], limits: Limits,
     The throughput rule reads intervals (each result's own, else its latency's widened by
     ``allowance``): the pick is the smallest batch size whose interval reaches
     :data:`NEAR_BEST_SHARE` of the best median, passing over a size where the step time
-    fitted through all of them (throughput_curve.fit_curve, four sizes or more) lies inside
-    that size's interval and below the share of the curve's best: one size's timing moves
-    10-30% from run to run, the curve pools them all. Every size whose interval reaches the
-    share of the bottom of the best's is equivalent to the pick within noise. ``objective``
+    fitted through all of them (throughput_curve.fit_curve, four sizes or more) puts it below
+    the share of the curve at the best size and its interval does not lie above the curve:
+    one size's timing moves 10-30% from run to run, the curve pools them all. Every size
+    whose interval reaches the share of the bottom of the best's is equivalent to the pick
+    within noise. ``objective``
     "energy" picks by NVML energy per unit (J/token) where it was measured, and falls back
     to throughput, saying so, where it was not (a CPU, no NVML). A size the sweep's
     ``control`` timed again counts at the faster of its two timings
@@ -134,24 +135,31 @@ def recommend(results: list[BatchResult], limits: Limits,
     )
 
 
-def _units_per_row(result: BatchResult) -> float:
-    """Units (samples, tokens) a row yields per step: throughput x step / rows."""
-    assert result.latency_s is not None and result.throughput_per_s
-    return result.throughput_per_s * result.latency_s.median / result.batch_size
-
-
 def _curve(allowed: list[BatchResult], points: dict[int, Figure]) -> ThroughputCurve | None:
     """The throughput curve fitted through every allowed size at its figure's throughput
     (the faster timing where the control timed it again), with the sizes the rule passes
-    over (throughput_curve.passed_over); None with fewer than four sizes."""
-    by_size = {r.batch_size: r for r in allowed if r.batch_size in points}
-    step_s = {b: _units_per_row(r) * b / points[b][0] for b, r in by_size.items()}
-    curve = fit_curve(step_s)
+    over (throughput_curve.passed_over); None with fewer than four sizes or without a step
+    time to put units per row on it.
+
+    The step fitted at each size is ``units_per_row * b / throughput``, with one
+    units-per-row for all (the best's step: throughput x median step / rows), so the curve
+    and the intervals it is read against share their units even where a size's throughput
+    was raised without its step (the allocator's estimated savings)."""
+    best = max(points, key=lambda b: points[b][0])
+    timed = sorted((r for r in allowed if r.latency_s is not None and r.throughput_per_s),
+                   key=lambda r: r.batch_size != best)
+    if not timed:
+        return None
+    ref = timed[0]
+    assert ref.latency_s is not None and ref.throughput_per_s
+    units_per_row = ref.throughput_per_s * ref.latency_s.median / ref.batch_size
+    curve = fit_curve({b: units_per_row * b / t for b, (t, _) in points.items()})
     if curve is None:
         return None
-    best = max(points, key=lambda b: points[b][0])
-    skipped = passed_over(curve, points, _units_per_row(by_size[best]), NEAR_BEST_SHARE)
-    return dataclasses.replace(curve, passed_over=skipped)
+    curve = dataclasses.replace(curve, units_per_row=units_per_row)
+    skipped = passed_over(curve, points, NEAR_BEST_SHARE)
+    reference = reference_size(curve, points, NEAR_BEST_SHARE) if skipped else None
+    return dataclasses.replace(curve, passed_over=skipped, reference_batch_size=reference)
 
 
 def _speedup(points: dict[int, Figure]) -> tuple[float, Interval] | None:

@@ -844,8 +844,8 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     refitted with it, the gain it predicts for each remaining size over the last, applied to the
     last's measured throughput and widened by that miss (at least :data:`MIN_MARGIN`), must stay
     under the bar, from the top of the last size's throughput interval: one noisy low point does
-    not stop the sweep. The model's throughput never falls with b, so this stops a sweep whose
-    measured curve has levelled off or turned down. Nor does it stop where the step time
+    not stop the sweep. This stops a sweep whose measured curve has levelled off or turned
+    down. Nor does it stop where the step time
     fitted through every measured size (throughput_curve.py) still projects a remaining size
     past the bar from there. ``probes_s``: the times of :func:`stop_probe_specs`' probes that
     ran.

@@ -3,8 +3,9 @@
 One size's timing on a shared VM moves 10-30% from run to run, so a rule that reads each size
 alone ("the smallest whose interval reaches 90% of the best") lands on a different size
 each run wherever the curve is nearly flat: issue 31's decode sample picked 256, 128, 64,
-256, 128, 128, 128, 64, 128 and 64 in ten identical runs, each inside the others' sets.
-The step time fitted through all of them,
+256, 128, 128, 128, 64, 128 and 64 in ten identical runs (in 88 of 90 ordered pairs inside
+the other run's equivalent set, the commonest pick in only 5). The step time fitted through
+all of them (all within the user's limits),
 
     step_s(b) = shared_s + per_row_s * b
 
@@ -12,10 +13,11 @@ The step time fitted through all of them,
 FLOPs, activations and state; the same split as B*'s, measured here instead of predicted)
 pools every size's timing, and moved far less: its knee ``shared_s / per_row_s`` came out at
 18-25 rows in those ten runs. The rule (classifiers/recommend.py) passes over a size whose
-own interval reached the bar only where the curve lies inside that interval too and puts the
-size below the bar: the size's timing cannot tell the curve wrong, and the curve carries every
-other size's evidence. Where a size's timing excludes the curve (its interval's bottom lies
-above the curve, as for a knee sharper than the curve's), the timing wins.
+own interval reached the bar only where the curve puts the size below the rule's share of
+the curve at the best measured size and the size's interval does not lie above the curve:
+its timing cannot tell the curve wrong, and the curve carries every other size's evidence.
+Where a size's interval lies wholly above the curve (as for a knee sharper than the
+curve's), the timing wins.
 
 The fit is least squares on log step time (each size's error relative, as its noise is),
 over a grid of knees (:data:`GRID_PER_OCTAVE` a factor of two) with the scale in closed form,
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from batchscope.classifiers.uncertainty import Figure
+from batchscope.classifiers.uncertainty import Figure, equivalent_batch_sizes
 from batchscope.records import ThroughputCurve
 
 # Fewer sizes than this leave two parameters without a test of their own.
@@ -66,17 +68,19 @@ def fit_curve(step_s: dict[int, float]) -> ThroughputCurve | None:
     return ThroughputCurve(shared_s=knee * per_row_s, per_row_s=per_row_s, batch_sizes=sizes)
 
 
-def curve_throughput(curve: ThroughputCurve, batch_size: int, units_per_row: float) -> float:
-    """The curve's throughput at ``batch_size``, in units/s (``units_per_row`` a step)."""
-    return units_per_row * batch_size / (curve.shared_s + curve.per_row_s * batch_size)
+def curve_throughput(curve: ThroughputCurve, batch_size: int) -> float:
+    """The curve's throughput at ``batch_size``, in units/s (``curve.units_per_row`` a row
+    a step)."""
+    return curve.units_per_row * batch_size / (curve.shared_s + curve.per_row_s * batch_size)
 
 
-def passed_over(curve: ThroughputCurve, points: dict[int, Figure], units_per_row: float,
-                share: float) -> list[int]:
+def passed_over(curve: ThroughputCurve, points: dict[int, Figure], share: float) -> list[int]:
     """The sizes the rule passes over: those whose interval reaches ``share`` of the best
-    median (uncertainty.pick_within_noise's bar) while the curve, at or above the interval's
-    bottom, puts them below ``share`` of its own best (its largest value over the sizes
-    fitted). The best measured size is never passed over.
+    median (uncertainty.pick_within_noise's bar) while the curve puts them below ``share`` of
+    its highest over the sizes noise cannot tell from the best (the equivalent set: no
+    extrapolation past where a falling curve left it) and their interval does not lie above
+    the curve (its bottom at or under it: the timing cannot tell the curve wrong there). The
+    best measured size is never passed over.
 
     Example:
         >>> from batchscope.records import Interval
@@ -84,16 +88,27 @@ def passed_over(curve: ThroughputCurve, points: dict[int, Figure], units_per_row
         >>> points = {32: (260.0, Interval(230.0, 290.0)), 64: (290.0, Interval(250.0, 380.0)),
         ...           128: (350.0, Interval(300.0, 400.0)), 256: (380.0, Interval(330.0, 420.0)),
         ...           512: (410.0, Interval(350.0, 450.0))}
-        >>> passed_over(curve, points, 1.0, 0.9)  # the curve: 290, 354, 398 and 424 from 64
+        >>> passed_over(curve, points, 0.9)  # the curve: 290, 354, 398 and 424 from 64
         [64, 128]
     """
-    fitted = {b: curve_throughput(curve, b, units_per_row) for b in curve.batch_sizes}
-    curve_bar = share * max(fitted.values())
     best = max(points, key=lambda b: points[b][0])
+    reference = reference_size(curve, points, share)
+    if reference is None:
+        return []
+    curve_bar = share * curve_throughput(curve, reference)
     bar = share * points[best][0]
     return sorted(b for b, (_, interval) in points.items()
-                  if b != best and b in fitted and interval.high >= bar
-                  and interval.low <= fitted[b] < curve_bar)
+                  if b != best and b in curve.batch_sizes and interval.high >= bar
+                  and interval.low <= curve_throughput(curve, b) < curve_bar)
+
+
+def reference_size(curve: ThroughputCurve, points: dict[int, Figure], share: float
+                   ) -> int | None:
+    """The size :func:`passed_over` reads the curve's bar at: the largest fitted size noise
+    cannot tell from the best (the curve rises with b, so its highest there); None where no
+    such size was fitted."""
+    within = [b for b in equivalent_batch_sizes(points, share) if b in curve.batch_sizes]
+    return max(within, default=None)
 
 
 def projects_past(step_s: dict[int, float], remaining: list[int], last_high_per_s: float,
@@ -110,6 +125,5 @@ def projects_past(step_s: dict[int, float], remaining: list[int], last_high_per_
     if curve is None or not remaining:
         return False
     last = max(step_s)
-    gain = max(curve_throughput(curve, b, 1.0) / curve_throughput(curve, last, 1.0)
-               for b in remaining)
+    gain = max(curve_throughput(curve, b) / curve_throughput(curve, last) for b in remaining)
     return last_high_per_s * gain >= bar_per_s

@@ -93,8 +93,8 @@ def pick_within_noise(points: dict[int, Figure], share: float,
                       passed_over: Collection[int] = ()) -> int:
     """The rule: the smallest batch size whose throughput interval reaches ``share`` of the
     best median (so the best itself qualifies: its interval holds its median), but for the
-    sizes ``passed_over`` (throughput_curve.passed_over: the fitted curve, inside their
-    interval, puts them below the bar).
+    sizes ``passed_over`` (throughput_curve.passed_over: the fitted curve puts them below the
+    bar, and their interval does not lie above it).
 
     Example:
         >>> pick_within_noise({8: (100.0, Interval(95.0, 105.0)),

@@ -259,14 +259,21 @@ class ThroughputCurve:
     """The step time fitted through every measured batch size (classifiers/throughput_curve.py):
     ``step_s(b) = shared_s + per_row_s * b``, least squares on log step time. Pooled over all
     sizes it moves far less from run to run than any one size's timing; the rule passes over a
-    size whose own interval holds the curve where the curve puts it below the rule's share."""
+    size the curve puts below the rule's share of its value at the best measured size, where
+    the size's own interval does not lie above the curve."""
 
     shared_s: float  # the step time the whole batch shares (weights read once, fixed costs)
     per_row_s: float  # the step time each row adds
     batch_sizes: list[int]  # the sizes fitted
-    # Sizes whose interval reached the rule's bar but which the curve, inside that interval,
-    # puts below it: not picked.
+    # Sizes whose interval reached the rule's bar but which the curve puts below the share of
+    # its value at the best measured size, their interval not lying above it: not picked.
     passed_over: list[int] = field(default_factory=list)
+    # Units (samples, tokens) a row yields per step: the curve's throughput is
+    # units_per_row * b / step_s(b).
+    units_per_row: float = 1.0
+    # The size the curve's bar is read at: its highest over the equivalent sizes (the
+    # largest of them: the curve rises with b); None where nothing was passed over.
+    reference_batch_size: int | None = None
 
 
 @dataclass(frozen=True)

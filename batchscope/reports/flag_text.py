@@ -635,7 +635,7 @@ def rule_text(rule: Rule, unit: str) -> str:
         text = near
     if rule.curve is not None and rule.curve.passed_over and rule.kind in (
             RuleKind.NEAR_BEST, RuleKind.ENERGY_UNAVAILABLE):
-        text += "; " + passed_over_text(rule.curve, rule.share)
+        text += "; " + passed_over_text(rule.curve, rule, unit)
     if rule.excluded:
         text += "; batch sizes over a limit were not considered (" + "; ".join(
             f"{e.batch_size}: {limit_text(e)}"
@@ -643,18 +643,27 @@ def rule_text(rule: Rule, unit: str) -> str:
     return text
 
 
-def passed_over_text(curve: ThroughputCurve, share: float) -> str:
+def passed_over_text(curve: ThroughputCurve, rule: Rule, unit: str) -> str:
     """Why the rule passed over sizes whose interval reached its bar, with the fitted
     curve's numbers (classifiers/throughput_curve.py)."""
     sizes = curve.passed_over
     one = len(sizes) == 1
-    which = (f"batch {sizes[0]} was" if one else
-             "batches " + ", ".join(str(b) for b in sizes[:-1]) + f" and {sizes[-1]} were")
-    return (f"{which} passed over: the step time fitted through all {len(curve.batch_sizes)} "
-            f"measured sizes ({fmt.seconds(curve.shared_s)} the batch shares plus "
-            f"{fmt.seconds(curve.per_row_s)} per row) puts {'it' if one else 'them'} below "
-            f"{share:.0%} of its best, inside {'its' if one else 'their'} own "
-            f"{'interval' if one else 'intervals'}")
+    reference = curve.reference_batch_size or rule.best_batch_size
+
+    def at(b: int) -> float:
+        return curve.units_per_row * b / (curve.shared_s + curve.per_row_s * b)
+
+    which = (f"batch {sizes[0]}" if one else
+             "batches " + ", ".join(str(b) for b in sizes[:-1]) + f" and {sizes[-1]}")
+    gives = (f"{at(sizes[0]):,.1f}" if one else
+             ", ".join(f"{at(b):,.1f}" for b in sizes[:-1]) + f" and {at(sizes[-1]):,.1f}")
+    return (f"{which} also reached that bar but {'was' if one else 'were'} passed over: the "
+            f"step time fitted through the {len(curve.batch_sizes)} sizes considered "
+            f"({fmt.seconds(curve.shared_s)} a step shared by the batch plus "
+            f"{fmt.seconds(curve.per_row_s)} a row) gives {'it' if one else 'them'} {gives} "
+            f"{unit}s/s, under {rule.share:.0%} of its {at(reference):,.1f} at batch "
+            f"{reference}, and {'its' if one else 'no'} interval "
+            f"{'does not lie' if one else 'lies'} above the curve")
 
 
 # -- watch's estimates ---------------------------------------------------------------------------

@@ -583,8 +583,8 @@ def equivalence_text(rec: Recommendation) -> str:
                 f"noise: no other's throughput interval reaches {share} of the bottom of the "
                 "best's.")
     curve = rec.rule.curve
-    fitted = (" and that the step time fitted through every measured size does not put "
-              "below it" if curve is not None and curve.passed_over else "")
+    fitted = (" and that the step time fitted through the sizes considered does not put "
+              "below that share" if curve is not None and curve.passed_over else "")
     return (f"Batch sizes {_sizes(sizes)} are equivalent within noise; the rule picks the "
             f"smallest whose throughput could be within {share} of the best{fitted}.")
 

@@ -56,21 +56,21 @@ def test_no_curve_from_fewer_than_four_sizes_or_a_step_that_is_not_positive() ->
 
 def test_passed_over_needs_the_curve_inside_the_interval_and_below_the_bar() -> None:
     curve = ThroughputCurve(0.080, 0.0022, [64, 128, 256, 512])
-    at = {b: curve_throughput(curve, b, 1.0) for b in curve.batch_sizes}  # 290 ... 424
+    at = {b: curve_throughput(curve, b) for b in curve.batch_sizes}  # 290 ... 424
     bar = 0.9 * max(at.values())
     assert at[64] < at[128] < bar < at[256]
     best = (430.0, Interval(410.0, 450.0))
     # 128's interval reaches the rule's bar (0.9 x 430 = 387) and holds the curve: passed.
     holds = {128: (380.0, Interval(340.0, 400.0)), 256: (400.0, Interval(380.0, 420.0)),
              512: best}
-    assert passed_over(curve, holds, 1.0, 0.9) == [128]
+    assert passed_over(curve, holds, 0.9) == [128]
     # Its timing excludes the curve (the bottom of its interval, 360, lies above 354): kept.
     excludes = {**holds, 128: (390.0, Interval(360.0, 410.0))}
-    assert passed_over(curve, excludes, 1.0, 0.9) == []
+    assert passed_over(curve, excludes, 0.9) == []
     # A size whose interval never reached the bar is not "passed over": it was never in reach.
-    assert passed_over(curve, {**holds, 64: (250.0, Interval(240.0, 300.0))}, 1.0, 0.9) == [128]
+    assert passed_over(curve, {**holds, 64: (250.0, Interval(240.0, 300.0))}, 0.9) == [128]
     # The best measured size is never passed over, whatever the curve says of it.
-    assert passed_over(curve, {128: (500.0, Interval(340.0, 520.0)), 512: best}, 1.0, 0.9) == []
+    assert passed_over(curve, {128: (500.0, Interval(340.0, 520.0)), 512: best}, 0.9) == []
 
 
 def test_a_noisy_plateau_picks_where_the_curve_reaches_the_bar_and_says_so() -> None:
@@ -89,12 +89,15 @@ def test_a_noisy_plateau_picks_where_the_curve_reaches_the_bar_and_says_so() -> 
     assert curve.per_row_s == pytest.approx(0.0024, rel=0.05)
     assert 128 in choice.equivalent_batch_sizes and 256 in choice.equivalent_batch_sizes
     text = rule_text(choice.rule, "token")
-    assert ("batch 128 was passed over: the step time fitted through all 11 measured sizes"
-            in text)
-    assert "per row) puts it below 90% of its best, inside its own interval" in text
+    fitted = curve.units_per_row * 128 / (curve.shared_s + curve.per_row_s * 128)
+    assert ("batch 128 also reached that bar but was passed over: the step time fitted "
+            "through the 11 sizes considered" in text)
+    assert (f"gives it {fitted:,.1f} tokens/s, under 90% of its" in text
+            and "at batch 1024, and its interval does not lie above the curve" in text)
     rec = Recommendation(choice.batch_size, choice.rule, None, None, None, None, False,
                          equivalent_batch_sizes=choice.equivalent_batch_sizes)
-    assert "does not put below it" in equivalence_text(rec)
+    assert "does not put below that share" in equivalence_text(rec)
+    assert curve.reference_batch_size == 1024
     # report.json carries the curve and reads it back.
     report = Report(ModelInfo("m.py"), None, results, rec, RunInfo())
     again = decode_report(encode(report), "report.json")
@@ -113,6 +116,21 @@ def test_a_knee_sharper_than_the_curve_keeps_the_timings_pick() -> None:
     assert "passed over" not in rule_text(choice.rule, "token")
 
 
+def test_sizes_with_a_throughput_but_no_step_time_still_get_a_pick() -> None:
+    # A result can carry a throughput and its interval without a latency (an older report):
+    # the curve needs one step time for its units per row, and otherwise there is no curve.
+    results = [BatchResult(b, Status.OK, throughput_per_s=t,
+                           throughput_interval_per_s=Interval(0.9 * t, 1.1 * t))
+               for b, t in {1: 10.0, 2: 19.0, 4: 30.0, 8: 33.0, 16: 34.0}.items()]
+    choice = recommend(results, Limits())
+    assert choice is not None and choice.batch_size == 4 and choice.rule.curve is None
+    # With one step time, every size's step comes from its throughput in those units.
+    results[-1] = timed(16, 16 / 34.0, 0.05)
+    choice = recommend(results, Limits())
+    assert choice is not None and choice.rule.curve is not None
+    assert choice.rule.curve.units_per_row == pytest.approx(1.0)
+
+
 def test_a_curve_that_falls_past_its_best_moves_nothing() -> None:
     # MobileNet's page faults: best at 2, slower from 4 up. The rising curve cannot describe
     # it, and where it lies nothing is both in reach of the bar and under the curve's.
@@ -121,6 +139,15 @@ def test_a_curve_that_falls_past_its_best_moves_nothing() -> None:
     choice = recommend(results, Limits())
     assert choice is not None
     assert choice.batch_size == pick_within_noise(figures(results), 0.9)
+    # Linear to 256, then 1.25x and 1.9x slower steps: the rising curve, read at 1024, would
+    # be an extrapolation; its bar is read at the largest size noise cannot tell from the best.
+    step = {b: 0.01 + 0.001 * b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+    step |= {512: 0.522 * 1.25, 1024: 1.034 * 1.9}
+    falling = [timed(b, s, 0.02) for b, s in step.items()]
+    choice = recommend(falling, Limits())
+    assert choice is not None and choice.rule.curve is not None
+    assert 1024 not in choice.equivalent_batch_sizes
+    assert choice.batch_size == pick_within_noise(figures(falling), 0.9) == 64
 
 
 def _decode_run(rng: random.Random) -> list[BatchResult]:
@@ -164,7 +191,7 @@ MLP_RUN_STEP_S = {1: 51.9e-6, 2: 45.7e-6, 4: 54.7e-6, 8: 54.9e-6, 16: 50.3e-6, 3
 def test_the_curve_through_every_size_keeps_a_stop_from_a_levelled_model() -> None:
     curve = fit_curve(MLP_RUN_STEP_S)
     assert curve is not None
-    gain = curve_throughput(curve, 1024, 1.0) / curve_throughput(curve, 512, 1.0)
+    gain = curve_throughput(curve, 1024) / curve_throughput(curve, 512)
     assert 1.1 < gain < 1.3  # where the model said 0.89
     assert projects_past(MLP_RUN_STEP_S, [1024], 2.01e6, 2.16e6)
     # A bar the curve's gain does not reach from there, and a curve that has levelled off
