@@ -14,7 +14,7 @@ FLOPs, activations and state; the same split as B*'s, measured here instead of p
 pools every size's timing, and moved far less: its knee ``shared_s / per_row_s`` came out at
 18-25 rows in those ten runs. The rule (classifiers/recommend.py) passes over a size whose
 own interval reached the bar only where the curve puts the size below the rule's share of
-the curve at the best measured size and the size's interval does not lie above the curve:
+the curve at the largest equivalent size and the size's interval does not lie above it:
 its timing cannot tell the curve wrong, and the curve carries every other size's evidence.
 Where a size's interval lies wholly above the curve (as for a knee sharper than the
 curve's), the timing wins.

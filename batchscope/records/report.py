@@ -259,14 +259,14 @@ class ThroughputCurve:
     """The step time fitted through every measured batch size (classifiers/throughput_curve.py):
     ``step_s(b) = shared_s + per_row_s * b``, least squares on log step time. Pooled over all
     sizes it moves far less from run to run than any one size's timing; the rule passes over a
-    size the curve puts below the rule's share of its value at the best measured size, where
-    the size's own interval does not lie above the curve."""
+    size the curve puts below the rule's share of its value at the largest equivalent size,
+    where the size's own interval does not lie above the curve."""
 
     shared_s: float  # the step time the whole batch shares (weights read once, fixed costs)
     per_row_s: float  # the step time each row adds
     batch_sizes: list[int]  # the sizes fitted
     # Sizes whose interval reached the rule's bar but which the curve puts below the share of
-    # its value at the best measured size, their interval not lying above it: not picked.
+    # its value at reference_batch_size, their interval not lying above it: not picked.
     passed_over: list[int] = field(default_factory=list)
     # Units (samples, tokens) a row yields per step: the curve's throughput is
     # units_per_row * b / step_s(b).
