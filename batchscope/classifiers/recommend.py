@@ -83,12 +83,12 @@ def recommend(results: list[BatchResult], limits: Limits,
     ``allowance``): the pick is the smallest batch size whose interval reaches
     :data:`NEAR_BEST_SHARE` of the best median, passing over a size where the step time
     fitted through all of them (throughput_curve.fit_curve, four sizes or more) puts it below
-    the share of the curve at the best size and its interval does not lie above the curve:
-    one size's timing moves 10-30% from run to run, the curve pools them all. Every size
-    whose interval reaches the share of the bottom of the best's is equivalent to the pick
-    within noise. ``objective``
-    "energy" picks by NVML energy per unit (J/token) where it was measured, and falls back
-    to throughput, saying so, where it was not (a CPU, no NVML). A size the sweep's
+    the share of the curve at the largest equivalent size and its interval does not lie above
+    the curve: one size's timing moves 10-30% from run to run, the curve pools them all.
+    Every size whose interval reaches the share of the bottom of the best's is equivalent to
+    the pick within noise. ``objective`` "energy" picks by NVML energy per unit (J/token)
+    where it was measured, and falls back to throughput, saying so, where it was not (a CPU,
+    no NVML). A size the sweep's
     ``control`` timed again counts at the faster of its two timings
     (:func:`~batchscope.classifiers.uncertainty.faster_timing`), and the rule says so.
     """

@@ -845,10 +845,9 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     last's measured throughput and widened by that miss (at least :data:`MIN_MARGIN`), must stay
     under the bar, from the top of the last size's throughput interval: one noisy low point does
     not stop the sweep. This stops a sweep whose measured curve has levelled off or turned
-    down. Nor does it stop where the step time
-    fitted through every measured size (throughput_curve.py) still projects a remaining size
-    past the bar from there. ``probes_s``: the times of :func:`stop_probe_specs`' probes that
-    ran.
+    down; nor does it stop where the step time fitted through every measured size
+    (throughput_curve.projects_past) still projects a remaining size past the bar from there.
+    ``probes_s``: the times of :func:`stop_probe_specs`' probes that ran.
     """
     usable = _usable(results)
     if not remaining or len(usable) < FIT_WINDOW + 1:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from batchscope.classifiers.throughput_curve import curve_throughput
 from batchscope.records import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -649,20 +650,14 @@ def passed_over_text(curve: ThroughputCurve, rule: Rule, unit: str) -> str:
     sizes = curve.passed_over
     one = len(sizes) == 1
     reference = curve.reference_batch_size or rule.best_batch_size
-
-    def at(b: int) -> float:
-        return curve.units_per_row * b / (curve.shared_s + curve.per_row_s * b)
-
-    which = (f"batch {sizes[0]}" if one else
-             "batches " + ", ".join(str(b) for b in sizes[:-1]) + f" and {sizes[-1]}")
-    gives = (f"{at(sizes[0]):,.1f}" if one else
-             ", ".join(f"{at(b):,.1f}" for b in sizes[:-1]) + f" and {at(sizes[-1]):,.1f}")
+    which = f"batch {sizes[0]}" if one else f"batches {_sizes(list(sizes))}"
+    gives = _sizes([f"{curve_throughput(curve, b):,.1f}" for b in sizes])
     return (f"{which} also reached that bar but {'was' if one else 'were'} passed over: the "
             f"step time fitted through the {len(curve.batch_sizes)} sizes considered "
             f"({fmt.seconds(curve.shared_s)} a step shared by the batch plus "
             f"{fmt.seconds(curve.per_row_s)} a row) gives {'it' if one else 'them'} {gives} "
-            f"{unit}s/s, under {rule.share:.0%} of its {at(reference):,.1f} at batch "
-            f"{reference}, and {'its' if one else 'no'} interval "
+            f"{unit}s/s, under {rule.share:.0%} of its {curve_throughput(curve, reference):,.1f} "
+            f"at batch {reference}, and {'its' if one else 'no'} interval "
             f"{'does not lie' if one else 'lies'} above the curve")
 
 
