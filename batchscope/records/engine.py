@@ -111,6 +111,9 @@ class CalibrationPoint:
     simulated_tokens_per_s: float  # with the engine's cost
     error: float  # simulated throughput over measured, minus 1
     engine_share: float  # the share of measured_s the sweep's step times do not account for
+    # The slowest of the run's repeats over the fastest, minus 1: how far the same run moved
+    # on this machine within the calibration (None: a single run, no repeat to compare).
+    repeat_spread: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,10 @@ class EngineCalibration:
 
     def worst_error(self) -> float | None:
         return max((abs(p.error) for p in self.points), default=None)
+
+    def noise(self) -> CalibrationPoint | None:
+        """The calibration point whose repeats differed most: its ``repeat_spread`` is how
+        far an identical run moved here, the least uncertainty of every simulated figure
+        (None without repeats)."""
+        spread = [p for p in self.points if p.repeat_spread is not None]
+        return max(spread, key=lambda p: p.repeat_spread or 0.0, default=None)

@@ -682,7 +682,8 @@ def _rows(n: int | None) -> str:
 
 def serving_pick_text(what_if: WhatIf) -> str:
     """The policy and cap the serving what-if picks, and why: within the SLO where one was
-    given, else at the highest rate offered, continuous batching against static's best cap."""
+    given, else at the highest rate offered, the picked policy's best cap against the other
+    policy's, and whether the engine's own noise (its calibration repeats) ranks them."""
     slo = Slo(what_if.slo.ttft_s, what_if.slo.tpot_s)
     pick = what_if.recommendation
     if slo.given:
@@ -699,22 +700,30 @@ def serving_pick_text(what_if: WhatIf) -> str:
             text += (f"; {other[0].policy.value} batching reaches at most {other_best:.3g} "
                      f"requests/s ({rate / other_best:.2g}x less)")
         return text + "."
-    cont = what_if.best.get(Policy.CONTINUOUS)
-    stat = what_if.best.get(Policy.STATIC)
-    if cont is None:
+    policy = pick.policy or Policy.CONTINUOUS
+    mine = what_if.best.get(policy)
+    rival_policy = Policy.STATIC if policy == Policy.CONTINUOUS else Policy.CONTINUOUS
+    rival = what_if.best.get(rival_policy)
+    if mine is None:
         return ""
-    ratio = (cont.throughput_tokens_per_s / stat.throughput_tokens_per_s
-             if stat is not None and stat.throughput_tokens_per_s else None)
-    text = (f"At the highest rate offered ({cont.rate_per_s:.3g} requests/s), continuous "
-            f"batching capped at {_rows(cont.cap)} serves {cont.throughput_tokens_per_s:.3g} "
+    text = (f"At the highest rate offered ({mine.rate_per_s:.3g} requests/s), {policy.value} "
+            f"batching capped at {_rows(mine.cap)} serves {mine.throughput_tokens_per_s:.3g} "
             "tokens/s")
-    if stat is not None and ratio is not None and ratio < SAME_THROUGHPUT:
-        text += (f", about what static batching serves at its best cap ({stat.cap}: "
-                 f"{stat.throughput_tokens_per_s:.3g}): with these step times the policy "
-                 "changes little")
-    elif stat is not None and ratio is not None:
-        text += (f", {ratio:.2f}x the {stat.throughput_tokens_per_s:.3g} of static batching "
-                 f"at its best cap ({stat.cap})")
+    if rival is None or not rival.throughput_tokens_per_s:
+        return text + "."
+    ratio = mine.throughput_tokens_per_s / rival.throughput_tokens_per_s
+    noisiest = what_if.engine.noise() if what_if.engine is not None else None
+    spread = noisiest.repeat_spread if noisiest is not None else None
+    if 1 / SAME_THROUGHPUT < ratio < SAME_THROUGHPUT:
+        return text + (f", about what {rival_policy.value} batching serves at its best cap "
+                       f"({rival.cap}: {rival.throughput_tokens_per_s:.3g}): with these step "
+                       "times the policy changes little.")
+    text += (f", {ratio:.2f}x the {rival.throughput_tokens_per_s:.3g} of {rival_policy.value} "
+             f"batching at its best cap ({rival.cap})")
+    if noisiest is not None and spread is not None and 1 / (1 + spread) < ratio < 1 + spread:
+        text += (f". That is within this machine's noise: the engine's own "
+                 f"{noisiest.policy.value} run at cap {noisiest.cap} took {spread:.0%} longer "
+                 "on one repeat than on another, so these figures do not rank the policies")
     return text + "."
 
 

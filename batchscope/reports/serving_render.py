@@ -443,6 +443,7 @@ class CalibrationRow:
     error: str
     model_only: str  # tokens/s on the sweep's step times alone
     share: str
+    repeats: str  # how far the run's repeats differed (slowest over fastest, minus 1)
     forward_calls: str
     startup: str
 
@@ -462,23 +463,34 @@ def calibration_rows(result: WhatIf) -> list[CalibrationRow]:
                            error=fmt.signed_pct(p.error),
                            model_only=fmt.number(_model_only_tokens_per_s(p)),
                            share=fmt.pct(p.engine_share),
+                           repeats=(fmt.pct(p.repeat_spread, 1) if p.repeat_spread is not None
+                                    else fmt.MISSING),
                            forward_calls=f"{p.engine_forward_calls:,}",
                            startup=fmt.seconds(p.startup_s) if p.startup_s > 0 else fmt.MISSING)
             for points in _by_policy(result.engine).values() for p in points]
 
 
 def calibration_caption(result: WhatIf) -> str:
-    """Under the calibration table: what ran, and how."""
+    """Under the calibration table: what ran, and how far its own repeats moved."""
     engine = result.engine
     if engine is None:
         return ""
-    return (f"{_engine_name(engine)} on requests that all arrived at once, outputs cut to "
+    text = (f"{_engine_name(engine)} on requests that all arrived at once, outputs cut to "
             f"{engine.max_output_tokens:,} tokens, the fastest of {engine.repeats} "
             f"run{'s' if engine.repeats != 1 else ''} kept ({fmt.seconds(engine.wall_s)} in "
             "all); simulated with the engine's fitted cost per step, and with the sweep's step "
-            "times alone (model only). Each measured figure is one timed run with no interval: "
-            "on a shared machine a run minutes later can differ by 10-30%, so an error or a "
-            "policy's lead within that is within noise.")
+            "times alone (model only). ")
+    noisiest = engine.noise()
+    if noisiest is None or noisiest.repeat_spread is None:
+        return text + ("Each measured figure is one timed run with no interval: on a shared "
+                       "machine a run minutes later can differ by 10-30%, so an error or a "
+                       "policy's lead within that is within noise.")
+    return text + (f"Repeats apart: the slowest of a run's repeats over its fastest. Up to "
+                   f"{fmt.pct(noisiest.repeat_spread, 1)} here ({noisiest.policy.value} at cap "
+                   f"{noisiest.cap}): every simulated figure carries at least that much "
+                   "uncertainty, and a run minutes later can differ by more (10-30% on a "
+                   "shared machine), so an error or a policy's lead within it is within "
+                   "noise.")
 
 
 def document(result: WhatIf) -> dict[str, Any]:
@@ -532,10 +544,11 @@ def render_markdown(result: WhatIf) -> str:
     if engine_rows:
         lines += ["", f"### {ENGINE_TITLE}", "", md_text(calibration_caption(result)), "",
                   ("| policy | cap | requests | measured tokens/s | simulated tokens/s | error | "
-                   "model-only tokens/s | engine share | forward calls | start-up |"),
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                   "model-only tokens/s | engine share | repeats apart | forward calls | "
+                   "start-up |"),
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r.policy.value} | {r.cap} | {r.requests} | {r.measured} | "
-                  f"{r.simulated} | {r.error} | {r.model_only} | {r.share} | "
+                  f"{r.simulated} | {r.error} | {r.model_only} | {r.share} | {r.repeats} | "
                   f"{r.forward_calls} | {r.startup} |" for r in engine_rows]
     lines += ["", "Assumptions: " + " ".join(md_text(a, limit=4000) for a in assumptions(result)),
               ""]
@@ -564,10 +577,11 @@ def print_serving(console: Console, result: WhatIf) -> None:
     engine = Table(title=Text(f"{ENGINE_TITLE} ({_engine_name(result.engine)})"),
                    title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("policy", "cap", "requests", "measured tok/s", "simulated tok/s", "error",
-                "model-only tok/s", "engine share", "forward calls", "start-up"):
+                "model-only tok/s", "engine share", "repeats apart", "forward calls",
+                "start-up"):
         engine.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for r in engine_rows:
         engine.add_row(*(Text(cell) for cell in (
             r.policy.value, str(r.cap), str(r.requests), r.measured, r.simulated, r.error,
-            r.model_only, r.share, r.forward_calls, r.startup)))
+            r.model_only, r.share, r.repeats, r.forward_calls, r.startup)))
     console.print(engine)

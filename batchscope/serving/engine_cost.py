@@ -87,6 +87,15 @@ def _simulate(run: EngineRun, step_s: StepTime, prefill: PrefillFit) -> Simulati
         raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
 
 
+def repeat_spreads(runs: list[EngineRun]) -> dict[tuple[Policy, int], float]:
+    """Per policy and cap run more than once, its slowest repeat's time over its fastest's,
+    minus 1: the same requests served again on the same machine."""
+    spans: dict[tuple[Policy, int], list[float]] = {}
+    for run in runs:
+        spans.setdefault((run.policy, run.cap), []).append(run.span_s)
+    return {key: max(v) / min(v) - 1 for key, v in spans.items() if len(v) > 1 and min(v) > 0}
+
+
 def fastest_runs(runs: list[EngineRun]) -> list[EngineRun]:
     """One run per policy and cap: the fastest of its repeats (noise only adds time)."""
     best: dict[tuple[Policy, int], EngineRun] = {}
@@ -119,6 +128,7 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
         if mine:
             costs.append(EngineCost(policy, _cost_points(mine)))
     by_policy = {c.policy: c for c in costs}
+    spreads = repeat_spreads(measurement.runs)
     points = []
     for run in runs:
         sim = alone[(run.policy, run.cap)]
@@ -134,7 +144,8 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
             measured_tokens_per_s=run.output_tokens / run.span_s,
             simulated_tokens_per_s=run.output_tokens / simulated_s,
             error=run.span_s / simulated_s - 1,
-            engine_share=max(1 - model_only_s / run.span_s, 0.0)))
+            engine_share=max(1 - model_only_s / run.span_s, 0.0),
+            repeat_spread=spreads.get((run.policy, run.cap))))
     return EngineCalibration(
         engine=measurement.engine, engine_version=measurement.engine_version, costs=costs,
         points=points, max_output_tokens=measurement.max_output_tokens,

@@ -63,8 +63,9 @@ SLO_SEARCH_CEILING = 1e6
 MAX_REQUESTS = 100_000
 # A server taking more requests per second than this is not one a CPU or GPU step time gives.
 MAX_RATE_PER_S = 1e9
-# Continuous batching within this factor of static's throughput is "about the same" (the
-# pick's sentence says so: reports/flag_text.serving_pick_text).
+# One policy within this factor of the other's throughput is "about the same" (the pick's
+# sentence says so: reports/flag_text.serving_pick_text); static batching is picked over
+# continuous only beyond it, and beyond the engine's own measured noise.
 SAME_THROUGHPUT = 1.05
 # Caps (or SLO rates) within this share of the best count as tied: the fewer rows wins.
 TIE_SHARE = 0.99
@@ -269,13 +270,19 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
         saturated_rate_per_s=saturated,
         rates_per_s=rates, caps=caps,
         runs=runs, best=best, max_rate_within_slo=slo_rates,
-        recommendation=recommend(best, slo_rates, options.slo),
+        recommendation=recommend(best, slo_rates, options.slo, _noise(engine)),
         prefill=prefill, engine=engine,
     )
     if not _finite(to_builtins(result)):  # a hostile report whose times overflow somewhere
         raise UsageError("the report's step times give figures out of any real range (a "
                          "time or size that overflows).")
     return result
+
+
+def _noise(engine: EngineCalibration | None) -> float | None:
+    """How far the engine's own calibration repeats differed at most (None without)."""
+    noisiest = engine.noise() if engine is not None else None
+    return noisiest.repeat_spread if noisiest is not None else None
 
 
 def _prefill(options: WhatIfOptions) -> PrefillFit:
@@ -351,10 +358,13 @@ def _finite(value: Any) -> bool:
 
 
 def recommend(best: dict[Policy, ServingRun | None], slo_rates: list[SloRate],
-              slo: Slo) -> ServingPick:
+              slo: Slo, noise: float | None = None) -> ServingPick:
     """The policy and cap to serve with: under an SLO, the highest rate within it
     (continuous, then the fewest rows, among those within :data:`TIE_SHARE` of it; no cap
-    when none meets it); without one, continuous batching at its best cap."""
+    when none meets it); without one, continuous batching at its best cap, unless static
+    batching's best serves more by a margin the evidence carries: beyond
+    :data:`SAME_THROUGHPUT` and beyond ``noise`` (how far the engine's own repeats
+    differed, :meth:`EngineCalibration.noise`)."""
     if slo.given:
         feasible = [r for r in slo_rates if r.max_rate_per_s]
         if not feasible:
@@ -363,6 +373,10 @@ def recommend(best: dict[Policy, ServingRun | None], slo_rates: list[SloRate],
         pick = min((r for r in feasible if (r.max_rate_per_s or 0.0) >= TIE_SHARE * top),
                    key=lambda r: (r.policy != Policy.CONTINUOUS, r.cap))
         return ServingPick(policy=pick.policy, cap=pick.cap, max_rate_per_s=pick.max_rate_per_s)
-    cont = best.get(Policy.CONTINUOUS)
+    cont, stat = best.get(Policy.CONTINUOUS), best.get(Policy.STATIC)
+    margin = max(SAME_THROUGHPUT, 1 + (noise or 0.0))
+    if stat is not None and (cont is None or stat.throughput_tokens_per_s
+                             > margin * cont.throughput_tokens_per_s):
+        return ServingPick(policy=Policy.STATIC, cap=stat.cap, max_rate_per_s=None)
     return ServingPick(policy=Policy.CONTINUOUS, cap=cont.cap if cont is not None else None,
                        max_rate_per_s=None)

@@ -17,6 +17,7 @@ from batchscope.records.engine import Engine, PrefillPoint, PrefillSource
 from batchscope.records.policy import Policy
 from batchscope.records.serving import WhatIf
 from batchscope.reports import fmt
+from batchscope.reports.flag_text import serving_pick_text
 from batchscope.reports.serving_render import (
     ENGINE_TITLE,
     assumptions,
@@ -51,9 +52,12 @@ def _runs(span_s: dict[tuple[Policy, int], float]) -> list[EngineRun]:
             for policy in (Policy.STATIC, Policy.CONTINUOUS) for cap in CAPS]
 
 
-def _options(span_s: dict[tuple[Policy, int], float], version: str = VERSION
-             ) -> WhatIfOptions:
-    measured = EngineMeasurement(Engine.TRANSFORMERS, version, _runs(span_s), PREFILL,
+def _options(span_s: dict[tuple[Policy, int], float], version: str = VERSION,
+             repeat: dict[tuple[Policy, int], float] | None = None) -> WhatIfOptions:
+    """The engine measured at ``span_s``; with ``repeat``, each run again at that span (a
+    second repeat, interleaved as the calibration runs them)."""
+    runs = _runs(span_s) + (_runs(repeat) if repeat is not None else [])
+    measured = EngineMeasurement(Engine.TRANSFORMERS, version, runs, PREFILL,
                                  max_output_tokens=OUTPUT, repeats=2, wall_s=12.0)
     return WhatIfOptions(requests=60, output_tokens=TokenRange(8, 32), caps=list(CAPS),
                          rates_per_s=[1.0, 50.0], engine=measured, prefill_points=PREFILL)
@@ -119,9 +123,10 @@ def test_html_shows_the_calibration_table(slow_engine):
         assert row[5] == fmt.signed_pct(p.error)
         assert row[6] == fmt.number(p.output_tokens / p.model_only_s)
         assert row[7] == fmt.pct(2 / 3)
-        assert row[8] == str(OUTPUT + 1 + p.cap)
-        assert row[9] == (fmt.seconds(STARTUP_S) if p.policy == Policy.CONTINUOUS
-                          else fmt.MISSING)
+        assert row[8] == fmt.MISSING  # one run each: no repeat to compare
+        assert row[9] == str(OUTPUT + 1 + p.cap)
+        assert row[10] == (fmt.seconds(STARTUP_S) if p.policy == Policy.CONTINUOUS
+                           else fmt.MISSING)
 
 
 def test_markdown_shows_the_calibration_table_after_the_runs(slow_engine):
@@ -133,7 +138,7 @@ def test_markdown_shows_the_calibration_table_after_the_runs(slow_engine):
         row = (f"| {p.policy.value} | {p.cap} | {p.requests} | "
                f"{fmt.number(p.measured_tokens_per_s)} | {fmt.number(p.simulated_tokens_per_s)} "
                f"| {fmt.signed_pct(p.error)} | {fmt.number(p.output_tokens / p.model_only_s)} | "
-               f"{fmt.pct(p.engine_share)} | {p.engine_forward_calls} |")
+               f"{fmt.pct(p.engine_share)} | {fmt.MISSING} | {p.engine_forward_calls} |")
         assert row in text
 
 
@@ -256,3 +261,78 @@ def test_the_terminal_shows_the_calibration(slow_engine):
     assert engine is not None
     for p in engine.points:
         assert fmt.number(p.measured_tokens_per_s) in shown
+
+
+def _noisy(model_only_s: dict[tuple[Policy, int], float], static: float, continuous: float,
+           spread: float) -> WhatIf:
+    """Static's runs at ``static`` × the model's steps, continuous's at ``continuous`` ×;
+    each run repeated once, every repeat 1 + ``spread`` times as long, except continuous at
+    the middle cap whose repeat takes 1 + 2 × ``spread`` (the noisiest)."""
+    factor = {Policy.STATIC: static, Policy.CONTINUOUS: continuous}
+    fast = {key: factor[key[0]] * s for key, s in model_only_s.items()}
+    slow = {key: s * (1 + (2 * spread if key == (Policy.CONTINUOUS, CAPS[1]) else spread))
+            for key, s in fast.items()}
+    options = _options(fast, repeat=slow)
+    return what_if(decode_model(), options)
+
+
+def test_the_repeats_apart_are_measured_and_the_fastest_is_kept(model_only_s):
+    result = _noisy(model_only_s, 2.0, 2.0, 0.1)
+    engine = result.engine
+    assert engine is not None
+    for p in engine.points:
+        expected = 0.2 if (p.policy, p.cap) == (Policy.CONTINUOUS, CAPS[1]) else 0.1
+        assert p.repeat_spread == pytest.approx(expected)
+        # The fastest repeat is the measured figure.
+        assert p.measured_s == pytest.approx(2.0 * model_only_s[p.policy, p.cap])
+    noisiest = engine.noise()
+    assert noisiest is not None and (noisiest.policy, noisiest.cap) == (Policy.CONTINUOUS,
+                                                                          CAPS[1])
+    cells = [row.split("</td><td>") for row in
+             re.findall(r"<tr><td>(.*?)</td></tr>", _section(render_html(result), "engine"))]
+    shown = {(c[0], c[1]): c[8] for c in cells}
+    assert shown[Policy.CONTINUOUS.value, str(CAPS[1])] == fmt.pct(0.2, 1)
+    assert shown[Policy.STATIC.value, str(CAPS[0])] == fmt.pct(0.1, 1)
+    caption = render_markdown(result)
+    assert (f"Up to {fmt.pct(0.2, 1)} here (continuous at cap {CAPS[1]}): every simulated "
+            "figure carries at least that much uncertainty") in caption
+    # An old record without repeats loads, and says the general caveat instead.
+    old = dataclasses.replace(engine, points=[dataclasses.replace(p, repeat_spread=None)
+                                              for p in engine.points])
+    assert old.noise() is None
+    back = decode(to_builtins(result), WhatIf)
+    assert back.engine is not None and back.engine.noise() == noisiest
+
+
+def _ratio(result: WhatIf) -> float:
+    cont, stat = result.best[Policy.CONTINUOUS], result.best[Policy.STATIC]
+    assert cont is not None and stat is not None
+    return cont.throughput_tokens_per_s / stat.throughput_tokens_per_s
+
+
+def test_a_lead_within_the_engines_noise_does_not_rank_the_policies(model_only_s):
+    # Continuous's engine 15% slower than static's, the repeats 30% apart (60% at worst).
+    result = _noisy(model_only_s, 2.0, 2.3, 0.3)
+    ratio = _ratio(result)
+    assert 1.05 < max(ratio, 1 / ratio) < 1.6  # beyond "about the same", within the noise
+    assert result.recommendation.policy == Policy.CONTINUOUS
+    sentence = serving_pick_text(result)
+    assert f"{ratio:.2f}x the" in sentence
+    assert ("That is within this machine's noise: the engine's own continuous run at cap "
+            f"{CAPS[1]} took 60% longer on one repeat than on another, so these figures do "
+            "not rank the policies.") in sentence
+
+
+def test_static_is_picked_where_its_lead_is_beyond_the_noise(model_only_s):
+    # Continuous's engine twice as slow as static's; the repeats 2% apart (4% at worst).
+    result = _noisy(model_only_s, 1.0, 2.0, 0.02)
+    ratio = _ratio(result)
+    assert ratio < 1 / 1.05
+    assert result.recommendation.policy == Policy.STATIC
+    stat = result.best[Policy.STATIC]
+    assert stat is not None and result.recommendation.cap == stat.cap
+    sentence = serving_pick_text(result)
+    assert sentence.startswith("At the highest rate offered")
+    assert f"static batching capped at {stat.cap} rows serves" in sentence
+    assert f"{1 / ratio:.2f}x the" in sentence and "of continuous batching" in sentence
+    assert "noise" not in sentence
