@@ -111,9 +111,12 @@ class CalibrationPoint:
     simulated_tokens_per_s: float  # with the engine's cost
     error: float  # simulated throughput over measured, minus 1
     engine_share: float  # the share of measured_s the sweep's step times do not account for
-    # The slowest of the run's repeats over the fastest, minus 1: how far the same run moved
-    # on this machine within the calibration (None: a single run, no repeat to compare).
+    # The second-fastest of the run's repeats over the fastest, minus 1: how far the figure
+    # kept would move with the next best run of the same requests on this machine (None: a
+    # single run, no repeat to compare).
     repeat_spread: float | None = None
+    runs: int | None = None  # the repeats run, more where the first two were far apart
+    # (None: a record from before they were counted)
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,8 @@ class EngineCalibration:
     costs: list[EngineCost]
     points: list[CalibrationPoint]
     max_output_tokens: int  # each calibration request generated at most this many
-    repeats: int  # runs of each policy and cap; the fastest is kept (noise only adds time)
+    repeats: int  # runs of each policy and cap at least; the fastest is kept (noise only adds
+    # time); a run whose two fastest differed by over 10% was run again (points[].runs)
     wall_s: float  # the calibration's own time, warm-up and prefill timing included
 
     def cost(self, policy: Policy) -> EngineCost | None:

@@ -721,9 +721,10 @@ def serving_pick_text(what_if: WhatIf) -> str:
     text += (f", {ratio:.2f}x the {rival.throughput_tokens_per_s:.3g} of {rival_policy.value} "
              f"batching at its best cap ({rival.cap})")
     if noisiest is not None and spread is not None and 1 / (1 + spread) < ratio < 1 + spread:
-        text += (f". That is within this machine's noise: the engine's own "
-                 f"{noisiest.policy.value} run at cap {noisiest.cap} took {spread:.0%} longer "
-                 "on one repeat than on another, so these figures do not rank the policies")
+        text += (f". That is within this machine's noise: the second-fastest repeat of the "
+                 f"engine's own {noisiest.policy.value} run at cap {noisiest.cap} took "
+                 f"{spread:.0%} longer than its fastest, so these figures do not rank the "
+                 "policies")
     return text + "."
 
 

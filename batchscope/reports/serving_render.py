@@ -453,6 +453,17 @@ def _model_only_tokens_per_s(point: CalibrationPoint) -> float | None:
     return point.output_tokens / s if 0 < s < float("inf") else None
 
 
+def _repeats_apart(point: CalibrationPoint, repeats: int) -> str:
+    """How far the run's two fastest repeats were apart, and how many runs it took where
+    more than the calibration's usual number."""
+    if point.repeat_spread is None:
+        return fmt.MISSING
+    text = fmt.pct(point.repeat_spread, 1)
+    if point.runs is not None and point.runs > repeats:
+        text += f" ({point.runs} runs)"
+    return text
+
+
 def calibration_rows(result: WhatIf) -> list[CalibrationRow]:
     """The engine's calibration runs, by policy and cap (none without --engine)."""
     if result.engine is None:
@@ -463,8 +474,7 @@ def calibration_rows(result: WhatIf) -> list[CalibrationRow]:
                            error=fmt.signed_pct(p.error),
                            model_only=fmt.number(_model_only_tokens_per_s(p)),
                            share=fmt.pct(p.engine_share),
-                           repeats=(fmt.pct(p.repeat_spread, 1) if p.repeat_spread is not None
-                                    else fmt.MISSING),
+                           repeats=_repeats_apart(p, result.engine.repeats),
                            forward_calls=f"{p.engine_forward_calls:,}",
                            startup=fmt.seconds(p.startup_s) if p.startup_s > 0 else fmt.MISSING)
             for points in _by_policy(result.engine).values() for p in points]
@@ -475,17 +485,19 @@ def calibration_caption(result: WhatIf) -> str:
     engine = result.engine
     if engine is None:
         return ""
+    more = any(p.runs is not None and p.runs > engine.repeats for p in engine.points)
     text = (f"{_engine_name(engine)} on requests that all arrived at once, outputs cut to "
             f"{engine.max_output_tokens:,} tokens, the fastest of {engine.repeats} "
-            f"run{'s' if engine.repeats != 1 else ''} kept ({fmt.seconds(engine.wall_s)} in "
-            "all); simulated with the engine's fitted cost per step, and with the sweep's step "
-            "times alone (model only). ")
+            f"run{'s' if engine.repeats != 1 else ''}"
+            f"{' (more where the first were far apart)' if more else ''} kept "
+            f"({fmt.seconds(engine.wall_s)} in all); simulated with the engine's fitted cost "
+            "per step, and with the sweep's step times alone (model only). ")
     noisiest = engine.noise()
     if noisiest is None or noisiest.repeat_spread is None:
         return text + ("Each measured figure is one timed run with no interval: on a shared "
                        "machine a run minutes later can differ by 10-30%, so an error or a "
                        "policy's lead within that is within noise.")
-    return text + (f"Repeats apart: the slowest of a run's repeats over its fastest. Up to "
+    return text + (f"Repeats apart: a run's second-fastest repeat over its fastest. Up to "
                    f"{fmt.pct(noisiest.repeat_spread, 1)} here ({noisiest.policy.value} at cap "
                    f"{noisiest.cap}): every simulated figure carries at least that much "
                    "uncertainty, and a run minutes later can differ by more (10-30% on a "

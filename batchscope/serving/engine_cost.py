@@ -87,13 +87,19 @@ def _simulate(run: EngineRun, step_s: StepTime, prefill: PrefillFit) -> Simulati
         raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
 
 
-def repeat_spreads(runs: list[EngineRun]) -> dict[tuple[Policy, int], float]:
-    """Per policy and cap run more than once, its slowest repeat's time over its fastest's,
-    minus 1: the same requests served again on the same machine."""
+def repeat_spreads(runs: list[EngineRun]) -> dict[tuple[Policy, int], tuple[float, int]]:
+    """Per policy and cap run more than once: its second-fastest repeat's time over its
+    fastest's, minus 1 (how far the figure kept, the fastest, would move with the next best
+    run: the same requests served again on the same machine), and how many runs it took."""
     spans: dict[tuple[Policy, int], list[float]] = {}
     for run in runs:
         spans.setdefault((run.policy, run.cap), []).append(run.span_s)
-    return {key: max(v) / min(v) - 1 for key, v in spans.items() if len(v) > 1 and min(v) > 0}
+    out = {}
+    for key, v in spans.items():
+        v.sort()
+        if len(v) > 1 and v[0] > 0:
+            out[key] = (v[1] / v[0] - 1, len(v))
+    return out
 
 
 def fastest_runs(runs: list[EngineRun]) -> list[EngineRun]:
@@ -131,7 +137,8 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
     spreads = repeat_spreads(measurement.runs)
     points = []
     for run in runs:
-        sim = alone[(run.policy, run.cap)]
+        key = (run.policy, run.cap)
+        sim = alone[key]
         fitted = _simulate(run, with_engine(step_s, by_policy.get(run.policy)), prefill)
         model_only_s, simulated_s = _span_s(sim), _span_s(fitted)
         points.append(CalibrationPoint(
@@ -145,7 +152,8 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
             simulated_tokens_per_s=run.output_tokens / simulated_s,
             error=run.span_s / simulated_s - 1,
             engine_share=max(1 - model_only_s / run.span_s, 0.0),
-            repeat_spread=spreads.get((run.policy, run.cap))))
+            repeat_spread=spreads[key][0] if key in spreads else None,
+            runs=spreads[key][1] if key in spreads else 1))
     return EngineCalibration(
         engine=measurement.engine, engine_version=measurement.engine_version, costs=costs,
         points=points, max_output_tokens=measurement.max_output_tokens,

@@ -25,13 +25,17 @@ from batchscope.serving.engine_cost import (
     fastest_runs,
     fit_engine,
     fit_prefill,
+    repeat_spreads,
     with_engine,
 )
+from batchscope.serving.engines import calibrate
 from batchscope.serving.engines.calibrate import (
+    MAX_REPEATS,
     calibration_caps,
     calibration_requests,
     measure_engine,
     prompt_lengths,
+    settled,
 )
 from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, ServedTiming
 from batchscope.serving.requests import Request, TokenRange
@@ -187,6 +191,59 @@ def test_serving_plan_gives_the_streams_lengths_and_the_caps():
     stream, caps = serving_plan(report, WhatIfOptions(requests=7, caps=[4, 2]))
     assert len(stream) == 7 and caps == [2, 4]
     assert {r.prompt_tokens for r in stream} == {128}  # the sweep's context
+
+
+class _ScriptedEngine:
+    """An engine driver whose runs take scripted spans: ``spans[(policy, cap)]`` in turn (the
+    last repeated), so the calibration's repeat logic is checked without an engine."""
+
+    def __init__(self, spans: dict[tuple[Policy, int], list[float]]):
+        self.spans = spans
+        self.served: list[tuple[Policy, int]] = []
+
+    def load_engine_model(self, target):
+        return object()
+
+    def engine_version(self):
+        return "scripted"
+
+    def time_prefill(self, model, prompts):
+        return [PrefillPoint(p, 1e-3) for p in prompts]
+
+    def serve(self, model, policy, requests, cap):
+        if all(r.output_tokens <= 2 for r in requests):  # the warm-up (outputs cut to 2)
+            return EngineRun(policy, cap, [], 0, 0.0)
+        script = self.spans[(policy, cap)]
+        n = sum(1 for key in self.served if key == (policy, cap))
+        self.served.append((policy, cap))
+        span = script[min(n, len(script) - 1)]
+        return EngineRun(policy, cap, [ServedTiming(r, span, r.output_tokens)
+                                       for r in requests], 1, span)
+
+
+def test_runs_whose_first_repeats_are_far_apart_are_run_again(monkeypatch):
+    quiet, noisy = (Policy.STATIC, 4), (Policy.CONTINUOUS, 4)
+    # Static at cap 4: 1.00 then 1.05 s (settled). Continuous at cap 4: 1.0 then 1.5 (50%
+    # apart), then 1.3 (the two fastest still 30% apart), then 1.02 (settled at 2%).
+    spans = {(p, c): [1.0, 1.05] for p in Policy for c in (1, 4)}
+    spans[noisy] = [1.0, 1.5, 1.3, 1.02]
+    driver = _ScriptedEngine(spans)
+    monkeypatch.setattr(calibrate, "_driver", lambda engine: driver)
+    measured = measure_engine(Engine.TRANSFORMERS, "decode.py",
+                              [Request(0, 8, 4)] * 4, [4])
+    assert driver.served.count(quiet) == 2 and driver.served.count(noisy) == MAX_REPEATS
+    assert driver.served.count((Policy.STATIC, 1)) == 2  # cap 1 is calibrated too
+    assert settled(measured.runs, *quiet) and settled(measured.runs, *noisy)
+    # Never more than MAX_REPEATS: a run that never settles stops there.
+    spans[noisy] = [1.0, 2.0, 3.0, 4.0, 5.0]
+    driver = _ScriptedEngine(spans)
+    monkeypatch.setattr(calibrate, "_driver", lambda engine: driver)
+    measured = measure_engine(Engine.TRANSFORMERS, "decode.py", [Request(0, 8, 4)] * 4, [4])
+    assert driver.served.count(noisy) == MAX_REPEATS and not settled(measured.runs, *noisy)
+    # What the calibration records: the second-fastest over the fastest, and the runs.
+    spreads = repeat_spreads(measured.runs)
+    assert spreads[noisy] == (pytest.approx(1.0), MAX_REPEATS)
+    assert spreads[quiet] == (pytest.approx(0.05), 2)
 
 
 @pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])

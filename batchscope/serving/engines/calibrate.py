@@ -3,8 +3,9 @@ report's own model, and the model's prefill timed at the stream's prompt lengths
 
 At each calibration cap each policy serves ``REQUESTS_PER_CAP × cap`` requests drawn from
 the stream (their prompt lengths, outputs cut to ``max_output_tokens``), all arriving at
-once, ``repeats`` times, interleaved; :mod:`batchscope.serving.engine_cost` keeps the
-fastest and fits the engine's cost from them. The calibration caps are the smallest, the
+once, ``repeats`` times, interleaved, and again (up to ``MAX_REPEATS`` times) where its two
+fastest repeats differ by more than ``STABLE_SPREAD``; :mod:`batchscope.serving.engine_cost`
+keeps the fastest and fits the engine's cost from them. The calibration caps are the smallest, the
 largest and the middle of the caps the what-if tries, and 1: a server under a light load
 runs many steps of a row or two, where an engine's own cost weighs most (held flat below
 the smallest cap calibrated, the cost of a step of 1-3 rows came out 20-30% short in the
@@ -28,6 +29,13 @@ REQUESTS_PER_CAP = 2
 # below the stream's own, its contexts would be shorter than the stream's).
 MAX_OUTPUT_TOKENS = 64
 REPEATS = 2
+# A run whose two fastest repeats are further apart than this is run again (interleaved with
+# the others that are), up to MAX_REPEATS in all: on a shared machine a slow window can take
+# both first repeats of one run, and the simulation would inherit it (in one benchmark run a
+# calibration's repeats were 46% apart and every simulated figure of that stream came out
+# 6-20% slow).
+STABLE_SPREAD = 0.10
+MAX_REPEATS = 4
 MAX_CALIBRATION_CAPS = 3
 # Engines that need a GPU and are not run here: one sentence, not a traceback.
 GPU_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
@@ -80,10 +88,20 @@ def measure_prefill(target: str, stream: list[Request]) -> list[PrefillPoint] | 
     return transformers_engine.time_prefill(model, prompt_lengths(stream))
 
 
+def settled(runs: list[EngineRun], policy: Policy, cap: int) -> bool:
+    """Whether the two fastest of the runs of ``policy`` at ``cap`` agree within
+    :data:`STABLE_SPREAD` (one run alone: not settled)."""
+    spans = sorted(r.span_s for r in runs if r.policy == policy and r.cap == cap)
+    return len(spans) >= 2 and spans[1] <= (1 + STABLE_SPREAD) * spans[0]
+
+
 def measure_engine(engine: Engine, target: str, stream: list[Request], caps: list[int],
                    max_output_tokens: int = MAX_OUTPUT_TOKENS,
-                   repeats: int = REPEATS) -> EngineMeasurement:
-    """Run ``engine`` on ``target``'s model at the calibration caps.
+                   repeats: int = REPEATS, max_repeats: int = MAX_REPEATS
+                   ) -> EngineMeasurement:
+    """Run ``engine`` on ``target``'s model at the calibration caps: ``repeats`` rounds of
+    every policy and cap, then more rounds of the runs whose two fastest repeats are not
+    yet :func:`settled`, up to ``max_repeats`` runs of each.
 
     Raises:
         UsageError: the engine is not available here, or the report names no model it can
@@ -107,8 +125,15 @@ def measure_engine(engine: Engine, target: str, stream: list[Request], caps: lis
     warm_up = calibration_requests(stream, 1, 2)
     for policy in Policy:  # one-time costs (first calls, lazy imports) out of the timings
         serve(policy, warm_up, 1)
+    plan = [(policy, cap) for cap in calibration_caps(caps) for policy in Policy]
     runs = [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
-            for _ in range(repeats) for cap in calibration_caps(caps) for policy in Policy]
+            for _ in range(repeats) for policy, cap in plan]
+    for _ in range(max(max_repeats - repeats, 0)):
+        unsettled = [key for key in plan if not settled(runs, *key)]
+        if not unsettled:
+            break
+        runs += [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
+                 for policy, cap in unsettled]
     return EngineMeasurement(engine=engine, engine_version=driver.engine_version(), runs=runs,
                              prefill=prefill, max_output_tokens=max_output_tokens,
                              repeats=repeats, wall_s=time.perf_counter() - started)
