@@ -26,7 +26,8 @@ and cap, the error, and continuous over static measured against simulated. With
 ``--default-cache`` also one ``generate_batch()`` call with transformers' default cache
 sizing (90% of free memory), the issue's setting, for its start-up cost.
 
-    python benchmarks/serving_engine.py --json docs/data/serving_engine_epyc.json
+    python benchmarks/serving_engine.py --default-cache \
+        --json docs/data/serving_engine_epyc_run3.json
 """
 
 from __future__ import annotations
