@@ -443,7 +443,7 @@ class CalibrationRow:
     error: str
     model_only: str  # tokens/s on the sweep's step times alone
     share: str
-    repeats: str  # how far the run's repeats differed (slowest over fastest, minus 1)
+    repeats: str  # how far the run's two fastest repeats differed, and its runs where more
     forward_calls: str
     startup: str
 
