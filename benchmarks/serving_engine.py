@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from batchscope.records.policy import Policy
 from batchscope.serving.engines import transformers_engine as te
 from batchscope.serving.engines.calibrate import MAX_REPEATS, settled
+from batchscope.serving.engines.runs import two_fastest_spread
 from batchscope.serving.requests import Request, trace_rate_per_s
 from benchmarks._common import PYTHON, run_timed
 
@@ -63,12 +64,6 @@ REQUESTS = {"offline": 32, "poisson": 48}
 # every cap and policy alike, which tells nothing).
 LOAD = 0.6
 REPEATS = 2
-
-
-def second_fastest(tokens_per_s: list[float]) -> float:
-    """The fastest run's throughput over the second-fastest's (1 with one run)."""
-    ordered = sorted(tokens_per_s, reverse=True)
-    return ordered[0] / ordered[1] if len(ordered) > 1 else 1.0
 
 
 def write_config(folder: Path, layers: int, hidden: int, heads: int) -> None:
@@ -261,7 +256,8 @@ def main() -> None:
                 m = cont["measured_tokens_per_s"] / stat["measured_tokens_per_s"]
                 s = cont["simulated_tokens_per_s"] / stat["simulated_tokens_per_s"]
                 # A tie: the policies differ by less than either's two fastest runs did.
-                spread = max(second_fastest(r["measured_runs"]) for r in (cont, stat))
+                spread = 1 + max(two_fastest_spread([1 / t for t in r["measured_runs"]]) or 0.0
+                                 for r in (cont, stat))
                 tie = 1 / spread <= m <= spread
                 if not tie:
                     ordered += 1

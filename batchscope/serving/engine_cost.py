@@ -30,7 +30,7 @@ from batchscope.records.engine import (
     PrefillSource,
 )
 from batchscope.records.policy import Policy
-from batchscope.serving.engines.runs import EngineMeasurement, EngineRun
+from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, two_fastest_spread
 from batchscope.serving.simulator import Simulation, StepTime, simulate
 
 # A step is never taken as faster than this share of the sweep's own step, whatever the
@@ -94,12 +94,8 @@ def repeat_spreads(runs: list[EngineRun]) -> dict[tuple[Policy, int], tuple[floa
     spans: dict[tuple[Policy, int], list[float]] = {}
     for run in runs:
         spans.setdefault((run.policy, run.cap), []).append(run.span_s)
-    out = {}
-    for key, v in spans.items():
-        v.sort()
-        if len(v) > 1 and v[0] > 0:
-            out[key] = (v[1] / v[0] - 1, len(v))
-    return out
+    return {key: (spread, len(v)) for key, v in spans.items()
+            if (spread := two_fastest_spread(v)) is not None}
 
 
 def fastest_runs(runs: list[EngineRun]) -> list[EngineRun]:

@@ -20,7 +20,7 @@ from typing import Any
 from batchscope.errors import UsageError
 from batchscope.records.engine import Engine, PrefillPoint
 from batchscope.records.policy import Policy
-from batchscope.serving.engines.runs import EngineMeasurement, EngineRun
+from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, two_fastest_spread
 from batchscope.serving.requests import Request
 
 # Each calibration run serves this many full batches at its cap.
@@ -91,8 +91,8 @@ def measure_prefill(target: str, stream: list[Request]) -> list[PrefillPoint] | 
 def settled(runs: list[EngineRun], policy: Policy, cap: int) -> bool:
     """Whether the two fastest of the runs of ``policy`` at ``cap`` agree within
     :data:`STABLE_SPREAD` (one run alone: not settled)."""
-    spans = sorted(r.span_s for r in runs if r.policy == policy and r.cap == cap)
-    return len(spans) >= 2 and spans[1] <= (1 + STABLE_SPREAD) * spans[0]
+    spread = two_fastest_spread([r.span_s for r in runs if r.policy == policy and r.cap == cap])
+    return spread is not None and spread <= STABLE_SPREAD
 
 
 def measure_engine(engine: Engine, target: str, stream: list[Request], caps: list[int],
