@@ -28,6 +28,13 @@ MIB = 2**20
 FP8 = "float8_e4m3fn"  # torch's name of the FP8 format tensor cores run (Hopper and later)
 
 _H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h100/"
+_H100_64GB_SOURCE = (
+    "no NVIDIA datasheet; bandwidth from the configuration BSC's memory group recorded on "
+    "MareNostrum 5's ACC H100 (132 SMs, 1593 MHz HBM2e, 4096-bit bus: 4 of the 5 stacks of "
+    "an 80 GB part; 1593e6 x 2 x 4096 / 8 = 1631 GB/s, 1570 GB/s measured reading), "
+    "https://github.com/bsc-mem/Mess-Results/blob/635f30b952f809983b025df56b47209ac38b1627/"
+    "Systems/HPC/MN5/MN5-ACC/GPU/README.md; tensor peaks as the 80 GB SXM5 (inferred)"
+)
 _H200_SHEET = "NVIDIA H200 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h200/"
 _A100_SHEET = (
     "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/en-zz/Solutions/"
@@ -135,6 +142,13 @@ SPECS: tuple[GpuSpec, ...] = (
             bandwidth_bytes_per_s=2000 * GB_PER_S, memory_bytes=80 * GIB,
             source=_H100_SHEET, l2_bytes=50 * MIB,
             **_sparse_sheet(51, 756, 1513, fp8_sparse_tf=3026)),
+    # The 64 GB SXM5 part (MareNostrum 5's accelerated nodes; PCI ID 2337) has no NVIDIA
+    # datasheet: see _H100_64GB_SOURCE. Tensor peaks as the 80 GB SXM5 (the same 132 SMs
+    # and 700 W), an inference.
+    GpuSpec("H100 SXM5 64GB", (r"h100( sxm5?)? 64gb( hbm2e?)?",),
+            bandwidth_bytes_per_s=1631 * GB_PER_S, memory_bytes=64 * GIB,
+            source=_H100_64GB_SOURCE, l2_bytes=50 * MIB,
+            **_sparse_sheet(67, 989, 1979, fp8_sparse_tf=3958)),
     GpuSpec("H100 NVL 94GB", (r"h100 nvl",), bandwidth_bytes_per_s=3900 * GB_PER_S,
             memory_bytes=94 * GIB, source=_H100_SHEET, l2_bytes=50 * MIB,
             **_sparse_sheet(60, 835, 1671, fp8_sparse_tf=3341)),

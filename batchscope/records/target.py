@@ -38,6 +38,13 @@ class ModelTerms:
     host_low_s_per_op: float  # the fastest host among the traces
     host_high_s_per_op: float  # the slowest
     traces: list[str] = field(default_factory=list)
+    # Tensor-core GEMMs and fused attention whose bytes over the bandwidth outlast their
+    # FLOPs over the peak: their memory side at this efficiency (the fixed cost stays the
+    # GEMM family's). Read off Nsight Compute exports, whose DRAM bytes are measured (a
+    # trace's GEMMs on that side are too small to tell: roofs under 3 us). None: the
+    # family's one efficiency on both sides.
+    gemm_memory: KernelTerm | None = None
+    ncu_exports: list[str] = field(default_factory=list)
 
 
 class PickRule(str, Enum):
@@ -76,6 +83,19 @@ class TargetBatch:
 
 
 @dataclass(frozen=True)
+class TargetGridPoint:
+    """The step at one batch size and context, predicted; ``input_bytes`` is what the
+    step's inputs hold (the KV cache grows it with the context)."""
+
+    batch_size: int
+    context: int
+    predicted_step_s: float
+    low_s: float
+    high_s: float
+    input_bytes: int
+
+
+@dataclass(frozen=True)
 class TargetSection:
     """The prediction on the named GPU at every batch size asked."""
 
@@ -99,3 +119,13 @@ class TargetSection:
     # Bytes the GPU holds besides the step's tensors: CUDA context and library workspaces.
     reserved_bytes: int
     unit: str = "sample"
+    # --cuda-graphs: the step replayed as one CUDA graph (as vLLM and SGLang decode, or
+    # torch.compile's "reduce-overhead"): no host cost per op, the kernels back to back.
+    cuda_graphs: bool = False
+    # A decode model's step predicted at every batch size and each of its CONTEXTS (the
+    # first as in ``batches``), where it has two or more: what ``diagnose serve`` fits its
+    # step time over context from.
+    context_grid: list[TargetGridPoint] = field(default_factory=list)
+    # The model's weights and buffers, in the dtype predicted (the KV cache's room beside
+    # them is what ``diagnose serve`` takes by default); None in older reports.
+    weight_bytes: int | None = None

@@ -189,11 +189,18 @@ def terms_text(target: TargetSection) -> str:
     fp32 = f"; on the FP32 units {_term(t.gemm_fp32)}" if target.dtype == "float32" else ""
     spread = max(t.gemm.median_abs_log_error, t.gemm_fp32.median_abs_log_error,
                  t.other.median_abs_log_error)
+    memory = (f"; their memory side {fmt.pct(t.gemm_memory.efficiency)}, from "
+              f"{t.gemm_memory.ops} Nsight Compute kernel{'s' if t.gemm_memory.ops != 1 else ''} "
+              f"({', '.join(t.ncu_exports)})" if t.gemm_memory is not None else "")
+    host = ("no host cost per op (each step replayed as one CUDA graph, --cuda-graphs)"
+            if target.cuda_graphs else
+            f"the host {fmt.seconds(t.host_s_per_op)} an op ({fmt.seconds(t.host_low_s_per_op)}"
+            f"–{fmt.seconds(t.host_high_s_per_op)})")
+    band = ("the kernels' variable part at their median error" if target.cuda_graphs else
+            "the host's range and the kernels' variable part at their median error")
     return (f"Model: each kernel max(FLOPs/peak, bytes/bandwidth) / efficiency + a fixed cost "
-            f"(GEMMs {_term(t.gemm)}{fp32}; other ops {_term(t.other)}), the host "
-            f"{fmt.seconds(t.host_s_per_op)} an op ({fmt.seconds(t.host_low_s_per_op)}–"
-            f"{fmt.seconds(t.host_high_s_per_op)}); {calibrated}. The band is the host's range "
-            f"and the kernels' variable part at their median error ({_error_pct(spread)}, the "
+            f"(GEMMs {_term(t.gemm)}{memory}{fp32}; other ops {_term(t.other)}), {host}; "
+            f"{calibrated}. The band is {band} ({_error_pct(spread)}, the "
             "largest of the families').")
 
 

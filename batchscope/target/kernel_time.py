@@ -6,11 +6,13 @@ issues them.
   cores, GEMMs on the plain FP32 units, every other op): the datasheet's
   dense peak in the op's dtype (an fp32 convolution on the TF32 tensor cores where the GPU
   has them, as cuDNN runs it by default; an fp32 matmul on the plain FP32 rate, torch's
-  default) and its bandwidth.
+  default) and its bandwidth. A tensor-core GEMM's bytes run at the memory side's own
+  efficiency where the terms have one (``gemm_memory``: a decode step's GEMVs).
 - Eager PyTorch issues the ops one after another: op ``i`` is issued ``host_s_per_op``
   after op ``i - 1``, and its kernel starts once it is issued and the kernel before it is
   done. The step ends with the last kernel or the last issue, whichever is later. Small
-  batches on a big GPU are launch-bound this way: the GPU waits for the host.
+  batches on a big GPU are launch-bound this way: the GPU waits for the host. A step
+  replayed as a CUDA graph has no host cost per op (``host_s_per_op=0``).
 
 Only ops that move bytes or do FLOPs launch a kernel; views and allocations do not.
 """
@@ -85,11 +87,15 @@ def kernel_time(op: CountedOp, spec: DatasheetSpec, terms: ModelTerms,
     band: the kernels' median error either way)."""
     peak = peak_for(spec, op.dtype, op.name)
     term: KernelTerm = terms.other
+    memory_efficiency = term.efficiency
     if is_gemm(op.name):
         on_fp32_units = op.dtype == FP32 and peak == spec.peak_flops_per_s.get(FP32)
         term = terms.gemm_fp32 if on_fp32_units else terms.gemm
+        memory_efficiency = (terms.gemm_memory.efficiency
+                             if terms.gemm_memory is not None and not on_fp32_units
+                             else term.efficiency)
     compute_s = (op.flops or 0) / peak / term.efficiency * scale
-    memory_s = op.bytes.total / spec.bandwidth_bytes_per_s / term.efficiency * scale
+    memory_s = op.bytes.total / spec.bandwidth_bytes_per_s / memory_efficiency * scale
     return KernelTime(time_s=term.fixed_s + max(compute_s, memory_s), compute_s=compute_s,
                       memory_s=memory_s, fixed_s=term.fixed_s)
 
@@ -120,12 +126,15 @@ def step_time(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
                     memory_s=memory, compute_s=compute, latency_s=latency, launched_ops=n)
 
 
-def band(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms
-         ) -> tuple[float, float]:
+def band(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
+         cuda_graphs: bool = False) -> tuple[float, float]:
     """(low, high) step: the fastest host and kernels at their median error below the
-    model, the slowest host and kernels at their median error above it."""
+    model, the slowest host and kernels at their median error above it (no host under a
+    CUDA graph)."""
     spread = max(terms.gemm.median_abs_log_error, terms.gemm_fp32.median_abs_log_error,
                  terms.other.median_abs_log_error)
-    low = step_time(ops, spec, terms, terms.host_low_s_per_op, math.exp(-spread))
-    high = step_time(ops, spec, terms, terms.host_high_s_per_op, math.exp(spread))
+    low = step_time(ops, spec, terms, 0.0 if cuda_graphs else terms.host_low_s_per_op,
+                    math.exp(-spread))
+    high = step_time(ops, spec, terms, 0.0 if cuda_graphs else terms.host_high_s_per_op,
+                     math.exp(spread))
     return low.step_s, high.step_s

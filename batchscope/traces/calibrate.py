@@ -17,26 +17,40 @@ published measurements the prediction is checked against (docs/benchmarks.md):
   :data:`WAIT_GAPS` median gaps left out: a sync, a pageable copy). The median over such
   traces is the term; their fastest and slowest are its band.
 
-Run ``python -m batchscope.traces.calibrate tests/data/gpu-traces/*.json.gz`` to print the
-terms; ``batchscope/target/calibrated.py`` holds what it printed, and a test recomputes it.
+- **a GEMM's memory side**: a tensor-core GEMM or fused attention whose bytes over the
+  bandwidth clearly outlast its FLOPs over the peak (a decode step's GEMVs: every weight read
+  once per step) runs its memory side at its own efficiency, read off Nsight Compute exports
+  (``tests/data/ncu``), whose DRAM bytes are measured rather than modelled, against the
+  GPU's own DRAM roof at the clocks ncu measured; the fixed cost stays the GEMM family's.
+  The traces' GEMMs on that side are too small to tell (roofs under 3 us).
+
+Run ``python -m batchscope.traces.calibrate tests/data/gpu-traces/*.json.gz --ncu
+'tests/data/ncu/deepseek-ocr-rtx5090/kernel_*/ncu.*.csv' --ncu-gpu 'RTX 5090'`` to print
+the terms; ``batchscope/target/calibrated.py`` holds what it printed, and a test recomputes
+it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import itertools
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchscope.hardware.types import FP32
+from batchscope.hardware.gpu_specs import lookup
+from batchscope.hardware.types import BF16, FP16, FP32
 from batchscope.op_families import family, is_collective
 from batchscope.records import OpStat
 from batchscope.records.target import KernelTerm, ModelTerms
 from batchscope.traces.analysis import trace_result
 from batchscope.traces.diagnose import datasheet_ceilings
 from batchscope.traces.kineto import load_trace
+from batchscope.traces.ncu_diagnose import read_exports
 from batchscope.traces.timeline import build_timeline
 
 # A trace whose device sat idle this share of its step or more was host-bound: its CPU
@@ -47,6 +61,12 @@ WAIT_GAPS = 10
 # The fit's grid: fixed costs 0-10 us in quarter microseconds, efficiencies 5-100%.
 _FIXED_GRID_S = [i * 0.25e-6 for i in range(41)]
 _EFFICIENCY_GRID = [i / 100 for i in range(5, 101)]
+# Kernel names of the GEMM family as ncu prints them: cuBLAS's GEMMs and GEMVs (a GEMV's
+# kernel is a template whose arguments name cublasGemv...), CUTLASS's, fused attention.
+_GEMM_KERNEL = re.compile(r"gemm|gemv|fmha|flash|attention", re.IGNORECASE)
+# A kernel is on the memory side where its DRAM roof is at least this many times its FLOP
+# roof: nearer the ridge its time says as much about its compute.
+MEMORY_SIDE_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -125,8 +145,66 @@ def fit_kernel_term(points: Sequence[KernelPoint]) -> KernelTerm:
                       median_abs_log_error=errors[len(errors) // 2])
 
 
-def calibrate(paths: Sequence[str | Path]) -> ModelTerms:
-    """The model's terms from ``paths`` (torch.profiler traces of real GPUs)."""
+def _kernel_dtype(name: str) -> str:
+    low = name.lower()
+    if "bfloat16" in low or "bf16" in low:
+        return BF16
+    if "half" in low or "fp16" in low or "f16" in low:
+        return FP16
+    return FP32
+
+
+def memory_side_points(paths: Sequence[str | Path], gpu: str, fixed_s: float
+                       ) -> list[KernelPoint]:
+    """The GEMM-family launches of Nsight Compute exports that run on the memory side:
+    each one's DRAM roof (its measured DRAM bytes over the GPU's DRAM peak at the clocks
+    ncu measured) at least :data:`MEMORY_SIDE_MARGIN` times its FLOP roof (at the
+    datasheet's dense peak of ``gpu`` in the kernel's dtype) and at least ``fixed_s`` (a
+    roof under the fixed cost says nothing of the efficiency).
+
+    Raises:
+        ValueError: ``gpu`` is not in the datasheet table.
+    """
+    sheet = lookup(gpu)
+    if sheet is None:
+        raise ValueError(f"{gpu!r} is not a GPU in the datasheet table")
+    points = []
+    for k in read_exports([Path(p) for p in paths]).kernels:
+        if not _GEMM_KERNEL.search(k.kernel_name) or not k.duration_s or not k.dram_bytes:
+            continue
+        bandwidth = k.peak_dram_bytes_per_s or sheet.bandwidth_bytes_per_s
+        peak = sheet.peak_flops_per_s.get(_kernel_dtype(k.kernel_name),
+                                          sheet.peak_flops_per_s[FP32])
+        memory_s, compute_s = k.dram_bytes / bandwidth, (k.flops or 0) / peak
+        if memory_s >= MEMORY_SIDE_MARGIN * compute_s and memory_s >= fixed_s \
+                and k.duration_s > fixed_s:
+            points.append(KernelPoint(Path(k.files[0]).parent.name if k.files else "ncu",
+                                      k.normalised_name, True, False, memory_s,
+                                      k.duration_s, 1))
+    return points
+
+
+def fit_efficiency(points: Sequence[KernelPoint], fixed_s: float) -> KernelTerm:
+    """The efficiency minimising the mean absolute log error of ``fixed_s + roof_s /
+    efficiency`` against the kernels' times, the fixed cost given."""
+    weight = sum(p.calls for p in points)
+
+    def error(eff: float) -> float:
+        return sum(p.calls * abs(math.log(fixed_s + p.roof_s / eff) - math.log(p.time_s))
+                   for p in points)
+
+    eff = min(_EFFICIENCY_GRID, key=error)
+    errors = sorted(abs(math.log(fixed_s + p.roof_s / eff) - math.log(p.time_s))
+                    for p in points)
+    return KernelTerm(fixed_s=fixed_s, efficiency=eff, ops=len(points), calls=weight,
+                      median_abs_log_error=errors[len(errors) // 2])
+
+
+def calibrate(paths: Sequence[str | Path], ncu_paths: Sequence[str | Path] = (),
+              ncu_gpu: str | None = None) -> ModelTerms:
+    """The model's terms from ``paths`` (torch.profiler traces of real GPUs), and the
+    GEMMs' memory side from ``ncu_paths`` (Nsight Compute exports of ``ncu_gpu``) where
+    given."""
     points: list[KernelPoint] = []
     hosts: list[float] = []
     for path in paths:
@@ -144,16 +222,32 @@ def calibrate(paths: Sequence[str | Path]) -> ModelTerms:
     hosts.sort()
     middle = len(hosts) // 2
     central = hosts[middle] if len(hosts) % 2 else (hosts[middle - 1] + hosts[middle]) / 2
-    return ModelTerms(gemm=fit_kernel_term(gemm), gemm_fp32=fit_kernel_term(gemm_fp32),
-                      other=fit_kernel_term(other),
-                      host_s_per_op=central, host_low_s_per_op=min(hosts),
-                      host_high_s_per_op=max(hosts),
-                      traces=sorted({Path(p).name for p in paths}))
+    terms = ModelTerms(gemm=fit_kernel_term(gemm), gemm_fp32=fit_kernel_term(gemm_fp32),
+                       other=fit_kernel_term(other),
+                       host_s_per_op=central, host_low_s_per_op=min(hosts),
+                       host_high_s_per_op=max(hosts),
+                       traces=sorted({Path(p).name for p in paths}))
+    if not ncu_paths or ncu_gpu is None:
+        return terms
+    memory = memory_side_points(ncu_paths, ncu_gpu, terms.gemm.fixed_s)
+    if not memory:
+        raise ValueError("the Nsight Compute exports hold no GEMM on the memory side")
+    folders = sorted({Path(p).parent.parent.name for p in ncu_paths})
+    return dataclasses.replace(terms, gemm_memory=fit_efficiency(memory, terms.gemm.fixed_s),
+                               ncu_exports=folders)
 
 
 def main(argv: Sequence[str]) -> None:
-    terms = calibrate(argv)
-    print(repr(terms))
+    traces, ncu, gpu = [], [], None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--ncu":
+            ncu += sorted(glob.glob(next(args)))
+        elif arg == "--ncu-gpu":
+            gpu = next(args)
+        else:
+            traces.append(arg)
+    print(repr(calibrate(traces, ncu, gpu)))
 
 
 if __name__ == "__main__":  # pragma: no cover - a maintainer's tool

@@ -116,6 +116,50 @@ def test_the_calibration_recomputes_from_the_recorded_traces():
     assert terms.traces == TERMS.traces
 
 
+def test_the_gemms_memory_side_recomputes_from_the_ncu_exports():
+    """The one GEMM of the exports clearly on the memory side is the 17.6 MB GEMV: its
+    10 us DRAM roof against 18.3 us measured, 5.25 us of them the fixed cost."""
+    from batchscope.traces.calibrate import calibrate, memory_side_points
+
+    exports = sorted((MODELS.parent / "data" / "ncu").glob("deepseek-ocr-rtx5090/kernel_*/*.csv"))
+    points = memory_side_points(exports, "RTX 5090", TERMS.gemm.fixed_s)
+    assert [p.name.count("cublasGemv") > 0 for p in points] == [True]
+    (gemv,) = points
+    assert gemv.roof_s == pytest.approx(17.57e6 / 1.76256e12, rel=1e-3)
+    terms = calibrate(sorted(GPU_TRACES.glob("*.json.gz")), exports, "RTX 5090")
+    assert terms.gemm_memory is not None and TERMS.gemm_memory is not None
+    assert terms.gemm_memory.efficiency == pytest.approx(TERMS.gemm_memory.efficiency)
+    assert terms.gemm_memory.efficiency == pytest.approx(
+        gemv.roof_s / (gemv.time_s - TERMS.gemm.fixed_s), abs=0.01)
+    assert terms.ncu_exports == TERMS.ncu_exports == ["deepseek-ocr-rtx5090"]
+
+
+def test_a_memory_bound_gemm_runs_at_the_memory_sides_efficiency():
+    """A GEMV of 100 MB of fp16 weights on an H100: bytes over 3.35 TB/s at the memory
+    side's efficiency, not the GEMM family's; a compute-bound GEMM is unchanged."""
+    import dataclasses
+
+    spec = lookup("H100 SXM5 80GB")
+    assert spec is not None and TERMS.gemm_memory is not None
+    gemv = CountedOp(name="mm", input_shapes=[], dtype="float16", flops=100_000_000,
+                     bytes=ByteSplit(weights=100_000_000))
+    k = kernel_time(gemv, spec, TERMS)
+    assert k.memory_s == pytest.approx(1e8 / 3.35e12 / TERMS.gemm_memory.efficiency)
+    alone = dataclasses.replace(TERMS, gemm_memory=None)
+    assert kernel_time(gemv, spec, alone).memory_s == pytest.approx(
+        1e8 / 3.35e12 / TERMS.gemm.efficiency)
+    big = CountedOp(name="mm", input_shapes=[], dtype="float16", flops=10**13,
+                    bytes=ByteSplit(activations=10**8))
+    assert kernel_time(big, spec, TERMS).time_s == kernel_time(big, spec, alone).time_s
+
+
+def test_the_64gb_h100_has_its_own_bandwidth():
+    sheet = lookup("NVIDIA H100 SXM5 64GB")
+    assert sheet is not None and sheet.product == "H100 SXM5 64GB"
+    assert sheet.bandwidth_bytes_per_s == 1631e9 and sheet.memory_bytes == 64 * 2**30
+    assert lookup("NVIDIA H100 80GB HBM3").product == "H100 SXM5 80GB"
+
+
 def test_a_model_is_predicted_from_its_exact_counted_work():
     spec = load_model_file(MODELS / "tiny.py")
     section = predict(spec, "A100 SXM4 80GB", "fp32", [1, 8, 64])
