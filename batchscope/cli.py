@@ -320,6 +320,14 @@ def diagnose(
             "--dtype and --batch-sizes.",
         ),
     ] = None,
+    cuda_graphs: Annotated[
+        bool,
+        typer.Option(
+            "--cuda-graphs",
+            help="With --target-gpu: predict each step replayed as one CUDA graph (as vLLM and "
+            "SGLang decode, or torch.compile's reduce-overhead): no host cost per op.",
+        ),
+    ] = False,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
@@ -388,7 +396,10 @@ def diagnose(
     elif task is not None or context is not None:
         raise fail(UsageError("--task and --context go with an hf:MODEL_ID_OR_PATH target."))
     if target_gpu is not None:
-        raise typer.Exit(code=_predict_on(model, target_gpu, options))
+        raise typer.Exit(code=_predict_on(model, target_gpu, options, cuda_graphs))
+    if cuda_graphs:
+        raise fail(UsageError("--cuda-graphs goes with --target-gpu (a prediction); a sweep "
+                              "on this machine times the model as its file runs it."))
     if options.node_rank:
         raise typer.Exit(code=_follow(model, options))
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -420,21 +431,23 @@ def diagnose(
     raise typer.Exit(code=int(code))
 
 
-def _predict_on(model: Path, gpu: str, options: Options) -> int:
+def _predict_on(model: Path, gpu: str, options: Options, cuda_graphs: bool = False) -> int:
     """--target-gpu: the prediction's report, nothing timed."""
     from batchscope.target.predict import diagnose_target
 
     unsupported = [flag for flag, given in (
         ("--amp", options.amp is not None), ("--compile", options.compile_mode is not None),
         ("--nproc-per-node", options.nproc_per_node is not None),
-        ("--mode", options.mode is not None), ("--contexts", options.contexts is not None),
+        ("--mode", options.mode is not None),
         ("--seq-lens", options.seq_lens is not None)) if given]
     if unsupported:
         raise fail(UsageError(f"--target-gpu predicts the model file as it is, in --dtype at "
-                              f"--batch-sizes; it does not take {', '.join(unsupported)}."))
+                              f"--batch-sizes (and a decode model's --contexts); it does not "
+                              f"take {', '.join(unsupported)}."))
     try:
         report = diagnose_target(model, gpu, options.dtype, options.batch_sizes,
-                                 out_dir=options.out_dir)
+                                 out_dir=options.out_dir, cuda_graphs=cuda_graphs,
+                                 contexts=options.contexts)
     except (ModelFileError, BatchscopeError) as exc:
         raise fail(exc) from None
     print_summary(out_console, report)
@@ -902,6 +915,14 @@ def serve(
             "calibration at up to three caps) and add its measured cost per step.",
         ),
     ] = None,
+    paged: Annotated[
+        bool,
+        typer.Option(
+            "--paged",
+            help="A --target-gpu prediction served by a paged-attention engine (vLLM, SGLang): "
+            "each row reads its own KV cache once a step, not the batch's longest.",
+        ),
+    ] = False,
 ) -> None:
     """Static against continuous batching, simulated from a report's step times.
 
@@ -937,7 +958,7 @@ def serve(
             kv_memory_bytes=parse_size(kv_memory, "--kv-memory") if kv_memory else None,
             slo=Slo(None if slo_ttft_ms is None else slo_ttft_ms / 1e3,
                     None if slo_tpot_ms is None else slo_tpot_ms / 1e3),
-            prefill_s_per_token=prefill_ms_per_token / 1e3, context=context)
+            prefill_s_per_token=prefill_ms_per_token / 1e3, context=context, paged=paged)
         if context is not None and not 0 <= context <= 10_000_000:
             raise UsageError(f"--context must be a token count from 0 up, not {context}.")
         options = _measure_for_serving(decoded, options, engine)
@@ -974,6 +995,22 @@ def _measure_for_serving(report: Report, options: WhatIfOptions, engine: str | N
     if engine is None and options.prefill_s_per_token > 0:
         return options
     stream, caps = serving_plan(report, options)
+    if report.target is not None:
+        if engine is not None:
+            raise UsageError(f"--engine {engine} runs the engine on this machine; the report "
+                             f"is a prediction for the {report.target.gpu}, which nothing "
+                             "here can calibrate.")
+        from batchscope.records.engine import PrefillSource
+        from batchscope.serving.engines.calibrate import prompt_lengths
+        from batchscope.target.prefill import predict_prefill
+
+        points = predict_prefill(report, prompt_lengths(stream))
+        if points:
+            err_console.print(f"prefill predicted on the {report.target.gpu} at "
+                              f"{', '.join(str(p.prompt_tokens) for p in points)} tokens",
+                              markup=False)
+        return dataclasses.replace(options, prefill_points=points or [],
+                                   prefill_source=PrefillSource.PREDICTED)
     if engine is None:
         points = measure_prefill(report.model.target, stream)
         if points:

@@ -32,6 +32,7 @@ class PrefillSource(str, Enum):
     NONE = "none"  # no model to time it on here: not charged, the prompt's KV taken as ready
     OPTION = "option"  # --prefill-ms-per-token
     MODEL = "model"  # timed on the report's own model at the stream's prompt lengths
+    PREDICTED = "predicted"  # a --target-gpu report: predicted on its GPU, nothing timed
 
 
 @dataclass(frozen=True)

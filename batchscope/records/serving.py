@@ -17,6 +17,9 @@ class StepTimeSource(str, Enum):
     CONTEXT_GRID = "context grid"
     PER_OP_SPLIT = "per-op split"
     NONE = "none"  # context-independent: the report gives no way to tell
+    # --paged on a --target-gpu report: each row's own KV cache read once a step, at the
+    # GPU's bandwidth and the GEMMs' memory-side efficiency (a paged-attention kernel)
+    PAGED_KV = "paged KV read"
 
 
 class KvBytesSource(str, Enum):
@@ -173,6 +176,10 @@ class WhatIf:
     # diagnose serve --engine: the real engine's own cost per step, measured (None: the
     # model's forward step alone).
     engine: EngineCalibration | None = None
+    # --paged: a paged-attention engine's steps (each row reads its own KV cache)
+    paged: bool = False
+    # The GPU the steps were predicted on (a --target-gpu report), None: timed here
+    predicted_on: str | None = None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ ENGINE_TITLE = "Engine calibration: measured beside simulated"
 
 KV_BYTES_SOURCES: dict[KvBytesSource, str] = {
     KvBytesSource.NONE: "",
-    KvBytesSource.GRID_INPUTS: "inputs measured at two contexts",
+    KvBytesSource.GRID_INPUTS: "the inputs' bytes at two contexts",
     KvBytesSource.STATE_BYTES: "state bytes the ops read",
 }
 
@@ -70,8 +70,9 @@ def kv_memory_text(result: WhatIf) -> str:
         return "the report does not say how much memory was free"
     if source == KvMemorySource.OPTION:
         return "--kv-memory"
-    return (f"{result.kv_share_of_free:.0%} of the memory the sweep found free beside the "
-            "weights")
+    where = (f"the {result.predicted_on}'s memory (its datasheet, less the reserve)"
+             if result.predicted_on is not None else "the memory the sweep found free")
+    return f"{result.kv_share_of_free:.0%} of {where} beside the weights"
 
 
 def kv_bytes_text(source: KvBytesSource) -> str:
@@ -122,7 +123,10 @@ def _step_paragraph(result: WhatIf) -> str | None:
     first, last = model.curve[0], model.curve[-1]
     step1 = first.shared_s + first.per_token_s * c0
     stepn = last.shared_s + last.per_token_s * c0
-    text = (f"From the sweep at {c0} tokens of context: a decode step takes "
+    source = (f"the prediction for the {result.predicted_on}"
+              if result.predicted_on is not None else "the sweep")
+    tokens = "token" if c0 == 1 else "tokens"
+    text = (f"From {source} at {c0} {tokens} of context: a decode step takes "
             f"{fmt.seconds(step1)} at batch {first.batch_size} and "
             f"{fmt.seconds(stepn)} at batch {last.batch_size}, so a full batch of "
             f"{last.batch_size} makes {fmt.rate(last.batch_size / stepn, unit)} "
@@ -274,7 +278,7 @@ def _prefill_sentence(result: WhatIf) -> str:
                 "step (give --prefill-ms-per-token to charge it).")
     if fit.source == PrefillSource.OPTION and fit.charged:
         return _option_prefill_sentence(fit.per_token_s)
-    if fit.source == PrefillSource.MODEL and fit.charged:
+    if fit.source in (PrefillSource.MODEL, PrefillSource.PREDICTED) and fit.charged:
         per_token = f"{fmt.seconds(fit.per_token_s)} per prompt token"
         if fit.fixed_s > 0:
             cost = f"{fmt.seconds(fit.fixed_s)} + {per_token}"
@@ -286,11 +290,14 @@ def _prefill_sentence(result: WhatIf) -> str:
         detail = [f"a prompt of {prompt:,} tokens: {fmt.seconds(fit.prefill_s(prompt))}"]
         if fit.points:
             lengths = _and([f"{p.prompt_tokens:,}" for p in fit.points])
-            measured = f"measured at {lengths} tokens"
+            predicted = fit.source == PrefillSource.PREDICTED
+            measured = f"{'predicted' if predicted else 'measured'} at {lengths} tokens"
             if fit.worst_error is not None:
                 measured += f", fit within {fmt.pct(fit.worst_error, 1)}"
             detail.append(measured)
-        return (f"Prefill is timed on the model: {cost} ({'; '.join(detail)}), paid at "
+        how = (f"predicted on the {result.predicted_on or 'target GPU'}"
+               if fit.source == PrefillSource.PREDICTED else "timed on the model")
+        return (f"Prefill is {how}: {cost} ({'; '.join(detail)}), paid at "
                 "admission, blocking the batch.")
     if fit.source == PrefillSource.NOT_TIMED:
         return ("Prefill is not charged in this first look: a request's prompt is taken as "
@@ -320,14 +327,24 @@ def _engine_assumption(engine: EngineCalibration) -> str:
 
 
 def assumptions(result: WhatIf) -> list[str]:
-    out = [_prefill_sentence(result),
-           ("Attention is padded: every row of a step pays for the longest context in the "
-            "batch, as a plain PyTorch batch does (paged attention would read each row's own)."),
+    attention = ("Attention is paged (--paged): each row of a step reads its own KV cache "
+                 "once, at the GPU's bandwidth and the GEMMs' memory-side efficiency, as vLLM "
+                 "and SGLang do; a step takes its rows' mean context."
+                 if result.paged else
+                 "Attention is padded: every row of a step pays for the longest context in the "
+                 "batch, as a plain PyTorch batch does (paged attention would read each row's "
+                 "own).")
+    steps = (f"Step times are predicted on the {result.predicted_on} (--target-gpu), nothing "
+             f"timed; between the batch sizes predicted they are interpolated, above the "
+             "largest not extrapolated."
+             if result.predicted_on is not None else
+             f"Step times are this machine's, from {result.target or 'the report'}'s sweep; "
+             "between measured batch sizes they are interpolated, above the largest not "
+             "extrapolated.")
+    out = [_prefill_sentence(result), attention,
            ("Each request reserves KV for its prompt and all its output tokens when admitted; "
             "nothing is preempted; waiting requests are admitted first come, first served."),
-           (f"Step times are this machine's, from {result.target or 'the report'}'s "
-            "sweep; between measured batch sizes they are interpolated, above the largest not "
-            "extrapolated.")]
+           steps]
     if result.engine is not None:
         out.append(_engine_assumption(result.engine))
     return out

@@ -2,7 +2,9 @@
 
 The server runs one decode step at a time; each step generates one token for every row of
 the batch and takes ``step_s(rows, context)`` seconds, ``context`` being the most tokens
-any row holds in its KV cache (attention over a padded batch reads that many per row).
+any row holds in its KV cache (attention over a padded batch reads that many per row), or
+with ``paged`` the rows' mean (a paged-attention engine reads each row's own cache: with a
+step time linear in the context, its rows' total).
 
 - **static**: when the server is idle it takes up to ``cap`` waiting requests as one batch
   and steps until the longest is done. Rows whose requests finish early stay in the batch
@@ -96,7 +98,8 @@ def _reserve(request: Request) -> int:
 
 class _Server:
     def __init__(self, requests: list[Request], policy: Policy, cap: int, step_s: StepTime,
-                 kv_capacity_tokens: int | None, prefill_s: Callable[[int], float] | None):
+                 kv_capacity_tokens: int | None, prefill_s: Callable[[int], float] | None,
+                 paged: bool = False):
         if cap < 1:
             raise ValueError("the batch cap must be at least 1")
         self.sim = Simulation(policy, cap, [Served(r) for r in
@@ -107,6 +110,7 @@ class _Server:
         self.kv_used = 0
         self.rows: list[_Row] = []
         self.t = 0.0
+        self.paged = paged
 
     def _fits(self, request: Request) -> bool:
         return self.kv_capacity is None or self.kv_used + _reserve(request) <= self.kv_capacity
@@ -135,7 +139,9 @@ class _Server:
     def step(self) -> list[_Row]:
         """One decode step of every row; the rows whose request it finished."""
         rows = len(self.rows)
-        dt = self.step_s(rows, max(r.cached_tokens for r in self.rows))
+        cached = [r.cached_tokens for r in self.rows]
+        context = round(sum(cached) / rows) if self.paged else max(cached)
+        dt = self.step_s(rows, context)
         if not 0 < dt < math.inf:
             raise ValueError(f"a step of {rows} rows would take {dt!r} s: no time to simulate")
         self.t += dt
@@ -169,8 +175,10 @@ class _Server:
 
 def simulate(requests: list[Request], policy: Policy, cap: int, step_s: StepTime,
              kv_capacity_tokens: int | None = None,
-             prefill_s: Callable[[int], float] | None = None) -> Simulation:
-    """Serve ``requests`` under ``policy`` with at most ``cap`` rows per step.
+             prefill_s: Callable[[int], float] | None = None,
+             paged: bool = False) -> Simulation:
+    """Serve ``requests`` under ``policy`` with at most ``cap`` rows per step (``paged``:
+    each step over its rows' mean context, not their longest).
 
     Example:
         >>> one = [Request(arrival_s=0.0, prompt_tokens=4, output_tokens=3)]
@@ -178,7 +186,8 @@ def simulate(requests: list[Request], policy: Policy, cap: int, step_s: StepTime
         >>> round(sim.served[0].finished_s, 3), sim.steps
         (0.03, 3)
     """
-    server = _Server(requests, Policy(policy), cap, step_s, kv_capacity_tokens, prefill_s)
+    server = _Server(requests, Policy(policy), cap, step_s, kv_capacity_tokens, prefill_s,
+                     paged)
     continuous = server.sim.policy == Policy.CONTINUOUS
     unfinished = 0  # rows of the batch still generating
     while True:

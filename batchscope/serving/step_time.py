@@ -182,13 +182,48 @@ def _kv_bytes(grid: dict[int, list[_Point]], batches: list[BatchResult],
     return None, KvBytesSource.NONE
 
 
-def fit_step_time(report: Report, context: int | None = None) -> StepTimeModel:
+def _target_points(report: Report) -> tuple[dict[int, float], dict[int, list[_Point]]]:
+    """A --target-gpu report's predicted steps: at its first context by batch size, and its
+    grid at the others (as a sweep's grid: a line through each size's contexts)."""
+    target = report.target
+    assert target is not None
+    latency = {b.batch_size: b.predicted_step_s for b in target.batches
+               if b.predicted_step_s > 0}
+    grid: dict[int, list[_Point]] = {}
+    for p in target.context_grid:
+        if p.predicted_step_s > 0 and p.context <= MAX_CONTEXT:
+            grid.setdefault(p.batch_size, []).append((p.context, p.predicted_step_s,
+                                                      p.input_bytes))
+    return latency, {b: sorted(v) for b, v in grid.items()}
+
+
+def paged_per_token_s(report: Report, kv_bytes_per_token: float, batch: int) -> float:
+    """A paged-attention step's time per token of context: each of ``batch`` rows reads its
+    own cache once, at the target GPU's bandwidth and the GEMMs' memory-side efficiency
+    (the padded batch's copies of the cache, as transformers' DynamicCache makes, are not a
+    paged engine's)."""
+    target = report.target
+    assert target is not None
+    term = target.terms.gemm_memory or target.terms.gemm
+    return batch * kv_bytes_per_token / (target.bandwidth_bytes_per_s * term.efficiency)
+
+
+def fit_step_time(report: Report, context: int | None = None,
+                  paged: bool = False) -> StepTimeModel:
     """The model from a report; ``context`` is the sweep's context where the report does
-    not record it (a file without ``CONTEXTS``).
+    not record it (a file without ``CONTEXTS``). A --target-gpu report's predicted steps
+    are taken as a sweep's measured ones; with ``paged``, its time per token of context is
+    :func:`paged_per_token_s` and its shared part the line's intercept at no context.
 
     Raises:
-        UsageError: no batch size was measured, or the context is unknown.
+        UsageError: no batch size was measured, or the context is unknown; ``paged`` on a
+            report that is no prediction, or one without a KV cache's size.
     """
+    if report.target is not None:
+        return _fit_target(report, paged)
+    if paged:
+        raise UsageError("--paged simulates a paged-attention engine on a --target-gpu "
+                         "prediction; a sweep's report holds the step its model timed here.")
     batches = _ok_batches(report)
     if not batches:
         raise UsageError("the report has no measured batch size to take step times from.")
@@ -248,4 +283,45 @@ def fit_step_time(report: Report, context: int | None = None) -> StepTimeModel:
                 batch_size=b, context=c, measured_s=measured, predicted_s=predicted,
                 error=predicted / measured - 1, split_predicted_s=split_s,
                 split_error=split_s / measured - 1 if split_s is not None else None))
+    return model
+
+
+def _fit_target(report: Report, paged: bool) -> StepTimeModel:
+    latency, grid = _target_points(report)
+    c0 = base_context(report)
+    if not latency or c0 is None:
+        raise UsageError("the prediction holds no decode step to simulate: predict a decode "
+                         "model (a file with CONTEXTS, or hf:MODEL --task causal-lm-decode).")
+    sizes = sorted(latency)
+    lines = {b: _line(points) for b, points in grid.items()
+             if b in latency and len({c for c, _, _ in points}) >= MIN_GRID_CONTEXTS}
+    kv, kv_source = _kv_bytes(grid, [], c0)
+    shared = {b: lines[b][0] if b in lines else latency[b] for b in sizes}
+    if paged:
+        if kv is None:
+            raise UsageError("--paged needs the KV cache's size per token: predict the decode "
+                             "model at two contexts or more (--contexts 1,512).")
+        source = StepTimeSource.PAGED_KV
+        per_token = {b: paged_per_token_s(report, kv, b) for b in sizes}
+    elif lines:
+        source = StepTimeSource.CONTEXT_GRID
+        fitted = {b: k for b, (_, k) in lines.items()}
+        per_token = {b: _interpolate(fitted, b) for b in sizes}
+        shared = {b: lines[b][0] if b in lines else max(latency[b] - per_token[b] * c0, 0.0)
+                  for b in sizes}
+    else:
+        source, per_token = StepTimeSource.NONE, dict.fromkeys(sizes, 0.0)
+    model = StepTimeModel(base_context=c0, batch_sizes=sizes,
+                          shared_s=[max(shared[b], 0.0) for b in sizes],
+                          per_token_s=[per_token[b] for b in sizes], source=source,
+                          kv_bytes_per_token=kv, kv_bytes_source=kv_source)
+    if not all(math.isfinite(x) and x >= 0 for x in model.shared_s + model.per_token_s):
+        raise UsageError("the prediction's step times and contexts do not give a finite step "
+                         "time (a context or a time out of any real range).")
+    for b, points in sorted(grid.items()):
+        for c, predicted, _ in points:
+            fitted_s = model.step_s(b, c)
+            model.points.append(GridFit(batch_size=b, context=c, measured_s=predicted,
+                                        predicted_s=fitted_s, error=fitted_s / predicted - 1,
+                                        split_predicted_s=None, split_error=None))
     return model

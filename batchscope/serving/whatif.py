@@ -94,8 +94,13 @@ class WhatIfOptions:
     # None, not looked for; empty, no model here to time it on. --prefill-ms-per-token, where
     # given, is charged instead.
     prefill_points: list[PrefillPoint] | None = None
+    # What prefill_points are: timed on this machine, or predicted on a --target-gpu's GPU.
+    prefill_source: PrefillSource = PrefillSource.MODEL
     # diagnose serve --engine: the real engine's calibration runs, whose cost is added.
     engine: EngineMeasurement | None = None
+    # --paged (a --target-gpu prediction): a paged-attention engine such as vLLM or SGLang,
+    # each row reading its own KV cache (serving/step_time.paged_per_token_s).
+    paged: bool = False
 
     def validate(self) -> None:
         """Raises:
@@ -140,7 +145,7 @@ class _Runner:
     def run(self, policy: Policy, cap: int, rate_per_s: float) -> ServingMetrics:
         try:
             sim = simulate(self.stream(rate_per_s), policy, cap, self.step_s[policy],
-                           self.kv_tokens, self.prefill)
+                           self.kv_tokens, self.prefill, self.options.paged)
         except ValueError as exc:  # a step time out of range: the report's numbers are not
             raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
         return summarize_simulation(sim, self.options.slo)
@@ -233,7 +238,7 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
     options = options or WhatIfOptions()
     options.validate()
     check_decode_step(report)
-    model = fit_step_time(report, options.context)
+    model = fit_step_time(report, options.context, options.paged)
     prompt = options.prompt_tokens or TokenRange(model.base_context, model.base_context)
     kv_tokens, kv_bytes, kv_source = _kv_capacity(report, model, options)
     caps = _caps(model, options)
@@ -271,7 +276,8 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
         rates_per_s=rates, caps=caps,
         runs=runs, best=best, max_rate_within_slo=slo_rates,
         recommendation=recommend(best, slo_rates, options.slo, _noise(engine)),
-        prefill=prefill, engine=engine,
+        prefill=prefill, engine=engine, paged=options.paged,
+        predicted_on=report.target.gpu if report.target is not None else None,
     )
     if not _finite(to_builtins(result)):  # a hostile report whose times overflow somewhere
         raise UsageError("the report's step times give figures out of any real range (a "
@@ -291,7 +297,8 @@ def _prefill(options: WhatIfOptions) -> PrefillFit:
         return PrefillFit(PrefillSource.OPTION, per_token_s=options.prefill_s_per_token)
     points = options.prefill_points or (options.engine.prefill if options.engine else None)
     if points:
-        return fit_prefill(points)
+        return fit_prefill(points, options.prefill_source if options.prefill_points
+                           else PrefillSource.MODEL)
     return PrefillFit(PrefillSource.NONE if options.prefill_points is not None
                       else PrefillSource.NOT_TIMED)
 
@@ -305,7 +312,7 @@ def serving_plan(report: Report, options: WhatIfOptions) -> tuple[list[Request],
     """
     options.validate()
     check_decode_step(report)
-    model = fit_step_time(report, options.context)
+    model = fit_step_time(report, options.context, options.paged)
     prompt = options.prompt_tokens or TokenRange(model.base_context, model.base_context)
     runner = _Runner(model, options, None, prompt, PrefillFit(PrefillSource.NONE), None)
     return runner.stream(1.0), _caps(model, options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,13 @@ from batchscope.profiler.training import training_step
 from batchscope.records import CountedOp, ModelInfo, Report, RunInfo
 from batchscope.records.measurement import ByteSplit
 from batchscope.records.report import Mode, Source
-from batchscope.records.target import ModelTerms, PickRule, TargetBatch, TargetSection
+from batchscope.records.target import (
+    ModelTerms,
+    PickRule,
+    TargetBatch,
+    TargetGridPoint,
+    TargetSection,
+)
 from batchscope.reports import write_all
 from batchscope.target.calibrated import TERMS
 from batchscope.target.kernel_time import band, step_time
@@ -69,9 +76,10 @@ def _build(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:
     return model.train(spec.mode == "train")
 
 
-def _inputs(spec: ModelSpec, batch_size: int, dtype: torch.dtype) -> Any:
+def _inputs(spec: ModelSpec, batch_size: int, dtype: torch.dtype,
+            context: int | None = None) -> Any:
     with torch.device("meta"):
-        inputs = spec.call_make_inputs(batch_size)
+        inputs = spec.call_make_inputs(batch_size, context)
 
     def cast(t: torch.Tensor) -> torch.Tensor:
         if t.is_floating_point():
@@ -95,22 +103,38 @@ def _step(spec: ModelSpec, model: torch.nn.Module, inputs: Any) -> Any:
     return step
 
 
-def count_on_meta(spec: ModelSpec, batch_size: int, dtype: torch.dtype
-                  ) -> tuple[list[CountedOp], int, int]:
-    """One step at ``batch_size`` on meta tensors: its counted ops, the bytes its tensors
-    hold at their peak, and the weights' and inputs' bytes."""
+def _storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``."""
+    return sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
+                for t in tensors}.values())
+
+
+@dataclass(frozen=True)
+class MetaStep:
+    """One step counted on meta tensors."""
+
+    ops: list[CountedOp]
+    peak_bytes: int  # what the step's own tensors hold at their peak
+    weight_bytes: int  # the weights and buffers
+    input_bytes: int  # the inputs (a decode step's KV cache among them)
+
+
+def count_on_meta(spec: ModelSpec, batch_size: int, dtype: torch.dtype,
+                  context: int | None = None) -> MetaStep:
+    """One step at ``batch_size`` (and ``context``: a decode model's, None for its first)
+    on meta tensors."""
     model = _build(spec, dtype)
-    inputs = _inputs(spec, batch_size, dtype)
-    resident = [*model.parameters(), *model.buffers(), *iter_tensors(inputs)]
+    inputs = _inputs(spec, batch_size, dtype, context)
+    weights = [*model.parameters(), *model.buffers()]
+    resident = [*weights, *iter_tensors(inputs)]
     # The same model and inputs for both runs: what the step writes in place (a KV cache,
     # an optimizer's update of the weights) is resident, not a new allocation.
     peak = step_peak_bytes(_step(spec, model, inputs), resident)
-    ops = count_step(_step(spec, model, inputs), weights=[*model.parameters(),
-                                                          *model.buffers()],
+    ops = count_step(_step(spec, model, inputs), weights=weights,
                      state=iter_tensors(inputs), root=model)
-    resident_bytes = sum({t.untyped_storage()._cdata: t.untyped_storage().nbytes()
-                          for t in resident}.values())
-    return ops, peak, resident_bytes
+    weight_bytes = _storage_bytes(weights)
+    return MetaStep(ops=ops, peak_bytes=peak, weight_bytes=weight_bytes,
+                    input_bytes=_storage_bytes(resident) - weight_bytes)
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -137,10 +161,23 @@ def critical_batch(batches: Sequence[TargetBatch], peak_flops_per_s: float,
     return max(crossing, 0.0)
 
 
+def _count(spec: ModelSpec, b: int, dtype: torch.dtype, context: int | None) -> MetaStep:
+    try:
+        return count_on_meta(spec, b, dtype, context)
+    except Exception as exc:
+        at = f"batch {b}" + (f", context {context}" if context is not None else "")
+        raise TargetUnsupported(
+            f"{spec.path} cannot run on meta tensors at {at}, which --target-gpu "
+            f"needs (no weights or data, shapes only): {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
-            batch_sizes: Sequence[int] | None = None, terms: ModelTerms = TERMS
-            ) -> TargetSection:
-    """The model of ``spec`` predicted on ``gpu`` at ``batch_sizes``."""
+            batch_sizes: Sequence[int] | None = None, terms: ModelTerms = TERMS,
+            cuda_graphs: bool = False) -> TargetSection:
+    """The model of ``spec`` predicted on ``gpu`` at ``batch_sizes`` (``cuda_graphs``: each
+    step replayed as one CUDA graph, no host cost per op); a decode model's at each of its
+    CONTEXTS too, for ``diagnose serve``."""
     sheet = gpu_spec(gpu)
     dtype = DTYPE_NAMES.get(dtype_name.lower())
     if dtype is None:
@@ -149,21 +186,26 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
         raise TargetUnsupported(f"the {sheet.product} has no {dtype} peak in its datasheet "
                                 f"(it runs {', '.join(sorted(sheet.peak_flops_per_s))}); "
                                 "pick another --dtype.")
+    host_s_per_op = 0.0 if cuda_graphs else None
+    sizes = list(batch_sizes or spec.batch_sizes or DEFAULT_BATCH_SIZES)
     batches: list[TargetBatch] = []
-    for b in batch_sizes or spec.batch_sizes or DEFAULT_BATCH_SIZES:
-        try:
-            ops, peak, resident = count_on_meta(spec, b, TORCH_DTYPES[dtype])
-        except Exception as exc:
-            raise TargetUnsupported(
-                f"{spec.path} cannot run on meta tensors at batch {b}, which --target-gpu "
-                f"needs (no weights or data, shapes only): {type(exc).__name__}: {exc}"
-            ) from exc
-        t = step_time(ops, sheet, terms)
+    grid: list[TargetGridPoint] = []
+    contexts = list(spec.contexts or [])
+    weight_bytes = None
+    for b in sizes:
+        counted = _count(spec, b, TORCH_DTYPES[dtype], None)
+        ops, weight_bytes = counted.ops, counted.weight_bytes
+        t = step_time(ops, sheet, terms, host_s_per_op)
         if t.launched_ops == 0:
             raise TargetUnsupported(f"{spec.path}'s step at batch {b} moves no bytes and does "
                                     "no FLOPs: there is no kernel to predict.")
-        low_s, high_s = band(ops, sheet, terms)
-        memory = peak + resident + RESERVED_BYTES
+        low_s, high_s = band(ops, sheet, terms, cuda_graphs)
+        if len(contexts) > 1:
+            grid.append(TargetGridPoint(batch_size=b, context=contexts[0],
+                                        predicted_step_s=t.step_s, low_s=low_s,
+                                        high_s=high_s, input_bytes=counted.input_bytes))
+        memory = counted.peak_bytes + counted.weight_bytes + counted.input_bytes \
+            + RESERVED_BYTES
         total = ByteSplit()
         for op in ops:
             total = total + op.bytes
@@ -175,6 +217,14 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
             host_s=t.host_s, device_s=t.device_s, memory_s=t.memory_s,
             compute_s=t.compute_s, latency_s=t.latency_s, launched_ops=t.launched_ops,
             flops=sum(op.flops or 0 for op in ops), bytes=total))
+    for c in contexts[1:]:
+        for b in sizes:
+            counted = _count(spec, b, TORCH_DTYPES[dtype], c)
+            low_s, high_s = band(counted.ops, sheet, terms, cuda_graphs)
+            grid.append(TargetGridPoint(
+                batch_size=b, context=c,
+                predicted_step_s=step_time(counted.ops, sheet, terms, host_s_per_op).step_s,
+                low_s=low_s, high_s=high_s, input_bytes=counted.input_bytes))
     fitting = [b for b in batches if b.fits]
     best = max(fitting, key=lambda b: b.predicted_throughput_per_s) if fitting else None
     pick = None
@@ -191,25 +241,32 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
         pick_rule=PickRule.NEAR_BEST if pick is not None else PickRule.NONE_FITS,
         best_batch_size=best.batch_size if best is not None else None,
         critical_batch=critical_batch(batches, gemm_peak, sheet.bandwidth_bytes_per_s),
-        knee_batch=knee, knee_within=within, reserved_bytes=RESERVED_BYTES, unit=spec.unit)
+        knee_batch=knee, knee_within=within, reserved_bytes=RESERVED_BYTES, unit=spec.unit,
+        cuda_graphs=cuda_graphs, context_grid=grid, weight_bytes=weight_bytes)
 
 
 def diagnose_target(path: str | Path, gpu: str, dtype: str = "fp32",
                     batch_sizes: Sequence[int] | None = None,
-                    out_dir: str | None = None) -> Report:
+                    out_dir: str | None = None, cuda_graphs: bool = False,
+                    contexts: list[int] | None = None) -> Report:
     """Predict the model file at ``path`` on ``gpu`` and write the report into ``out_dir``
-    (None: write nothing).
+    (None: write nothing); ``contexts`` replaces a decode model's CONTEXTS.
 
     Raises:
         UsageError: an unknown GPU or dtype, or a model that cannot run on meta tensors
             (one sentence; exit 4).
     """
     started = time.time()
-    spec = load_model_file(path)
-    section = predict(spec, gpu, dtype, batch_sizes)
+    spec = load_model_file(path, contexts=contexts)
+    section = predict(spec, gpu, dtype, batch_sizes, cuda_graphs=cuda_graphs)
     report = Report(
         model=ModelInfo(target=str(path), device=f"{section.gpu} (predicted)",
-                        dtype=section.dtype, unit=spec.unit, mode=Mode(spec.mode)),
+                        dtype=section.dtype, unit=spec.unit, mode=Mode(spec.mode),
+                        contexts=list(spec.contexts or []),
+                        # What diagnose serve gives the KV cache by default: the GPU's
+                        # memory beside the weights and the reserve.
+                        parameter_bytes=section.weight_bytes,
+                        available_memory_bytes=section.memory_bytes - RESERVED_BYTES),
         hardware=None, batches=[], recommendation=None,
         run=RunInfo(source=Source.TARGET, tool_version=__version__,
                     torch_version=torch.__version__,

@@ -26,9 +26,10 @@ class Decoder(nn.Module):
 
     def forward(self, ids, positions, k_cache, v_cache):
         b = ids.shape[0]
-        rows = torch.arange(b)
+        rows = torch.arange(b, device=ids.device)
         pos = positions[:, 0]
-        mask = (torch.arange(k_cache[0].shape[2])[None, :] <= positions)[:, None, None, :]
+        slots = torch.arange(k_cache[0].shape[2], device=ids.device)
+        mask = (slots[None, :] <= positions)[:, None, None, :]
         x = self.embed(ids)  # [b, 1, D]
         for qkv, out, k_c, v_c in zip(self.qkv, self.out, k_cache, v_cache):
             q, k, v = (t.view(b, 1, HEADS, D // HEADS).transpose(1, 2)

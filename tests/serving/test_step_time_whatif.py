@@ -205,7 +205,7 @@ def test_the_renderer_words_the_pick_and_the_sources():
     plain = what_if(decode_model(), small())
     assert "continuous batching" in recommendation_sentence(plain)
     words = " ".join(explain(plain))
-    assert "(inputs measured at two contexts)" in words
+    assert "(the inputs' bytes at two contexts)" in words
     assert "(90% of the memory the sweep found free beside the weights)" in words
     within = what_if(decode_model(), small(slo=Slo(tpot_s=0.2)))
     assert "p99 TPOT ≤ 200 ms" in recommendation_sentence(within)

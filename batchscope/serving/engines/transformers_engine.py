@@ -73,7 +73,7 @@ def load_engine_model(target: str) -> Any:
     Raises:
         UsageError: transformers is missing, or the report names no model the engine can run.
     """
-    model = _model_from_file(Path(target))
+    model = model_from_file(Path(target))
     if not callable(getattr(model, "generate", None)) \
             or not callable(getattr(model, "init_continuous_batching", None)):
         raise UsageError(f"{target}: build_engine_model() gave no transformers generation "
@@ -86,7 +86,15 @@ class NoEngineModel(UsageError):
     """The report's model file defines no ``build_engine_model()``."""
 
 
-def _model_from_file(path: Path) -> Any:
+def model_from_file(path: Path) -> Any:
+    """The model ``build_engine_model()`` of the file at ``path`` returns (built under the
+    caller's default device: meta for a prediction).
+
+    Raises:
+        NoEngineModel: the file defines no such function.
+        UsageError: the file cannot be imported, transformers is missing, or the function
+            fails.
+    """
     from batchscope.contract import import_model_file
     from batchscope.errors import ModelFileError
 

@@ -1,0 +1,136 @@
+"""A --target-gpu prediction of a decode model served: its steps at every context, the
+paged engine's KV read, the prefill predicted on the GPU (serving/step_time._fit_target,
+target/prefill.py). Structure and exact arithmetic; nothing timed on this machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from batchscope.cli import diagnose_app, tools_app
+from batchscope.contract import load_model_file
+from batchscope.errors import UsageError
+from batchscope.records.serving import KvBytesSource, Policy, StepTimeSource
+from batchscope.serving.requests import Request
+from batchscope.serving.simulator import simulate
+from batchscope.serving.step_time import fit_step_time, paged_per_token_s
+from batchscope.target.calibrated import TERMS
+from batchscope.target.predict import diagnose_target, predict
+from tests.conftest import MODELS
+from tests.serving.conftest import decode_model
+
+runner = CliRunner()
+TINY = MODELS / "tiny_decode.py"
+# tiny_decode: 2 layers, a key and a value cache each, 32 fp32 numbers per row per token.
+KV_BYTES_PER_TOKEN = 2 * 2 * 32 * 4
+
+
+def test_a_decode_model_is_predicted_at_every_context_and_a_graph_has_no_host():
+    section = predict(load_model_file(TINY), "H100 SXM5 80GB", "fp32", [1, 2, 4],
+                      cuda_graphs=True)
+    assert section.cuda_graphs
+    points = {(p.batch_size, p.context): p for p in section.context_grid}
+    assert sorted(points) == [(b, c) for b in (1, 2, 4) for c in (16, 64)]
+    for b in section.batches:  # the first context is the batches' own step
+        assert points[(b.batch_size, 16)].predicted_step_s == b.predicted_step_s
+        # replayed as one graph: no host, the kernels back to back
+        assert b.host_s == 0 and b.predicted_step_s == pytest.approx(b.device_s)
+        grown = points[(b.batch_size, 64)].input_bytes - points[(b.batch_size, 16)].input_bytes
+        assert grown == b.batch_size * 48 * KV_BYTES_PER_TOKEN
+        assert points[(b.batch_size, 64)].predicted_step_s > b.predicted_step_s
+    eager = predict(load_model_file(TINY), "H100 SXM5 80GB", "fp32", [1])
+    assert eager.batches[0].host_s > 0 and not eager.cuda_graphs
+    assert section.weight_bytes is not None and section.weight_bytes > 0
+
+
+@pytest.fixture(scope="module")
+def predicted():
+    return diagnose_target(TINY, "H100 SXM5 64GB", "fp32", [1, 2, 4], cuda_graphs=True)
+
+
+def test_serve_takes_the_predicted_steps_padded_through_the_grid(predicted):
+    model = fit_step_time(predicted)
+    assert model.source == StepTimeSource.CONTEXT_GRID and model.batch_sizes == [1, 2, 4]
+    assert model.kv_bytes_per_token == KV_BYTES_PER_TOKEN
+    assert model.kv_bytes_source == KvBytesSource.GRID_INPUTS
+    for p in predicted.target.context_grid:  # a line through two contexts: exact at both
+        assert model.step_s(p.batch_size, p.context) == pytest.approx(p.predicted_step_s)
+    # the KV room beside the weights is the GPU's memory, not this machine's
+    assert predicted.model.available_memory_bytes == 64 * 2**30 - predicted.target.reserved_bytes
+    assert predicted.model.parameter_bytes == predicted.target.weight_bytes
+
+
+def test_a_paged_engine_reads_each_rows_cache_once_at_the_memory_side(predicted):
+    model = fit_step_time(predicted, paged=True)
+    assert model.source == StepTimeSource.PAGED_KV
+    assert TERMS.gemm_memory is not None
+    for b, per_token in zip(model.batch_sizes, model.per_token_s, strict=True):
+        assert per_token == pytest.approx(
+            b * KV_BYTES_PER_TOKEN / (1631e9 * TERMS.gemm_memory.efficiency))
+        assert per_token == paged_per_token_s(predicted, KV_BYTES_PER_TOKEN, b)
+    padded = fit_step_time(predicted)
+    # the shared part is the grid line's at no context, whichever attention reads it
+    assert model.shared_s == pytest.approx(padded.shared_s)
+
+
+def test_paged_is_refused_on_a_sweep_of_this_machine():
+    with pytest.raises(UsageError, match="--target-gpu prediction"):
+        fit_step_time(decode_model(), paged=True)
+
+
+def test_a_paged_step_is_at_its_rows_mean_context():
+    """Two prompts of 10 and 30 tokens admitted together: padded attention steps at the
+    longest (30, then 31), paged at their mean (20, then 21)."""
+    seen: list[int] = []
+
+    def step_s(rows: int, context: int) -> float:
+        seen.append(context)
+        return 0.01
+
+    requests = [Request(0.0, 10, 2), Request(0.0, 30, 2)]
+    simulate(requests, Policy.CONTINUOUS, 2, step_s)
+    assert seen == [30, 31]
+    seen.clear()
+    simulate(requests, Policy.CONTINUOUS, 2, step_s, paged=True)
+    assert seen == [20, 21]
+
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+         "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+         "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 512,
+         "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2}
+
+
+@pytest.mark.slow
+def test_serve_on_a_prediction_predicts_prefill_and_refuses_an_engine(tmp_path):
+    pytest.importorskip("transformers")
+    config = tmp_path / "llama"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps(LLAMA))
+    out = tmp_path / "out"
+    done = runner.invoke(diagnose_app, [
+        f"hf:{config}", "--task", "causal-lm-decode", "--contexts", "16,64",
+        "--target-gpu", "H100 SXM5 64GB", "--dtype", "fp16", "--batch-sizes", "1,2,4",
+        "--cuda-graphs", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    report = out / "report.json"
+    served = runner.invoke(tools_app, [
+        "serve", str(report), "--paged", "--requests", "20", "--prompt-tokens", "8:16",
+        "--output-tokens", "4:8", "--caps", "2,4", "--rate", "50", "--out", str(tmp_path)])
+    assert served.exit_code == 0, served.output
+    what_if = json.loads((tmp_path / "serving.json").read_text())
+    assert what_if["paged"] and what_if["predicted_on"] == "H100 SXM5 64GB"
+    assert what_if["step_time"]["source"] == "paged KV read"
+    prefill = what_if["prefill"]
+    assert prefill["source"] == "predicted" and len(prefill["points"]) == 3
+    assert len({p["prompt_tokens"] for p in prefill["points"]}) == 3  # shortest, median, longest
+    assert all(0 < p["measured_s"] < 1 for p in prefill["points"])
+    words = (tmp_path / "serving.md").read_text()
+    assert "Prefill is predicted on the H100 SXM5 64GB" in words
+    assert "Attention is paged (--paged)" in words
+    assert "Step times are predicted on the H100 SXM5 64GB (--target-gpu)" in words
+    refused = runner.invoke(tools_app, ["serve", str(report), "--engine", "transformers",
+                                        "--out", str(tmp_path)])
+    assert refused.exit_code == 4 and "prediction for the H100 SXM5 64GB" in refused.output
