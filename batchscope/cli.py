@@ -328,6 +328,15 @@ def diagnose(
             "SGLang decode, or torch.compile's reduce-overhead): no host cost per op.",
         ),
     ] = False,
+    fused: Annotated[
+        bool,
+        typer.Option(
+            "--fused",
+            help="With --target-gpu: predict an engine that fuses each run of non-GEMM ops "
+            "between two GEMMs into one kernel (vLLM's fused norms and activations, "
+            "torch.compile).",
+        ),
+    ] = False,
 ) -> None:
     """Sweep batch sizes of MODEL, place every op on the roofline, recommend a batch size.
 
@@ -396,10 +405,11 @@ def diagnose(
     elif task is not None or context is not None:
         raise fail(UsageError("--task and --context go with an hf:MODEL_ID_OR_PATH target."))
     if target_gpu is not None:
-        raise typer.Exit(code=_predict_on(model, target_gpu, options, cuda_graphs))
-    if cuda_graphs:
-        raise fail(UsageError("--cuda-graphs goes with --target-gpu (a prediction); a sweep "
-                              "on this machine times the model as its file runs it."))
+        raise typer.Exit(code=_predict_on(model, target_gpu, options, cuda_graphs, fused))
+    if cuda_graphs or fused:
+        flag = "--cuda-graphs" if cuda_graphs else "--fused"
+        raise fail(UsageError(f"{flag} goes with --target-gpu (a prediction); a sweep on this "
+                              "machine times the model as its file runs it."))
     if options.node_rank:
         raise typer.Exit(code=_follow(model, options))
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -431,7 +441,8 @@ def diagnose(
     raise typer.Exit(code=int(code))
 
 
-def _predict_on(model: Path, gpu: str, options: Options, cuda_graphs: bool = False) -> int:
+def _predict_on(model: Path, gpu: str, options: Options, cuda_graphs: bool = False,
+                fused: bool = False) -> int:
     """--target-gpu: the prediction's report, nothing timed."""
     from batchscope.target.predict import diagnose_target
 
@@ -447,7 +458,7 @@ def _predict_on(model: Path, gpu: str, options: Options, cuda_graphs: bool = Fal
     try:
         report = diagnose_target(model, gpu, options.dtype, options.batch_sizes,
                                  out_dir=options.out_dir, cuda_graphs=cuda_graphs,
-                                 contexts=options.contexts)
+                                 contexts=options.contexts, fused=fused)
     except (ModelFileError, BatchscopeError) as exc:
         raise fail(exc) from None
     print_summary(out_console, report)

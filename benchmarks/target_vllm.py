@@ -90,7 +90,7 @@ def main() -> None:
             f"0,{rng.randint(*PROMPT)},{rng.randint(*OUTPUT)}\n" for _ in range(REQUESTS)))
         out = work / "predicted"
         _run(f"hf:{work / 'llama'}", "--task", "causal-lm-decode", "--contexts", CONTEXTS,
-             "--target-gpu", GPU, "--dtype", "fp16", "--cuda-graphs",
+             "--target-gpu", GPU, "--dtype", "fp16", "--cuda-graphs", "--fused",
              "--batch-sizes", ",".join(map(str, caps)), "--out", str(out))
         served = {}
         for which, report in (("point", out / "report.json"),
@@ -107,8 +107,8 @@ def main() -> None:
           f"{what_if['prefill']['per_token_s'] * 1e6:.1f} us a prompt token, KV room "
           f"{what_if['kv_capacity_tokens']:,} tokens)")
     print("| N | published tokens/s | predicted | band | error | in band | published TPOT "
-          "p50 (ms) | predicted | error | mean batch |")
-    print("|---:|---:|---:|---:|---:|:-:|---:|---:|---:|---:|")
+          "p50 (ms) | predicted | error | mean batch | preempted |")
+    print("|---:|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|")
     for n in caps:
         pub, point = published[n], served["point"][n]
         slow, fast = served["high"][n], served["low"][n]
@@ -120,12 +120,13 @@ def main() -> None:
                "error": tok / tok_pub - 1, "in_band": low <= tok_pub <= high,
                "published_tpot_p50_s": tpot_pub, "predicted_tpot_p50_s": point["tpot_p50_s"],
                "tpot_error": point["tpot_p50_s"] / tpot_pub - 1,
-               "mean_batch": point["mean_batch"]}
+               "mean_batch": point["mean_batch"], "preemptions": point["preemptions"]}
         rows.append(row)
         print(f"| {n} | {tok_pub:,.0f} | {tok:,.0f} | {low:,.0f}–{high:,.0f} | "
               f"{row['error']:+.0%} | {'yes' if row['in_band'] else 'no'} | "
               f"{tpot_pub * 1e3:.1f} | {point['tpot_p50_s'] * 1e3:.1f} | "
-              f"{row['tpot_error']:+.0%} | {point['mean_batch']:.0f} |")
+              f"{row['tpot_error']:+.0%} | {point['mean_batch']:.0f} | "
+              f"{point['preemptions']:,} |")
     inside = sum(r["in_band"] for r in rows)
     within = sum(abs(r["error"]) <= 0.35 for r in rows)
     knees = [n for n in caps if n <= NO_PREEMPTION_MAX]

@@ -128,6 +128,7 @@ class ServingRun:
     slo_met: bool | None
     keeps_up: bool | None
     idle_slot_share: float | None = None
+    preemptions: int = 0  # rows preempted for KV room (--paged continuous batching)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,9 @@ class TargetSection:
     # --cuda-graphs: the step replayed as one CUDA graph (as vLLM and SGLang decode, or
     # torch.compile's "reduce-overhead"): no host cost per op, the kernels back to back.
     cuda_graphs: bool = False
+    # --fused: an engine that fuses each run of non-GEMM ops between two GEMMs into one
+    # kernel (vLLM's fused norms and activations, torch.compile): one launch for the run.
+    fused: bool = False
     # A decode model's step predicted at every batch size and each of its CONTEXTS (the
     # first as in ``batches``), where it has two or more: what ``diagnose serve`` fits its
     # step time over context from.

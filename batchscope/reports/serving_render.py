@@ -342,7 +342,13 @@ def assumptions(result: WhatIf) -> list[str]:
              "between measured batch sizes they are interpolated, above the largest not "
              "extrapolated.")
     out = [_prefill_sentence(result), attention,
-           ("Each request reserves KV for its prompt and all its output tokens when admitted; "
+           ("Under continuous batching each request takes KV as it makes tokens, admitted "
+            "when its prompt fits; where the next step's tokens do not, the latest admitted "
+            "are preempted and prefilled again when readmitted (vLLM's recompute); static "
+            "batches reserve their prompts and all their output tokens when admitted; "
+            "waiting requests are admitted first come, first served."
+            if result.paged else
+            "Each request reserves KV for its prompt and all its output tokens when admitted; "
             "nothing is preempted; waiting requests are admitted first come, first served."),
            steps]
     if result.engine is not None:

@@ -196,6 +196,9 @@ def terms_text(target: TargetSection) -> str:
             if target.cuda_graphs else
             f"the host {fmt.seconds(t.host_s_per_op)} an op ({fmt.seconds(t.host_low_s_per_op)}"
             f"–{fmt.seconds(t.host_high_s_per_op)})")
+    if target.fused:
+        host += ("; each run of non-GEMM ops between two GEMMs fused into one kernel "
+                 "(--fused: one fixed cost, every op's bytes)")
     band = ("the kernels' variable part at their median error" if target.cuda_graphs else
             "the host's range and the kernels' variable part at their median error")
     return (f"Model: each kernel max(FLOPs/peak, bytes/bandwidth) / efficiency + a fixed cost "

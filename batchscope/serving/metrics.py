@@ -82,6 +82,7 @@ class ServingMetrics:
     slo_met: bool | None
     keeps_up: bool | None  # requests finished at KEEP_UP_SHARE of the rate they arrived
     idle_slot_share: float | None = None  # rows stepped that generated nothing (static's waste)
+    preemptions: int = 0  # rows preempted for KV room (--paged continuous batching)
 
     def row(self, policy: Policy, cap: int, rate_per_s: float) -> ServingRun:
         """This run as one row of the what-if (report.json ``serving.what_if.runs``)."""
@@ -150,4 +151,4 @@ def summarize_simulation(sim: Simulation, slo: Slo | None = None) -> ServingMetr
     generated = sum(s.request.output_tokens for s in sim.served if s.finished_s is not None)
     if sim.row_steps:
         metrics = replace(metrics, idle_slot_share=max(1 - generated / sim.row_steps, 0.0))
-    return metrics
+    return replace(metrics, preemptions=sim.preemptions)

@@ -15,9 +15,15 @@ step time linear in the context, its rows' total).
 
 Both policies reserve each request's prompt plus output tokens of KV memory at admission
 (no preemption) and admit no request that would overflow ``kv_capacity_tokens``. A request
-that could not fit even into an empty server is rejected. Prefill is charged by
-``prefill_s(prompt_tokens)`` when a request is admitted, before the next step (zero when the
-model file gives no prefill step: the prompt's KV is then taken as ready on admission).
+that could not fit even into an empty server is rejected. With ``paged`` continuous
+batching allocates as a paged engine does (vLLM's scheduler): a request is admitted when
+its prompt's tokens fit (leaving :data:`ADMISSION_WATERMARK` of the room free), each step
+takes one more token per row, and where the next step's tokens would not fit the most
+recently admitted rows are preempted: their KV freed, they wait at the head of the queue
+and are prefilled again (prompt and tokens so far, as vLLM's recompute) when readmitted.
+Prefill is charged by ``prefill_s(prompt_tokens)`` when a request is admitted, before the
+next step (zero when the model file gives no prefill step: the prompt's KV is then taken
+as ready on admission).
 A request's first token comes with its first decode step.
 """
 
@@ -32,6 +38,10 @@ from batchscope.records.serving import Policy
 from batchscope.serving.requests import Request
 
 StepTime = Callable[[int, int], float]
+# A paged server admits a request only while this share of its KV room stays free beyond
+# it (vLLM's block manager, its ``watermark`` default): a row just preempted is not
+# readmitted at the next step only to be preempted again.
+ADMISSION_WATERMARK = 0.01
 
 
 @dataclass
@@ -70,6 +80,7 @@ class Simulation:
     served: list[Served]
     steps: int = 0
     row_steps: int = 0  # rows summed over steps, finished-but-held static rows included
+    preemptions: int = 0  # rows preempted for KV room (paged continuous batching only)
     busy_s: float = 0.0
     step_rows: list[int] = field(default_factory=list)
 
@@ -111,9 +122,24 @@ class _Server:
         self.rows: list[_Row] = []
         self.t = 0.0
         self.paged = paged
+        # Paged continuous batching: KV taken as it is used, not reserved at admission.
+        self.on_demand = paged and policy == Policy.CONTINUOUS
+        self.resume: dict[int, int] = {}  # a preempted request's tokens made so far
 
-    def _fits(self, request: Request) -> bool:
-        return self.kv_capacity is None or self.kv_used + _reserve(request) <= self.kv_capacity
+    def _held(self, served: Served) -> int:
+        """KV tokens a request takes when admitted: all it will hold, or (on demand) its
+        prompt and the tokens it made before it was preempted."""
+        if self.on_demand:
+            return served.request.prompt_tokens + self.resume.get(id(served), 0)
+        return _reserve(served.request)
+
+    def _fits(self, served: Served) -> bool:
+        if self.kv_capacity is None:
+            return True
+        room = self.kv_capacity
+        if self.on_demand:
+            room -= int(ADMISSION_WATERMARK * self.kv_capacity)
+        return self.kv_used + self._held(served) <= room
 
     def admit(self) -> None:
         """Admit arrived requests, first come first served, while a slot and KV are free."""
@@ -125,19 +151,36 @@ class _Server:
                 head.rejected = True  # would not fit even alone: never admitted
                 self.waiting.popleft()
                 continue
-            if not self._fits(head.request):
+            if not self._fits(head):
                 break  # head-of-line: wait for KV to free
             self.waiting.popleft()
-            head.admitted_s = self.t
-            self.kv_used += _reserve(head.request)
-            self.rows.append(_Row(head, head.request.prompt_tokens))
+            if head.admitted_s is None:
+                head.admitted_s = self.t
+            held, made = self._held(head), self.resume.pop(id(head), 0)
+            self.kv_used += held
+            row = _Row(head, head.request.prompt_tokens + made)
+            row.generated = made
+            self.rows.append(row)
             if self.prefill_s is not None:
-                prefill += self.prefill_s(head.request.prompt_tokens)
+                prefill += self.prefill_s(head.request.prompt_tokens + made)
         self.t += prefill
         self.sim.busy_s += prefill
 
+    def make_room(self) -> None:
+        """On demand: preempt the most recently admitted rows until the next step's one
+        token per row fits (the oldest row always runs: it fitted when admitted alone)."""
+        if not self.on_demand or self.kv_capacity is None:
+            return
+        while len(self.rows) > 1 and self.kv_used + len(self.rows) > self.kv_capacity:
+            row = self.rows.pop()
+            self.kv_used -= row.cached_tokens
+            self.resume[id(row.served)] = row.generated
+            self.waiting.appendleft(row.served)
+            self.sim.preemptions += 1
+
     def step(self) -> list[_Row]:
         """One decode step of every row; the rows whose request it finished."""
+        self.make_room()
         rows = len(self.rows)
         cached = [r.cached_tokens for r in self.rows]
         context = round(sum(cached) / rows) if self.paged else max(cached)
@@ -155,6 +198,8 @@ class _Server:
                 continue  # a static batch's finished row: held, not advanced
             row.generated += 1
             row.cached_tokens += 1
+            if self.on_demand:
+                self.kv_used += 1
             if row.generated == 1:
                 row.served.first_token_s = self.t
             if row.generated == row.target:
@@ -163,7 +208,7 @@ class _Server:
         return finished
 
     def release(self, row: _Row) -> None:
-        self.kv_used -= _reserve(row.served.request)
+        self.kv_used -= row.cached_tokens if self.on_demand else _reserve(row.served.request)
 
     def idle_until_next_arrival(self) -> bool:
         """Jump to the next arrival when nothing runs; False once nothing is left at all."""

@@ -13,6 +13,8 @@ issues them.
   done. The step ends with the last kernel or the last issue, whichever is later. Small
   batches on a big GPU are launch-bound this way: the GPU waits for the host. A step
   replayed as a CUDA graph has no host cost per op (``host_s_per_op=0``).
+- An engine that fuses (``fused``) runs each stretch of non-GEMM ops between two GEMMs as
+  one kernel: one fixed cost and one launch for the stretch.
 
 Only ops that move bytes or do FLOPs launch a kernel; views and allocations do not.
 """
@@ -100,17 +102,46 @@ def kernel_time(op: CountedOp, spec: DatasheetSpec, terms: ModelTerms,
                       memory_s=memory_s, fixed_s=term.fixed_s)
 
 
+def kernel_groups(ops: Sequence[CountedOp], fused: bool = False) -> list[list[CountedOp]]:
+    """The step's kernels, in order: each launching op its own, or with ``fused`` each run
+    of consecutive non-GEMM ops between two GEMMs as one (an engine's fused norms and
+    activations: vLLM's, torch.compile's)."""
+    groups: list[list[CountedOp]] = []
+    for op in ops:
+        if not launches(op):
+            continue
+        if fused and not is_gemm(op.name) and groups and not is_gemm(groups[-1][-1].name):
+            groups[-1].append(op)
+        else:
+            groups.append([op])
+    return groups
+
+
+def group_time(group: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
+               scale: float = 1.0) -> KernelTime:
+    """One kernel of one op, or of a fused run of ops: each op's variable part, one fixed
+    cost (a fused kernel still moves every op's bytes: fusion is taken to save launches,
+    not traffic, so the prediction stays an upper bound of the fused kernel's time)."""
+    if len(group) == 1:
+        return kernel_time(group[0], spec, terms, scale)
+    parts = [kernel_time(op, spec, terms, scale) for op in group]
+    fixed = terms.other.fixed_s
+    return KernelTime(time_s=fixed + sum(max(k.compute_s, k.memory_s) for k in parts),
+                      compute_s=sum(k.compute_s for k in parts),
+                      memory_s=sum(k.memory_s for k in parts), fixed_s=fixed)
+
+
 def step_time(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
-              host_s_per_op: float | None = None, scale: float = 1.0) -> StepTime:
-    """The step of ``ops`` (one step's counted ops, in order) on the GPU of ``spec``."""
+              host_s_per_op: float | None = None, scale: float = 1.0,
+              fused: bool = False) -> StepTime:
+    """The step of ``ops`` (one step's counted ops, in order) on the GPU of ``spec``
+    (``fused``: see :func:`kernel_groups`)."""
     per_op = terms.host_s_per_op if host_s_per_op is None else host_s_per_op
     issued = done = 0.0
     device = memory = compute = latency = 0.0
     n = 0
-    for op in ops:
-        if not launches(op):
-            continue
-        k = kernel_time(op, spec, terms, scale)
+    for group in kernel_groups(ops, fused):
+        k = group_time(group, spec, terms, scale)
         n += 1
         issued += per_op
         done = max(done, issued) + k.time_s
@@ -127,14 +158,14 @@ def step_time(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
 
 
 def band(ops: Sequence[CountedOp], spec: DatasheetSpec, terms: ModelTerms,
-         cuda_graphs: bool = False) -> tuple[float, float]:
+         cuda_graphs: bool = False, fused: bool = False) -> tuple[float, float]:
     """(low, high) step: the fastest host and kernels at their median error below the
     model, the slowest host and kernels at their median error above it (no host under a
     CUDA graph)."""
     spread = max(terms.gemm.median_abs_log_error, terms.gemm_fp32.median_abs_log_error,
                  terms.other.median_abs_log_error)
     low = step_time(ops, spec, terms, 0.0 if cuda_graphs else terms.host_low_s_per_op,
-                    math.exp(-spread))
+                    math.exp(-spread), fused)
     high = step_time(ops, spec, terms, 0.0 if cuda_graphs else terms.host_high_s_per_op,
-                     math.exp(spread))
+                     math.exp(spread), fused)
     return low.step_s, high.step_s

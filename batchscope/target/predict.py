@@ -174,10 +174,11 @@ def _count(spec: ModelSpec, b: int, dtype: torch.dtype, context: int | None) -> 
 
 def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
             batch_sizes: Sequence[int] | None = None, terms: ModelTerms = TERMS,
-            cuda_graphs: bool = False) -> TargetSection:
+            cuda_graphs: bool = False, fused: bool = False) -> TargetSection:
     """The model of ``spec`` predicted on ``gpu`` at ``batch_sizes`` (``cuda_graphs``: each
-    step replayed as one CUDA graph, no host cost per op); a decode model's at each of its
-    CONTEXTS too, for ``diagnose serve``."""
+    step replayed as one CUDA graph, no host cost per op; ``fused``: each run of non-GEMM
+    ops between GEMMs one kernel); a decode model's at each of its CONTEXTS too, for
+    ``diagnose serve``."""
     sheet = gpu_spec(gpu)
     dtype = DTYPE_NAMES.get(dtype_name.lower())
     if dtype is None:
@@ -195,11 +196,11 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
     for b in sizes:
         counted = _count(spec, b, TORCH_DTYPES[dtype], None)
         ops, weight_bytes = counted.ops, counted.weight_bytes
-        t = step_time(ops, sheet, terms, host_s_per_op)
+        t = step_time(ops, sheet, terms, host_s_per_op, fused=fused)
         if t.launched_ops == 0:
             raise TargetUnsupported(f"{spec.path}'s step at batch {b} moves no bytes and does "
                                     "no FLOPs: there is no kernel to predict.")
-        low_s, high_s = band(ops, sheet, terms, cuda_graphs)
+        low_s, high_s = band(ops, sheet, terms, cuda_graphs, fused)
         if len(contexts) > 1:
             grid.append(TargetGridPoint(batch_size=b, context=contexts[0],
                                         predicted_step_s=t.step_s, low_s=low_s,
@@ -220,10 +221,11 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
     for c in contexts[1:]:
         for b in sizes:
             counted = _count(spec, b, TORCH_DTYPES[dtype], c)
-            low_s, high_s = band(counted.ops, sheet, terms, cuda_graphs)
+            low_s, high_s = band(counted.ops, sheet, terms, cuda_graphs, fused)
             grid.append(TargetGridPoint(
                 batch_size=b, context=c,
-                predicted_step_s=step_time(counted.ops, sheet, terms, host_s_per_op).step_s,
+                predicted_step_s=step_time(counted.ops, sheet, terms, host_s_per_op,
+                                           fused=fused).step_s,
                 low_s=low_s, high_s=high_s, input_bytes=counted.input_bytes))
     fitting = [b for b in batches if b.fits]
     best = max(fitting, key=lambda b: b.predicted_throughput_per_s) if fitting else None
@@ -242,13 +244,13 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
         best_batch_size=best.batch_size if best is not None else None,
         critical_batch=critical_batch(batches, gemm_peak, sheet.bandwidth_bytes_per_s),
         knee_batch=knee, knee_within=within, reserved_bytes=RESERVED_BYTES, unit=spec.unit,
-        cuda_graphs=cuda_graphs, context_grid=grid, weight_bytes=weight_bytes)
+        cuda_graphs=cuda_graphs, fused=fused, context_grid=grid, weight_bytes=weight_bytes)
 
 
 def diagnose_target(path: str | Path, gpu: str, dtype: str = "fp32",
                     batch_sizes: Sequence[int] | None = None,
                     out_dir: str | None = None, cuda_graphs: bool = False,
-                    contexts: list[int] | None = None) -> Report:
+                    contexts: list[int] | None = None, fused: bool = False) -> Report:
     """Predict the model file at ``path`` on ``gpu`` and write the report into ``out_dir``
     (None: write nothing); ``contexts`` replaces a decode model's CONTEXTS.
 
@@ -258,7 +260,7 @@ def diagnose_target(path: str | Path, gpu: str, dtype: str = "fp32",
     """
     started = time.time()
     spec = load_model_file(path, contexts=contexts)
-    section = predict(spec, gpu, dtype, batch_sizes, cuda_graphs=cuda_graphs)
+    section = predict(spec, gpu, dtype, batch_sizes, cuda_graphs=cuda_graphs, fused=fused)
     report = Report(
         model=ModelInfo(target=str(path), device=f"{section.gpu} (predicted)",
                         dtype=section.dtype, unit=spec.unit, mode=Mode(spec.mode),

@@ -1,7 +1,8 @@
 """A --target-gpu report's prefill, predicted on its GPU for ``diagnose serve``: one
 prompt's forward (the one that fills its KV cache) at each prompt length, counted on meta
-tensors and timed by the same performance model as the decode steps (and the same host:
-none under ``--cuda-graphs``). Nothing is timed on this machine.
+tensors and timed by the same performance model as the decode steps (the same host, none
+under ``--cuda-graphs``, and the same fusion under ``--fused``). Nothing is timed on this
+machine.
 """
 
 from __future__ import annotations
@@ -52,6 +53,6 @@ def predict_prefill(report: Report, prompt_tokens: list[int]) -> list[PrefillPoi
             raise UsageError(f"{report.model.target}: its build_engine_model() cannot run a "
                              f"prefill on meta tensors: {type(exc).__name__}: "
                              f"{str(exc)[:200]}") from None
-        points.append(PrefillPoint(tokens, step_time(ops, sheet, target.terms,
-                                                      host).step_s))
+        points.append(PrefillPoint(tokens, step_time(ops, sheet, target.terms, host,
+                                                      fused=target.fused).step_s))
     return points

@@ -153,6 +153,34 @@ def test_a_memory_bound_gemm_runs_at_the_memory_sides_efficiency():
     assert kernel_time(big, spec, TERMS).time_s == kernel_time(big, spec, alone).time_s
 
 
+def test_a_fusing_engine_runs_each_stretch_between_gemms_as_one_kernel():
+    """mm, add, mul, mm, silu, mm: five kernels fused (the add and mul one), six not; the
+    fused one pays one fixed cost and both ops' bytes."""
+    from batchscope.target.kernel_time import group_time, kernel_groups
+
+    spec = lookup("H100 SXM5 80GB")
+    assert spec is not None
+
+    def op(name: str, nbytes: int) -> CountedOp:
+        return CountedOp(name=name, input_shapes=[], dtype="float16", flops=nbytes,
+                         bytes=ByteSplit(activations=nbytes))
+
+    ops = [op("mm", 10**6), op("add", 10**6), op("mul", 2 * 10**6), op("mm", 10**6),
+           op("silu", 10**6), op("mm", 10**6)]
+    groups = kernel_groups(ops, fused=True)
+    assert [[o.name for o in g] for g in groups] == [["mm"], ["add", "mul"], ["mm"], ["silu"],
+                                                       ["mm"]]
+    assert len(kernel_groups(ops)) == 6
+    fused = group_time(groups[1], spec, TERMS)
+    alone = [kernel_time(o, spec, TERMS) for o in groups[1]]
+    assert fused.fixed_s == TERMS.other.fixed_s
+    assert fused.time_s == pytest.approx(TERMS.other.fixed_s + sum(
+        k.time_s - k.fixed_s for k in alone))
+    assert step_time(ops, spec, TERMS, 0.0, fused=True).launched_ops == 5
+    assert step_time(ops, spec, TERMS, 0.0, fused=True).step_s == pytest.approx(
+        step_time(ops, spec, TERMS, 0.0).step_s - TERMS.other.fixed_s)
+
+
 def test_the_64gb_h100_has_its_own_bandwidth():
     sheet = lookup("NVIDIA H100 SXM5 64GB")
     assert sheet is not None and sheet.product == "H100 SXM5 64GB"

@@ -113,9 +113,11 @@ def test_serve_on_a_prediction_predicts_prefill_and_refuses_an_engine(tmp_path):
     done = runner.invoke(diagnose_app, [
         f"hf:{config}", "--task", "causal-lm-decode", "--contexts", "16,64",
         "--target-gpu", "H100 SXM5 64GB", "--dtype", "fp16", "--batch-sizes", "1,2,4",
-        "--cuda-graphs", "--out", str(out)])
+        "--cuda-graphs", "--fused", "--out", str(out)])
     assert done.exit_code == 0, done.output
     report = out / "report.json"
+    target = json.loads(report.read_text())["target"]
+    assert target["fused"] and target["cuda_graphs"] and len(target["context_grid"]) == 6
     served = runner.invoke(tools_app, [
         "serve", str(report), "--paged", "--requests", "20", "--prompt-tokens", "8:16",
         "--output-tokens", "4:8", "--caps", "2,4", "--rate", "50", "--out", str(tmp_path)])
@@ -134,3 +136,34 @@ def test_serve_on_a_prediction_predicts_prefill_and_refuses_an_engine(tmp_path):
     refused = runner.invoke(tools_app, ["serve", str(report), "--engine", "transformers",
                                         "--out", str(tmp_path)])
     assert refused.exit_code == 4 and "prediction for the H100 SXM5 64GB" in refused.output
+
+
+def test_a_paged_server_takes_kv_as_it_goes_and_preempts_the_latest():
+    """KV for 10 tokens; two requests of a 3-token prompt and 4 output tokens. Reserving
+    all 7 at admission, B waits for A (done at 0.04, B at 0.08). Paged, both start; at the
+    third step 10 + 2 tokens would not fit, so B (admitted last, 5 tokens held, 2 made) is
+    preempted, readmitted when A leaves (0.04), prefilled again at 3 + 2 tokens, and done
+    two steps later (0.06)."""
+    prefilled: list[int] = []
+
+    def prefill_s(tokens: int) -> float:
+        prefilled.append(tokens)
+        return 0.0
+
+    def step_s(rows: int, context: int) -> float:
+        return 0.01
+
+    requests = [Request(0.0, 3, 4), Request(0.0, 3, 4)]
+    reserved = simulate(requests, Policy.CONTINUOUS, 2, step_s, 10)
+    assert [s.finished_s for s in reserved.served] == pytest.approx([0.04, 0.08])
+    assert reserved.preemptions == 0
+    paged = simulate(requests, Policy.CONTINUOUS, 2, step_s, 10, prefill_s, paged=True)
+    a, b = paged.served
+    assert (a.finished_s, b.finished_s) == pytest.approx((0.04, 0.06))
+    assert b.first_token_s == pytest.approx(0.01)  # made before it was preempted
+    assert paged.preemptions == 1 and prefilled == [3, 3, 5]
+    assert paged.steps == 6
+    # static batching reserves as before, paged or not
+    static = simulate(requests, Policy.STATIC, 2, step_s, 10, paged=True)
+    assert static.preemptions == 0
+    assert [s.finished_s for s in static.served] == pytest.approx([0.04, 0.08])
