@@ -184,7 +184,7 @@ def _kv_bytes(grid: dict[int, list[_Point]], batches: list[BatchResult],
 
 def _target_points(report: Report) -> tuple[dict[int, float], dict[int, list[_Point]]]:
     """A --target-gpu report's predicted steps: at its first context by batch size, and its
-    grid at the others (as a sweep's grid: a line through each size's contexts)."""
+    grid at every context (a line through each size's contexts, as a sweep's grid)."""
     target = report.target
     assert target is not None
     latency = {b.batch_size: b.predicted_step_s for b in target.batches
