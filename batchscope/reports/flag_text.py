@@ -699,7 +699,10 @@ def serving_pick_text(what_if: WhatIf) -> str:
         if other_best and rate > other_best:
             text += (f"; {other[0].policy.value} batching reaches at most {other_best:.3g} "
                      f"requests/s ({rate / other_best:.2g}x less)")
-        return text + "."
+        elif other_best:
+            text += (f"; {other[0].policy.value} batching reaches {other_best:.3g} "
+                     "requests/s")
+        return text + _within_noise(what_if, rate / other_best if other_best else None) + "."
     policy = pick.policy or Policy.CONTINUOUS
     mine = what_if.best.get(policy)
     rival_policy = Policy.STATIC if policy == Policy.CONTINUOUS else Policy.CONTINUOUS
@@ -712,20 +715,27 @@ def serving_pick_text(what_if: WhatIf) -> str:
     if rival is None or not rival.throughput_tokens_per_s:
         return text + "."
     ratio = mine.throughput_tokens_per_s / rival.throughput_tokens_per_s
-    noisiest = what_if.engine.noise() if what_if.engine is not None else None
-    spread = noisiest.repeat_spread if noisiest is not None else None
     if 1 / SAME_THROUGHPUT < ratio < SAME_THROUGHPUT:
         return text + (f", about what {rival_policy.value} batching serves at its best cap "
                        f"({rival.cap}: {rival.throughput_tokens_per_s:.3g}): with these step "
                        "times the policy changes little.")
     text += (f", {ratio:.2f}x the {rival.throughput_tokens_per_s:.3g} of {rival_policy.value} "
              f"batching at its best cap ({rival.cap})")
-    if noisiest is not None and spread is not None and 1 / (1 + spread) < ratio < 1 + spread:
-        text += (f". That is within this machine's noise: the second-fastest repeat of the "
-                 f"engine's own {noisiest.policy.value} run at cap {noisiest.cap} took "
-                 f"{spread:.0%} longer than its fastest, so these figures do not rank the "
-                 "policies")
-    return text + "."
+    return text + _within_noise(what_if, ratio) + "."
+
+
+def _within_noise(what_if: WhatIf, ratio: float | None) -> str:
+    """". That is within this machine's noise ..." where one policy's lead over the other
+    (``ratio``) is within the engine's own calibration repeats; "" otherwise."""
+    noisiest = what_if.engine.noise() if what_if.engine is not None else None
+    spread = noisiest.repeat_spread if noisiest is not None else None
+    if noisiest is None or spread is None or ratio is None \
+            or not 1 / (1 + spread) < ratio < 1 + spread:
+        return ""
+    return (f". That is within this machine's noise: the second-fastest repeat of the "
+            f"engine's own {noisiest.policy.value} run at cap {noisiest.cap} took "
+            f"{spread:.0%} longer than its fastest, so these figures do not rank the "
+            "policies")
 
 
 # -- what the step-time model assumed ---------------------------------------------------------

@@ -367,17 +367,18 @@ def _finite(value: Any) -> bool:
 def recommend(best: dict[Policy, ServingRun | None], slo_rates: list[SloRate],
               slo: Slo, noise: float | None = None) -> ServingPick:
     """The policy and cap to serve with: under an SLO, the highest rate within it
-    (continuous, then the fewest rows, among those within :data:`TIE_SHARE` of it; no cap
-    when none meets it); without one, continuous batching at its best cap, unless static
-    batching's best serves more by a margin the evidence carries: beyond
-    :data:`SAME_THROUGHPUT` and beyond ``noise`` (how far the engine's own repeats
-    differed, :meth:`EngineCalibration.noise`)."""
+    (continuous, then the fewest rows, among those within :data:`TIE_SHARE` of it, or
+    within ``noise`` where that is wider; no cap when none meets it); without one,
+    continuous batching at its best cap, unless static batching's best serves more by a
+    margin the evidence carries: beyond :data:`SAME_THROUGHPUT` and beyond ``noise`` (how
+    far the engine's own repeats differed, :meth:`EngineCalibration.noise`)."""
     if slo.given:
         feasible = [r for r in slo_rates if r.max_rate_per_s]
         if not feasible:
             return ServingPick(policy=None, cap=None, max_rate_per_s=None)
         top = max(r.max_rate_per_s or 0.0 for r in feasible)
-        pick = min((r for r in feasible if (r.max_rate_per_s or 0.0) >= TIE_SHARE * top),
+        tied = min(TIE_SHARE, 1 / (1 + (noise or 0.0)))
+        pick = min((r for r in feasible if (r.max_rate_per_s or 0.0) >= tied * top),
                    key=lambda r: (r.policy != Policy.CONTINUOUS, r.cap))
         return ServingPick(policy=pick.policy, cap=pick.cap, max_rate_per_s=pick.max_rate_per_s)
     cont, stat = best.get(Policy.CONTINUOUS), best.get(Policy.STATIC)

@@ -366,3 +366,32 @@ def test_static_is_picked_where_its_lead_is_beyond_the_noise(model_only_s):
     assert f"static batching capped at {stat.cap} rows serves" in sentence
     assert f"{1 / ratio:.2f}x the" in sentence and "of continuous batching" in sentence
     assert "noise" not in sentence
+
+
+def test_under_an_slo_a_lead_within_the_noise_does_not_rank_the_policies(model_only_s):
+    """Static reaches 1.10 requests/s within the SLO, continuous 1.00: a 10% lead picks
+    static on quiet repeats; on repeats 30% (60% at worst) apart it is a tie, continuous
+    is kept, and the sentence says the figures do not rank the policies."""
+    from batchscope.records.serving import SloRate, SloTargets
+    from batchscope.serving.metrics import Slo
+    from batchscope.serving.whatif import recommend
+
+    rates = [SloRate(Policy.STATIC, 8, 1.10), SloRate(Policy.CONTINUOUS, 8, 1.00),
+             SloRate(Policy.CONTINUOUS, 4, 0.5)]
+    slo = Slo(tpot_s=0.2)
+    quiet_pick = recommend({}, rates, slo, 0.0)
+    assert (quiet_pick.policy, quiet_pick.cap) == (Policy.STATIC, 8)
+    noisy_pick = recommend({}, rates, slo, 0.3)
+    assert (noisy_pick.policy, noisy_pick.cap, noisy_pick.max_rate_per_s) == (
+        Policy.CONTINUOUS, 8, 1.00)
+    noisy = _noisy(model_only_s, 1.0, 1.0, 0.3)
+    under_slo = dataclasses.replace(noisy, slo=SloTargets(tpot_s=0.2),
+                                    max_rate_within_slo=rates, recommendation=noisy_pick)
+    sentence = serving_pick_text(under_slo)
+    assert "with continuous batching capped at 8 rows" in sentence
+    assert "static batching reaches 1.1 requests/s" in sentence
+    assert "so these figures do not rank the policies." in sentence
+    quiet = dataclasses.replace(_noisy(model_only_s, 1.0, 1.0, 0.0), slo=SloTargets(tpot_s=0.2),
+                                max_rate_within_slo=rates, recommendation=quiet_pick)
+    assert "noise" not in serving_pick_text(quiet)
+    assert "continuous batching reaches at most 1 requests/s" in serving_pick_text(quiet)
