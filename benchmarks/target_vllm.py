@@ -6,7 +6,7 @@ PROVENANCE.md says where from): vLLM 0.5.2 in fp16 with CUDA graphs, 2000 ShareG
 all at once, ``--max-num-seqs`` N from 1 to 512. Here, on any machine and timing nothing:
 
 1. ``diagnose hf:LLAMA --task causal-lm-decode --contexts 1,256,512 --target-gpu "H100 SXM5
-   64GB" --dtype fp16 --cuda-graphs`` at the published N (Llama-2-7B's config, written
+   64GB" --dtype fp16 --cuda-graphs --fused`` at the published N (Llama-2-7B's config, written
    below: the published architecture, no weights);
 2. a seeded stand-in for the requests: the published runs give only their totals (225,574
    prompt and about 646,000 output tokens for 2000 requests), so prompts are uniform on

@@ -129,14 +129,18 @@ def _dense_sheet(fp32_tf: float, tf32_tf: float, half_tf: float) -> dict[str, An
 
 # Every A100 SXM4 board is a PG509 (torch may print its board name, "A100-PG509-200");
 # "A100-SXM4" alone, or a board number not listed, is told 40 from 80 GB by memory.
+# "NVIDIA H100" (as the 64 GB part names itself, and some 80 GB boards) or "H100 SXM5"
+# without a size: told 64 from 80 GB by memory; without it, no guess (the two differ in
+# bandwidth by 2x).
+_H100_SXM_FAMILY = (r"h100( sxm5?)?",)
 _A100_SXM_FAMILY = (r"a100 sxm4?", r"a100 pg509 \d+")
 _A100_PCIE_FAMILY = (r"a100 pcie",)
 
 SPECS: tuple[GpuSpec, ...] = (
     # Hopper. The H100/H200 sheets print tensor figures with sparsity only (asterisk).
-    GpuSpec("H100 SXM5 80GB", (r"h100( sxm5?)?( 80gb)?( hbm3)?",),
+    GpuSpec("H100 SXM5 80GB", (r"h100( sxm5?)? 80gb( hbm3)?",),
             bandwidth_bytes_per_s=3350 * GB_PER_S, memory_bytes=80 * GIB,
-            source=_H100_SHEET, l2_bytes=50 * MIB,
+            source=_H100_SHEET, l2_bytes=50 * MIB, family_patterns=_H100_SXM_FAMILY,
             **_sparse_sheet(67, 989, 1979, fp8_sparse_tf=3958)),
     GpuSpec("H100 PCIe 80GB", (r"h100( 80gb)? pcie( 80gb)?",),
             bandwidth_bytes_per_s=2000 * GB_PER_S, memory_bytes=80 * GIB,
@@ -147,7 +151,7 @@ SPECS: tuple[GpuSpec, ...] = (
     # and 700 W), an inference.
     GpuSpec("H100 SXM5 64GB", (r"h100( sxm5?)? 64gb( hbm2e?)?",),
             bandwidth_bytes_per_s=1631 * GB_PER_S, memory_bytes=64 * GIB,
-            source=_H100_64GB_SOURCE, l2_bytes=50 * MIB,
+            source=_H100_64GB_SOURCE, l2_bytes=50 * MIB, family_patterns=_H100_SXM_FAMILY,
             **_sparse_sheet(67, 989, 1979, fp8_sparse_tf=3958)),
     GpuSpec("H100 NVL 94GB", (r"h100 nvl",), bandwidth_bytes_per_s=3900 * GB_PER_S,
             memory_bytes=94 * GIB, source=_H100_SHEET, l2_bytes=50 * MIB,
@@ -238,6 +242,16 @@ def normalise(name: str) -> str:
 
 def _matching(key: str, patterns_of: Callable[[GpuSpec], tuple[str, ...]]) -> list[GpuSpec]:
     return [spec for spec in SPECS if any(re.fullmatch(p, key) for p in patterns_of(spec))]
+
+
+def family_of(name: str) -> list[str]:
+    """The products a name that does not say its row could be (``"H100"``: the 80 and the
+    64 GB SXM5), in table order; [] where it names one row or none."""
+    key = normalise(name)
+    if _matching(key, lambda spec: spec.patterns):
+        return []
+    family = _matching(key, lambda spec: spec.family_patterns)
+    return [spec.product for spec in family] if len(family) > 1 else []
 
 
 def lookup(name: str, memory_bytes: int | None = None) -> DatasheetSpec | None:

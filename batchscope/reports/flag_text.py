@@ -691,17 +691,19 @@ def serving_pick_text(what_if: WhatIf) -> str:
             return (f"No batch cap meets {slo.describe()} under either policy, even at a light "
                     "load: every step is slower than the target.")
         rate = pick.max_rate_per_s
-        text = (f"The highest rate with {slo.describe()} is {rate:.3g} requests/s, with "
-                f"{pick.policy.value} batching capped at {_rows(pick.cap)}")
         other = [r for r in what_if.max_rate_within_slo
                  if r.policy != pick.policy and r.max_rate_per_s]
         other_best = max((r.max_rate_per_s or 0.0 for r in other), default=None)
-        if other_best and rate > other_best:
-            text += (f"; {other[0].policy.value} batching reaches at most {other_best:.3g} "
-                     f"requests/s ({rate / other_best:.2g}x less)")
-        elif other_best:
-            text += (f"; {other[0].policy.value} batching reaches {other_best:.3g} "
-                     "requests/s")
+        if other_best and other_best > rate:  # ahead, but within the noise: a tie
+            text = (f"With {slo.describe()}, {pick.policy.value} batching capped at "
+                    f"{_rows(pick.cap)} serves up to {rate:.3g} requests/s; "
+                    f"{other[0].policy.value} batching reaches {other_best:.3g} requests/s")
+        else:
+            text = (f"The highest rate with {slo.describe()} is {rate:.3g} requests/s, with "
+                    f"{pick.policy.value} batching capped at {_rows(pick.cap)}")
+            if other_best:
+                text += (f"; {other[0].policy.value} batching reaches at most "
+                         f"{other_best:.3g} requests/s ({rate / other_best:.2g}x less)")
         return text + _within_noise(what_if, rate / other_best if other_best else None) + "."
     policy = pick.policy or Policy.CONTINUOUS
     mine = what_if.best.get(policy)

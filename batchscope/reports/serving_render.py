@@ -182,7 +182,15 @@ def _kv_paragraph(result: WhatIf) -> str | None:
                     if fits < largest else
                     f"above the largest cap tried ({largest}), so memory does not limit "
                     "these caps."))
-    return text if text.endswith(".") else text + "."
+    text = text if text.endswith(".") else text + "."
+    preempted = [r for r in result.runs if r.preemptions]
+    if preempted:
+        most = max(preempted, key=lambda r: (r.preemptions, -r.cap))
+        text += (f" Paged, continuous batching ran out of KV room and preempted rows (to "
+                 f"prefill them again) in {len(preempted)} of its runs, at most "
+                 f"{most.preemptions:,} at cap {most.cap} and {most.rate_per_s:.3g} "
+                 "requests/s.")
+    return text
 
 
 def _and(items: list[str]) -> str:

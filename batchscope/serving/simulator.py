@@ -53,6 +53,7 @@ class Served:
     first_token_s: float | None = None
     finished_s: float | None = None
     rejected: bool = False
+    made_before_preemption: int = 0  # tokens made when last preempted (paged), 0 otherwise
 
     @property
     def ttft_s(self) -> float | None:
@@ -124,22 +125,27 @@ class _Server:
         self.paged = paged
         # Paged continuous batching: KV taken as it is used, not reserved at admission.
         self.on_demand = paged and policy == Policy.CONTINUOUS
-        self.resume: dict[int, int] = {}  # a preempted request's tokens made so far
 
     def _held(self, served: Served) -> int:
         """KV tokens a request takes when admitted: all it will hold, or (on demand) its
         prompt and the tokens it made before it was preempted."""
         if self.on_demand:
-            return served.request.prompt_tokens + self.resume.get(id(served), 0)
+            return served.request.prompt_tokens + served.made_before_preemption
         return _reserve(served.request)
 
     def _fits(self, served: Served) -> bool:
+        """Whether ``served`` can be admitted now. On demand, its tokens and the next step's
+        one token for every row and for it must fit, leaving the watermark free unless the
+        server is empty (a request that fits the whole room alone is always admitted
+        there, so none waits forever)."""
         if self.kv_capacity is None:
             return True
+        if not self.on_demand:
+            return self.kv_used + self._held(served) <= self.kv_capacity
         room = self.kv_capacity
-        if self.on_demand:
+        if self.rows:
             room -= int(ADMISSION_WATERMARK * self.kv_capacity)
-        return self.kv_used + self._held(served) <= room
+        return self.kv_used + self._held(served) + len(self.rows) + 1 <= room
 
     def admit(self) -> None:
         """Admit arrived requests, first come first served, while a slot and KV are free."""
@@ -156,7 +162,8 @@ class _Server:
             self.waiting.popleft()
             if head.admitted_s is None:
                 head.admitted_s = self.t
-            held, made = self._held(head), self.resume.pop(id(head), 0)
+            held, made = self._held(head), head.made_before_preemption
+            head.made_before_preemption = 0
             self.kv_used += held
             row = _Row(head, head.request.prompt_tokens + made)
             row.generated = made
@@ -174,7 +181,7 @@ class _Server:
         while len(self.rows) > 1 and self.kv_used + len(self.rows) > self.kv_capacity:
             row = self.rows.pop()
             self.kv_used -= row.cached_tokens
-            self.resume[id(row.served)] = row.generated
+            row.served.made_before_preemption = row.generated
             self.waiting.appendleft(row.served)
             self.sim.preemptions += 1
 
@@ -234,11 +241,16 @@ def simulate(requests: list[Request], policy: Policy, cap: int, step_s: StepTime
     server = _Server(requests, Policy(policy), cap, step_s, kv_capacity_tokens, prefill_s,
                      paged)
     continuous = server.sim.policy == Policy.CONTINUOUS
-    unfinished = 0  # rows of the batch still generating
+    unfinished = 0  # rows of a static batch still generating (read for static only)
     while True:
         if not server.rows:
             server.admit()
             if not server.rows:
+                head = server.waiting[0] if server.waiting else None
+                if head is not None and head.request.arrival_s <= server.t:
+                    # arrived, and an empty server could not take it: it never will
+                    server.waiting.popleft().rejected = True
+                    continue
                 if not server.idle_until_next_arrival():
                     break
                 continue

@@ -296,7 +296,6 @@ def _fit_target(report: Report, paged: bool) -> StepTimeModel:
     lines = {b: _line(points) for b, points in grid.items()
              if b in latency and len({c for c, _, _ in points}) >= MIN_GRID_CONTEXTS}
     kv, kv_source = _kv_bytes(grid, [], c0)
-    shared = {b: lines[b][0] if b in lines else latency[b] for b in sizes}
     if paged:
         if kv is None:
             raise UsageError("--paged needs the KV cache's size per token: predict the decode "
@@ -307,10 +306,11 @@ def _fit_target(report: Report, paged: bool) -> StepTimeModel:
         source = StepTimeSource.CONTEXT_GRID
         fitted = {b: k for b, (_, k) in lines.items()}
         per_token = {b: _interpolate(fitted, b) for b in sizes}
-        shared = {b: lines[b][0] if b in lines else max(latency[b] - per_token[b] * c0, 0.0)
-                  for b in sizes}
     else:
         source, per_token = StepTimeSource.NONE, dict.fromkeys(sizes, 0.0)
+    # The shared part: the line's at no context, or (a size the grid did not predict) the
+    # step at the first context less what its context costs.
+    shared = {b: lines[b][0] if b in lines else latency[b] - per_token[b] * c0 for b in sizes}
     model = StepTimeModel(base_context=c0, batch_sizes=sizes,
                           shared_s=[max(shared[b], 0.0) for b in sizes],
                           per_token_s=[per_token[b] for b in sizes], source=source,
@@ -318,10 +318,6 @@ def _fit_target(report: Report, paged: bool) -> StepTimeModel:
     if not all(math.isfinite(x) and x >= 0 for x in model.shared_s + model.per_token_s):
         raise UsageError("the prediction's step times and contexts do not give a finite step "
                          "time (a context or a time out of any real range).")
-    for b, points in sorted(grid.items()):
-        for c, predicted, _ in points:
-            fitted_s = model.step_s(b, c)
-            model.points.append(GridFit(batch_size=b, context=c, measured_s=predicted,
-                                        predicted_s=fitted_s, error=fitted_s / predicted - 1,
-                                        split_predicted_s=None, split_error=None))
+    # No grid fit is recorded: the grid was predicted, not measured, and under --paged the
+    # model is not fitted to it at all.
     return model

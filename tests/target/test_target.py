@@ -186,6 +186,12 @@ def test_the_64gb_h100_has_its_own_bandwidth():
     assert sheet is not None and sheet.product == "H100 SXM5 64GB"
     assert sheet.bandwidth_bytes_per_s == 1631e9 and sheet.memory_bytes == 64 * 2**30
     assert lookup("NVIDIA H100 80GB HBM3").product == "H100 SXM5 80GB"
+    # "NVIDIA H100" alone (as the 64 GB part names itself): told apart by memory
+    assert lookup("NVIDIA H100", memory_bytes=65247 * 2**20).product == "H100 SXM5 64GB"
+    assert lookup("NVIDIA H100", memory_bytes=81559 * 2**20).product == "H100 SXM5 80GB"
+    assert lookup("NVIDIA H100") is None
+    with pytest.raises(UsageError, match="names more than one GPU"):
+        predict(load_model_file(MODELS / "tiny.py"), "H100")
 
 
 def test_a_model_is_predicted_from_its_exact_counted_work():

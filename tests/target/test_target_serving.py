@@ -123,6 +123,7 @@ def test_serve_on_a_prediction_predicts_prefill_and_refuses_an_engine(tmp_path):
         "--output-tokens", "4:8", "--caps", "2,4", "--rate", "50", "--out", str(tmp_path)])
     assert served.exit_code == 0, served.output
     what_if = json.loads((tmp_path / "serving.json").read_text())
+    assert all(r["preemptions"] == 0 for r in what_if["runs"])  # 20 short requests fit
     assert what_if["paged"] and what_if["predicted_on"] == "H100 SXM5 64GB"
     assert what_if["step_time"]["source"] == "paged KV read"
     prefill = what_if["prefill"]
@@ -167,3 +168,50 @@ def test_a_paged_server_takes_kv_as_it_goes_and_preempts_the_latest():
     static = simulate(requests, Policy.STATIC, 2, step_s, 10, paged=True)
     assert static.preemptions == 0
     assert [s.finished_s for s in static.served] == pytest.approx([0.04, 0.08])
+
+
+@pytest.mark.parametrize(("capacity", "requests"), [
+    (1000, [Request(0.0, 995, 5)]),  # fits the room alone, not beside the watermark
+    (2000, [Request(0.0, 1, 50), Request(0.0, 1979, 15)]),  # preempted near the room's size
+])
+def test_a_paged_server_serves_what_fits_its_room_alone(capacity, requests):
+    sim = simulate(requests, Policy.CONTINUOUS, 2, lambda rows, context: 0.01, capacity,
+                   paged=True)
+    assert all(s.finished_s is not None and not s.rejected for s in sim.served)
+
+
+def test_every_paged_request_is_served_or_rejected_and_no_token_is_lost():
+    """Seeded streams into small KV rooms: every request finishes with all its tokens (a
+    preempted one keeps those it made) or is rejected as larger than the room."""
+    import random
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        capacity = rng.randint(20, 200)
+        requests = [Request(rng.uniform(0, 1), rng.randint(1, 60), rng.randint(1, 40))
+                    for _ in range(30)]
+        sim = simulate(requests, Policy.CONTINUOUS, rng.randint(1, 8),
+                       lambda rows, context: 0.01, capacity, lambda p: 0.001, paged=True)
+        for s in sim.served:
+            too_big = s.request.prompt_tokens + s.request.output_tokens > capacity
+            assert s.rejected == too_big, (seed, s)
+            assert too_big or (s.finished_s is not None and s.first_token_s is not None)
+        made = sum(s.request.output_tokens for s in sim.served if not s.rejected)
+        assert sim.row_steps == made  # one token a row a step, none made twice
+
+
+def test_the_preemptions_are_said_in_words(predicted):
+    """A KV room of 64 tokens for 30 requests of up to 30 arriving at once, 4 rows at a
+    time: paged continuous batching preempts, and the KV paragraph says how often, where."""
+    from batchscope.reports.serving_render import render_markdown
+    from batchscope.serving.whatif import WhatIfOptions, what_if
+
+    arriving_at_once = [Request(0.0, 8 + i % 9, 8 + i % 7) for i in range(30)]
+    options = WhatIfOptions(rates_per_s=[1000.0], trace=arriving_at_once, caps=[4],
+                            kv_memory_bytes=64 * KV_BYTES_PER_TOKEN, paged=True)
+    result = what_if(predicted, options)
+    (cont,) = [r for r in result.runs if r.policy == Policy.CONTINUOUS]
+    assert cont.preemptions > 0 and cont.completed == 30
+    words = render_markdown(result)
+    assert (f"preempted rows (to prefill them again) in 1 of its runs, at most "
+            f"{cont.preemptions:,} at cap 4") in words
