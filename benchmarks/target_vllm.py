@@ -11,8 +11,8 @@ all at once, ``--max-num-seqs`` N from 1 to 512. Here, on any machine and timing
 2. a seeded stand-in for the requests: the published runs give only their totals (225,574
    prompt and about 646,000 output tokens for 2000 requests), so prompts are uniform on
    4-222 tokens and outputs on 4-642 (the same means), all arriving at once;
-3. ``diagnose serve REPORT --trace STREAM --caps N... --paged`` (continuous batching), and
-   again on the prediction's low and high steps for the band.
+3. ``diagnose serve REPORT --trace STREAM --caps N... --paged`` (continuous batching; its
+   band is every run again on the prediction's low and high steps).
 
 Output tokens/s and the median time per output token against the published ones, per N.
 
@@ -57,16 +57,6 @@ def _run(*args: str) -> None:
         sys.exit(f"diagnose {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
 
 
-def _banded(report: Path, which: str) -> Path:
-    """A copy of the prediction whose steps are its band's ``which`` (low_s or high_s)."""
-    doc = json.loads(report.read_text())
-    for point in [*doc["target"]["batches"], *doc["target"]["context_grid"]]:
-        point["predicted_step_s"] = point[which]
-    out = report.with_name(f"report-{which}.json")
-    out.write_text(json.dumps(doc))
-    return out
-
-
 def _continuous(serving: Path) -> dict[int, dict[str, Any]]:
     runs = json.loads(serving.read_text())["runs"]
     return {r["cap"]: r for r in runs if r["policy"] == "continuous"}
@@ -92,15 +82,10 @@ def main() -> None:
         _run(f"hf:{work / 'llama'}", "--task", "causal-lm-decode", "--contexts", CONTEXTS,
              "--target-gpu", GPU, "--dtype", "fp16", "--cuda-graphs", "--fused",
              "--batch-sizes", ",".join(map(str, caps)), "--out", str(out))
-        served = {}
-        for which, report in (("point", out / "report.json"),
-                              ("low", _banded(out / "report.json", "low_s")),
-                              ("high", _banded(out / "report.json", "high_s"))):
-            folder = work / f"served-{which}"
-            _run("serve", str(report), "--trace", str(stream), "--paged", "--rate", "1000",
-                 "--caps", ",".join(map(str, caps)), "--out", str(folder))
-            served[which] = _continuous(folder / "serving.json")
-        what_if = json.loads((work / "served-point" / "serving.json").read_text())
+        _run("serve", str(out / "report.json"), "--trace", str(stream), "--paged", "--rate",
+             "1000", "--caps", ",".join(map(str, caps)), "--out", str(work / "served"))
+        served = _continuous(work / "served" / "serving.json")
+        what_if = json.loads((work / "served" / "serving.json").read_text())
     rows = []
     print(f"Llama-2-7B on the {GPU}, vLLM 0.5.2 (published) against diagnose serve --paged "
           f"(predicted; prefill {what_if['prefill']['fixed_s'] * 1e3:.1f} ms + "
@@ -110,11 +95,11 @@ def main() -> None:
           "p50 (ms) | predicted | error | mean batch | preempted |")
     print("|---:|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|")
     for n in caps:
-        pub, point = published[n], served["point"][n]
-        slow, fast = served["high"][n], served["low"][n]
+        pub, point = published[n], served[n]
         tok_pub = float(pub["output_tokens_per_s"])
         tpot_pub = float(pub["median_tpot_ms"]) / 1e3
-        tok, low, high = (r["throughput_tokens_per_s"] for r in (point, slow, fast))
+        tok = point["throughput_tokens_per_s"]
+        low, high = point["throughput_band_tokens_per_s"]
         row = {"max_num_seqs": n, "published_tokens_per_s": tok_pub,
                "predicted_tokens_per_s": tok, "band_tokens_per_s": [low, high],
                "error": tok / tok_pub - 1, "in_band": low <= tok_pub <= high,
@@ -133,7 +118,7 @@ def main() -> None:
     knee_pub, _ = fit_knee([float(n) for n in knees],
                            [float(published[n]["median_tpot_ms"]) for n in knees])
     knee_pred, _ = fit_knee([float(n) for n in knees],
-                            [served["point"][n]["tpot_p50_s"] for n in knees])
+                            [served[n]["tpot_p50_s"] for n in knees])
     print(f"\nwithin 35%: {within}/{len(rows)}; in band: {inside}/{len(rows)}; worst "
           f"throughput error {max(abs(r['error']) for r in rows):.0%}")
     if knee_pub and knee_pred:

@@ -129,6 +129,10 @@ class ServingRun:
     keeps_up: bool | None
     idle_slot_share: float | None = None
     preemptions: int = 0  # rows preempted for KV room (--paged continuous batching)
+    # A --target-gpu prediction's band: the same run on its low and its high steps (the KV
+    # read under --paged and the prefill at their points); None for a sweep.
+    throughput_band_tokens_per_s: tuple[float, float] | None = None
+    tpot_p50_band_s: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

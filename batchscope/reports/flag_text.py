@@ -714,6 +714,9 @@ def serving_pick_text(what_if: WhatIf) -> str:
     text = (f"At the highest rate offered ({mine.rate_per_s:.3g} requests/s), {policy.value} "
             f"batching capped at {_rows(mine.cap)} serves {mine.throughput_tokens_per_s:.3g} "
             "tokens/s")
+    if mine.throughput_band_tokens_per_s is not None:
+        low, high = mine.throughput_band_tokens_per_s
+        text += f" ({low:.3g}–{high:.3g} on the prediction's band)"
     if rival is None or not rival.throughput_tokens_per_s:
         return text + "."
     ratio = mine.throughput_tokens_per_s / rival.throughput_tokens_per_s

@@ -432,12 +432,20 @@ class RunRow:
 SLO_WORDS: dict[bool | None, str] = {True: "met", False: "missed", None: "–"}
 
 
+def _banded(point: str, band: tuple[float, float] | None, show: Callable[[float], str]
+            ) -> str:
+    """``point`` with a prediction's band after it ("2.29 k (1.96 k–2.62 k)")."""
+    return point if band is None else f"{point} ({show(band[0])}–{show(band[1])})"
+
+
 def table_rows(result: WhatIf) -> list[RunRow]:
     return [RunRow(policy=r.policy, cap=r.cap, rate=f"{r.rate_per_s:.3g}"[:5],
-                   throughput=fmt.si(r.throughput_tokens_per_s),
+                   throughput=_banded(fmt.si(r.throughput_tokens_per_s),
+                                      r.throughput_band_tokens_per_s, fmt.si),
                    batch=fmt.number(r.mean_batch),
                    ttft50=fmt.seconds(r.ttft_p50_s), ttft99=fmt.seconds(r.ttft_p99_s),
-                   tpot50=fmt.seconds(r.tpot_p50_s), tpot99=fmt.seconds(r.tpot_p99_s),
+                   tpot50=_banded(fmt.seconds(r.tpot_p50_s), r.tpot_p50_band_s, fmt.seconds),
+                   tpot99=fmt.seconds(r.tpot_p99_s),
                    e2e99=fmt.seconds(r.e2e_p99_s),
                    keeps_up="yes" if r.keeps_up else "no", slo=SLO_WORDS[r.slo_met])
             for r in result.runs]

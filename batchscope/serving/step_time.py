@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from enum import Enum
 
 from batchscope.errors import UsageError
 from batchscope.records import BatchResult, Report, Status
@@ -35,6 +36,7 @@ from batchscope.records.serving import (
     StepTimeFit,
     StepTimeSource,
 )
+from batchscope.records.target import TargetBatch, TargetGridPoint
 
 # Fewer grid points than this at one batch size cannot draw a line through context.
 MIN_GRID_CONTEXTS = 2
@@ -182,18 +184,31 @@ def _kv_bytes(grid: dict[int, list[_Point]], batches: list[BatchResult],
     return None, KvBytesSource.NONE
 
 
-def _target_points(report: Report) -> tuple[dict[int, float], dict[int, list[_Point]]]:
-    """A --target-gpu report's predicted steps: at its first context by batch size, and its
-    grid at every context (a line through each size's contexts, as a sweep's grid)."""
+class Band(str, Enum):
+    """Which of a prediction's steps: the point, or its band's low or high end."""
+
+    POINT = "point"
+    LOW = "low"
+    HIGH = "high"
+
+
+def _target_points(report: Report, band: Band = Band.POINT
+                   ) -> tuple[dict[int, float], dict[int, list[_Point]]]:
+    """A --target-gpu report's predicted steps (``band``'s): at its first context by batch
+    size, and its grid at every context (a line through each size's contexts, as a sweep's
+    grid)."""
     target = report.target
     assert target is not None
-    latency = {b.batch_size: b.predicted_step_s for b in target.batches
-               if b.predicted_step_s > 0}
+
+    def step(point: TargetBatch | TargetGridPoint) -> float:
+        return {Band.POINT: point.predicted_step_s, Band.LOW: point.low_s,
+                Band.HIGH: point.high_s}[band]
+
+    latency = {b.batch_size: step(b) for b in target.batches if step(b) > 0}
     grid: dict[int, list[_Point]] = {}
     for p in target.context_grid:
-        if p.predicted_step_s > 0 and p.context <= MAX_CONTEXT:
-            grid.setdefault(p.batch_size, []).append((p.context, p.predicted_step_s,
-                                                      p.input_bytes))
+        if step(p) > 0 and p.context <= MAX_CONTEXT:
+            grid.setdefault(p.batch_size, []).append((p.context, step(p), p.input_bytes))
     return latency, {b: sorted(v) for b, v in grid.items()}
 
 
@@ -209,18 +224,19 @@ def paged_per_token_s(report: Report, kv_bytes_per_token: float, batch: int) -> 
 
 
 def fit_step_time(report: Report, context: int | None = None,
-                  paged: bool = False) -> StepTimeModel:
+                  paged: bool = False, band: Band = Band.POINT) -> StepTimeModel:
     """The model from a report; ``context`` is the sweep's context where the report does
     not record it (a file without ``CONTEXTS``). A --target-gpu report's predicted steps
     are taken as a sweep's measured ones; with ``paged``, its time per token of context is
-    :func:`paged_per_token_s` and its shared part the line's intercept at no context.
+    :func:`paged_per_token_s` and its shared part the line's intercept at no context;
+    ``band`` takes its band's low or high steps instead of its point.
 
     Raises:
         UsageError: no batch size was measured, or the context is unknown; ``paged`` on a
             report that is no prediction, or one without a KV cache's size.
     """
     if report.target is not None:
-        return _fit_target(report, paged)
+        return _fit_target(report, paged, band)
     if paged:
         raise UsageError("--paged simulates a paged-attention engine on a --target-gpu "
                          "prediction; a sweep's report holds the step its model timed here.")
@@ -286,8 +302,8 @@ def fit_step_time(report: Report, context: int | None = None,
     return model
 
 
-def _fit_target(report: Report, paged: bool) -> StepTimeModel:
-    latency, grid = _target_points(report)
+def _fit_target(report: Report, paged: bool, band: Band = Band.POINT) -> StepTimeModel:
+    latency, grid = _target_points(report, band)
     c0 = base_context(report)
     if not latency or c0 is None:
         raise UsageError("the prediction holds no decode step to simulate: predict a decode "

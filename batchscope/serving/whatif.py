@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -44,7 +45,7 @@ from batchscope.serving.requests import (
     trace_rate_per_s,
 )
 from batchscope.serving.simulator import simulate
-from batchscope.serving.step_time import StepTimeModel, fit_step_time
+from batchscope.serving.step_time import Band, StepTimeModel, fit_step_time
 
 DEFAULT_REQUESTS = 500
 DEFAULT_OUTPUT = TokenRange(16, 256)
@@ -258,7 +259,11 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
     # Six significant digits: readable in a table, never rounded to 0 for a slow model.
     rates = sorted(set(options.rates_per_s
                        or [float(f"{saturated * f:.6g}") for f in options.loads]))
-    runs = [runner.run(policy, cap, rate).row(policy, cap, rate)
+    # A prediction's band: every run again on its low and on its high steps.
+    bands = {band: _Runner(fit_step_time(report, options.context, options.paged, band),
+                           options, kv_tokens, prompt, prefill, engine)
+             for band in (Band.LOW, Band.HIGH)} if report.target is not None else {}
+    runs = [_with_band(runner.run(policy, cap, rate).row(policy, cap, rate), bands)
             for policy in Policy for cap in caps for rate in rates]
     best = {p: _best(runs, p) for p in Policy}
     slo_rates = [SloRate(policy, cap, runner.max_rate_within_slo(policy, cap, saturated))
@@ -283,6 +288,21 @@ def what_if(report: Report, options: WhatIfOptions | None = None) -> WhatIf:
         raise UsageError("the report's step times give figures out of any real range (a "
                          "time or size that overflows).")
     return result
+
+
+def _with_band(run: ServingRun, bands: dict[Band, _Runner]) -> ServingRun:
+    """``run`` with its throughput and median TPOT on the prediction's slow (high) and fast
+    (low) steps, where there is a band."""
+    if not bands:
+        return run
+    slow = bands[Band.HIGH].run(run.policy, run.cap, run.rate_per_s)
+    fast = bands[Band.LOW].run(run.policy, run.cap, run.rate_per_s)
+    tpot = (fast.tpot_p50_s, slow.tpot_p50_s)
+    return dataclasses.replace(
+        run, throughput_band_tokens_per_s=(slow.throughput_tokens_per_s,
+                                           fast.throughput_tokens_per_s),
+        tpot_p50_band_s=(tpot[0], tpot[1]) if tpot[0] is not None and tpot[1] is not None
+        else None)
 
 
 def _noise(engine: EngineCalibration | None) -> float | None:

@@ -124,6 +124,11 @@ def test_serve_on_a_prediction_predicts_prefill_and_refuses_an_engine(tmp_path):
     assert served.exit_code == 0, served.output
     what_if = json.loads((tmp_path / "serving.json").read_text())
     assert all(r["preemptions"] == 0 for r in what_if["runs"])  # 20 short requests fit
+    for run in what_if["runs"]:  # the band: the same run on the low and the high steps
+        low, high = run["throughput_band_tokens_per_s"]
+        assert low <= run["throughput_tokens_per_s"] <= high
+        fast, slow = run["tpot_p50_band_s"]
+        assert fast <= run["tpot_p50_s"] <= slow
     assert what_if["paged"] and what_if["predicted_on"] == "H100 SXM5 64GB"
     assert what_if["step_time"]["source"] == "paged KV read"
     prefill = what_if["prefill"]
@@ -212,6 +217,11 @@ def test_the_preemptions_are_said_in_words(predicted):
     result = what_if(predicted, options)
     (cont,) = [r for r in result.runs if r.policy == Policy.CONTINUOUS]
     assert cont.preemptions > 0 and cont.completed == 30
+    from batchscope.records.codec import decode, to_builtins
+    from batchscope.records.serving import WhatIf
+
+    assert decode(to_builtins(result), WhatIf) == result  # the band's pairs load back
+    assert cont.throughput_band_tokens_per_s is not None
     words = render_markdown(result)
     assert (f"preempted rows (to prefill them again) in 1 of its runs, at most "
             f"{cont.preemptions:,} at cap 4") in words
