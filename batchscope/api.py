@@ -74,6 +74,8 @@ if TYPE_CHECKING:  # the parent process of a sweep never imports torch; its work
 # report.html and summary.md (0.1-0.2 s to render, longer than measuring a small model's
 # batch size) at most this often; all three at the end.
 PARTIAL_RENDER_INTERVAL_S = 10.0
+# Set to 1, the drift control is skipped as --no-control skips it (a CI job sets it once).
+NO_CONTROL_ENV = "BATCHSCOPE_NO_CONTROL"
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -371,6 +373,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         batch_timeout_s=options.batch_timeout_s,
         recalibrate=options.recalibrate,
         measure_ceilings=options.measure_ceilings,
+        drift_control=options.drift_control and os.environ.get(NO_CONTROL_ENV) != "1",
         measure_all=options.measure_all,
         early_stop=EarlyStop(limits, options.objective),
         final_probes=((lambda results, _ceilings: final_probe_specs(results, limits))

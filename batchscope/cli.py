@@ -219,6 +219,16 @@ def diagnose(
     recalibrate: Annotated[
         bool, typer.Option("--recalibrate", help="Re-measure the machine's ceilings.")
     ] = False,
+    drift_control: Annotated[
+        bool,
+        typer.Option(
+            "--control/--no-control",
+            help="Once the plan ends, time the first size and the pick's sizes again in a "
+            "fresh worker and widen every interval by their drift (default: on; "
+            "BATCHSCOPE_NO_CONTROL=1 also turns it off). Off: faster, every interval carries "
+            "only the 5% drift floor.",
+        ),
+    ] = True,
     allocator_check: Annotated[
         bool,
         typer.Option(
@@ -380,6 +390,7 @@ def diagnose(
             recalibrate=recalibrate,
             op_breakdown=not no_ops,
             allocator_check=allocator_check,
+            drift_control=drift_control,
             ncu=ncu,
             mode=mode,
             objective=objective,

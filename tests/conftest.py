@@ -11,11 +11,22 @@ SAMPLES = ROOT / "samples"
 
 @pytest.fixture(autouse=True, scope="session")
 def _ceilings_cache(tmp_path_factory):
-    """Keep the tests' ceilings out of the user's cache; measured once per session."""
+    """Keep the tests' ceilings out of the user's cache; measured once per session. Sweeps
+    skip the drift control (BATCHSCOPE_NO_CONTROL=1: its fresh worker and second timings
+    were 40% of the sweep tests' time) except in tests marked ``control``, which examine
+    it."""
     mp = pytest.MonkeyPatch()
     mp.setenv("BATCHSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("ceilings")))
+    mp.setenv("BATCHSCOPE_NO_CONTROL", "1")
     yield
     mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _drift_control(request, monkeypatch):
+    """A test marked ``control`` runs its sweeps with the drift control, as users do."""
+    if request.node.get_closest_marker("control") is not None:
+        monkeypatch.delenv("BATCHSCOPE_NO_CONTROL", raising=False)
 
 
 # Module fixtures that run real sweeps of the samples or measure this machine's ceilings

@@ -74,6 +74,7 @@ def ranks_left(grace_s: float = 5.0) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.control
 def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
     proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "2,16",
                          "--global-batch", "100")
@@ -145,6 +146,7 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.control
 def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
     # One process per "node", as a job scheduler would start them, rendezvous on 127.0.0.1.
     from batchscope.profiler.launcher import _free_port

@@ -36,6 +36,25 @@ def statuses(report):
 
 
 @pytest.mark.slow
+@pytest.mark.control
+def test_no_control_skips_the_drift_control_and_says_so(tmp_path):
+    """--no-control (here with the control otherwise on): no fresh worker at the end, no
+    drift measured, every interval at the drift floor; the option is in the report."""
+    from batchscope.reports.html_rows import cards
+
+    assert os.environ.get("BATCHSCOPE_NO_CONTROL") is None
+    report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=4,
+                                                       min_time_s=0.05, op_breakdown=False,
+                                                       drift_control=False))
+    assert [s for _, s in statuses(report)] == [Status.OK] * 3
+    assert report.run.drift is None and report.run.drift_allowance == pytest.approx(0.05)
+    assert report.run.options is not None and report.run.options.drift_control is False
+    assert any(c.label == "drift allowance" and "no drift control ran" in c.sub
+               for c in cards(report))
+
+
+@pytest.mark.slow
+@pytest.mark.control
 def test_tiny_sweep_writes_a_complete_report(tmp_path):
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=4,
                                                        min_time_s=0.1))

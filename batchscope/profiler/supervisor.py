@@ -140,6 +140,7 @@ class SweepConfig:
     batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
     recalibrate: bool = False
     measure_ceilings: bool = True
+    drift_control: bool = True  # time_control once the plan ends (False: skipped)
     # The predicted stop, asked before each batch size once the ceilings are known (not
     # for an explicit list, nor with measure_all). None: only the plan's own rules.
     early_stop: EarlyStopPolicy | None = None
@@ -509,7 +510,7 @@ class Sweep:
             if self.config.measure_ceilings:
                 self.ceilings = self.measure_ceilings()
             self.plan = self.measure_batches()
-            self.drift = self.time_control()
+            self.drift = self.time_control() if self.config.drift_control else None
             self.amp_off = self.time_without_amp()
             self.final_probes()
             self.grid = self.time_grid()
