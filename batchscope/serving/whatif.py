@@ -297,12 +297,11 @@ def _with_band(run: ServingRun, bands: dict[Band, _Runner]) -> ServingRun:
         return run
     slow = bands[Band.HIGH].run(run.policy, run.cap, run.rate_per_s)
     fast = bands[Band.LOW].run(run.policy, run.cap, run.rate_per_s)
-    tpot = (fast.tpot_p50_s, slow.tpot_p50_s)
     return dataclasses.replace(
         run, throughput_band_tokens_per_s=(slow.throughput_tokens_per_s,
                                            fast.throughput_tokens_per_s),
-        tpot_p50_band_s=(tpot[0], tpot[1]) if tpot[0] is not None and tpot[1] is not None
-        else None)
+        tpot_p50_band_s=None if fast.tpot_p50_s is None or slow.tpot_p50_s is None
+        else (fast.tpot_p50_s, slow.tpot_p50_s))
 
 
 def _noise(engine: EngineCalibration | None) -> float | None:

@@ -124,20 +124,21 @@ class MetaStep:
 
 
 def count_on_meta(spec: ModelSpec, batch_size: int, dtype: torch.dtype,
-                  context: int | None = None) -> MetaStep:
+                  context: int | None = None, peak: bool = True) -> MetaStep:
     """One step at ``batch_size`` (and ``context``: a decode model's, None for its first)
-    on meta tensors."""
+    on meta tensors; ``peak=False`` leaves out the second run that follows the step's
+    tensors for their peak (``peak_bytes`` 0)."""
     model = _build(spec, dtype)
     inputs = _inputs(spec, batch_size, dtype, context)
     weights = [*model.parameters(), *model.buffers()]
     resident = [*weights, *iter_tensors(inputs)]
     # The same model and inputs for both runs: what the step writes in place (a KV cache,
     # an optimizer's update of the weights) is resident, not a new allocation.
-    peak = step_peak_bytes(_step(spec, model, inputs), resident)
+    peak_bytes = step_peak_bytes(_step(spec, model, inputs), resident) if peak else 0
     ops = count_step(_step(spec, model, inputs), weights=weights,
                      state=iter_tensors(inputs), root=model)
     weight_bytes = _storage_bytes(weights)
-    return MetaStep(ops=ops, peak_bytes=peak, weight_bytes=weight_bytes,
+    return MetaStep(ops=ops, peak_bytes=peak_bytes, weight_bytes=weight_bytes,
                     input_bytes=_storage_bytes(resident) - weight_bytes)
 
 
@@ -165,9 +166,10 @@ def critical_batch(batches: Sequence[TargetBatch], peak_flops_per_s: float,
     return max(crossing, 0.0)
 
 
-def _count(spec: ModelSpec, b: int, dtype: torch.dtype, context: int | None) -> MetaStep:
+def _count(spec: ModelSpec, b: int, dtype: torch.dtype, context: int | None,
+           peak: bool = True) -> MetaStep:
     try:
-        return count_on_meta(spec, b, dtype, context)
+        return count_on_meta(spec, b, dtype, context, peak)
     except Exception as exc:
         at = f"batch {b}" + (f", context {context}" if context is not None else "")
         raise TargetUnsupported(
@@ -206,9 +208,8 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
                                     "no FLOPs: there is no kernel to predict.")
         low_s, high_s = band(ops, sheet, terms, cuda_graphs, fused)
         if len(contexts) > 1:
-            grid.append(TargetGridPoint(batch_size=b, context=contexts[0],
-                                        predicted_step_s=t.step_s, low_s=low_s,
-                                        high_s=high_s, input_bytes=counted.input_bytes))
+            grid.append(TargetGridPoint(b, contexts[0], t.step_s, low_s, high_s,
+                                        counted.input_bytes))
         memory = counted.peak_bytes + counted.weight_bytes + counted.input_bytes \
             + RESERVED_BYTES
         total = ByteSplit()
@@ -222,15 +223,13 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
             host_s=t.host_s, device_s=t.device_s, memory_s=t.memory_s,
             compute_s=t.compute_s, latency_s=t.latency_s, launched_ops=t.launched_ops,
             flops=sum(op.flops or 0 for op in ops), bytes=total))
-    for c in contexts[1:]:
+    for c in contexts[1:]:  # the grid's steps only: their peak memory is not asked
         for b in sizes:
-            counted = _count(spec, b, TORCH_DTYPES[dtype], c)
-            low_s, high_s = band(counted.ops, sheet, terms, cuda_graphs, fused)
-            grid.append(TargetGridPoint(
-                batch_size=b, context=c,
-                predicted_step_s=step_time(counted.ops, sheet, terms, host_s_per_op,
-                                           fused=fused).step_s,
-                low_s=low_s, high_s=high_s, input_bytes=counted.input_bytes))
+            counted = _count(spec, b, TORCH_DTYPES[dtype], c, peak=False)
+            step_s = step_time(counted.ops, sheet, terms, host_s_per_op, fused=fused).step_s
+            grid.append(TargetGridPoint(b, c, step_s,
+                                        *band(counted.ops, sheet, terms, cuda_graphs, fused),
+                                        counted.input_bytes))
     fitting = [b for b in batches if b.fits]
     best = max(fitting, key=lambda b: b.predicted_throughput_per_s) if fitting else None
     pick = None

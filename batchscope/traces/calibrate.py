@@ -32,6 +32,7 @@ it.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import glob
 import itertools
@@ -126,13 +127,15 @@ def kernel_points(path: str | Path) -> tuple[list[KernelPoint], float | None]:
     return points, host
 
 
-def fit_kernel_term(points: Sequence[KernelPoint]) -> KernelTerm:
-    """``fixed_s`` and ``efficiency`` minimising the mean absolute log error of
-    ``fixed_s + roof_s / efficiency`` against the kernels' times, calls weighting."""
+def fit_kernel_term(points: Sequence[KernelPoint],
+                    fixed_grid_s: Sequence[float] = _FIXED_GRID_S) -> KernelTerm:
+    """``fixed_s`` (one of ``fixed_grid_s``: give one to keep it) and ``efficiency``
+    minimising the mean absolute log error of ``fixed_s + roof_s / efficiency`` against the
+    kernels' times, calls weighting."""
     best: tuple[float, float, float] | None = None
     weight = sum(p.calls for p in points)
     logs = [(math.log(p.time_s), p.roof_s, p.calls) for p in points]
-    for fixed_s in _FIXED_GRID_S:
+    for fixed_s in fixed_grid_s:
         for eff in _EFFICIENCY_GRID:
             err = sum(n * abs(math.log(fixed_s + roof / eff) - lt) for lt, roof, n in logs)
             if best is None or err < best[0]:
@@ -184,22 +187,6 @@ def memory_side_points(paths: Sequence[str | Path], gpu: str, fixed_s: float
     return points
 
 
-def fit_efficiency(points: Sequence[KernelPoint], fixed_s: float) -> KernelTerm:
-    """The efficiency minimising the mean absolute log error of ``fixed_s + roof_s /
-    efficiency`` against the kernels' times, the fixed cost given."""
-    weight = sum(p.calls for p in points)
-
-    def error(eff: float) -> float:
-        return sum(p.calls * abs(math.log(fixed_s + p.roof_s / eff) - math.log(p.time_s))
-                   for p in points)
-
-    eff = min(_EFFICIENCY_GRID, key=error)
-    errors = sorted(abs(math.log(fixed_s + p.roof_s / eff) - math.log(p.time_s))
-                    for p in points)
-    return KernelTerm(fixed_s=fixed_s, efficiency=eff, ops=len(points), calls=weight,
-                      median_abs_log_error=errors[len(errors) // 2])
-
-
 def calibrate(paths: Sequence[str | Path], ncu_paths: Sequence[str | Path] = (),
               ncu_gpu: str | None = None) -> ModelTerms:
     """The model's terms from ``paths`` (torch.profiler traces of real GPUs), and the
@@ -233,21 +220,18 @@ def calibrate(paths: Sequence[str | Path], ncu_paths: Sequence[str | Path] = (),
     if not memory:
         raise ValueError("the Nsight Compute exports hold no GEMM on the memory side")
     folders = sorted({Path(p).parent.parent.name for p in ncu_paths})
-    return dataclasses.replace(terms, gemm_memory=fit_efficiency(memory, terms.gemm.fixed_s),
+    return dataclasses.replace(terms, gemm_memory=fit_kernel_term(memory, [terms.gemm.fixed_s]),
                                ncu_exports=folders)
 
 
 def main(argv: Sequence[str]) -> None:
-    traces, ncu, gpu = [], [], None
-    args = iter(argv)
-    for arg in args:
-        if arg == "--ncu":
-            ncu += sorted(glob.glob(next(args)))
-        elif arg == "--ncu-gpu":
-            gpu = next(args)
-        else:
-            traces.append(arg)
-    print(repr(calibrate(traces, ncu, gpu)))
+    parser = argparse.ArgumentParser(prog="python -m batchscope.traces.calibrate")
+    parser.add_argument("traces", nargs="+", help="torch.profiler traces of real GPUs")
+    parser.add_argument("--ncu", help="a glob of Nsight Compute CSV exports")
+    parser.add_argument("--ncu-gpu", help="the GPU the exports ran on, e.g. 'RTX 5090'")
+    args = parser.parse_args(list(argv))
+    ncu = sorted(glob.glob(args.ncu)) if args.ncu else []
+    print(repr(calibrate(args.traces, ncu, args.ncu_gpu)))
 
 
 if __name__ == "__main__":  # pragma: no cover - a maintainer's tool
