@@ -92,6 +92,43 @@ class EngineCost:
 
 
 @dataclass(frozen=True)
+class EngineStepPoint:
+    """The engine's decode forward calls at one number of rows, in the calibration's
+    fastest runs."""
+
+    rows: int
+    forwards: int  # decode calls at these rows
+    fixed_s: float  # their median time beyond ``per_kv_token_s`` x the KV positions read
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """The engine's own decode step, timed on its forward calls: at each number of rows
+    its calls held, the median call (less the KV it read), linear between those rows and
+    beyond the largest, flat below the smallest; plus ``per_kv_token_s`` for every KV
+    position read (rows x context)."""
+
+    policy: Policy
+    per_kv_token_s: float
+    points: list[EngineStepPoint]
+
+    def step_s(self, rows: int, context: int) -> float:
+        pts = self.points
+        if not pts:
+            raise ValueError("an engine step with no timed forward call")
+        kv_s = self.per_kv_token_s * rows * context
+        if rows <= pts[0].rows or len(pts) == 1:
+            return pts[0].fixed_s + kv_s
+        low, high = next(((a, b) for a, b in itertools.pairwise(pts) if rows <= b.rows),
+                         (pts[-2], pts[-1]))
+        fixed = low.fixed_s + (high.fixed_s - low.fixed_s) * (rows - low.rows) \
+            / (high.rows - low.rows)
+        if rows > high.rows:  # beyond the largest rows timed: never below that step
+            fixed = max(fixed, high.fixed_s)
+        return fixed + kv_s
+
+
+@dataclass(frozen=True)
 class CalibrationPoint:
     """One calibration run: the real engine on requests that all arrive at once, beside the
     simulation of the same requests without and with the engine's fitted cost."""
@@ -118,6 +155,9 @@ class CalibrationPoint:
     repeat_spread: float | None = None
     runs: int | None = None  # the repeats run, more where the first two were far apart
     # (None: a record from before they were counted)
+    # Simulated on the engine's own decode step (:class:`EngineStep`) and the prefill, before
+    # the cost that remains is fitted (None: no forward call of the engine was timed).
+    engine_step_only_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +172,12 @@ class EngineCalibration:
     repeats: int  # runs of each policy and cap at least; the fastest is kept (noise only adds
     # time); a run whose two fastest differed by over 10% was run again (points[].runs)
     wall_s: float  # the calibration's own time, warm-up and prefill timing included
+    # The engine's own decode step per policy, from its timed forward calls (empty in a
+    # record from before they were kept: the sweep's step is the base then).
+    steps: list[EngineStep] = field(default_factory=list)
+
+    def step(self, policy: Policy) -> EngineStep | None:
+        return next((s for s in self.steps if s.policy == policy), None)
 
     def cost(self, policy: Policy) -> EngineCost | None:
         return next((c for c in self.costs if c.policy == policy), None)

@@ -1,10 +1,13 @@
 """The engine's own cost per step and the model's prefill, fitted from what a real engine's
 calibration runs measured (:class:`~batchscope.serving.engines.runs.EngineMeasurement`).
 
-A calibration run serves requests that all arrive at once. The simulator serves the same
-requests on the sweep's step times ``T(rows, context)`` and the prefill fit alone; whatever
-the engine took beyond that, per simulated step, is its cost at the run's mean rows; between
-the runs' mean rows the cost is linear, beyond them flat.
+A calibration run serves requests that all arrive at once, and every forward call of the
+model inside the engine is timed. The engine's own decode step (:func:`fit_engine_step`,
+from its decode calls) is the simulated step; where no call was timed, the sweep's step
+times ``T(rows, context)`` are. The simulator serves the calibration's requests on that step
+and the prefill fit; whatever the engine took beyond that, per simulated step (its Python
+between calls, sampling, the prefill's own difference), is its remaining cost at the run's
+mean rows; between the runs' mean rows the cost is linear, beyond them flat.
 Each run is then simulated again with the cost added, and its error is kept beside it: at a
 calibration point the error is the fit's own, and the benchmark (docs/serving.md) checks
 the simulation on streams the calibration never saw.
@@ -18,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
+import statistics
 
 from batchscope.errors import UsageError
 from batchscope.records.engine import (
@@ -25,6 +29,8 @@ from batchscope.records.engine import (
     EngineCalibration,
     EngineCost,
     EngineCostPoint,
+    EngineStep,
+    EngineStepPoint,
     PrefillFit,
     PrefillPoint,
     PrefillSource,
@@ -33,9 +39,12 @@ from batchscope.records.policy import Policy
 from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, two_fastest_spread
 from batchscope.serving.simulator import Simulation, StepTime, simulate
 
-# A step is never taken as faster than this share of the sweep's own step, whatever the
-# engine's cost (a negative cost, where the engine's forward beats the sweep's, is bounded).
+# A step is never taken as faster than this share of its base step (the engine's own, or the
+# sweep's), whatever the engine's remaining cost (a negative cost is bounded).
 MIN_STEP_SHARE = 0.05
+# The KV slope compares every two decode calls of one number of rows, at most this many
+# calls of each (evenly spaced in KV read).
+MAX_CALLS_PER_ROWS = 200
 
 
 def fit_prefill(points: list[PrefillPoint], source: PrefillSource = PrefillSource.MODEL
@@ -60,16 +69,47 @@ def fit_prefill(points: list[PrefillPoint], source: PrefillSource = PrefillSourc
                       worst_error=max(errors, default=None))
 
 
-def with_engine(step_s: StepTime, cost: EngineCost | None) -> StepTime:
-    """The sweep's step time plus the engine's cost at the step's rows."""
+def with_engine(step_s: StepTime, cost: EngineCost | None,
+                engine_step: EngineStep | None = None) -> StepTime:
+    """The engine's own decode step where its forward calls were timed, else the sweep's,
+    plus the engine's remaining cost at the step's rows."""
+    base = step_s if engine_step is None else engine_step.step_s
     if cost is None:
-        return step_s
+        return base
 
     def step(rows: int, context: int) -> float:
-        model_s = step_s(rows, context)
+        model_s = base(rows, context)
         return max(model_s + cost.step_s(rows), model_s * MIN_STEP_SHARE)
 
     return step
+
+
+def fit_engine_step(policy: Policy, runs: list[EngineRun]) -> EngineStep | None:
+    """The engine's decode step from the decode forward calls of ``runs`` (one policy's):
+    the time per KV position read is the median slope of call time on KV read between calls
+    of one number of rows (never negative); at each number of rows the median call less
+    that.
+    None where no decode call was timed (a record from before calls were kept)."""
+    by_rows: dict[int, list[tuple[int, float]]] = {}
+    for run in runs:
+        for call in run.forwards:
+            if call.decode and call.duration_s > 0:
+                by_rows.setdefault(call.rows, []).append((call.kv_tokens, call.duration_s))
+    if not by_rows:
+        return None
+    # Theil-Sen: the median of the slopes between every two calls of one number of rows,
+    # so a call that ran in a slow window does not tilt it (least squares did: one such call
+    # at the shortest context took the slope below zero).
+    slopes = []
+    for calls in by_rows.values():
+        spaced = sorted(calls)[::max(len(calls) // MAX_CALLS_PER_ROWS, 1)]
+        slopes += [(t2 - t1) / (kv2 - kv1) for i, (kv1, t1) in enumerate(spaced)
+                   for kv2, t2 in spaced[i + 1:] if kv2 != kv1]
+    per_kv_s = max(statistics.median(slopes), 0.0) if slopes else 0.0
+    points = [EngineStepPoint(rows, len(by_rows[rows]),
+                              statistics.median(t - per_kv_s * kv for kv, t in by_rows[rows]))
+              for rows in sorted(by_rows)]
+    return EngineStep(policy, per_kv_s, points)
 
 
 def _span_s(sim: Simulation) -> float:
@@ -117,15 +157,22 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
         UsageError: a calibration run served nothing, or its times are out of range.
     """
     runs = fastest_runs(measurement.runs)
-    alone: dict[tuple[Policy, int], Simulation] = {}
     for run in runs:
         if not run.served or not 0 < run.span_s < math.inf:
             raise UsageError(f"the {measurement.engine.value} calibration run at cap {run.cap} "
                              f"({run.policy.value}) served no request in a measurable time.")
-        alone[(run.policy, run.cap)] = _simulate(run, step_s, prefill)
+    steps = [step for policy in Policy
+             if (step := fit_engine_step(policy, [r for r in runs if r.policy == policy]))]
+    by_step = {s.policy: s for s in steps}
+    # The sweep's step alone (the model's share), and the base the remaining cost is fitted
+    # over: the engine's own step where its calls were timed.
+    sweep = {(run.policy, run.cap): _simulate(run, step_s, prefill) for run in runs}
+    base = {(run.policy, run.cap): _simulate(run, with_engine(step_s, None,
+                                                              by_step.get(run.policy)), prefill)
+            for run in runs}
     costs = []
     for policy in Policy:
-        mine = [(run, alone[(run.policy, run.cap)]) for run in runs if run.policy == policy]
+        mine = [(run, base[(run.policy, run.cap)]) for run in runs if run.policy == policy]
         mine = [(run, sim) for run, sim in mine if sim.steps]
         if mine:
             costs.append(EngineCost(policy, _cost_points(mine)))
@@ -134,8 +181,9 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
     points = []
     for run in runs:
         key = (run.policy, run.cap)
-        sim = alone[key]
-        fitted = _simulate(run, with_engine(step_s, by_policy.get(run.policy)), prefill)
+        sim = sweep[key]
+        fitted = _simulate(run, with_engine(step_s, by_policy.get(run.policy),
+                                            by_step.get(run.policy)), prefill)
         model_only_s, simulated_s = _span_s(sim), _span_s(fitted)
         points.append(CalibrationPoint(
             policy=run.policy, cap=run.cap, requests=len(run.served),
@@ -149,11 +197,12 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
             error=run.span_s / simulated_s - 1,
             engine_share=max(1 - model_only_s / run.span_s, 0.0),
             repeat_spread=spreads[key][0] if key in spreads else None,
-            runs=spreads[key][1] if key in spreads else 1))
+            runs=spreads[key][1] if key in spreads else 1,
+            engine_step_only_s=_span_s(base[key]) if run.policy in by_step else None))
     return EngineCalibration(
         engine=measurement.engine, engine_version=measurement.engine_version, costs=costs,
         points=points, max_output_tokens=measurement.max_output_tokens,
-        repeats=measurement.repeats, wall_s=measurement.wall_s)
+        repeats=measurement.repeats, wall_s=measurement.wall_s, steps=steps)
 
 
 def _cost_points(runs: list[tuple[EngineRun, Simulation]]) -> list[EngineCostPoint]:

@@ -64,6 +64,22 @@ def test_the_engine_serves_every_request_its_own_tokens_after_it_arrives(model, 
     assert 0 < run.forward_s <= run.span_s + run.startup_s
     if policy == Policy.CONTINUOUS:
         assert run.startup_s > 0
+    # Each call kept with what it held: every prompt token and every token after a request's
+    # first (which its prefill makes) computed once; generate() computes its padded batch,
+    # the first batch two rows of the longer prompt (20 tokens) for 5 tokens, the last
+    # request alone for 4.
+    calls = run.forwards
+    assert len(calls) == run.forward_calls
+    assert sum(c.duration_s for c in calls) == pytest.approx(run.forward_s)
+    assert all(1 <= c.rows <= 2 and c.rows <= c.query_tokens <= c.kv_tokens for c in calls)
+    assert any(c.decode for c in calls) and not all(c.decode for c in calls)
+    if policy == Policy.STATIC:
+        assert sum(c.query_tokens for c in calls) == 2 * 20 + 2 * 4 + 9 + 3
+        first = [c for c in calls if c.rows == 2]
+        assert [c.kv_tokens for c in first] == [40, 42, 44, 46, 48]
+    else:
+        assert sum(c.query_tokens for c in calls) == sum(
+            r.prompt_tokens + r.output_tokens - 1 for r in STREAM)
 
 
 def test_prefill_is_timed_at_each_prompt_length(model):
@@ -119,5 +135,11 @@ def test_serve_with_the_transformers_engine_end_to_end(tmp_path, model_file):
         assert point["requests"] == 2 * point["cap"] and point["measured_s"] > 0
         assert point["engine_forward_calls"] > 0
     assert {c["policy"] for c in engine["costs"]} == {"static", "continuous"}
+    # The engine's own decode step, from its calls: static's at the caps' rows.
+    steps = {s["policy"]: s for s in engine["steps"]}
+    assert [p["rows"] for p in steps["static"]["points"]] == [1, 2]
+    assert all(p["fixed_s"] > 0 and p["forwards"] > 0 for s in steps.values()
+               for p in s["points"])
+    assert all(p["engine_step_only_s"] > 0 for p in engine["points"])
     assert doc["prefill"]["source"] == "model"
-    assert "transformers" in (tmp_path / "serving.md").read_text()
+    assert "decode forward calls timed" in (tmp_path / "serving.md").read_text()

@@ -3,7 +3,7 @@ calibration that fits its cost (:mod:`batchscope.serving.engine_cost`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from batchscope.records.engine import Engine, PrefillPoint
 from batchscope.records.policy import Policy
@@ -20,6 +20,21 @@ class ServedTiming:
 
 
 @dataclass(frozen=True)
+class ForwardTiming:
+    """One forward call of the model inside the engine: its wall time and what it held."""
+
+    duration_s: float
+    rows: int  # sequences in the call (a static batch's finished rows included)
+    query_tokens: int  # tokens it computed: ``rows`` in a decode step, more with prefill
+    kv_tokens: int  # KV positions its attention read, all rows (padded ones included)
+
+    @property
+    def decode(self) -> bool:
+        """One new token per row: a decode step, no prompt in it."""
+        return self.query_tokens == self.rows
+
+
+@dataclass(frozen=True)
 class EngineRun:
     """One real run of the engine on a stream under one policy and cap."""
 
@@ -29,6 +44,8 @@ class EngineRun:
     forward_calls: int
     forward_s: float
     startup_s: float = 0.0  # the engine's set-up before its first request (continuous)
+    # Every forward call, in order (empty in a record from before they were kept).
+    forwards: list[ForwardTiming] = field(default_factory=list)
 
     @property
     def output_tokens(self) -> int:

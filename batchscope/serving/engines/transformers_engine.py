@@ -21,8 +21,10 @@ times on the wall clock:
 
 Prompts are random token ids (seeded by the request's index), and no token ends a request
 early (the end-of-sequence id is one the vocabulary cannot produce), so each request makes
-exactly its output tokens. A hook on the model counts its forward calls and the time inside
-them, so a run says how much of its time was the model's and how much the engine's.
+exactly its output tokens. A hook on the model times every forward call and keeps what it
+held (rows, tokens computed, KV positions read): a run says how much of its time was the
+model's and how much the engine's, and its decode calls are the engine's own step time
+(:func:`batchscope.serving.engine_cost.fit_engine_step`).
 
 torch and transformers are imported only when a function runs.
 """
@@ -33,14 +35,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from batchscope.errors import UsageError
 from batchscope.records.engine import PrefillPoint
 from batchscope.records.policy import Policy
-from batchscope.serving.engines.runs import EngineRun, ServedTiming
+from batchscope.serving.engines.runs import EngineRun, ForwardTiming, ServedTiming
 from batchscope.serving.requests import Request
 
 # Prompt token ids are drawn from this range (below any real vocabulary's size, above the
@@ -139,25 +141,59 @@ def _generation_config(model: Any, max_new_tokens: int) -> Any:
 class _ForwardClock:
     calls: int = 0
     inside_s: float = 0.0
+    forwards: list[ForwardTiming] = field(default_factory=list)
     _started: float = 0.0
+    _shape: tuple[int, int, int] = (0, 0, 0)
+
+
+def _call_shape(kwargs: dict[str, Any]) -> tuple[int, int, int]:
+    """(rows, query tokens, KV positions read) of one forward call as the engine makes it:
+    ``generate()``'s (``input_ids`` of rows x new tokens over a padded cache) or the
+    continuous manager's (one packed row; ``cu_seq_lens_q``/``cu_seq_lens_k`` bound each
+    sequence). (0, 0, 0) for a call of neither form."""
+    ids = kwargs.get("input_ids")
+    if ids is None or getattr(ids, "dim", lambda: 0)() != 2:
+        return 0, 0, 0
+    cu_q = kwargs.get("cu_seq_lens_q")
+    if cu_q is not None:  # continuous: packed sequences, each reading its own cache
+        cu_k = kwargs.get("cu_seq_lens_k")
+        ends = next(iter(cu_k.values()), None) if isinstance(cu_k, dict) else cu_k
+        kv = int(ends[-1]) if ends is not None and len(ends) else 0
+        return len(cu_q) - 1, int(ids.shape[1]), kv
+    rows, query = int(ids.shape[0]), int(ids.shape[1])
+    mask = kwargs.get("attention_mask")
+    if mask is not None and getattr(mask, "dim", lambda: 0)() == 2:
+        width = int(mask.shape[1])
+    else:
+        cache: Any = kwargs.get("past_key_values", kwargs.get("cache"))
+        length = getattr(cache, "get_seq_length", None)
+        width = (int(length()) if callable(length) else 0) + query
+    return rows, rows * query, rows * width
 
 
 @contextmanager
 def _forward_clock(model: Any) -> Iterator[_ForwardClock]:
-    """Count the model's forward calls and the wall time inside them."""
+    """Count the model's forward calls and the wall time inside them, and keep each call's
+    time and shape."""
     clock = _ForwardClock()
     lock = threading.Lock()
 
-    def before(*_: Any) -> None:
+    def before(_: Any, __: Any, kwargs: dict[str, Any]) -> None:
         with lock:
+            clock._shape = _call_shape(kwargs)
             clock._started = time.perf_counter()
 
     def after(*_: Any) -> None:
         with lock:
+            took = time.perf_counter() - clock._started
             clock.calls += 1
-            clock.inside_s += time.perf_counter() - clock._started
+            clock.inside_s += took
+            rows, query, kv = clock._shape
+            if rows:
+                clock.forwards.append(ForwardTiming(took, rows, query, kv))
 
-    handles = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
+    handles = [model.register_forward_pre_hook(before, with_kwargs=True),
+               model.register_forward_hook(after)]
     try:
         yield clock
     finally:
@@ -190,7 +226,8 @@ def serve_static(model: Any, requests: list[Request], cap: int) -> EngineRun:
                            generation_config=_generation_config(model, longest))
             done = time.perf_counter() - start
             served += [ServedTiming(r, done, r.output_tokens) for _, r in batch]
-    return EngineRun(Policy.STATIC, cap, served, clock.calls, clock.inside_s)
+    return EngineRun(Policy.STATIC, cap, served, clock.calls, clock.inside_s,
+                     forwards=clock.forwards)
 
 
 def serve_continuous(model: Any, requests: list[Request], cap: int) -> EngineRun:
@@ -249,7 +286,8 @@ def serve_continuous(model: Any, requests: list[Request], cap: int) -> EngineRun
                                      "request was served.")
         finally:
             manager.stop(block=True, timeout=STOP_TIMEOUT_S)
-    return EngineRun(Policy.CONTINUOUS, cap, served, clock.calls, clock.inside_s, startup_s)
+    return EngineRun(Policy.CONTINUOUS, cap, served, clock.calls, clock.inside_s, startup_s,
+                     clock.forwards)
 
 
 def serve(model: Any, policy: Policy, requests: list[Request], cap: int) -> EngineRun:
