@@ -934,7 +934,16 @@ def serve(
         typer.Option(
             "--engine",
             help="Run this serving engine on the report's model first (transformers; a short "
-            "calibration at up to three caps) and add its measured cost per step.",
+            "calibration at up to three caps) and simulate on its own measured step; its runs "
+            "are kept in engine_runs.json.",
+        ),
+    ] = None,
+    engine_runs: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine-runs",
+            help="An engine_runs.json an earlier --engine wrote: simulate on those calibration "
+            "runs instead of running the engine again.",
         ),
     ] = None,
     paged: Annotated[
@@ -955,7 +964,8 @@ def serve(
     --prefill-ms-per-token is given.
 
     Exit 0: simulated; 4: bad input (an unreadable report, one whose step is not a decode
-    step, a negative rate, an empty trace, an engine that cannot run here).
+    step, a negative rate, an empty trace, an engine that cannot run here, an unreadable
+    engine_runs.json).
     """
     from batchscope.reports.json_report import atomic_write_text, load_report
     from batchscope.reports.serving_render import (
@@ -983,12 +993,12 @@ def serve(
             prefill_s_per_token=prefill_ms_per_token / 1e3, context=context, paged=paged)
         if context is not None and not 0 <= context <= 10_000_000:
             raise UsageError(f"--context must be a token count from 0 up, not {context}.")
-        options = _measure_for_serving(decoded, options, engine)
-        result = what_if(decoded, options)
         folder = out if out is not None else report.parent
         from batchscope.api import check_writable
 
-        check_writable(folder)
+        check_writable(folder)  # before the engine runs: what it measures is written there
+        options = _measure_for_serving(decoded, options, engine, engine_runs, folder)
+        result = what_if(decoded, options)
     except BatchscopeError as exc:
         raise fail(exc) from None
     atomic_write_text(folder / "serving.json",
@@ -1000,11 +1010,30 @@ def serve(
     raise typer.Exit(code=0)
 
 
-def _measure_for_serving(report: Report, options: WhatIfOptions, engine: str | None
-                         ) -> WhatIfOptions:
+def _measure_for_serving(report: Report, options: WhatIfOptions, engine: str | None,
+                         engine_runs: Path | None, folder: Path) -> WhatIfOptions:
     """``options`` with the model's prefill timed (unless --prefill-ms-per-token is given)
-    and, with --engine, the engine's calibration runs."""
+    and, with --engine, the engine's calibration runs (written to ``folder`` at once: a
+    simulation that fails after them loses nothing measured), or with --engine-runs those
+    read back."""
     import dataclasses
+
+    from batchscope.reports.engine_runs import read_engine_runs, write_engine_runs
+
+    if engine_runs is not None:
+        if engine is not None:
+            raise UsageError("give --engine (run the engine now) or --engine-runs (reuse runs "
+                             "it made before), not both.")
+        if report.target is not None:
+            raise UsageError(f"--engine-runs holds runs measured on a real machine; the report "
+                             f"is a prediction for the {report.target.gpu}, whose step the "
+                             "runs cannot calibrate.")
+        recorded = read_engine_runs(engine_runs)
+        if recorded.target != report.model.target:
+            err_console.print(f"note: {engine_runs} was measured on {recorded.target}; this "
+                              f"report's model is {report.model.target}.", markup=False)
+        measured = recorded.measurement
+        return dataclasses.replace(options, engine=measured, prefill_points=measured.prefill)
 
     from batchscope.records.engine import Engine
     from batchscope.serving.engines.calibrate import measure_engine, measure_prefill
@@ -1043,6 +1072,7 @@ def _measure_for_serving(report: Report, options: WhatIfOptions, engine: str | N
     err_console.print(f"running {engine} on {report.model.target} to measure its cost per step "
                       "(a short calibration)...", markup=False)
     measured = measure_engine(Engine(engine), report.model.target, stream, caps)
+    write_engine_runs(folder / "engine_runs.json", measured, report.model.target)
     return dataclasses.replace(options, engine=measured, prefill_points=measured.prefill)
 
 

@@ -246,6 +246,22 @@ def test_runs_whose_first_repeats_are_far_apart_are_run_again(monkeypatch):
     assert spreads[quiet] == (pytest.approx(0.05), 2)
 
 
+def test_after_round_runs_after_every_round_on_the_engines_model(monkeypatch):
+    spans = {(p, c): [1.0, 1.05] for p in Policy for c in (1, 4)}
+    spans[(Policy.CONTINUOUS, 4)] = [1.0, 1.5, 1.02]  # one more round, of that run only
+    driver = _ScriptedEngine(spans)
+    monkeypatch.setattr(calibrate, "_driver", lambda engine: driver)
+    seen: list[tuple[object, int]] = []
+    measured = measure_engine(Engine.TRANSFORMERS, "decode.py", [Request(0, 8, 4)] * 4, [4],
+                              after_round=lambda model: seen.append((model,
+                                                                     len(driver.served))))
+    # After each of the two rounds of all four runs (4 served, then 8) and the third, of
+    # the one run not yet settled (9).
+    assert [served for _, served in seen] == [4, 8, 9]
+    assert len({id(model) for model, _ in seen}) == 1
+    assert measured.wall_s >= 0
+
+
 @pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG])
 def test_a_gpu_engine_is_one_sentence_not_a_traceback(engine):
     with pytest.raises(UsageError, match="not supported yet"):

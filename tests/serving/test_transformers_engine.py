@@ -143,3 +143,14 @@ def test_serve_with_the_transformers_engine_end_to_end(tmp_path, model_file):
     assert all(p["engine_step_only_s"] > 0 for p in engine["points"])
     assert doc["prefill"]["source"] == "model"
     assert "decode forward calls timed" in (tmp_path / "serving.md").read_text()
+    # Its runs are kept, and a what-if asked again of them needs no engine.
+    again = tmp_path / "again"
+    result = runner.invoke(tools_app, ["serve", str(_report(tmp_path, model_file)),
+                                       "--engine-runs", str(tmp_path / "engine_runs.json"),
+                                       "--requests", "8", "--rate", "2", "--caps", "1,2",
+                                       "--prompt-tokens", "8:16", "--output-tokens", "2:4",
+                                       "--out", str(again)])
+    assert result.exit_code == 0, result.output
+    reused = json.loads((again / "serving.json").read_text())
+    assert reused["engine"]["points"] == engine["points"]
+    assert reused["engine"]["steps"] == engine["steps"]

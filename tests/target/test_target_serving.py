@@ -142,6 +142,11 @@ def test_serve_on_a_prediction_predicts_prefill_and_refuses_an_engine(tmp_path):
     refused = runner.invoke(tools_app, ["serve", str(report), "--engine", "transformers",
                                         "--out", str(tmp_path)])
     assert refused.exit_code == 4 and "prediction for the H100 SXM5 64GB" in refused.output
+    runs = tmp_path / "engine_runs.json"
+    runs.write_text("{}")  # refused before it is read
+    refused = runner.invoke(tools_app, ["serve", str(report), "--engine-runs", str(runs),
+                                        "--out", str(tmp_path)])
+    assert refused.exit_code == 4 and "runs cannot calibrate" in refused.output
 
 
 def test_a_paged_server_takes_kv_as_it_goes_and_preempts_the_latest():

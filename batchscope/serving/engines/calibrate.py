@@ -15,6 +15,7 @@ first benchmark on Poisson streams).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from batchscope.errors import UsageError
@@ -95,13 +96,27 @@ def settled(runs: list[EngineRun], policy: Policy, cap: int) -> bool:
     return spread is not None and spread <= STABLE_SPREAD
 
 
+def _timed(call: Callable[[Any], None] | None, model: Any) -> float:
+    """Run ``call(model)`` where given; the seconds it took."""
+    if call is None:
+        return 0.0
+    started = time.perf_counter()
+    call(model)
+    return time.perf_counter() - started
+
+
 def measure_engine(engine: Engine, target: str, stream: list[Request], caps: list[int],
                    max_output_tokens: int = MAX_OUTPUT_TOKENS,
-                   repeats: int = REPEATS, max_repeats: int = MAX_REPEATS
-                   ) -> EngineMeasurement:
+                   repeats: int = REPEATS, max_repeats: int = MAX_REPEATS,
+                   after_round: Callable[[Any], None] | None = None) -> EngineMeasurement:
     """Run ``engine`` on ``target``'s model at the calibration caps: ``repeats`` rounds of
     every policy and cap, then more rounds of the runs whose two fastest repeats are not
     yet :func:`settled`, up to ``max_repeats`` runs of each.
+
+    ``after_round(model)``, where given, runs after each round on the engine's model (the
+    benchmark interleaves its own check with the calibration this way, so the machine's
+    drift over minutes weighs on both alike); its time is not the calibration's
+    (``wall_s``).
 
     Raises:
         UsageError: the engine is not available here, or the report names no model it can
@@ -126,14 +141,19 @@ def measure_engine(engine: Engine, target: str, stream: list[Request], caps: lis
     for policy in Policy:  # one-time costs (first calls, lazy imports) out of the timings
         serve(policy, warm_up, 1)
     plan = [(policy, cap) for cap in calibration_caps(caps) for policy in Policy]
-    runs = [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
-            for _ in range(repeats) for policy, cap in plan]
+    runs: list[EngineRun] = []
+    elsewhere_s = 0.0
+    for _ in range(repeats):
+        runs += [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
+                 for policy, cap in plan]
+        elsewhere_s += _timed(after_round, model)
     for _ in range(max(max_repeats - repeats, 0)):
         unsettled = [key for key in plan if not settled(runs, *key)]
         if not unsettled:
             break
         runs += [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
                  for policy, cap in unsettled]
+        elsewhere_s += _timed(after_round, model)
     return EngineMeasurement(engine=engine, engine_version=driver.engine_version(), runs=runs,
                              prefill=prefill, max_output_tokens=max_output_tokens,
-                             repeats=repeats, wall_s=time.perf_counter() - started)
+                             repeats=repeats, wall_s=time.perf_counter() - started - elsewhere_s)
