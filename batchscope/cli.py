@@ -934,7 +934,7 @@ def serve(
         typer.Option(
             "--engine",
             help="Run this serving engine on the report's model first (transformers; a short "
-            "calibration at up to three caps) and simulate on its own measured step; its runs "
+            "calibration at up to three caps) and add its measured cost per step; its runs "
             "are kept in engine_runs.json.",
         ),
     ] = None,

@@ -155,8 +155,8 @@ class CalibrationPoint:
     repeat_spread: float | None = None
     runs: int | None = None  # the repeats run, more where the first two were far apart
     # (None: a record from before they were counted)
-    # Simulated on the engine's own decode step (:class:`EngineStep`) and the prefill, before
-    # the cost that remains is fitted (None: no forward call of the engine was timed).
+    # Simulated on the engine's own decode step (:class:`EngineStep`) and the prefill alone:
+    # how much of the run its own forward calls account for (None: none was timed).
     engine_step_only_s: float | None = None
 
 
@@ -173,7 +173,7 @@ class EngineCalibration:
     # time); a run whose two fastest differed by over 10% was run again (points[].runs)
     wall_s: float  # the calibration's own time, warm-up and prefill timing included
     # The engine's own decode step per policy, from its timed forward calls (empty in a
-    # record from before they were kept: the sweep's step is the base then).
+    # record from before they were kept); recorded beside the fit, not simulated on.
     steps: list[EngineStep] = field(default_factory=list)
 
     def step(self, policy: Policy) -> EngineStep | None:

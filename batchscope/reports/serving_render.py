@@ -257,19 +257,17 @@ def _engine_paragraph(result: WhatIf) -> str | None:
                 f"{'/'.join(fmt.number(p.measured_tokens_per_s) for p in points)} {unit}s/s"
                 for policy, points in by_policy.items()]
     largest = [points[-1] for points in by_policy.values()]
-    if engine.steps:
+    text = (f"{_engine_name(engine)} at the calibration caps, all requests arriving at once: "
+            f"{_and(measured)}; simulated with its fitted cost per step added to the "
+            f"sweep's step times, within ±{fmt.pct(engine.worst_error(), 1)}.")
+    own = [p for p in largest if p.engine_step_only_s is not None]
+    if own:
         calls = sum(p.forwards for step in engine.steps for p in step.points)
-        sweep = [f"{fmt.number(_tokens_per_s(p.output_tokens, p.model_only_s))} {unit}s/s "
-                 f"for {p.policy.value} batching at cap {p.cap}" for p in largest]
-        text = (f"{_engine_name(engine)} at the calibration caps, all requests arriving at "
-                f"once: {_and(measured)}; simulated on its own decode step (its {calls:,} "
-                "decode forward calls timed) with its remaining cost per step added, within "
-                f"±{fmt.pct(engine.worst_error(), 1)}. On the sweep's step times instead the "
-                f"same runs would give {_and(sweep)}.")
-    else:
-        text = (f"{_engine_name(engine)} at the calibration caps, all requests arriving at "
-                f"once: {_and(measured)}; simulated with its fitted cost per step added to "
-                f"the sweep's step times, within ±{fmt.pct(engine.worst_error(), 1)}.")
+        said = [f"{fmt.number(_tokens_per_s(p.output_tokens, p.engine_step_only_s or 0.0))} "
+                f"{unit}s/s for {p.policy.value} batching at cap {p.cap}" for p in own]
+        sweep = [fmt.number(_model_only_tokens_per_s(p)) for p in own]
+        text += (f" On its own decode calls alone ({calls:,} timed) the same runs would give "
+                 f"{_and(said)}; on the sweep's step times alone, {_and(sweep)}.")
     return " ".join([text, *_share_sentences(engine, largest)])
 
 
@@ -336,14 +334,12 @@ def _engine_assumption(engine: EngineCalibration) -> str:
              else f"caps {_and([str(c) for c in caps])}") if caps else "no cap"
     startup = max((p.startup_s for p in engine.points), default=0.0)
     started = f"its start-up ({fmt.seconds(startup)})" if startup > 0 else "its start-up"
-    step = ("Its decode step is its own forward call's, timed at every number of rows its "
-            "calls held (linear between them, and in the KV read); what it took beyond that "
-            if engine.steps else "Its cost per step beyond the sweep's step times ")
-    return (f"The engine ({_engine_name(engine)}) was measured at {where} on requests that "
-            f"all arrived at once (outputs cut to {engine.max_output_tokens:,} tokens; "
-            f"fastest of {engine.repeats} run{'s' if engine.repeats != 1 else ''}). {step}"
-            "is interpolated in the step's rows between the runs, held flat beyond; "
-            f"{started} is not simulated: a running server's steps are.")
+    return (f"The engine's own cost per step ({_engine_name(engine)}) was measured at {where} "
+            f"on requests that all arrived at once (outputs cut to "
+            f"{engine.max_output_tokens:,} tokens; fastest of {engine.repeats} "
+            f"run{'s' if engine.repeats != 1 else ''}) and is interpolated in the step's rows "
+            f"between them, held flat beyond; {started} is not simulated: a running "
+            "server's steps are.")
 
 
 def assumptions(result: WhatIf) -> list[str]:

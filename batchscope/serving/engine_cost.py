@@ -1,13 +1,16 @@
 """The engine's own cost per step and the model's prefill, fitted from what a real engine's
 calibration runs measured (:class:`~batchscope.serving.engines.runs.EngineMeasurement`).
 
-A calibration run serves requests that all arrive at once, and every forward call of the
-model inside the engine is timed. The engine's own decode step (:func:`fit_engine_step`,
-from its decode calls) is the simulated step; where no call was timed, the sweep's step
-times ``T(rows, context)`` are. The simulator serves the calibration's requests on that step
-and the prefill fit; whatever the engine took beyond that, per simulated step (its Python
-between calls, sampling, the prefill's own difference), is its remaining cost at the run's
-mean rows; between the runs' mean rows the cost is linear, beyond them flat.
+A calibration run serves requests that all arrive at once. The simulator serves the same
+requests on the sweep's step times ``T(rows, context)`` and the prefill fit alone; whatever
+the engine took beyond that, per simulated step, is its cost at the run's mean rows; between
+the runs' mean rows the cost is linear, beyond them flat.
+Every forward call of the model inside the engine is timed too: its decode calls give the
+engine's own step (:func:`fit_engine_step`), kept beside the fit (what the same runs take
+on it alone) but not simulated on: on the benchmark (docs/serving.md, runs 4 and 5) the
+sweep's step plus the cost came as close to transformers' measured throughput or closer,
+and the engine's step of continuous batching, whose calls hold every number of rows only a
+few times each, came out uneven in the rows.
 Each run is then simulated again with the cost added, and its error is kept beside it: at a
 calibration point the error is the fit's own, and the benchmark (docs/serving.md) checks
 the simulation on streams the calibration never saw.
@@ -39,8 +42,8 @@ from batchscope.records.policy import Policy
 from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, two_fastest_spread
 from batchscope.serving.simulator import Simulation, StepTime, simulate
 
-# A step is never taken as faster than this share of its base step (the engine's own, or the
-# sweep's), whatever the engine's remaining cost (a negative cost is bounded).
+# A step is never taken as faster than this share of the sweep's own step, whatever the
+# engine's cost (a negative cost, where the engine's forward beats the sweep's, is bounded).
 MIN_STEP_SHARE = 0.05
 # The KV slope compares every two decode calls of one number of rows, at most this many
 # calls of each (evenly spaced in KV read).
@@ -69,16 +72,13 @@ def fit_prefill(points: list[PrefillPoint], source: PrefillSource = PrefillSourc
                       worst_error=max(errors, default=None))
 
 
-def with_engine(step_s: StepTime, cost: EngineCost | None,
-                engine_step: EngineStep | None = None) -> StepTime:
-    """The engine's own decode step where its forward calls were timed, else the sweep's,
-    plus the engine's remaining cost at the step's rows."""
-    base = step_s if engine_step is None else engine_step.step_s
+def with_engine(step_s: StepTime, cost: EngineCost | None) -> StepTime:
+    """The sweep's step time plus the engine's cost at the step's rows."""
     if cost is None:
-        return base
+        return step_s
 
     def step(rows: int, context: int) -> float:
-        model_s = base(rows, context)
+        model_s = step_s(rows, context)
         return max(model_s + cost.step_s(rows), model_s * MIN_STEP_SHARE)
 
     return step
@@ -118,11 +118,12 @@ def _span_s(sim: Simulation) -> float:
     return max(finished) - first if finished else math.inf
 
 
-def _simulate(run: EngineRun, step_s: StepTime, prefill: PrefillFit) -> Simulation:
+def _simulate(run: EngineRun, step_s: StepTime, prefill: PrefillFit, paged: bool = False
+              ) -> Simulation:
     requests = [s.request for s in run.served]
     try:
         return simulate(requests, run.policy, run.cap, step_s, None,
-                        prefill.prefill_s if prefill.charged else None)
+                        prefill.prefill_s if prefill.charged else None, paged)
     except ValueError as exc:  # a step time out of range: the report's numbers are not
         raise UsageError(f"the report's step times cannot be simulated: {exc}.") from None
 
@@ -164,15 +165,10 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
     steps = [step for policy in Policy
              if (step := fit_engine_step(policy, [r for r in runs if r.policy == policy]))]
     by_step = {s.policy: s for s in steps}
-    # The sweep's step alone (the model's share), and the base the remaining cost is fitted
-    # over: the engine's own step where its calls were timed.
-    sweep = {(run.policy, run.cap): _simulate(run, step_s, prefill) for run in runs}
-    base = {(run.policy, run.cap): _simulate(run, with_engine(step_s, None,
-                                                              by_step.get(run.policy)), prefill)
-            for run in runs}
+    alone = {(run.policy, run.cap): _simulate(run, step_s, prefill) for run in runs}
     costs = []
     for policy in Policy:
-        mine = [(run, base[(run.policy, run.cap)]) for run in runs if run.policy == policy]
+        mine = [(run, alone[(run.policy, run.cap)]) for run in runs if run.policy == policy]
         mine = [(run, sim) for run, sim in mine if sim.steps]
         if mine:
             costs.append(EngineCost(policy, _cost_points(mine)))
@@ -181,9 +177,8 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
     points = []
     for run in runs:
         key = (run.policy, run.cap)
-        sim = sweep[key]
-        fitted = _simulate(run, with_engine(step_s, by_policy.get(run.policy),
-                                            by_step.get(run.policy)), prefill)
+        sim = alone[key]
+        fitted = _simulate(run, with_engine(step_s, by_policy.get(run.policy)), prefill)
         model_only_s, simulated_s = _span_s(sim), _span_s(fitted)
         points.append(CalibrationPoint(
             policy=run.policy, cap=run.cap, requests=len(run.served),
@@ -198,11 +193,20 @@ def fit_engine(step_s: StepTime, prefill: PrefillFit,
             engine_share=max(1 - model_only_s / run.span_s, 0.0),
             repeat_spread=spreads[key][0] if key in spreads else None,
             runs=spreads[key][1] if key in spreads else 1,
-            engine_step_only_s=_span_s(base[key]) if run.policy in by_step else None))
+            engine_step_only_s=_own_step_s(run, by_step.get(run.policy), prefill)))
     return EngineCalibration(
         engine=measurement.engine, engine_version=measurement.engine_version, costs=costs,
         points=points, max_output_tokens=measurement.max_output_tokens,
         repeats=measurement.repeats, wall_s=measurement.wall_s, steps=steps)
+
+
+def _own_step_s(run: EngineRun, own: EngineStep | None, prefill: PrefillFit) -> float | None:
+    """``run`` simulated on the engine's own decode step and the prefill alone: its KV in the
+    calls' own terms (continuous batching's calls read each row's own cache: the rows' mean
+    context; generate()'s a padded batch: the longest)."""
+    if own is None:
+        return None
+    return _span_s(_simulate(run, own.step_s, prefill, paged=run.policy == Policy.CONTINUOUS))
 
 
 def _cost_points(runs: list[tuple[EngineRun, Simulation]]) -> list[EngineCostPoint]:

@@ -133,8 +133,7 @@ class _Runner:
         self.model, self.options, self.kv_tokens, self.prompt = model, options, kv_tokens, prompt
         # Every simulation of one what-if asks for the same (rows, context) steps again.
         self.step_s = {policy: lru_cache(maxsize=None)(
-            with_engine(model.step_s, engine.cost(policy) if engine is not None else None,
-                        engine.step(policy) if engine is not None else None))
+            with_engine(model.step_s, engine.cost(policy) if engine is not None else None))
             for policy in Policy}
         self.prefill = prefill.prefill_s if prefill.charged else None
 

@@ -182,14 +182,13 @@ def test_an_engine_a_quarter_over_the_model_says_its_share(model_only_s):
 def test_the_engine_assumption_names_its_caps_and_startup(slow_engine):
     said = " ".join(assumptions(slow_engine))
     caps = ", ".join(map(str, CAPS[:-1])) + f" and {CAPS[-1]}"
-    assert (f"The engine (transformers {VERSION}) was measured at caps "
+    assert (f"The engine's own cost per step (transformers {VERSION}) was measured at caps "
             f"{caps} on requests that all arrived at once (outputs cut to {OUTPUT} tokens; "
-            "fastest of 2 runs). Its cost per step beyond the sweep's step times is "
-            "interpolated") in said
+            "fastest of 2 runs)") in said
     assert f"its start-up ({fmt.seconds(STARTUP_S)}) is not simulated" in said
 
 
-def test_runs_with_timed_calls_are_simulated_on_the_engines_own_step(model_only_s):
+def test_runs_with_timed_calls_say_what_the_engines_own_calls_account_for(model_only_s):
     options = _options({key: 0.8 * s for key, s in model_only_s.items()})
     assert options.engine is not None
     calls = [ForwardTiming(0.004, cap, cap, cap * PROMPT) for cap in CAPS]
@@ -197,18 +196,23 @@ def test_runs_with_timed_calls_are_simulated_on_the_engines_own_step(model_only_
         options.engine, runs=[dataclasses.replace(r, forwards=calls)
                               for r in options.engine.runs]))
     result = what_if(decode_model(), timed)
-    assert result.engine is not None and len(result.engine.steps) == 2
+    plain = what_if(decode_model(), options)
+    assert result.engine is not None and plain.engine is not None
+    assert len(result.engine.steps) == 2 and plain.engine.steps == []
+    # The simulation is the same with or without the calls: they are recorded, not used.
+    assert result.runs == plain.runs
     words = " ".join(explain(result))
     calls_timed = 2 * len(CAPS) * len(calls)  # every call of each policy's fastest runs
-    assert f"simulated on its own decode step (its {calls_timed} decode forward calls timed)" \
-        in words
-    sweep = _and_join([f"{fmt.number(p.output_tokens / p.model_only_s)} tokens/s for "
-                       f"{policy.value} batching at cap {max(CAPS)}"
-                       for policy, p in ((policy, _point(result, policy))
-                                         for policy in (Policy.STATIC, Policy.CONTINUOUS))])
-    assert f"On the sweep's step times instead the same runs would give {sweep}." in words
-    said = " ".join(assumptions(result))
-    assert "Its decode step is its own forward call's, timed at every number of rows" in said
+    own = _and_join([f"{fmt.number(p.output_tokens / p.engine_step_only_s)} tokens/s for "
+                     f"{policy.value} batching at cap {max(CAPS)}"
+                     for policy, p in ((policy, _point(result, policy))
+                                       for policy in (Policy.STATIC, Policy.CONTINUOUS))])
+    sweep = _and_join([fmt.number(p.output_tokens / p.model_only_s)
+                       for p in (_point(result, Policy.STATIC),
+                                 _point(result, Policy.CONTINUOUS))])
+    assert (f"On its own decode calls alone ({calls_timed} timed) the same runs would give "
+            f"{own}; on the sweep's step times alone, {sweep}.") in words
+    assert "On its own decode calls" not in " ".join(explain(plain))
 
 
 def _point(result: WhatIf, policy: Policy):
@@ -225,7 +229,7 @@ def test_without_an_engine_nothing_of_it_is_shown():
                                                   caps=[2, 4], rates_per_s=[10.0]))
     assert plain.engine is None
     assert ENGINE_TITLE not in render_html(plain) and ENGINE_TITLE not in render_markdown(plain)
-    assert not any(a.startswith("The engine (") for a in assumptions(plain))
+    assert not any("engine's own cost" in a for a in assumptions(plain))
     assert 'id="engine"' not in render_html(plain)
 
 

@@ -142,7 +142,7 @@ def test_serve_with_the_transformers_engine_end_to_end(tmp_path, model_file):
                for p in s["points"])
     assert all(p["engine_step_only_s"] > 0 for p in engine["points"])
     assert doc["prefill"]["source"] == "model"
-    assert "decode forward calls timed" in (tmp_path / "serving.md").read_text()
+    assert "On its own decode calls alone" in (tmp_path / "serving.md").read_text()
     # Its runs are kept, and a what-if asked again of them needs no engine.
     again = tmp_path / "again"
     result = runner.invoke(tools_app, ["serve", str(_report(tmp_path, model_file)),
