@@ -206,7 +206,11 @@ def _own_step_s(run: EngineRun, own: EngineStep | None, prefill: PrefillFit) -> 
     context; generate()'s a padded batch: the longest)."""
     if own is None:
         return None
-    return _span_s(_simulate(run, own.step_s, prefill, paged=run.policy == Policy.CONTINUOUS))
+    try:
+        sim = _simulate(run, own.step_s, prefill, paged=run.policy == Policy.CONTINUOUS)
+    except UsageError:  # a step of no time where the KV line runs below zero: no figure
+        return None
+    return _span_s(sim)
 
 
 def _cost_points(runs: list[tuple[EngineRun, Simulation]]) -> list[EngineCostPoint]:

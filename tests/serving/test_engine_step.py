@@ -123,3 +123,20 @@ def test_a_record_without_forward_calls_has_no_engine_step():
     calibration = fit_engine(fit_step_time(decode_model()).step_s, prefill, measurement(runs))
     assert calibration.steps == [] and calibration.step(Policy.STATIC) is None
     assert all(p.engine_step_only_s is None for p in calibration.points)
+
+
+def test_an_engine_step_that_runs_below_zero_leaves_the_fit_whole():
+    """Calls whose KV slope is steep and whose KV read was large: the line left after it
+    is negative at short contexts, where the step would take no time. The fit stands on
+    the sweep's step; the engine's own figure is left out."""
+    prefill = fit_prefill([])
+    run = engine_run(Policy.STATIC, 4, prefill, forwards=False)
+    steep = dataclasses.replace(run, forwards=[ForwardTiming(0.01, 4, 4, 1000),
+                                               ForwardTiming(0.03, 4, 4, 2000)])
+    calibration = fit_engine(fit_step_time(decode_model()).step_s, prefill,
+                             measurement([steep]))
+    step = calibration.step(Policy.STATIC)
+    assert step is not None and step.step_s(4, 10) < 0
+    assert [p.engine_step_only_s for p in calibration.points] == [None]
+    assert calibration.points[0].simulated_s > 0
+
