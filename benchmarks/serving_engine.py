@@ -162,7 +162,6 @@ def one_model(name: str, work: Path, default_cache: bool, runs_dir: Path | None
     rate = LOAD * tokens_per_s_16 / ((OUTPUT[0] + OUTPUT[1]) / 2)
     target = report["model"]["target"]
     rows = []
-    model: Any = None
     for kind in ("offline", "poisson"):
         requests = stream(kind, seed=7, rate_per_s=rate)
         own_rate = trace_rate_per_s(requests) or 1.0  # replayed at its own rate: unchanged
@@ -247,7 +246,7 @@ def one_model(name: str, work: Path, default_cache: bool, runs_dir: Path | None
                       f"{plain[(policy.value, cap)]:6.1f}; machine {drift or 0:.2f}x the "
                       f"calibration's", flush=True)
     if default_cache:
-        rows.append(default_cache_run(model, name))
+        rows.append(default_cache_run(te.load_engine_model(target), name))
     return rows
 
 

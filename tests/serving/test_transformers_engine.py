@@ -138,11 +138,15 @@ def test_serve_with_the_transformers_engine_end_to_end(tmp_path, model_file):
     # The engine's own decode step, from its calls: static's at the caps' rows.
     steps = {s["policy"]: s for s in engine["steps"]}
     assert [p["rows"] for p in steps["static"]["points"]] == [1, 2]
-    assert all(p["fixed_s"] > 0 and p["forwards"] > 0 for s in steps.values()
-               for p in s["points"])
-    assert all(p["engine_step_only_s"] > 0 for p in engine["points"])
+    # (The step's values are this machine's times, and the part left after the KV slope
+    # can go below zero on a noisy run: only what holds anywhere is asserted.)
+    assert all(p["forwards"] > 0 for s in steps.values() for p in s["points"])
+    assert all(p["engine_step_only_s"] is None or p["engine_step_only_s"] > 0
+               for p in engine["points"])
     assert doc["prefill"]["source"] == "model"
-    assert "On its own decode calls alone" in (tmp_path / "serving.md").read_text()
+    largest = [p for p in engine["points"] if p["cap"] == 2]
+    said = "On its own decode calls alone" in (tmp_path / "serving.md").read_text()
+    assert said == any(p["engine_step_only_s"] is not None for p in largest)
     # Its runs are kept, and a what-if asked again of them needs no engine.
     again = tmp_path / "again"
     result = runner.invoke(tools_app, ["serve", str(_report(tmp_path, model_file)),
