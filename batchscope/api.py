@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
+import math
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ from batchscope.classifiers.early_stop import EarlyStop
 from batchscope.classifiers.kernel_roofline import counters_section
 from batchscope.classifiers.recommend import OBJECTIVES
 from batchscope.errors import BatchscopeError, ExitCode, NothingMeasuredError, UsageError
+from batchscope.hardware.busy import OtherLoad
 from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
@@ -63,6 +65,7 @@ from batchscope.records import (
 )
 from batchscope.records.counter_report import CountersSection
 from batchscope.records.counters import NcuExport
+from batchscope.records.rounds import RoundBlock
 from batchscope.records.run import DEFAULT_OUT_DIR
 from batchscope.reports import write_all, write_json
 from batchscope.version import __version__
@@ -74,8 +77,9 @@ if TYPE_CHECKING:  # the parent process of a sweep never imports torch; its work
 # report.html and summary.md (0.1-0.2 s to render, longer than measuring a small model's
 # batch size) at most this often; all three at the end.
 PARTIAL_RENDER_INTERVAL_S = 10.0
-# Set to 1, the drift control is skipped as --no-control skips it (a CI job sets it once).
-NO_CONTROL_ENV = "BATCHSCOPE_NO_CONTROL"
+# Set to 1, the decision rounds are skipped as --no-rounds skips them (a CI job sets it
+# once); BATCHSCOPE_NO_CONTROL, the name of the drift control they replace, is read too.
+NO_ROUNDS_ENVS = ("BATCHSCOPE_NO_ROUNDS", "BATCHSCOPE_NO_CONTROL")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -122,6 +126,7 @@ def validate_options(options: Options) -> None:
     if o.predict_to is not None and not o.op_breakdown:
         raise UsageError("--predict-to predicts from the per-op breakdown; drop --no-ops.")
     for name, value in (("--latency-limit-ms", o.latency_limit_s),
+                        ("--budget", o.budget_s),
                         ("--memory-budget", o.memory_budget_bytes),
                         ("--min-time", o.min_time_s),
                         ("--timeout", o.batch_timeout_s)):
@@ -226,6 +231,10 @@ class _ReportWriter(Callbacks):
     def on_interrupt(self) -> None:
         if self.inner:
             self.inner.on_interrupt()
+
+    def on_block(self, block: RoundBlock) -> None:
+        if self.inner:
+            self.inner.on_block(block)
 
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         if self.options.out_dir is not None:
@@ -373,7 +382,8 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         batch_timeout_s=options.batch_timeout_s,
         recalibrate=options.recalibrate,
         measure_ceilings=options.measure_ceilings,
-        drift_control=options.drift_control and os.environ.get(NO_CONTROL_ENV) != "1",
+        rounds=options.rounds and all(os.environ.get(e) != "1" for e in NO_ROUNDS_ENVS),
+        budget_s=options.budget_s,
         measure_all=options.measure_all,
         early_stop=EarlyStop(limits, options.objective),
         final_probes=((lambda results, _ceilings: final_probe_specs(results, limits))
@@ -387,7 +397,8 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
     # After an interrupt the hold is never engaged: a second one still stops at once.
     hold = InterruptHold()
     try:
-        outcome = Sweep(config, writer).run(hold)
+        with OtherLoad() as load:  # the workers are waited for by its end: theirs is ours
+            outcome = Sweep(config, writer).run(hold)
         phase = NcuPhase()
         if options.ncu and not outcome.interrupted and not hold.held:
             # Minutes of ncu's replays: an interrupt stops them (not held, as the report's
@@ -406,8 +417,10 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         ceilings = writer.ceilings
         counters = phase.section(ceilings.spec if ceilings is not None else None)
         ncu_flags = phase.flags
-        writer.run = dataclasses.replace(run, wall_s=time.time() - started, drift=outcome.drift,
-                                         amp_off=outcome.amp_off)
+        writer.run = dataclasses.replace(
+            run, wall_s=time.time() - started, drift=outcome.drift, amp_off=outcome.amp_off,
+            rounds=outcome.rounds,
+            other_cpu_share=load.share if math.isfinite(load.share) else None)
         report = assemble(writer.measured(
             outcome.results, stop=outcome.stop, partial=outcome.interrupted,
             flags=outcome.flags + ncu_flags, grid=outcome.grid,

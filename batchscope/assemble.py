@@ -44,6 +44,7 @@ from batchscope.classifiers.critical_batch import (
 )
 from batchscope.classifiers.data_parallel import data_parallel_summary
 from batchscope.classifiers.estimate import estimate_batch
+from batchscope.classifiers.evidence import evidence
 from batchscope.classifiers.kernel_roofline import counter_flags, judge_ops
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, Choice, predicted_pick, recommend
 from batchscope.classifiers.roofline import (
@@ -138,7 +139,7 @@ def assemble(m: Measured) -> Report:
     batches = [with_intervals(_classified(r, ceilings, shares), allowance,
                               control.timing(r.batch_size) if control is not None else None)
                for r in m.results]
-    choice = (recommend(batches, m.limits, m.objective, allowance, control)
+    choice = (recommend(batches, m.limits, m.objective, allowance, m.run.rounds)
               if m.recommends else None)
     varies = work_varies_with_inputs(batches)  # then no curve describes batching alone
     prediction = None
@@ -178,6 +179,8 @@ def assemble(m: Measured) -> Report:
                                             m.limits.memory_budget_bytes),
         counters=counters,
     )
+    report = dataclasses.replace(report, evidence=evidence(run, batches, report.recommendation,
+                                                           m.stop))
     if model.contexts and model.mode == Mode.INFERENCE:
         # A decode model: its context grid, and (once the sweep is done) the what-if,
         # simulated from the report's own step times.

@@ -219,16 +219,26 @@ def diagnose(
     recalibrate: Annotated[
         bool, typer.Option("--recalibrate", help="Re-measure the machine's ceilings.")
     ] = False,
-    drift_control: Annotated[
+    rounds: Annotated[
         bool,
         typer.Option(
-            "--control/--no-control",
-            help="Once the plan ends, time the first size and the pick's sizes again in a "
-            "fresh worker and widen every interval by their drift (default: on; "
-            "BATCHSCOPE_NO_CONTROL=1 also turns it off). Off: faster, every interval carries "
-            "only the 5% drift floor.",
+            "--rounds/--no-rounds",
+            help="Decide from interleaved rounds: the sizes near the pick timed in short "
+            "blocks, each once per round in a shuffled order, in the sweep's worker and a "
+            "fresh one, and compared within each round so that the machine's drift cancels; "
+            "the plateau and predicted stops are checked the same way (default: on; "
+            "BATCHSCOPE_NO_ROUNDS=1 also turns them off). Off: faster, every decision reads "
+            "the sequential timings and the report says so.",
         ),
     ] = True,
+    budget: Annotated[
+        float | None,
+        typer.Option(
+            "--budget",
+            help="Seconds the whole sweep may take, plan and rounds: the plan stops before a "
+            "size that would run past it, and the report says what was left unmeasured.",
+        ),
+    ] = None,
     allocator_check: Annotated[
         bool,
         typer.Option(
@@ -390,7 +400,8 @@ def diagnose(
             recalibrate=recalibrate,
             op_breakdown=not no_ops,
             allocator_check=allocator_check,
-            drift_control=drift_control,
+            rounds=rounds,
+            budget_s=budget,
             ncu=ncu,
             mode=mode,
             objective=objective,

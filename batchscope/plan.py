@@ -210,41 +210,6 @@ def repeated_errors(results: list[BatchResult]) -> Stop | None:
         "statuses": list(dict.fromkeys(r.status.value for r in last))})
 
 
-# The sweep's control (Sweep.time_control) times again its first batch size and, of the
-# sizes within CONTROL_SHARE of the best throughput, the CONTROL_MAX_SIZES fastest whose step
-# is under GRID_MAX_STEP_S: the pick and its equivalent set are made among them, and how far
-# each moves between two timings is noise no single pass shows. 60%, not the rule's 90%: on
-# a 2-core VM the MLP's batch 512 ran at 0.7 to 1.0 of batch 1024's throughput from one run
-# to the next, and a size left out of the control keeps the narrow interval of one pass.
-CONTROL_SHARE = 0.6
-CONTROL_MAX_SIZES = 3
-
-
-def control_sizes(results: list[BatchResult]) -> list[int]:
-    """The batch sizes the control times again, the reference (the first measured) first;
-    [] with fewer than two measured.
-
-    Example:
-        >>> from batchscope.records import LatencyStats
-        >>> def ok(b, t):
-        ...     return BatchResult(b, Status.OK, latency_s=LatencyStats(b / t, 0, 0, 5),
-        ...                        throughput_per_s=t)
-        >>> control_sizes([ok(1, 10.0), ok(2, 19.0), ok(4, 30.0), ok(8, 33.0), ok(16, 34.0)])
-        [1, 16, 8, 4]
-        >>> control_sizes([ok(1, 10.0), ok(2, 15.0), ok(4, 21.0), ok(8, 33.0), ok(16, 34.0)])
-        [1, 16, 8, 4]
-    """
-    ok = [r for r in results if r.status == Status.OK and r.throughput_per_s
-          and r.latency_s is not None]
-    if len(ok) < 2:
-        return []
-    best = max(r.throughput_per_s or 0.0 for r in ok)
-    fast = sorted((r for r in ok[1:] if (r.throughput_per_s or 0.0) >= CONTROL_SHARE * best
-                   and r.latency_s is not None and r.latency_s.median <= GRID_MAX_STEP_S),
-                  key=lambda r: -(r.throughput_per_s or 0.0))
-    return [ok[0].batch_size] + [r.batch_size for r in fast[:CONTROL_MAX_SIZES]]
-
-
 def plateaued(results: list[BatchResult], allowance: float = DRIFT_FLOOR) -> bool:
     """Whether the last PLATEAU_PATIENCE measured sizes, at the top of their intervals,
     failed to lift the best median before them by PLATEAU_GAIN.

@@ -14,9 +14,11 @@ first steps warm up, times the next ones (wall clock between ``step()`` calls, t
 synchronised: the loop as it runs, data loading included; steps under a millisecond in
 blocks, with NVML on a GPU and page faults on the CPU, as the sweep's timing pass does),
 profiles a few with the sweep's own profiler session, counts one under the counting mode,
-then removes every hook and writes the same report as ``diagnose`` for that one batch
-size (built by the one assembler, :func:`batchscope.assemble.assemble`), plus labelled
-estimates of larger batch sizes. Nothing it does changes the loop's numerics: the profiler
+times as many steps again at the end (how far the loop's speed drifted across the watched
+steps: the latency's interval spans both timings, and the report's evidence reads the
+change), then removes every hook and writes the same report as ``diagnose`` for that one
+batch size (built by the one assembler, :func:`batchscope.assemble.assemble`), plus
+labelled estimates of larger batch sizes. Nothing it does changes the loop's numerics: the profiler
 only observes, and the counting mode runs every op exactly as it would run anyway.
 
 A step of the loop begins with fetching its batch (``for x, y in loader``), which is not
@@ -30,6 +32,7 @@ model's step alone. The latency and throughput stay the loop's, data loading inc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -40,6 +43,7 @@ import torch
 from batchscope.assemble import Measured, assemble
 from batchscope.engine.policies import FixedCount
 from batchscope.errors import UsageError
+from batchscope.hardware.busy import OtherLoad
 from batchscope.profiler.capture import (
     ProfilerSession,
     ProfilerUnavailable,
@@ -55,6 +59,7 @@ from batchscope.profiler.model_info import parameter_bytes, parameter_count
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import (
     BatchResult,
+    DriftControl,
     Flag,
     FlagKind,
     ModelInfo,
@@ -65,6 +70,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.noise import control_timing, drift_control
 from batchscope.records.report import IntegrationInfo, Mode, WatchInfo
 from batchscope.tensors import iter_tensors
 from batchscope.version import __version__
@@ -76,11 +82,11 @@ ESTIMATE_FACTORS = (2, 4, 8)  # larger batch sizes to estimate, as multiples of 
 # Data loading under this share of the step changes no reading of it: only above it does the
 # report say, in a flag, that the step holds time the op breakdown leaves out.
 DATA_LOADING_NOTABLE_SHARE = 0.05
-WARMUP, TIMED, PROFILED, COUNTED = "warmup", "timed", "profiled", "counted"
+WARMUP, TIMED, PROFILED, COUNTED, RETIMED = "warmup", "timed", "profiled", "counted", "retimed"
 
 
 def check_watch_args(*, batch_size: int | None, unit: str, warmup_steps: int,
-                     timed_steps: int, profiled_steps: int) -> None:
+                     timed_steps: int, profiled_steps: int, retimed_steps: int = 0) -> None:
     """One sentence for an argument ``watch`` cannot use.
 
     Raises:
@@ -88,7 +94,7 @@ def check_watch_args(*, batch_size: int | None, unit: str, warmup_steps: int,
             a batch size below 1, or an empty unit.
     """
     counts = {"warmup_steps": (warmup_steps, 0), "timed_steps": (timed_steps, 1),
-              "profiled_steps": (profiled_steps, 0)}
+              "profiled_steps": (profiled_steps, 0), "retimed_steps": (retimed_steps, 0)}
     for name, (value, least) in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise UsageError(f"{name} must be a whole number of at least {least}, "
@@ -115,6 +121,8 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         unit: what one row yields ("sample", "token", "image").
         out_dir: where to write report.json (and the other formats); None writes nothing.
         warmup_steps, timed_steps, profiled_steps: how many loop steps each phase takes
+            (the timed steps are timed again at the end, ``retimed_steps`` samples: a
+            disturbed window then shows as drift, never as a precise figure; 0 skips it)
             (``timed_steps`` counts samples: a step under a millisecond is timed in blocks
             of steps lasting about one, and on a GPU, while NVML samples, the timed steps
             last at least a second so that it sees them; ``latency_s.stopped_by`` then says
@@ -137,14 +145,16 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                  out_dir: str | None = "batchscope-report", warmup_steps: int = WARMUP_STEPS,
                  timed_steps: int = TIMED_STEPS, profiled_steps: int = PROFILED_STEPS,
                  integration: IntegrationInfo | None = None,
-                 flags: Sequence[Flag] = ()) -> None:
+                 flags: Sequence[Flag] = (), retimed_steps: int | None = None) -> None:
+        retimed_steps = timed_steps if retimed_steps is None else retimed_steps
         check_watch_args(batch_size=batch_size, unit=unit, warmup_steps=warmup_steps,
-                         timed_steps=timed_steps, profiled_steps=profiled_steps)
+                         timed_steps=timed_steps, profiled_steps=profiled_steps,
+                         retimed_steps=retimed_steps)
         self.model, self.optimizer = model, optimizer
         self.batch_size, self.unit, self.out_dir = batch_size, unit, out_dir
         self._integration, self._flags = integration, list(flags)
         phases = [(WARMUP, warmup_steps), (TIMED, timed_steps),
-                  (PROFILED, 1 + profiled_steps), (COUNTED, 1)]
+                  (PROFILED, 1 + profiled_steps), (COUNTED, 1), (RETIMED, retimed_steps)]
         self._phases = [(name, n) for name, n in phases if n > 0]
         self._phase = 0  # index into _phases
         self._left = self._phases[0][1]  # steps (timed: samples) left in the phase
@@ -160,9 +170,13 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._backend = backend(self._device)
         self._clock = self._backend.host_clock
         self._timed_samples = timed_steps
+        self._retimed_samples = retimed_steps
         self._warmup_s: list[float] = []
-        self._pushed: PushedSteps | None = None  # while the timed steps run
+        self._pushed: PushedSteps | None = None  # while the timed (or retimed) steps run
         self._timed: TimedSteps | None = None  # what they measured
+        self._retimed: TimedSteps | None = None  # the same, timed again at the end
+        self._timed_at = self._retimed_at = 0.0  # host clock when each timing ended
+        self._load = OtherLoad()  # other processes' CPU while the loop was watched
         self._block, self._timed_steps = 1, 0
         # Profiling and counting.
         self._profiling = ProfilerSession(self._device)
@@ -189,6 +203,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         self._stack.callback(hook.remove)
         self._stack.callback(self._backend.close)
         self._backend.sync()  # work queued before the first watched step is not part of it
+        self._load.__enter__()
         self._begin_phase(self._current)
         self._begin_step(self._current)
         self._last = self._began_at = self._clock.now()
@@ -272,10 +287,12 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             self._inputs.extend(tensors)
 
     def _begin_phase(self, phase: str) -> None:
-        if phase == TIMED:
-            count = FixedCount(self._timed_samples, window_min_s=self._backend.window_min_s)
+        if phase in (TIMED, RETIMED):
+            samples = self._timed_samples if phase == TIMED else self._retimed_samples
+            count = FixedCount(samples, window_min_s=self._backend.window_min_s)
             self._pushed = self._backend.push(count, self._warmup_s)
-            self._block = self._pushed.timer.block_steps
+            if phase == TIMED:
+                self._block = self._pushed.timer.block_steps
         elif phase == PROFILED:
             # Every timed step reached the model: the profiled and counted steps start there.
             self._from_model = 0 < self._timed_loop_steps == self._marked_steps
@@ -318,6 +335,10 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         if phase == TIMED and self._pushed is not None:
             self._timed_steps = self._pushed.timer.steps
             self._timed, self._pushed = self._pushed.stop(), None
+            self._timed_at = self._clock.now()
+        elif phase == RETIMED and self._pushed is not None:
+            self._retimed, self._pushed = self._pushed.stop(), None
+            self._retimed_at = self._clock.now()
         elif phase == PROFILED and self._profiling_on:
             self._profiling_on = False
             # The first step under a fresh profiler runs slow: dropped (where the loop did
@@ -368,10 +389,20 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         return [Flag(FlagKind.WATCH_DATA_LOADING, result.batch_size,
                      values={"seconds": loading_s, "share": min(loading_s / median, 1.0)})]
 
+    def _drift(self) -> DriftControl | None:
+        """The timed steps against the same timed again at the end: how far the loop's
+        speed moved across the watched steps (None: the retiming did not finish)."""
+        first, again = self._timed, self._retimed
+        if first is None or again is None or self.batch_size is None:
+            return None
+        return drift_control([control_timing(self.batch_size, first.latency, again.latency)],
+                             self._retimed_at - self._timed_at)
+
     def _finish(self, partial: bool) -> None:
         self._step_stack.close()
         if partial:  # the loop ended mid-phase: keep what that phase measured
             self._end_phase(self._current)
+        self._load.__exit__(None, None, None)
         self._stack.close()  # hooks off, sampler closed: the loop runs untouched from here
         from batchscope.hardware import load_or_measure
 
@@ -382,7 +413,8 @@ class watch:  # noqa: N801 - used as a context manager, named like one
             source=Source.WATCH, tool_version=__version__, torch_version=torch.__version__,
             watch=WatchInfo(steps=self.index, timed_steps=self._timed_steps,
                             block_steps=self._block, data_loading_s=loading_s),
-            integration=self._integration)
+            integration=self._integration, drift=self._drift(),
+            other_cpu_share=self._load.share if math.isfinite(self._load.share) else None)
         report = assemble(Measured(
             model=self._model_info(), run=run, ceilings=ceilings,
             results=[result] if result.latency_s else [], partial=partial,

@@ -12,20 +12,21 @@ SAMPLES = ROOT / "samples"
 @pytest.fixture(autouse=True, scope="session")
 def _ceilings_cache(tmp_path_factory):
     """Keep the tests' ceilings out of the user's cache; measured once per session. Sweeps
-    skip the drift control (BATCHSCOPE_NO_CONTROL=1: its fresh worker and second timings
-    were 40% of the sweep tests' time) except in tests marked ``control``, which examine
-    it."""
+    skip the decision rounds (BATCHSCOPE_NO_ROUNDS=1: their fresh worker and interleaved
+    blocks would be a third of the sweep tests' time) except in tests marked ``rounds``,
+    which examine them."""
     mp = pytest.MonkeyPatch()
     mp.setenv("BATCHSCOPE_CACHE_DIR", str(tmp_path_factory.mktemp("ceilings")))
-    mp.setenv("BATCHSCOPE_NO_CONTROL", "1")
+    mp.setenv("BATCHSCOPE_NO_ROUNDS", "1")
     yield
     mp.undo()
 
 
 @pytest.fixture(autouse=True)
-def _drift_control(request, monkeypatch):
-    """A test marked ``control`` runs its sweeps with the drift control, as users do."""
-    if request.node.get_closest_marker("control") is not None:
+def _decision_rounds(request, monkeypatch):
+    """A test marked ``rounds`` runs its sweeps with the decision rounds, as users do."""
+    if request.node.get_closest_marker("rounds") is not None:
+        monkeypatch.delenv("BATCHSCOPE_NO_ROUNDS", raising=False)
         monkeypatch.delenv("BATCHSCOPE_NO_CONTROL", raising=False)
 
 

@@ -74,7 +74,7 @@ def ranks_left(grace_s: float = 5.0) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.control
+@pytest.mark.rounds
 def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
     proc, doc = diagnose(tmp_path, "--nproc-per-node", "2", "--batch-sizes", "2,16",
                          "--global-batch", "100")
@@ -120,8 +120,9 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
         assert row["communication_in_flight_s"] >= exposed
         assert 0 <= row["hidden_share"] <= 1
     assert dp["communication_trend"] in ("falls", "rises", "within_noise")
-    # The control: a fresh launch of both ranks timed the reference size again, with its
-    # communication share, and each share's interval spans the other launch's share there.
+    # The decision rounds: the ranks' own launch, then a fresh launch of both, timed the
+    # sizes side by side, with their communication shares; each share's interval spans
+    # the fresh launch's share there.
     control = doc["run"]["drift"]
     assert control is not None and control["batch_size"] == 2
     ref = control["timings"][0]
@@ -146,7 +147,7 @@ def test_a_two_rank_sweep_reports_every_rank_and_the_global_batch(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.control
+@pytest.mark.rounds
 def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
     # One process per "node", as a job scheduler would start them, rendezvous on 127.0.0.1.
     from batchscope.profiler.launcher import _free_port
@@ -172,7 +173,7 @@ def test_two_nodes_on_one_machine_give_the_same_kind_of_report(tmp_path):
     assert doc["distributed"]["world_size"] == 2
     assert [[r["rank"] for r in b["ranks"]] for b in doc["batches"]] == [[0, 1], [0, 1]]
     assert doc["distributed"]["recommendation"]["global_batch"] in (2, 16)
-    # Node 1's launcher cannot start again: the control re-times in the same ranks.
+    # Node 1's launcher cannot start again: the rounds time in the same ranks.
     assert doc["run"]["drift"]["timings"][0]["batch_size"] == 1
     assert not ranks_left()
 

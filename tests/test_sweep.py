@@ -11,10 +11,12 @@ import sys
 import time
 
 import pytest
+from typer.testing import CliRunner
 
 from batchscope import api
 from batchscope.api import Options, diagnose_file, exit_code, validate_options
 from batchscope.classifiers.recommend import recommend
+from batchscope.cli import diagnose_app
 from batchscope.errors import ExitCode, ModelFileError, UsageError
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler import supervisor
@@ -36,25 +38,29 @@ def statuses(report):
 
 
 @pytest.mark.slow
-@pytest.mark.control
-def test_no_control_skips_the_drift_control_and_says_so(tmp_path):
-    """--no-control (here with the control otherwise on): no fresh worker at the end, no
-    drift measured, every interval at the drift floor; the option is in the report."""
+@pytest.mark.rounds
+def test_no_rounds_decides_on_sequential_timings_and_says_so(tmp_path):
+    """--no-rounds (here with the rounds otherwise on): no fresh worker at the end, no drift
+    measured, every interval at the drift floor; the option is in the report, and its
+    evidence says the pick reads sequential timings."""
     from batchscope.reports.html_rows import cards
 
-    assert os.environ.get("BATCHSCOPE_NO_CONTROL") is None
+    assert os.environ.get("BATCHSCOPE_NO_ROUNDS") is None
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=4,
                                                        min_time_s=0.05, op_breakdown=False,
-                                                       drift_control=False))
+                                                       rounds=False))
     assert [s for _, s in statuses(report)] == [Status.OK] * 3
     assert report.run.drift is None and report.run.drift_allowance == pytest.approx(0.05)
-    assert report.run.options is not None and report.run.options.drift_control is False
-    assert any(c.label == "drift allowance" and "no drift control ran" in c.sub
+    assert report.run.rounds is None
+    assert report.run.options is not None and report.run.options.rounds is False
+    assert any(c.label == "drift allowance" and "no rounds ran" in c.sub
                for c in cards(report))
+    assert report.evidence is not None
+    assert "no_rounds" in {r.kind.value for r in report.evidence.reasons}
 
 
 @pytest.mark.slow
-@pytest.mark.control
+@pytest.mark.rounds
 def test_tiny_sweep_writes_a_complete_report(tmp_path):
     report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=4,
                                                        min_time_s=0.1))
@@ -83,11 +89,29 @@ def test_tiny_sweep_writes_a_complete_report(tmp_path):
     assert rec["batch_size"] in (1, 2, 4) and rec["speedup_from_batching"] > 0
     assert rec["rule"] and rec["rule_text"] and rec["explanation"]
     assert exit_code(report) == ExitCode.OK
-    # The control timed the first size again, and the fastest sizes with it; every
-    # interval holds its figure, and the pick is among the equivalent sizes.
+    # The decision rounds timed every size side by side, each once a round, in the sweep's
+    # worker and a fresh one; the pick read their paired shares. Their timings against the
+    # plan's are the drift (the first size first); every interval holds its figure, and
+    # the pick is among the equivalent sizes. Nothing here depends on this machine's speed.
+    rounds = report.run.rounds
+    assert rounds is not None and set(rounds.candidates) <= {1, 2, 4}
+    assert 1 in rounds.candidates and rec["batch_size"] in rounds.candidates
+    assert rounds.workers == 2 and {b.worker for b in rounds.blocks} == {0, 1}
+    final = [r for r in {b.round for b in rounds.blocks}
+             if sorted(b.batch_size for b in rounds.blocks if b.round == r)
+             == rounds.candidates]  # the final rounds: every candidate once a round
+    for worker in (0, 1):
+        assert len({b.round for b in rounds.blocks if b.worker == worker and b.round in final}
+                   ) >= 5
+    assert {s.batch_size for s in rounds.shares} >= set(rounds.candidates)
+    assert rounds.share(rounds.reference).share == 1.0
+    assert rec["rule"]["paired_rounds"] >= 10
+    assert data["run"]["rounds"]["blocks"] and data["evidence"]["grade"] in (
+        "good", "noisy", "unreliable")
+    assert data["evidence"]["reasons"]
     drift = report.run.drift
     assert drift is not None and drift.timings[0].batch_size == 1 and drift.drift >= 0
-    assert drift.timings[1:] and all(t.batch_size in (2, 4) for t in drift.timings[1:])
+    assert {t.batch_size for t in drift.timings} == {s.batch_size for s in rounds.shares}
     assert report.run.drift_allowance is not None and report.run.drift_allowance >= 0.05
     for b in report.batches:
         assert b.latency_interval_s is not None and b.throughput_interval_per_s is not None
@@ -326,3 +350,24 @@ def test_a_probe_round_gets_a_share_of_the_sweeps_time_and_loses_the_largest_siz
     assert sweep.probe_round_s() == supervisor.PROBE_ROUND_MIN_S
     sweep.probe_rounds_s, sweep.results[0].wall_s = 0.0, 1e4
     assert sweep.probe_round_s() == supervisor.PROBE_ROUND_MAX_S
+
+
+@pytest.mark.slow
+def test_a_budget_ends_the_plan_before_a_size_it_cannot_afford_and_says_what_was_left(
+        tmp_path):
+    # Issue 47: a default-plan sweep of a training step ran most of an hour on 2 cores.
+    # --budget bounds the whole sweep: the first size is always measured; the next would
+    # need more than is left (with the rounds' least time), so the plan stops there.
+    report = diagnose_file(MODELS / "tiny.py", Options(out_dir=str(tmp_path), max_batch=64,
+                                                       min_time_s=0.05, op_breakdown=False,
+                                                       budget_s=0.5))
+    assert report.stop is not None and report.stop.kind == StopKind.BUDGET
+    assert [b.batch_size for b in report.batches] == [1]
+    assert report.stop.values["unmeasured"] == [2, 4, 8, 16, 32, 64]
+    assert exit_code(report) == ExitCode.OK
+    text = stop_text(report.stop)
+    assert "--budget of 500 ms would have run out" in text and "2, 4, 8, 16, 32 and 64" in text
+    assert report.evidence is not None
+    assert "budget" in {r.kind.value for r in report.evidence.reasons}
+    result = CliRunner().invoke(diagnose_app, [str(MODELS / "tiny.py"), "--budget", "0"])
+    assert result.exit_code == 4 and "--budget must be positive" in result.output

@@ -194,8 +194,11 @@ def test_watch_times_device_completion_and_profiles_kernels(
     # Timing: every sync is the CUDA device's, and a step's time is the kernel's, not the
     # 5 µs the host took to launch it (a clock read without a sync would see that).
     assert set(gpu.synced) == {CUDA}
-    assert seen.sampler_devices == [CUDA] and seen.memory_devices == [CUDA]
+    # The device's memory is read over the timed steps and over their repeat at the end.
+    assert seen.sampler_devices == [CUDA] and seen.memory_devices == [CUDA, CUDA]
     assert batch.latency_s.median == pytest.approx(KERNEL_S, rel=0.02)
+    drift = w.report.run.drift  # the repeat ran at the same kernel time: no drift
+    assert drift is not None and drift.drift == pytest.approx(0.0, abs=0.05)
     assert batch.latency_s.block_steps == 3  # 400 µs steps in blocks of ~1 ms, as the sweep
     # NVML samples: the timed steps cover its window, though 8 samples took 10 ms
     assert batch.latency_s.measured_s >= NVML_WINDOW_MIN_S

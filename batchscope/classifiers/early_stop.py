@@ -24,7 +24,7 @@ from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
 from batchscope.profiler.probe import ProbeSpec
-from batchscope.records import BatchResult, Flag, Stop
+from batchscope.records import BatchResult, Flag, Status, Stop
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,21 @@ class EarlyStop:
         achieved = achieved_ceilings(ceilings, results)
         batches = [classify_batch(r, achieved) for r in results]
         return plateau_overruled(batches, achieved, remaining, bar_per_s, probes_s)
+
+    def deciding_sizes(self, results: list[BatchResult], ceilings: Ceilings) -> list[int]:
+        """The measured sizes the stop rests on: the pick so far, the best so far and the
+        last measured (the one the model projects from); what the sweep times in paired
+        rounds before it takes the stop."""
+        ok = [r for r in results if r.status == Status.OK and r.throughput_per_s]
+        if not ok:
+            return []
+        achieved = achieved_ceilings(ceilings, results)
+        choice = recommend([classify_batch(r, achieved) for r in results], self.limits,
+                           self.objective)
+        sizes = {ok[-1].batch_size, max(ok, key=lambda r: r.throughput_per_s or 0.0).batch_size}
+        if choice is not None:
+            sizes.add(choice.batch_size)
+        return sorted(sizes)
 
     def _pick(self, results: list[BatchResult], ceilings: Ceilings
               ) -> tuple[list[BatchResult], float] | None:

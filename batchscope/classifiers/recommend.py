@@ -1,7 +1,11 @@
 """The recommended batch size (DESIGN.md): the smallest b whose throughput, within noise,
-reaches 90% of the best's (classifiers/uncertainty.py) and that the step time fitted through
-every measured size does not put below that (classifiers/throughput_curve.py), and every
-size noise cannot tell from that pick."""
+reaches 90% of the best's, and every size noise cannot tell from that pick.
+
+"Within noise" is read from the sweep's decision rounds where they ran: each size's
+throughput over the fastest's, paired within interleaved rounds (records/rounds.py), so
+that a drift of the machine cancels. Elsewhere (watch, a trace, --no-rounds) it is read
+from each size's own interval (classifiers/uncertainty.py), and the step time fitted through
+every measured size may pass a size over (classifiers/throughput_curve.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ from batchscope.classifiers.uncertainty import (
 from batchscope.plan import Limits, over_limits
 from batchscope.records import (
     BatchResult,
-    DriftControl,
     Interval,
     PredictedPick,
     Status,
@@ -29,10 +32,8 @@ from batchscope.records import (
     ThroughputCurve,
 )
 from batchscope.records.report import OverLimit, Rule, RuleKind
-
-# Within this share of the best throughput a smaller batch wins: it gives lower latency and
-# memory for a throughput loss inside the noise of a busy machine.
-NEAR_BEST_SHARE = 0.90
+from batchscope.records.rounds import NEAR_BEST_SHARE as NEAR_BEST_SHARE
+from batchscope.records.rounds import DecisionRounds, PairedDecision, paired_decision
 
 
 @dataclass
@@ -76,51 +77,67 @@ def _by_energy(allowed: list[BatchResult]) -> tuple[BatchResult, BatchResult] | 
 
 def recommend(results: list[BatchResult], limits: Limits,
               objective: str = "throughput", allowance: float = DRIFT_FLOOR,
-              control: DriftControl | None = None) -> Choice | None:
+              rounds: DecisionRounds | None = None) -> Choice | None:
     """Pick the batch size to run; None when no batch size was measured.
 
-    The throughput rule reads intervals (each result's own, else its latency's widened by
-    ``allowance``): the pick is the smallest batch size whose interval reaches
-    :data:`NEAR_BEST_SHARE` of the best median, passing over a size where the step time
-    fitted through all of them (throughput_curve.fit_curve, four sizes or more) puts it below
-    the share of the curve at the largest equivalent size and its interval does not lie above
-    the curve: one size's timing moves 10-30% from run to run, the curve pools them all.
-    Every size whose interval reaches the share of the bottom of the best's is equivalent to
-    the pick within noise. ``objective`` "energy" picks by NVML energy per unit (J/token)
-    where it was measured, and falls back to throughput, saying so, where it was not (a CPU,
-    no NVML). A size the sweep's
-    ``control`` timed again counts at the faster of its two timings
-    (:func:`~batchscope.classifiers.uncertainty.faster_timing`), and the rule says so.
+    Where the sweep's decision ``rounds`` timed the sizes near the pick (run.rounds), the
+    throughput rule reads their paired shares (records/rounds.paired_decision): the
+    smallest allowed size whose share of the fastest, paired within rounds, reaches
+    :data:`NEAR_BEST_SHARE` at the top of its 95% interval; its equivalent set, the speedup
+    (the smallest size's share, where the rounds timed it) and the pick's share of the best
+    come from the same pairs, so a drift of the machine during the sweep moves none of them.
+
+    Without rounds (watch, a trace, --no-rounds) the rule reads intervals (each result's
+    own, else its latency's widened by ``allowance``): the pick is the smallest batch size
+    whose interval reaches :data:`NEAR_BEST_SHARE` of the best median, passing over a size
+    where the step time fitted through all of them (throughput_curve.fit_curve, four sizes
+    or more) puts it below the share of the curve at the largest equivalent size and its
+    interval does not lie above the curve. Every size whose interval reaches the share of
+    the bottom of the best's is equivalent to the pick within noise. ``objective``
+    "energy" picks by NVML energy per unit (J/token) where it was measured, and falls back
+    to throughput, saying so, where it was not (a CPU, no NVML).
     """
     measured = [r for r in results if r.status == Status.OK and r.throughput_per_s]
     excluded: list[OverLimit] = [e for r in measured if (e := over_limits(r, limits))]
     allowed = [r for r in measured if r.batch_size not in {e.batch_size for e in excluded}]
-    points = figures(allowed, allowance, control)
+    points = figures(allowed, allowance)
     if not points:
         return None
-    best_size = max(points, key=lambda b: points[b][0])
+    decision = (paired_decision(rounds.blocks, points) if rounds is not None else None)
+    if decision is not None and decision.best not in points:
+        decision = None
+    curve = _curve(allowed, points, passing_over=decision is None)
+    if decision is not None:
+        chosen, equivalent = decision.batch_size, decision.equivalent
+        best_size = decision.best
+        pick = decision.shares[chosen]
+        rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, points[best_size][0],
+                    excluded, curve=curve, paired_rounds=pick.rounds,
+                    paired_separated=decision.separated)
+        share: tuple[float, Interval] | None = (pick.share, pick.interval)
+        speedup = _paired_speedup(decision, min(r.batch_size for r in measured)) or _speedup(
+            figures(measured, allowance))
+    else:
+        best_size = max(points, key=lambda b: points[b][0])
+        chosen = pick_within_noise(points, NEAR_BEST_SHARE, curve.passed_over if curve else ())
+        equivalent = equivalent_batch_sizes(points, NEAR_BEST_SHARE)
+        rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, points[best_size][0],
+                    excluded, curve=curve)
+        share = ratio(points[chosen], points[best_size]) if chosen in points else None
+        speedup = _speedup(figures(measured, allowance))
     best_t = points[best_size][0]
-    curve = _curve(allowed, points)
-    chosen = pick_within_noise(points, NEAR_BEST_SHARE, curve.passed_over if curve else ())
-    equivalent = equivalent_batch_sizes(points, NEAR_BEST_SHARE)
-    best_result = next(r for r in allowed if r.batch_size == best_size)
-    faster = best_t != best_result.throughput_per_s
-    rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, best_t, excluded,
-                best_at_faster_timing=faster, curve=curve)
     if objective == "energy":
         by_energy = _by_energy(allowed)
         if by_energy is None:
-            rule = Rule(RuleKind.ENERGY_UNAVAILABLE, NEAR_BEST_SHARE, best_size, best_t,
-                        excluded, best_at_faster_timing=faster, curve=curve)
+            rule = dataclasses.replace(rule, kind=RuleKind.ENERGY_UNAVAILABLE)
         else:
             energy_pick, lowest = by_energy
             chosen, equivalent = energy_pick.batch_size, [energy_pick.batch_size]
             rule = Rule(RuleKind.ENERGY, NEAR_BEST_SHARE, lowest.batch_size,
                         lowest.energy_per_unit_j or 0.0, excluded)
+            share = ratio(points[chosen], points[best_size]) if chosen in points else None
     if len(measured) == 1:  # nothing to compare with: no speedup, no choice made
         rule = Rule(RuleKind.ONLY_ONE, NEAR_BEST_SHARE, best_size, best_t, excluded)
-    share = ratio(points[chosen], points[best_size]) if chosen in points else None
-    speedup = _speedup(figures(measured, allowance, control))
     return Choice(
         batch_size=chosen,
         rule=rule,
@@ -135,7 +152,19 @@ def recommend(results: list[BatchResult], limits: Limits,
     )
 
 
-def _curve(allowed: list[BatchResult], points: dict[int, Figure]) -> ThroughputCurve | None:
+def _paired_speedup(decision: PairedDecision, smallest: int) -> tuple[float, Interval] | None:
+    """The fastest's throughput over the smallest size's, paired within the rounds (the
+    reciprocal of the smallest's share); None where the rounds did not time it."""
+    s = decision.shares.get(smallest)
+    if s is None or s.share <= 0:
+        return None
+    low, high = s.interval.low, s.interval.high
+    return 1 / s.share, Interval(1 / high if high > 0 else 0.0,
+                                 1 / low if low > 0 else float("inf"))
+
+
+def _curve(allowed: list[BatchResult], points: dict[int, Figure],
+           passing_over: bool = True) -> ThroughputCurve | None:
     """The throughput curve fitted through every allowed size at its figure's throughput
     (the faster timing where the control timed it again), with the sizes the rule passes
     over (throughput_curve.passed_over); None with fewer than four sizes or without a step
@@ -157,6 +186,8 @@ def _curve(allowed: list[BatchResult], points: dict[int, Figure]) -> ThroughputC
     if curve is None:
         return None
     curve = dataclasses.replace(curve, units_per_row=units_per_row)
+    if not passing_over:  # the rule read paired rounds: the curve only describes
+        return curve
     skipped = passed_over(curve, points, NEAR_BEST_SHARE)
     reference = reference_size(curve, points, NEAR_BEST_SHARE) if skipped else None
     return dataclasses.replace(curve, passed_over=skipped, reference_batch_size=reference)

@@ -60,32 +60,14 @@ def with_intervals(result: BatchResult, allowance: float,
                                throughput_interval_per_s=latency.reciprocal(units_per_step))
 
 
-def faster_timing(result: BatchResult, control: ControlTiming | None) -> float | None:
-    """``result``'s throughput at the faster of its two timings, where the control timed it
-    again faster than the sweep did (None: not timed again, or the sweep's was faster).
-
-    Noise on a shared machine only ever adds time: a process that lands slow (issue 31's
-    MLP ran batch 1024 at 0.65 ms in some workers and 1.24 ms in others, both timings of one
-    worker agreeing) or a neighbour's burst. So of two timings in two processes the faster
-    is the better estimate of what the size does on this machine, as timeit takes the
-    minimum of its repeats; the slower still bounds the interval (:func:`with_intervals`).
-    """
-    if control is None or result.latency_s is None or not result.throughput_per_s \
-            or not 0 < control.control_latency_s < result.latency_s.median:
-        return None
-    return result.throughput_per_s * result.latency_s.median / control.control_latency_s
-
-
-def figures(results: list[BatchResult], allowance: float = DRIFT_FLOOR,
-            control: DriftControl | None = None) -> dict[int, Figure]:
-    """Each measured batch size's throughput and its interval; a size the ``control``
-    timed again counts at the faster of its two timings (:func:`faster_timing`)."""
+def figures(results: list[BatchResult], allowance: float = DRIFT_FLOOR) -> dict[int, Figure]:
+    """Each measured batch size's throughput and its interval (its own, or its latency's
+    widened by ``allowance``)."""
     out: dict[int, Figure] = {}
     for r in results:
         interval = throughput_interval(r, allowance) if r.status == Status.OK else None
         if interval is not None and r.throughput_per_s:
-            timing = control.timing(r.batch_size) if control is not None else None
-            out[r.batch_size] = (faster_timing(r, timing) or r.throughput_per_s, interval)
+            out[r.batch_size] = (r.throughput_per_s, interval)
     return out
 
 

@@ -54,11 +54,22 @@ class MeasureBatch:
         first_step: the run's first batch size (the parent knows; a replacement worker does
             not): only there does a failure the contract explains end the run (exit 4).
         op_breakdown: False to time it only; None: as the worker's config says.
+        block_s: a block of the decision rounds (rounds.py): timing only, for this many
+            seconds of timed steps (at least one), after ``warmup_steps`` untimed ones
+            (at least one where the inputs were built for it or the worker never ran the
+            size); the inputs are kept for the next block where they fit. None: the
+            sweep's own timing pass.
+        warmup_steps: a block's warm-up steps (see ``block_s``).
+        block_samples: the fewest timed samples in a block (a fast step is timed in
+            sub-blocks of about a millisecond, each one sample), whatever ``block_s`` says.
     """
 
     batch_size: int
     first_step: bool = False
     op_breakdown: bool | None = None
+    block_s: float | None = None
+    warmup_steps: int = 1
+    block_samples: int = 1
 
 
 @dataclass(frozen=True)

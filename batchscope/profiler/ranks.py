@@ -343,11 +343,11 @@ class RankWorker(Worker):
             parameters_without_gradient=self.unused_parameters,
         ))
 
-    def measure_rank(self, batch_size: int) -> BatchResult:
+    def measure_rank(self, batch_size: int, op_breakdown: bool | None = None) -> BatchResult:
         """This rank's figures at ``batch_size``, in lockstep with the other ranks. Every
         failure becomes a status, the first batch size's too (a file that breaks the
         contract there ends the run as rank_failed, exit 5, with the rank's error); the
-        breakdown is joined on rank 0 only."""
+        breakdown (``op_breakdown``, else as configured) is joined on rank 0 only."""
         started = time.perf_counter()
         result = BatchResult(batch_size=batch_size, status=Status.OK, worker_pid=os.getpid())
         phase = "make_inputs"
@@ -381,7 +381,7 @@ class RankWorker(Worker):
                 result.communication_step_samples_s = [s[2] for s in samples]
                 result.communication_exposed_s = statistics.median(
                     result.communication_exposed_samples_s)
-            if self.config.op_breakdown:
+            if self.config.op_breakdown if op_breakdown is None else op_breakdown:
                 phase = "profiling"
                 self.send(Phase(batch_size, phase))
                 self._breakdown(result, step, inputs)
@@ -550,7 +550,9 @@ def _follow(worker: RankWorker, conn: Connection | None, send: Send, rank: int,
             send(run_probes(request.specs, worker.dtype, worker.device, worker.sync,
                             request.cache_bytes, request.bounded_spent_s, request.round_s))
         elif isinstance(request, MeasureBatch):
-            mine = worker.measure_rank(request.batch_size)
+            # A decision round's block (block_s) or any timing-only request: no breakdown.
+            # The ranks time their own fixed count of steps, agreed on by every rank.
+            mine = worker.measure_rank(request.batch_size, request.op_breakdown)
             gathered = _gather_results(mine, rank, world_size, timeout_s, commands)
             if rank == 0:
                 send(BatchDone(merge_ranks(gathered, world_size, timeout_s)))

@@ -18,7 +18,9 @@ import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
+import random
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -32,10 +34,12 @@ from typing import Any, Protocol, TypeVar
 from batchscope.errors import ModelFileError, NothingMeasuredError
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import (
+    PLATEAU_GAIN,
+    PLATEAU_PATIENCE,
     Limits,
     Plan,
-    control_sizes,
     grid_batch_sizes,
+    over_limits,
     predicted_not_to_fit,
 )
 from batchscope.profiler.launcher import (
@@ -68,6 +72,7 @@ from batchscope.profiler.protocol import (
     WorkerHandle,
     WorkerTimedOut,
 )
+from batchscope.profiler.rounds_run import RoundsRun, rounds_drift
 from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV, WorkerConfig
 from batchscope.records import (
     BatchResult,
@@ -80,9 +85,20 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.interval import ControlTiming, DriftControl
-from batchscope.records.noise import communication_share, control_timing, drift_control
+from batchscope.records.noise import control_timing
 from batchscope.records.report import AllocatorSetBy, Mode
+from batchscope.records.rounds import DecisionRounds, RoundBlock, RoundsStop
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
+from batchscope.rounds import (
+    MIN_ROUNDS_PER_WORKER,
+    PLATEAU_MAX_ROUNDS,
+    ROUNDS_MIN_S,
+    WORKERS,
+    Verdict,
+    measured,
+    paired_view,
+    plateau_verdict,
+)
 
 # Starting a worker: spawn, import torch, import the model file, build the model.
 WORKER_START_TIMEOUT_S = 600.0
@@ -129,6 +145,11 @@ class EarlyStopPolicy(Protocol):
                           ceilings: Ceilings, bar_per_s: float,
                           probes_s: dict[str, float]) -> Flag | None: ...
 
+    def deciding_sizes(self, results: list[BatchResult], ceilings: Ceilings) -> list[int]:
+        """The measured sizes whose figures the stop rests on (the pick so far, the best,
+        the last): what paired rounds time before the stop is taken."""
+        ...
+
 
 @dataclass
 class SweepConfig:
@@ -140,7 +161,14 @@ class SweepConfig:
     batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
     recalibrate: bool = False
     measure_ceilings: bool = True
-    drift_control: bool = True  # time_control once the plan ends (False: skipped)
+    # The decision rounds (profiler/rounds_run.py): the plateau and predicted stops checked
+    # on paired rounds, and the pick made from them once the plan ends. False (--no-rounds):
+    # every decision reads the sequential timings, and the report says so.
+    rounds: bool = True
+    # The shuffles' seed (None: drawn afresh, and recorded in the report).
+    rounds_seed: int | None = None
+    # --budget: the whole sweep's wall time, plan and rounds; None: no limit.
+    budget_s: float | None = None
     # The predicted stop, asked before each batch size once the ceilings are known (not
     # for an explicit list, nor with measure_all). None: only the plan's own rules.
     early_stop: EarlyStopPolicy | None = None
@@ -172,8 +200,8 @@ class SweepOutcome:
         grid: the second axis's points (CONTEXTS or SEQ_LENS).
         kept_buffers: batch sizes timed again with the allocator keeping its buffers, and
             how it was told to (None when nothing was re-timed).
-        drift: the sweep's control: its reference batch size timed again once the plan
-            ended (None: it did not run).
+        drift: the plan's timings against the decision rounds' (None: no rounds ran).
+        rounds: the decision rounds (None: none ran).
         amp_off: under ``--amp``, the fastest batch size timed again with autocast off
             (None: no --amp, or it did not run).
     """
@@ -189,6 +217,7 @@ class SweepOutcome:
     kept_buffers_set_by: AllocatorSetBy | None = None
     drift: DriftControl | None = None
     amp_off: ControlTiming | None = None
+    rounds: DecisionRounds | None = None
 
 
 class Callbacks:
@@ -198,6 +227,7 @@ class Callbacks:
     def on_ceilings(self, ceilings: Ceilings) -> None: ...
     def on_phase(self, batch_size: int, phase: str) -> None: ...
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None: ...
+    def on_block(self, block: RoundBlock) -> None: ...
     def on_interrupt(self) -> None: ...
 
 
@@ -492,6 +522,20 @@ class Sweep:
         self.tried: set[str] = set()  # kernel probe keys already sent to a worker
         self.bounded_probe_s = 0.0  # seconds the cost-bounded probes took, measured
         self.probe_rounds_s = 0.0  # wall seconds of every round of probes so far
+        self.worker_serial = 0  # which worker process answers (each fresh one: the next)
+        self.started_at = time.monotonic()
+        self.deadline = (self.started_at + config.budget_s if config.budget_s is not None
+                         else None)
+        self.rounds: DecisionRounds | None = None
+        dist = config.distributed
+        seed = (config.rounds_seed if config.rounds_seed is not None
+                else random.SystemRandom().randrange(2**31))
+        # A fresh launch of the ranks is only possible on one node (another node's
+        # launcher waits on node 0's group and cannot start again).
+        workers = WORKERS if dist is None or dist.nnodes == 1 else 1
+        self.rounds_run = (RoundsRun(self, seed, workers=workers,
+                                     on_block=self.callbacks.on_block)
+                           if config.rounds else None)
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, hold: InterruptHold | None = None) -> SweepOutcome:
@@ -510,11 +554,23 @@ class Sweep:
             if self.config.measure_ceilings:
                 self.ceilings = self.measure_ceilings()
             self.plan = self.measure_batches()
-            self.drift = self.time_control() if self.config.drift_control else None
+            self.rounds = self.decide()
             self.amp_off = self.time_without_amp()
-            self.final_probes()
-            self.grid = self.time_grid()
-            self.kept_buffers_set_by = self.retime_keeping_buffers()
+            skipped: list[str | int | float] = []  # phases --budget left undone
+            if self.over_budget():
+                skipped.append("the final kernel probes")
+            else:
+                self.final_probes()
+            if self.over_budget():
+                skipped.append("the second axis's grid")
+            else:
+                self.grid = self.time_grid()
+            if self.over_budget():
+                skipped.append("the allocator's re-timing")
+            else:
+                self.kept_buffers_set_by = self.retime_keeping_buffers()
+            if skipped:
+                self.flags.append(Flag(FlagKind.BUDGET_SKIPPED, values={"phases": skipped}))
             if hold is not None:
                 hold.engage()  # everything is measured: nothing left to cut short
         except KeyboardInterrupt:
@@ -526,11 +582,23 @@ class Sweep:
             stop: Stop | None = Stop(StopKind.INTERRUPTED)
         else:
             stop = self.plan.stop if self.plan else None
+        if self.rounds is None and self.rounds_run is not None and self.rounds_run.blocks:
+            # Interrupted, or ended before its decision: the checks' blocks are kept.
+            self.rounds = self.rounds_run.record(
+                sorted({b.batch_size for b in self.rounds_run.blocks}), set(),
+                RoundsStop.INTERRUPTED if interrupted else RoundsStop.FAILED,
+                self.rounds_run.spent_s)
+        if self.rounds is not None:
+            self.drift = self._drift_of(self.rounds)
         return SweepOutcome(
             model=self.model, ceilings=self.ceilings, results=self.results, stop=stop,
             interrupted=interrupted, flags=list(self.flags), grid=self.grid,
             kept_buffers=self.kept_buffers, kept_buffers_set_by=self.kept_buffers_set_by,
-            drift=self.drift, amp_off=self.amp_off)
+            drift=self.drift, amp_off=self.amp_off, rounds=self.rounds)
+
+    def over_budget(self) -> bool:
+        """Whether --budget is spent (a phase left undone then says so in a flag)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     # -- phase: the ceilings -----------------------------------------------------------------
     def measure_ceilings(self) -> Ceilings | None:
@@ -556,12 +624,17 @@ class Sweep:
         each one, the predicted stop may end the plan. Returns the plan (its ``stop``)."""
         explicit = self.config.batch_sizes or self.model.batch_sizes
         plan = self.plan = Plan(explicit, self.config.limits, self.config.measure_all)
-        while (b := plan.next_batch(self.results)) is not None or self._overrule(plan):
+        while ((b := plan.next_batch(self.results)) is not None or self._overrule(plan)
+               or self._plateau_unconfirmed(plan)):
             if b is None:
                 continue  # the plateau stop was overruled: ask the plan again
             stop = self.predicted_stop(plan)
             if stop is not None:
                 plan.stop_early(stop)
+                break
+            budget = self._budget_stop(plan, b)
+            if budget is not None:
+                plan.stop_early(budget)
                 break
             skip = predicted_not_to_fit(self.results, b, self.config.limits.memory_budget_bytes)
             result = (BatchResult(b, Status.SKIPPED, flags=[skip]) if skip is not None
@@ -571,57 +644,135 @@ class Sweep:
             self.callbacks.on_result(result, self.results)
         return plan
 
-    # -- phase: the control ---------------------------------------------------------------------
-    def time_control(self) -> DriftControl | None:
-        """Time again, timing only, in a fresh worker once the plan has ended: the sweep's first
-        batch size (how far the machine's speed drifted while the others were measured) and the
-        fastest sizes the pick is made among (plan.control_sizes); their second timings widen
-        every interval (classifiers/uncertainty.py). On data-parallel ranks, a fresh launch of
-        every rank by torch's launcher on one node (on several, the same ranks: another
-        node's launcher waits on node 0's group and cannot start again), and each timing
-        carries its communication share too, whose change widens every share's interval
-        (classifiers/data_parallel.share_allowance). None where fewer than two sizes were
-        measured or when the reference's re-timing failed."""
-        sizes = control_sizes(self.results)
-        if not sizes:
+    # -- phase: the decision rounds ------------------------------------------------------------
+    def decide(self) -> DecisionRounds | None:
+        """Once the plan has ended: the candidate sizes timed in interleaved rounds, in the
+        sweep's worker and again in a fresh one (profiler/rounds_run.py), until the pick
+        stands clear of the noise or their time is spent. Their paired shares make the
+        pick (classifiers/recommend.py); their timings against the plan's are the run's
+        drift (``run.drift``). None without rounds or with fewer than two sizes measured."""
+        if self.rounds_run is None:
             return None
-        # In a fresh worker: a process that ran the largest sizes is not the one a user
-        # starts (glibc's raised thresholds, a fragmented heap; the decode sample's batch 1
-        # ran 4x slower after batch 512 in its own worker), and the pick's sizes timed in two
-        # processes show the process-to-process noise one cannot (the MLP's batch 1024 ran
-        # 0.7 M or 1.5 M samples/s from one worker to the next; two launches of 2 ranks put
-        # one size's communication share at 0.30 and 0.44).
         dist = self.config.distributed
-        if dist is None or dist.nnodes == 1:
-            self._drop_worker(graceful=True)
-        elif self.handle is None:
+        if dist is not None and dist.nnodes > 1 and self.handle is None:
             return None  # the ranks ended with a failure: node 0 alone cannot launch again
-        by_size = {r.batch_size: r for r in self.results}
-        timings: list[ControlTiming] = []
-        for b in sizes:
-            first = by_size[b]
-            self.callbacks.on_phase(b, "control: timed again for drift")
-            try:
-                again = self._timed_only(b)
-            except ModelFileError:  # a fresh worker refused: what was measured stands
-                self._drop_worker(graceful=False)
-                break
-            if again.status != Status.OK or again.latency_s is None or first.latency_s is None:
-                if not timings or (self.handle is None and dist is not None):
-                    # The reference failed (no drift to measure), or the ranks did: each
-                    # size left would start (and wait on) another launch.
-                    break
-                continue
-            timings.append(control_timing(b, first.latency_s, again.latency_s,
-                                          communication_share(first),
-                                          communication_share(again),
-                                          first.page_faults_per_step,
-                                          again.page_faults_per_step))
-        if not timings:
+        excluded = {r.batch_size for r in measured(self.results)
+                    if over_limits(r, self.config.limits) is not None}
+        return self.rounds_run.decide(self.results, excluded, self.deadline)
+
+    def _drift_of(self, rounds: DecisionRounds) -> DriftControl | None:
+        """The plan's timings against the rounds' (rounds_run.rounds_drift)."""
+        ok = measured(self.results)
+        if not ok or not rounds.blocks:
             return None
-        reference = timings[0].batch_size
-        apart = time.monotonic() - self.measured_at.get(reference, time.monotonic())
-        return drift_control(timings, apart)
+        first = self.measured_at.get(ok[0].batch_size, self.started_at)
+        run = self.rounds_run
+        began = run.started_at if run is not None and run.started_at is not None else first
+        middle = began + statistics.median(b.started_s for b in rounds.blocks)
+        return rounds_drift(self.results, rounds.blocks, middle - first)
+
+    # -- the rounds' host (RoundsHost) ------------------------------------------------------------
+    def request_block(self, request: MeasureBatch) -> BatchResult:
+        """One block of a round in the running worker (a failure drops the worker)."""
+        self.callbacks.on_phase(request.batch_size, "rounds: timed against the others")
+        reply, status, why = self._request(request, BatchDone)
+        if reply is None:
+            return BatchResult(request.batch_size, status, error=why)
+        if reply.result.status != Status.OK:  # the worker exits after a failure
+            self._drop_worker(graceful=True)
+        return reply.result
+
+    def fresh_worker(self) -> bool:
+        """A fresh worker for the rounds (a fresh launch of the ranks on one node); False
+        where none can be started (the ranks of several nodes)."""
+        dist = self.config.distributed
+        if dist is not None and dist.nnodes > 1:
+            return False
+        self._drop_worker(graceful=True)
+        try:
+            self._worker()
+        except NothingMeasuredError:
+            return False
+        return True
+
+    # -- the checks of a proposed stop ------------------------------------------------------------
+    def _plateau_unconfirmed(self, plan: Plan) -> bool:
+        """Whether paired rounds take back the plan's plateau stop: the recent sizes timed
+        against the best before them until the top of their gain's interval stays under
+        the bar (the stop stands), or its bottom passes it, or the check's rounds run out
+        with the bar inside the interval (both: the plan goes on, and a flag says why).
+        No stop is taken on noise."""
+        stop = plan.stop
+        if stop is None or stop.kind != StopKind.PLATEAU or self.rounds_run is None \
+                or not plan.remaining(self.results):
+            return False
+        ok = measured(self.results)
+        recent = [r.batch_size for r in ok[-PLATEAU_PATIENCE:]]
+        before = ok[:-PLATEAU_PATIENCE]
+        if not before:
+            return False
+        best = max(before, key=lambda r: r.throughput_per_s or 0.0).batch_size
+        sizes = [best, *recent]
+        steps = {r.batch_size: r.latency_s.median for r in ok if r.latency_s is not None}
+
+        def settled(blocks: list[RoundBlock]) -> bool:
+            found = plateau_verdict(blocks, [best], recent, PLATEAU_GAIN)
+            return found is not None and found.verdict != Verdict.UNDECIDED
+
+        self.rounds_run.check(sizes, steps, settled, MIN_ROUNDS_PER_WORKER,
+                              PLATEAU_MAX_ROUNDS, self.deadline)
+        evidence = plateau_verdict(self.rounds_run.blocks, [best], recent, PLATEAU_GAIN)
+        if evidence is None or evidence.verdict == Verdict.CONFIRMED:
+            return False
+        self.flags.append(Flag(FlagKind.PLATEAU_UNCONFIRMED, recent[-1], values={
+            "verdict": evidence.verdict.value, "best_before": evidence.best_before,
+            "recent": list(evidence.recent), "gain": evidence.gain,
+            "low": evidence.interval.low, "high": evidence.interval.high,
+            "rounds": evidence.rounds, "bar": 1 + PLATEAU_GAIN}))
+        plan.overrule(self.results)
+        return True
+
+    def _confirmed(self, stop: Stop, results: list[BatchResult], remaining: list[int],
+                   policy: EarlyStopPolicy, ceilings: Ceilings,
+                   probes_s: dict[str, float]) -> Stop | None:
+        """The predicted stop asked again on paired figures: the sizes it rests on timed
+        in rounds, the model's decision re-read with their paired throughputs; the stop
+        where it still holds, None (and a flag) where it does not."""
+        if self.rounds_run is None:
+            return stop
+        sizes = sorted(set(policy.deciding_sizes(results, ceilings)))
+        if len(sizes) < 2:
+            return stop
+        steps = {r.batch_size: r.latency_s.median for r in measured(results)
+                 if r.latency_s is not None}
+        self.rounds_run.check(sizes, steps, lambda _: True, MIN_ROUNDS_PER_WORKER,
+                              MIN_ROUNDS_PER_WORKER, self.deadline)
+        blocks = [b for b in self.rounds_run.blocks if b.batch_size in sizes]
+        units = self.model.units_per_row
+        again = policy.decide(paired_view(results, blocks, units), remaining, ceilings,
+                              probes_s)
+        if again is None:
+            self.flags.append(Flag(FlagKind.PREDICTED_STOP_UNCONFIRMED, results[-1].batch_size,
+                                   values={"batch_sizes": list(sizes),
+                                           "rounds": self.rounds_run.rounds_in(
+                                               self.worker_serial, sizes)}))
+        return again
+
+    def _budget_stop(self, plan: Plan, batch_size: int) -> Stop | None:
+        """The stop --budget makes before ``batch_size``: where its measurement, reckoned
+        from the last size's wall time grown with the batch, and the rounds' least time
+        would end past the budget. None within it (or without one)."""
+        if self.deadline is None or not self.results:
+            return None  # the first size is measured whatever the budget: nothing else says
+        last = self.results[-1]
+        estimate = ((last.wall_s or 0.0) * batch_size / last.batch_size
+                    if last.batch_size > 0 else 0.0)
+        if estimate + ROUNDS_MIN_S <= self.deadline - time.monotonic():
+            return None
+        return Stop(StopKind.BUDGET, batch_size, values={
+            "budget_s": self.config.budget_s, "spent_s": time.monotonic() - self.started_at,
+            "estimated_s": estimate,
+            "unmeasured": [b for b in plan.candidates if b >= batch_size]})
 
     def time_without_amp(self) -> ControlTiming | None:
         """Under ``--amp``: the fastest batch size timed again, timing only, in a fresh
@@ -684,7 +835,10 @@ class Sweep:
         if not remaining:
             return None
         probes_s = self.probe(policy.probes(results, remaining, ceilings))
-        return policy.decide(results, remaining, ceilings, probes_s)
+        stop = policy.decide(results, remaining, ceilings, probes_s)
+        if stop is None:
+            return None
+        return self._confirmed(stop, results, remaining, policy, ceilings, probes_s)
 
     # -- phase: the final probes -----------------------------------------------------------------
     def final_probes(self) -> dict[str, float]:
@@ -944,6 +1098,7 @@ class Sweep:
             NothingMeasuredError: the worker (or the ranks) could not load the model.
         """
         handle = self._new_handle()
+        self.worker_serial += 1
         what = "the ranks" if self.config.distributed else "the worker"
         try:
             reply = handle.recv(time.monotonic() + self._start_timeout_s())

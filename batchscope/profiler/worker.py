@@ -73,6 +73,7 @@ from batchscope.profiler.protocol import (
     Timed,
     TimeGridPoint,
 )
+from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.training import (
     default_optimizer,
     is_compiled,
@@ -99,6 +100,10 @@ DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
     "fp16": torch.float16, "float16": torch.float16,
 }
+# A decision round's inputs stay built between its blocks while all kept together take at
+# most this share of the memory free when the first was kept; larger ones are built again
+# for each block (a decode batch of 1024 holds ~10 GB of KV cache).
+KEEP_INPUTS_SHARE = 0.25
 # What the worker sends its replies with (the pipe's send; a rank's link to the parent).
 Send = Callable[[Reply], None]
 Step = Callable[[], Any]
@@ -178,6 +183,11 @@ class Worker:
         self.count_plan = CountPlan()
         self.last_coverage: float | None = None
         self.timing = self.backend.timing(config.timing)
+        # The decision rounds' blocks (time_block): inputs kept between blocks, the
+        # memory they may take, and the sizes this worker has run.
+        self.kept_inputs: dict[int, Any] = {}
+        self.keep_bytes: int | None = None
+        self.ran: set[int] = set()
 
     @property
     def sampler(self) -> NvmlSampler | NullSampler:
@@ -295,7 +305,57 @@ class Worker:
                     result.error += "\n" + frames
         result.available_memory_bytes = available_bytes(self.device)
         result.wall_s = time.perf_counter() - started
+        self.ran.add(batch_size)
         return result
+
+    def time_block(self, batch_size: int, block_s: float, warmup_steps: int,
+                   min_samples: int = 1) -> BatchResult:
+        """One block of a decision round (:mod:`batchscope.rounds`): ``batch_size`` timed
+        for ``block_s`` seconds of steps and at least ``min_samples`` samples, timing only,
+        through the one timer.
+
+        The inputs of earlier blocks are reused while kept (:data:`KEEP_INPUTS_SHARE`);
+        ``warmup_steps`` untimed steps come first, at least one where the inputs were just
+        built or the worker never ran the size (its first steps map memory and choose
+        kernels). Every failure is the result's status, as in :meth:`measure`."""
+        started = time.perf_counter()
+        result = BatchResult(batch_size=batch_size, status=Status.OK, worker_pid=os.getpid())
+        try:
+            inputs = self.kept_inputs.get(batch_size)
+            fresh = inputs is None
+            if fresh:
+                inputs = self.make_inputs(batch_size)
+                self._keep_inputs(batch_size, inputs)
+            warm = warmup_steps if not fresh and batch_size in self.ran else max(warmup_steps, 1)
+            step = self._step(self.model, inputs)
+            config = TimingConfig(warmup_min_steps=warm, warmup_min_s=0.0,
+                                  measure_min_steps=max(min_samples, 1),
+                                  measure_min_s=block_s, measure_max_s=block_s)
+            grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
+            with grad:
+                timed = self.backend.measure(step, config)
+            record_timing(result, timed, self.spec.units_per_row)
+            self.ran.add(batch_size)
+        except ModelFileError as exc:
+            result.status = Status.MODEL_ERROR
+            result.error = f"{exc}\n{exc.detail}" if exc.detail else str(exc)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            status, label = classify_exception(exc)
+            result.status, result.error = status, f"{label}{describe_exception(exc)}"
+        result.wall_s = time.perf_counter() - started
+        return result
+
+    def _keep_inputs(self, batch_size: int, inputs: Any) -> None:
+        """Keep ``inputs`` for the next block of ``batch_size`` if they fit beside those
+        kept (:data:`KEEP_INPUTS_SHARE` of the memory free when the first was kept)."""
+        size = sum(t.numel() * t.element_size() for t in iter_tensors(inputs))
+        if self.keep_bytes is None:
+            free = available_bytes(self.device)
+            self.keep_bytes = int(KEEP_INPUTS_SHARE * free) if free else 0
+        kept = sum(sum(t.numel() * t.element_size() for t in iter_tensors(i))
+                   for i in self.kept_inputs.values())
+        if kept + size <= self.keep_bytes:
+            self.kept_inputs[batch_size] = inputs
 
     def time_grid_point(self, batch_size: int, length: int) -> GridPoint:
         """Step time and peak memory at one (batch size, length) of the second axis's grid
@@ -428,6 +488,11 @@ def answer(worker: Worker, request: Request) -> bool:
         point = worker.time_grid_point(request.batch_size, request.length)
         send(GridTimed(point))
         return point.status == Status.OK  # as after a failed batch size
+    elif isinstance(request, MeasureBatch) and request.block_s is not None:
+        result = worker.time_block(request.batch_size, request.block_s, request.warmup_steps,
+                                   request.block_samples)
+        send(BatchDone(result))
+        return result.status == Status.OK
     elif isinstance(request, MeasureBatch):
         try:
             result = worker.measure(request.batch_size, first_step=request.first_step,

@@ -31,6 +31,15 @@ class FlagKind(str, Enum):
     # The plateau rule would have stopped the sweep after this batch size; the step-time
     # model overruled it (highest, projected_per_s, bar_per_s, gain, fitted_on).
     PLATEAU_OVERRULED = "plateau_overruled"
+    # The plan's sequential medians looked flat after this batch size, but paired rounds
+    # (rounds.plateau_verdict) showed a gain past the bar or could not tell: the sweep went
+    # on (verdict, best_before, recent, gain, low, high, rounds, bar).
+    PLATEAU_UNCONFIRMED = "plateau_unconfirmed"
+    # The step-time model's predicted stop did not hold once the sizes it rested on were
+    # timed in paired rounds: the sweep went on (batch_sizes, rounds).
+    PREDICTED_STOP_UNCONFIRMED = "predicted_stop_unconfirmed"
+    # --budget ran out before these phases (phases: "probes", "grid", "allocator").
+    BUDGET_SKIPPED = "budget_skipped"
     BREAKDOWN_FAILED = "breakdown_failed"  # phase, error
     BREAKDOWN_LOST = "breakdown_lost"  # reason
     BREAKDOWN_INTERRUPTED = "breakdown_interrupted"
@@ -141,6 +150,7 @@ class StopKind(str, Enum):
     PREDICTED = "predicted"  # remaining, fitted_on, projected_per_s, margin, highest, gain,
     #                          last, bar_per_s, miss (throughputs in units a second)
     REPEATED_ERRORS = "repeated_errors"  # batch_sizes, statuses
+    BUDGET = "budget"  # --budget: budget_s, spent_s, estimated_s (the next size's), unmeasured
     INTERRUPTED = "interrupted"  # by the user
     IN_PROGRESS = "in_progress"  # a report written while the sweep runs
     WATCH_DONE = "watch_done"  # the watched steps are done

@@ -9,12 +9,21 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 # Two timings of one size ran under different allocator states where their page faults a
 # step differ by this share of the larger and by this many (ControlTiming.allocator_change).
 ALLOCATOR_FAULTS_APART = 0.25
 ALLOCATOR_FAULTS_MIN = 1000.0
+
+
+# An interval whose high end is more than this many times its low end (or whose low end is
+# 0, or high end infinite) says nothing a number could: the renderers show it as "not
+# measurable here", never as a number (issue 47: "Batch 2 gives 50% (0-19926639%)"), and
+# the evidence of a pick resting on one is unreliable. A tenfold span still tells a 100x
+# lift from none (the MLP's speedup, 63-194x, is a reading); past it, no reading is left.
+MEANINGFUL_SPAN = 10.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,17 @@ class Interval:
         if self.low <= 0:
             return Interval(numerator / self.high if self.high > 0 else 0.0, float("inf"))
         return Interval(numerator / self.high, numerator / self.low)
+
+    @property
+    def span(self) -> float:
+        """high / low (inf where low is not positive or high is infinite)."""
+        if self.low <= 0 or not math.isfinite(self.high):
+            return math.inf
+        return self.high / self.low
+
+    def meaningful(self) -> bool:
+        """Whether the interval is narrow enough to mean anything (:data:`MEANINGFUL_SPAN`)."""
+        return self.span <= MEANINGFUL_SPAN
 
     def half_width_rel(self, value: float) -> float:
         """The larger distance from ``value`` to an end, relative to ``value``."""

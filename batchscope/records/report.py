@@ -20,9 +20,11 @@ from typing import Any
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records.counter_report import CountersSection
+from batchscope.records.evidence import Evidence
 from batchscope.records.flags import Flag, Stop, Value
 from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, Status
+from batchscope.records.rounds import DecisionRounds
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
 from batchscope.records.target import TargetSection
@@ -217,12 +219,19 @@ class RunInfo:
     # A trace analysed without --batch-sizes: its batch size is unknown (reported as 1).
     batch_size_known: bool = True
     ranks: dict[int, list[TraceRank]] = field(default_factory=dict)  # by batch size
-    # The sweep's control: its reference batch size timed again at the end (None: not a
-    # sweep, or the control did not run). Its drift widens every interval of the run.
+    # The plan's timings against the decision rounds' (a sweep), or watch's first timed
+    # steps against the same steps timed again at its end: how far the timings moved; it
+    # widens every interval of the run. None: no rounds (or repeat) ran.
     drift: DriftControl | None = None
     # The relative drift every interval was widened by: the control's, never below
     # classifiers.uncertainty.DRIFT_FLOOR (the floor alone where no control ran).
     drift_allowance: float | None = None
+    # The decision rounds (records/rounds.py): every block, and each size's paired share of
+    # the fastest. None: not a sweep, --no-rounds, or fewer than two sizes measured.
+    rounds: DecisionRounds | None = None
+    # Share of the machine's CPU other processes took while the run measured (hardware/
+    # busy.OtherLoad; None where it could not tell: a run under a second, no /proc).
+    other_cpu_share: float | None = None
     # Under --amp: the fastest batch size timed again with autocast off, in a fresh worker
     # once the plan ended (first_latency_s under autocast, control_* without it); the
     # amp_slower_measured flag says where autocast ran slower beyond noise.
@@ -285,9 +294,11 @@ class Rule:
     best_batch_size: int  # the best by the rule's measure
     best_value: float  # its throughput (units/s) or energy (J per unit)
     excluded: list[OverLimit] = field(default_factory=list)
-    # The best's throughput is its faster timing: the sweep's control timed it again in a
-    # fresh worker, faster (classifiers/uncertainty.faster_timing).
-    best_at_faster_timing: bool = False
+    # The throughput rule read the decision rounds' paired shares (run.rounds): the rounds
+    # the pick's share rests on, and whether it stood clear of the noise. None: the rule
+    # read sequential timings (no rounds ran: watch, a trace, --no-rounds).
+    paired_rounds: int | None = None
+    paired_separated: bool = False
     # The throughput rule's fitted curve (None: fewer than four sizes, or not the throughput
     # rule).
     curve: ThroughputCurve | None = None
@@ -677,6 +688,9 @@ class Report:
     sequence_grid: SequenceGrid | None = None  # models that set SEQ_LENS
     counters: CountersSection | None = None  # diagnose ncu: Nsight Compute's counters
     target: TargetSection | None = None  # diagnose --target-gpu: predicted on a named GPU
+    # How far the run's own measurements carry its decisions (classifiers/evidence.py):
+    # a sweep's and a watch's; None for what was not measured here (traces, predictions).
+    evidence: Evidence | None = None
 
     def batch(self, batch_size: int) -> BatchResult | None:
         """The result of ``batch_size`` (None when it was not tried)."""

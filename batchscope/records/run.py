@@ -45,11 +45,13 @@ class Options:
     # CPU: time the batch sizes whose page faults were flagged again, with the allocator
     # keeping its buffers, side by side (classifiers/allocator.py).
     allocator_check: bool = True
-    # The drift control (profiler/supervisor.time_control): once the plan ends, the first
-    # size and the pick's sizes timed again in a fresh worker, their change widening every
-    # interval. False (--no-control, or BATCHSCOPE_NO_CONTROL=1): skipped, faster, and every
-    # interval carries only the drift floor (the report says so).
-    drift_control: bool = True
+    # The decision rounds (profiler/rounds_run.py): the plateau and predicted stops checked
+    # on paired rounds, and the pick made from them. False (--no-rounds, or
+    # BATCHSCOPE_NO_ROUNDS=1): every decision reads the sequential timings, faster, and the
+    # report's evidence says so.
+    rounds: bool = True
+    # --budget: seconds the whole sweep may take, plan and rounds (None: no limit).
+    budget_s: float | None = None
     # --ncu: one step at each measured batch size under Nsight Compute (profiler/ncu_run.py)
     ncu: bool = False
     mode: str | None = None

@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -49,7 +50,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from batchscope.errors import UsageError
-from batchscope.records import BatchResult, Report
+from batchscope.records import BatchResult, Report, Status
+from batchscope.records.evidence import Grade
 from batchscope.records.work import WorkChange, WorkDelta, WorkMeasure, work_count, work_delta
 from batchscope.reports import fmt
 from batchscope.reports import view as v
@@ -183,6 +185,14 @@ class Comparison:
     u_test_p: float | None = None  # Mann-Whitney U, sides of several runs only
     work_verdict: str = ""
     time_verdict: str = ""
+    # The head did not measure the base's recommendation (not tried, skipped, interrupted,
+    # cut by --budget): the gate moved to ``compared_at``, a size both measured, and the
+    # verdict at the recommendation is inconclusive.
+    gate_unmeasured: bool = False
+    compared_at: int | None = None
+    # A side whose own evidence grades it unreliable (records/evidence.py): its time
+    # cannot decide, so the time verdict is inconclusive (the work still can).
+    unreliable_sides: list[str] = field(default_factory=list)
 
 
 # -- the statistics ------------------------------------------------------------------------------
@@ -438,11 +448,15 @@ def _time_verdict(bases: Sequence[Report], heads: Sequence[Report], gate: int, u
     base_runs, head_runs = _throughputs(bases, gate), _throughputs(heads, gate)
     base_t = _geomean(base_runs)
     if not head_runs:
-        status = next((b.status.value for b in heads[0].batches if b.batch_size == gate),
-                      "not tried")
-        return _TimeVerdict(None, True, False,
+        failed = _failed_at(heads, gate)
+        if failed is not None:
+            return _TimeVerdict(None, True, False,
+                                f"the head could not run batch {gate}, the base's "
+                                f"recommendation ({failed}); the base ran it at "
+                                f"{fmt.rate(base_t, unit)}")
+        return _TimeVerdict(None, False, True,
                             f"the head did not measure batch {gate}, the base's recommendation "
-                            f"({status}); the base ran it at {fmt.rate(base_t, unit)}")
+                            f"({_status_at(heads[0], gate)}): inconclusive there")
     head_t = _geomean(head_runs)
     change = head_t / base_t - 1.0
     noise = (side_noise(bases, base_runs, gate, run_drift),
@@ -474,6 +488,50 @@ def _time_verdict(bases: Sequence[Report], heads: Sequence[Report], gate: int, u
                      "to decide")
     return _TimeVerdict(change, regression, inconclusive, sentence, se, confidence, noise,
                         dof, detectable, u_p)
+
+
+# A size the head did not run at all, or stopped before measuring: no evidence either way.
+# Every other status at the gate is a failure of the head's (out of memory, killed, an
+# error): a regression, as it was never one of the base's.
+_NOT_MEASURED = {Status.INTERRUPTED, Status.SKIPPED}
+
+
+def _status_at(report: Report, gate: int) -> str:
+    """The report's status at ``gate`` in words ("not tried" where it never got there)."""
+    return next((str(b.status.value) for b in report.batches if b.batch_size == gate),
+                "not tried")
+
+
+def _failed_at(reports: Sequence[Report], gate: int) -> str | None:
+    """The status of the first run that failed at ``gate`` (None: none failed there; those
+    that did not measure it never got there, or stopped before)."""
+    for report in reports:
+        batch = next((b for b in report.batches if b.batch_size == gate), None)
+        if batch is not None and batch.status != Status.OK \
+                and batch.status not in _NOT_MEASURED:
+            return str(batch.status.value)
+    return None
+
+
+def fallback_gate(base: Report, head: Report, gate: int) -> int | None:
+    """Where to compare when the head did not measure ``gate``: the largest size of the
+    base's equivalent set that both measured, else the size both measured nearest to it
+    (the smaller on a tie); None where they share none."""
+    both = sorted({b.batch_size for b in v.measured(base)}
+                  & {b.batch_size for b in v.measured(head)})
+    if not both:
+        return None
+    rec = base.recommendation
+    equivalent = [b for b in (rec.equivalent_batch_sizes if rec else []) if b in both]
+    if equivalent:
+        return max(equivalent)
+    return min(both, key=lambda b: (abs(math.log(b / gate)), b))
+
+
+def _unreliable(reports: Sequence[Report]) -> bool:
+    """Whether any run's own evidence grades it unreliable."""
+    return any(r.evidence is not None and r.evidence.grade == Grade.UNRELIABLE
+               for r in reports)
 
 
 def verdict_label(regression: bool, inconclusive: bool) -> str:
@@ -513,12 +571,39 @@ def compare(base: Report | Sequence[Report], head: Report | Sequence[Report],
                          "hold the head to.")
     unit = v.unit(first_base)
     time = _time_verdict(bases, heads, gate, unit, threshold, run_drift)
+    compared_at: int | None = gate
+    unmeasured = time.change is None and not time.regression
+    if unmeasured:
+        # The head never got to the base's pick: judge where both measured, and say that
+        # the pick itself is inconclusive. Never a regression by itself.
+        compared_at = fallback_gate(first_base, first_head, gate)
+        if compared_at is not None:
+            there = _time_verdict(bases, heads, compared_at, unit, threshold, run_drift)
+            where = (" (in the base's equivalent set)" if first_base.recommendation
+                     and compared_at in first_base.recommendation.equivalent_batch_sizes
+                     else "")
+            time = dataclasses.replace(
+                there, inconclusive=there.inconclusive or not there.regression,
+                sentence=(f"{time.sentence}; compared at batch {compared_at} instead, which "
+                          f"both measured{where}: "
+                          + there.sentence.replace(" (the base's recommendation)", "")))
+    unreliable = [label for label, side in ((base_label, bases), (head_label, heads))
+                  if _unreliable(side)]
+    if unreliable and time.regression and time.change is not None:
+        time = dataclasses.replace(
+            time, regression=False, inconclusive=True,
+            sentence=time.sentence + f" — but the evidence of {' and '.join(unreliable)} is "
+                     "unreliable by its own measurements (see its report's first line), so "
+                     "its time cannot decide: rerun it on a quieter machine, or time both "
+                     "sides in one run (--ab)")
+    work_at = compared_at if compared_at is not None else gate
     work = work_deltas(first_base, first_head, threshold)
-    work_gate = next((d for d in work if d.batch_size == gate), None)
+    work_gate = next((d for d in work if d.batch_size == work_at), None)
     work_regression = work_gate is not None and bool(work_gate.more_work)
     regression = time.regression or work_regression
     inconclusive = time.inconclusive and not regression
-    work_text = work_sentence(gate, work_gate, threshold)
+    work_text = work_sentence(work_at, work_gate, threshold,
+                              " (the base's recommendation)" if work_at == gate else "")
     parts = [work_text, time.sentence] if work_regression else [time.sentence, work_text]
     verdict = f"{verdict_label(regression, inconclusive)}: " + "; ".join(parts)
     head_rec = first_head.recommendation
@@ -549,7 +634,8 @@ def compare(base: Report | Sequence[Report], head: Report | Sequence[Report],
         inconclusive=inconclusive, work=work, work_gate=work_gate,
         work_regression=work_regression, time_regression=time.regression, noise=time.noise,
         dof=time.dof, detectable_drop=time.detectable, u_test_p=time.u_test_p,
-        work_verdict=work_text, time_verdict=time.sentence,
+        work_verdict=work_text, time_verdict=time.sentence, gate_unmeasured=unmeasured,
+        compared_at=compared_at, unreliable_sides=unreliable,
     )
 
 

@@ -38,9 +38,13 @@ from batchscope.records import (
     Report,
     Status,
 )
+from batchscope.records.evidence import Grade
 from batchscope.reports import fmt, html_rows, narrative
 from batchscope.reports import view as v
-from batchscope.reports.flag_text import flag_text, rule_text, stop_text
+from batchscope.reports.flag_text import evidence_headline, flag_text, rule_text, stop_text
+
+# How the evidence line looks in a terminal: its grade at a glance.
+EVIDENCE_STYLE = {Grade.GOOD: "green", Grade.NOISY: "bold yellow", Grade.UNRELIABLE: "bold red"}
 
 
 def _exit_now(signum: int, frame: object) -> None:
@@ -160,6 +164,10 @@ def print_summary(console: Console, report: Report) -> None:
         return
     unit = v.unit(report)
     rec = report.recommendation
+    evidence = evidence_headline(report.evidence)
+    if evidence:  # first: the report speaks with the confidence its evidence allows
+        style = EVIDENCE_STYLE[report.evidence.grade] if report.evidence else ""
+        console.print(f"[{style}]{escape(evidence)}[/]" if style else escape(evidence))
     title = "batchscope trace" if v.from_trace(report) else "batchscope sweep"
     table = Table(title=title, title_justify="left", padding=(0, 1))
     # Latency and throughput with their 95% intervals (fmt's *_band: "686 k (629–748 k)");

@@ -32,6 +32,7 @@ from batchscope.records import (
     ThroughputCurve,
 )
 from batchscope.records.counters import NcuNote, NcuNoteKind
+from batchscope.records.evidence import Evidence, EvidenceKind, EvidenceReason, Grade
 from batchscope.records.flags import TraceGap, Value
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.serving import Policy, WhatIf
@@ -413,6 +414,20 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         f"bytes, predicts {_n(f, 'gain'):.3g}× the throughput at batch "
         f"{int(_n(f, 'highest'))} ({_n(f, 'projected_per_s'):,.4g}/s at the low end of its "
         f"band, against the plateau's bar of {_n(f, 'bar_per_s'):,.4g}/s): the sweep went on"),
+    FlagKind.PLATEAU_UNCONFIRMED: lambda f: (
+        f"the sequential timings looked flat by batch {f.batch_size}, but timed against batch "
+        f"{int(_n(f, 'best_before'))} in {int(_n(f, 'rounds'))} interleaved rounds, batches "
+        f"{_sizes(_list(f, 'recent'))} gave up to {_n(f, 'gain'):.2f}× its throughput "
+        f"({_n(f, 'low'):.2f}–{_n(f, 'high'):.2f}× at 95%): "
+        + ("a gain past the plateau's bar of " if _t(f, "verdict") == "refuted" else
+           "the rounds could not tell a gain under the plateau's bar of ")
+        + f"{_n(f, 'bar'):.2f}× from one over it, so the sweep went on"),
+    FlagKind.PREDICTED_STOP_UNCONFIRMED: lambda f: (
+        f"the step-time model would have stopped the sweep after batch {f.batch_size}, but "
+        f"once batches {_sizes(_list(f, 'batch_sizes'))} were timed against each other in "
+        f"{int(_n(f, 'rounds'))} interleaved rounds its stop no longer held: the sweep went on"),
+    FlagKind.BUDGET_SKIPPED: lambda f: (
+        f"--budget was spent before {_sizes(_list(f, 'phases'))}: not done"),
     FlagKind.BREAKDOWN_FAILED: lambda f: (f"op breakdown failed in {_t(f, 'phase')}: "
                                           f"{_t(f, 'error')}"),
     FlagKind.BREAKDOWN_LOST: lambda f: f"op breakdown lost: {_t(f, 'reason')}",
@@ -593,6 +608,14 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
         return (f"batches {_sizes(_list(stop, 'batch_sizes'))} in a row ended as "
                 f"{' and '.join(str(s) for s in _list(stop, 'statuses'))}; larger batch sizes "
                 "were not tried")
+    if kind == StopKind.BUDGET:
+        unmeasured = _list(stop, "unmeasured")
+        return (f"--budget of {fmt.seconds(_n(stop, 'budget_s'))} would have run out: batch "
+                f"{b} was reckoned at {fmt.seconds(_n(stop, 'estimated_s'))} after "
+                f"{fmt.seconds(_n(stop, 'spent_s'))} spent, so "
+                + (f"batches {_sizes(unmeasured)} were" if len(unmeasured) > 1
+                   else f"batch {b} was")
+                + " left unmeasured (a larger --budget measures them)")
     if kind == StopKind.INTERRUPTED:
         return "interrupted by the user"
     if kind == StopKind.IN_PROGRESS:
@@ -604,6 +627,73 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
     if kind == StopKind.TRACES:
         return "recorded traces: nothing was swept"
     return _t(stop, "text")
+
+
+# -- the evidence --------------------------------------------------------------------------------
+def _evidence_reason(r: EvidenceReason) -> str:
+    """One reason in words, with its figure."""
+    value = r.value if r.value is not None else 0.0
+    if r.kind == EvidenceKind.DRIFT:
+        return f"the machine's speed drifted {fmt.pct(value)} while it measured"
+    if r.kind == EvidenceKind.OTHER_CPU:
+        return f"other processes took {fmt.pct(value)} of the CPU"
+    if r.kind == EvidenceKind.UNCOUNTED:
+        return f"{fmt.pct(value)} of the pick's step ran in ops nobody counted"
+    if r.kind == EvidenceKind.ROUNDS:
+        return (f"the pick rests on {value:.0f} paired rounds"
+                + (f" ({r.limit:.0f} wanted)" if r.grade != Grade.GOOD and r.limit else ""))
+    if r.kind == EvidenceKind.STEPS:
+        return (f"the figures rest on {value:.0f} timed steps"
+                + (f" ({r.limit:.0f} wanted)" if r.grade != Grade.GOOD and r.limit else ""))
+    if r.kind == EvidenceKind.NOT_SEPARATED:
+        return "the rounds could not separate the sizes near the rule's bar"
+    if r.kind == EvidenceKind.NO_ROUNDS:
+        return ("no paired rounds ran (--no-rounds): the pick reads timings taken one after "
+                "another, which a drift of the machine confounds")
+    if r.kind == EvidenceKind.BUDGET:
+        return f"--budget left {value:.0f} batch size{'s' if value != 1 else ''} unmeasured"
+    return f"the pick's throughput interval spans {value:.3g}×"
+
+
+_ADVICE: dict[EvidenceKind, str] = {
+    EvidenceKind.DRIFT: "rerun when the machine is quieter, or on a dedicated runner",
+    EvidenceKind.OTHER_CPU: ("rerun when the machine is quieter, or with --threads set to the "
+                             "cores left free"),
+    EvidenceKind.WIDE: "rerun on a quieter machine, or with a larger --budget for more rounds",
+}
+
+
+def evidence_headline(evidence: Evidence | None) -> str:
+    """The evidence's grade and what sets it, for the first line of every rendering:
+    ``"evidence: noisy (the machine's speed drifted 27% while it measured)"``; an unreliable
+    one says to rerun and how. "" without evidence (a trace, a prediction).
+
+    Example:
+        >>> from batchscope.records.evidence import Evidence, EvidenceReason
+        >>> evidence_headline(Evidence(Grade.GOOD, [EvidenceReason(EvidenceKind.DRIFT,
+        ...                                                        Grade.GOOD, 0.03, 0.2)]))
+        "evidence: good (the machine's speed drifted 3% while it measured)"
+    """
+    if evidence is None:
+        return ""
+    shown = evidence.worst() or evidence.reasons
+    why = "; ".join(_evidence_reason(r) for r in shown)
+    text = f"evidence: {evidence.grade.value}" + (f" ({why})" if why else "")
+    if evidence.grade == Grade.UNRELIABLE:
+        advice = list(dict.fromkeys(_ADVICE[r.kind] for r in evidence.worst()
+                                    if r.kind in _ADVICE))
+        text += ": do not act on these numbers; " + ("; or ".join(advice) if advice
+                                                     else "rerun")
+    elif evidence.grade == Grade.NOISY:
+        text += ": the pick holds within the intervals shown"
+    return text
+
+
+def evidence_reasons(evidence: Evidence | None) -> list[str]:
+    """Every reason the grade rests on, graded, in words (the full list a report shows)."""
+    if evidence is None:
+        return []
+    return [f"{r.grade.value}: {_evidence_reason(r)}" for r in evidence.reasons]
 
 
 # -- the rule ----------------------------------------------------------------------------------
@@ -618,10 +708,20 @@ def limit_text(over: OverLimit) -> str:
 
 def rule_text(rule: Rule, unit: str) -> str:
     """The rule that picked the recommended batch size, with its numbers, in ``unit``s."""
-    faster = (", the faster of its two timings" if rule.best_at_faster_timing else "")
-    near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the best "
-            f"measured ({rule.best_value:,.1f} {unit}s/s at batch {rule.best_batch_size}"
-            f"{faster}) within noise: the top of its 95% interval reaches that")
+    if rule.paired_rounds is not None:
+        near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the "
+                f"fastest's (batch {rule.best_batch_size}) within noise, each size paired "
+                f"with the fastest in the same round of interleaved timings "
+                f"({rule.paired_rounds} rounds at the pick), so that the machine's drift "
+                "cancels: the top of its 95% interval reaches that")
+        if not rule.paired_separated:
+            near += ("; the rounds did not separate the sizes near the bar, so another run "
+                     "may pick another size of the equivalent set")
+    else:
+        near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the "
+                f"best measured ({rule.best_value:,.1f} {unit}s/s at batch "
+                f"{rule.best_batch_size}) within noise: the top of its 95% interval reaches "
+                "that")
     if rule.kind == RuleKind.ENERGY:
         text = (f"smallest batch size whose energy per {unit} is within "
                 f"{1 / rule.share - 1:.0%} of the lowest measured ({rule.best_value:.4g} "

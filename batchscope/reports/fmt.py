@@ -186,6 +186,11 @@ def _scaled(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+# What a figure whose interval is too wide to mean anything shows instead of numbers
+# (records/interval.MEANINGFUL_SPAN).
+NOT_MEASURABLE = "not measurable here"
+
+
 def _usable(interval: Interval | None) -> bool:
     """An interval to print: present, neither end NaN."""
     return interval is not None and not math.isnan(interval.low) \
@@ -193,12 +198,13 @@ def _usable(interval: Interval | None) -> bool:
 
 
 def _parts(figure: str, interval: Interval | None, scale: float, suffix: str) -> Band:
-    """``figure`` and the interval's ends divided by ``scale``, each followed by ``suffix``."""
+    """``figure`` and the interval's ends divided by ``scale``, each followed by ``suffix``;
+    :data:`NOT_MEASURABLE` alone where the interval is too wide to mean anything."""
     if interval is None or not _usable(interval):
         return Band(figure)
+    if not interval.meaningful():
+        return Band(NOT_MEASURABLE)
     low = _scaled(interval.low / scale)
-    if not math.isfinite(interval.high):
-        return Band(figure, f"≥ {low}{suffix}")
     return Band(figure, f"{low}–{_scaled(interval.high / scale)}{suffix}")
 
 
@@ -260,9 +266,9 @@ def ratio_parts(value: float | None, interval: Interval | None) -> Band:
         return Band(MISSING)
     if interval is None or not _usable(interval):
         return Band(ratio(value))
+    if not interval.meaningful():
+        return Band(NOT_MEASURABLE)
     low = ratio(interval.low).removesuffix("×")
-    if not math.isfinite(interval.high):
-        return Band(ratio(value), f"≥ {low}×")
     return Band(ratio(value), f"{low}–{ratio(interval.high)}")
 
 
@@ -282,8 +288,8 @@ def pct_parts(value: float | None, interval: Interval | None) -> Band:
         return Band(MISSING)
     if interval is None or not _usable(interval):
         return Band(pct(value))
-    if not math.isfinite(interval.high):
-        return Band(pct(value), f"≥ {pct(interval.low)}")
+    if not interval.meaningful():
+        return Band(NOT_MEASURABLE)
     return Band(pct(value), f"{interval.low * 100:.0f}–{pct(interval.high)}")
 
 

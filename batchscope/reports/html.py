@@ -35,7 +35,14 @@ from batchscope.reports import (
 from batchscope.reports import html_rows as rows
 from batchscope.reports import view as v
 from batchscope.reports.escape import json_for_script
-from batchscope.reports.flag_text import assumption_text, limit_text, rule_text, stop_text
+from batchscope.reports.flag_text import (
+    assumption_text,
+    evidence_headline,
+    evidence_reasons,
+    limit_text,
+    rule_text,
+    stop_text,
+)
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = "report.html.j2"
@@ -146,6 +153,9 @@ def context(report: Report) -> dict[str, object]:
         "roofline_dtype": v.model_dtype(report), "parameters": report.model.parameters,
         "rec": rec, "rec_batch": v.recommended(report),
         "rule": rule_text(rec.rule, v.unit(report)) if rec else "",
+        "evidence": evidence_headline(report.evidence),
+        "evidence_grade": report.evidence.grade.value if report.evidence else "",
+        "evidence_reasons": evidence_reasons(report.evidence),
         "cards": rows.cards(report), "start_bar": rows.start_bar(report),
         "trace_headline": narrative.trace_headline(report),
         "size_known": v.batch_size_known(report),

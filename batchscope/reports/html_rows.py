@@ -55,7 +55,7 @@ def _card(label: str, parts: fmt.Band, sub: str, unit: str = "",
 
 def cards(report: Report) -> list[Card]:
     """The recommendation's figures, each with its 95% interval: throughput, speedup,
-    latency, B*, the batch sizes noise cannot tell apart and the drift control."""
+    latency, B*, the batch sizes noise cannot tell apart, the rounds and the drift."""
     rec, batch = report.recommendation, v.recommended(report)
     unit = v.unit(report)
     out: list[Card] = []
@@ -90,18 +90,24 @@ def cards(report: Report) -> list[Card]:
                             ", ".join(str(b) for b in rec.equivalent_batch_sizes),
                             f"the rule picks the smallest whose throughput could be within "
                             f"{fmt.pct(rec.near_best_share)} of the best"))
-    drift, allowance = report.run.drift, report.run.drift_allowance
+    drift, allowance, rounds = report.run.drift, report.run.drift_allowance, report.run.rounds
+    if rec is not None and rounds is not None:
+        out.append(Card("paired rounds", str(rounds.rounds),
+                        f"{', '.join(str(b) for b in rounds.candidates)} timed side by side in "
+                        f"{rounds.workers} worker process{'es' if rounds.workers != 1 else ''}"
+                        + ("; separated" if rounds.decided else "; within noise near the bar")))
     if rec is not None and drift is not None:
         timed = ", ".join(f"{t.batch_size}: {fmt.pct(t.change)}" for t in drift.timings) or (
             f"{drift.batch_size}: {fmt.seconds(drift.first_latency_s)} then "
             f"{fmt.seconds(drift.control_latency_s)}")
-        out.append(Card("drift over the sweep", fmt.pct(drift.drift),
-                        f"the median change of the sizes timed again at the end ({timed}); "
-                        f"every interval allows "
+        where = ("the sweep's timings against the rounds'" if rounds is not None
+                 else "the sizes timed again")
+        out.append(Card("drift over the run", fmt.pct(drift.drift),
+                        f"the median change of {where} ({timed}); every interval allows "
                         f"{fmt.pct(allowance if allowance is not None else drift.drift)}"))
     elif rec is not None and allowance is not None:
         out.append(Card("drift allowance", fmt.pct(allowance),
-                        "no drift control ran: every interval carries this floor"))
+                        "no rounds ran: every interval carries this floor"))
     return out
 
 

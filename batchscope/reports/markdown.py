@@ -17,7 +17,13 @@ from batchscope.records import BatchResult, PeakMemoryMethod, Report, Status
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
 from batchscope.reports.escape import md_cell, md_text, mermaid_label
-from batchscope.reports.flag_text import assumption_text, estimate_text, rule_text, stop_text
+from batchscope.reports.flag_text import (
+    assumption_text,
+    estimate_text,
+    evidence_headline,
+    rule_text,
+    stop_text,
+)
 from batchscope.reports.html_rows import PROBE_WORDS
 
 MAX_CHARS = 60_000
@@ -49,7 +55,11 @@ def md_table(header: list[str], rows: list[list[str]], align: str = "") -> str:
 
 def _headline(report: Report) -> str:
     rec, batch, unit = v.recommendation(report), v.recommended(report), v.unit(report)
-    lines = [f"### batchscope · {md_text(v.target(report), 200)}", ""]
+    grade = f" · evidence: {report.evidence.grade.value}" if report.evidence else ""
+    lines = [f"### batchscope · {md_text(v.target(report), 200)}{grade}", ""]
+    evidence = evidence_headline(report.evidence)
+    if evidence:
+        lines += [f"**{md_text(evidence[0].upper() + evidence[1:], 600)}.**", ""]
     headline = narrative.trace_headline(report) if batch is None else None
     if headline is not None:
         lines.append(f"**Trace analysis.** {md_text(headline, 400)}")

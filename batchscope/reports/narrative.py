@@ -601,8 +601,9 @@ def share_text(rec: Recommendation, unit: str) -> str:
 
 
 def drift_text(report: Report) -> str:
-    """The sweep's drift control in words, with its numbers, and what every interval
-    carries for drift; "" for a report written before intervals.
+    """How far the run's timings drifted, in words with its numbers, and what every interval
+    carries for it: a sweep's plan against its decision rounds (run.rounds), ``watch``'s
+    first timed steps against their repeat; "" for a report written before intervals.
 
     Example:
         >>> from batchscope.records import ControlTiming, DriftControl, ModelInfo, RunInfo
@@ -612,26 +613,41 @@ def drift_text(report: Report) -> str:
         ...               drift_allowance=0.17)
         >>> drift_text(Report(ModelInfo("m.py"), None, [], None, run))
         ... # doctest: +NORMALIZE_WHITESPACE
-        'The sweep timed batches 1 and 512 again at its end: batch 1 timed 281 µs at the
-        start of the sweep and 364 µs 12 s later (30%), batch 512 800 µs and 840 µs (5%).
-        Their median change, 17%, is the drift every interval here includes; a size timed
-        twice spans both timings.'
+        'Batches 1 and 512 were timed again: batch 1 timed 281 µs at first and 364 µs 12 s
+        later (30%), batch 512 800 µs and 840 µs (5%). Their median change, 17%, is the
+        drift every interval here includes; a size timed twice spans both timings.'
     """
-    drift, allowance = report.run.drift, report.run.drift_allowance
+    drift, allowance, rounds = report.run.drift, report.run.drift_allowance, report.run.rounds
     if drift is None and allowance is None:
         return ""
     if drift is None:
-        return ("No drift control ran (the sweep's sizes timed again once every other was "
-                "measured), so every interval here carries the floor of "
+        what = ("No decision rounds ran (--no-rounds): the pick reads timings taken one after "
+                "another, and" if report.run.source == Source.SWEEP else "Nothing was timed "
+                "twice, so")
+        return (f"{what} every interval here carries the floor of "
                 f"{fmt.pct(allowance or DRIFT_FLOOR)} for the machine's drift.")
     timings = drift.timings or [ControlTiming(drift.batch_size, drift.first_latency_s,
                                               drift.control_latency_s, drift.control_latency_s,
                                               drift.control_latency_s)]
     ref, others = timings[0], timings[1:]
-    text = (f"The sweep timed {_batches([t.batch_size for t in timings])} again at its end: "
-            f"batch {ref.batch_size} timed {fmt.seconds(ref.first_latency_s)} at the start of "
-            f"the sweep and {fmt.seconds(ref.control_latency_s)} "
-            f"{drift.seconds_apart:,.0f} s later ({fmt.pct(ref.change)})")
+    if rounds is not None:
+        text = (f"The decision rounds timed {_batches([t.batch_size for t in timings])} side by "
+                f"side, each once a round in a shuffled order, in {rounds.rounds} rounds over "
+                f"{rounds.workers} worker process{'es' if rounds.workers != 1 else ''}: batch "
+                f"{ref.batch_size} timed {fmt.seconds(ref.first_latency_s)} in the sweep and "
+                f"{fmt.seconds(ref.control_latency_s)} in the rounds "
+                f"({fmt.pct(ref.change)})")
+    elif report.run.source == Source.WATCH:
+        text = (f"The timed steps were timed again at the end: "
+                f"{fmt.seconds(ref.first_latency_s)} at first and "
+                f"{fmt.seconds(ref.control_latency_s)} {drift.seconds_apart:,.0f} s later "
+                f"({fmt.pct(ref.change)})")
+    else:
+        text = (f"{_batches([t.batch_size for t in timings]).capitalize()} "
+                f"{'were' if others else 'was'} timed again: batch {ref.batch_size} timed "
+                f"{fmt.seconds(ref.first_latency_s)} at first and "
+                f"{fmt.seconds(ref.control_latency_s)} {drift.seconds_apart:,.0f} s later "
+                f"({fmt.pct(ref.change)})")
     text += "".join(f", batch {t.batch_size} {fmt.seconds(t.first_latency_s)} and "
                     f"{fmt.seconds(t.control_latency_s)} ({fmt.pct(t.change)})" for t in others)
     what = "Their median change" if others else "That change"
@@ -651,7 +667,27 @@ def drift_text(report: Report) -> str:
     else:
         text += (f". {what}, {fmt.pct(drift.drift)}, is the drift every interval here "
                  "includes; a size timed twice spans both timings.")
+    if rounds is not None:
+        text += " " + rounds_text(report)
     return text + communication_drift_text(drift)
+
+
+def rounds_text(report: Report) -> str:
+    """What the decision rounds show beyond the drift: how far the machine's speed moved
+    from round to round, and how the pick read them; "" without rounds."""
+    rounds = report.run.rounds
+    if rounds is None:
+        return ""
+    moved = (f"From one round to the next the machine's speed moved "
+             f"{fmt.pct(rounds.machine_drift)} (the quartiles of the rounds' speeds); "
+             if rounds.machine_drift is not None else "")
+    return (f"{moved}the pick reads each size's throughput over the fastest's (batch "
+            f"{rounds.reference}) within the same round, so a change of the machine's speed "
+            "common to a round cancels"
+            + ("." if rounds.decided else
+               f", and the rounds ended ({rounds.stopped_by.value.replace('_', ' ')}) before "
+               "they separated the sizes near the rule's bar: the equivalent set says which "
+               "another run may pick."))
 
 
 def communication_drift_text(drift: DriftControl) -> str:
@@ -665,7 +701,7 @@ def communication_drift_text(drift: DriftControl) -> str:
         ...                                       communication_drift=t.communication_change))
         ... # doctest: +NORMALIZE_WHITESPACE
         " The communication share at batch 2 was 30% in the first launch of the ranks and
-        44% in the control's (1.47x): every share's interval here allows for 47%."
+        44% in the second's (1.47x): every share's interval here allows for 47%."
     """
     shared = [t for t in drift.timings if t.first_communication_share is not None
               and t.control_communication_share is not None]
@@ -673,7 +709,7 @@ def communication_drift_text(drift: DriftControl) -> str:
         return ""
     parts = [f"at batch {t.batch_size} was {_dp_pct(t.first_communication_share or 0.0)} in "
              f"the first launch of the ranks and {_dp_pct(t.control_communication_share or 0.0)}"
-             " in the control's"
+             " in the second's"
              + (f" ({1 + t.communication_change:.2f}x)" if t.communication_change is not None
                 else "")
              for t in shared]

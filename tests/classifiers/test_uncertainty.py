@@ -1,5 +1,6 @@
 """Intervals and the decisions that read them, on seeded synthetic runs: what two runs of the
-same code on a drifting machine give, never a speed of this one."""
+same code on a drifting machine give (their picks from paired rounds), never a speed of
+this one."""
 
 from __future__ import annotations
 
@@ -18,10 +19,19 @@ from batchscope.classifiers.uncertainty import (
     pick_within_noise,
     with_intervals,
 )
-from batchscope.plan import Limits, Plan, control_sizes, plateaued
+from batchscope.plan import Limits, Plan, plateaued
+from batchscope.profiler.rounds_run import rounds_drift
 from batchscope.profiler.timing import latency_stats
 from batchscope.records import BatchResult, Interval, LatencyStats, Status
 from batchscope.records.noise import control_timing, drift_control, latency_interval
+from batchscope.records.rounds import (
+    DecisionRounds,
+    RoundBlock,
+    RoundsStop,
+    fastest,
+    paired_shares,
+)
+from batchscope.rounds import MIN_ROUNDS_PER_WORKER, decision_candidates
 
 # Throughput curves (units/s by batch size) of the three shapes the issue names.
 DECODE = {1: 26.0, 2: 51.0, 4: 99.0, 8: 185.0, 16: 310.0, 32: 420.0, 64: 470.0, 128: 480.0,
@@ -39,32 +49,41 @@ def _measured(rng: random.Random, b: int, throughput: float, speed: float) -> Ba
     return BatchResult(b, Status.OK, latency_s=stats, throughput_per_s=b / stats.median)
 
 
-def _run(rng: random.Random, curve: dict[int, float]) -> tuple[list[BatchResult], float]:
+def _run(rng: random.Random, curve: dict[int, float]
+         ) -> tuple[list[BatchResult], float, DecisionRounds]:
     """A sweep on a machine whose speed wanders: a level of its own each run, a trend of up
     to ±12% over the run, ±6% from one timing pass to the next, and each size ±3% of its
-    own in this process; then its control (plan.control_sizes timed again at the end).
-    (Its results with intervals, the allowance.)"""
+    own in each worker process; then its decision rounds (the candidates timed in ten
+    interleaved rounds over two workers, each block ±3%). (Its results with intervals, the
+    allowance, the rounds.)"""
     level = rng.uniform(0.85, 1.15)
     trend = rng.uniform(-0.12, 0.12)
-    own = {b: math.exp(rng.gauss(0.0, 0.03)) for b in curve}
+    own = [{b: math.exp(rng.gauss(0.0, 0.03)) for b in curve} for _ in range(2)]
     sizes = sorted(curve)
 
     def speed(at: float) -> float:
         return level * (1 + trend * at) * math.exp(rng.gauss(0.0, 0.06))
 
-    results = [_measured(rng, b, curve[b] * own[b], speed(i / (len(sizes) - 1)))
+    results = [_measured(rng, b, curve[b] * own[0][b], speed(i / (len(sizes) - 1)))
                for i, b in enumerate(sizes)]
-    timings = []
-    for b in control_sizes(results):
-        first = next(r for r in results if r.batch_size == b)
-        again = _measured(rng, b, curve[b] * own[b], speed(1.0))
-        assert first.latency_s is not None and again.latency_s is not None
-        timings.append(control_timing(b, first.latency_s, again.latency_s))
-    control = drift_control(timings, 30.0)
+    candidates = decision_candidates(results)
+    blocks = []
+    for r in range(2 * MIN_ROUNDS_PER_WORKER):
+        worker, now = r // MIN_ROUNDS_PER_WORKER, speed(1.0)
+        order = list(candidates)
+        rng.shuffle(order)
+        blocks += [RoundBlock(r, worker, i, b, b / (curve[b] * own[worker][b] * now)
+                              * math.exp(rng.gauss(0.0, 0.03)), 5)
+                   for i, b in enumerate(order)]
+    best = fastest(blocks) or candidates[0]
+    shares = paired_shares(blocks, best)
+    rounds = DecisionRounds(candidates, best, blocks, list(shares.values()),
+                            RoundsStop.SEPARATED, 0.05, 0, 2, 1.0)
+    control = rounds_drift(results, blocks, 30.0)
     allowance = drift_allowance(control)
     assert control is not None
     return [with_intervals(r, allowance, control.timing(r.batch_size)) for r in results], \
-        allowance
+        allowance, rounds
 
 
 @pytest.mark.parametrize("curve", [DECODE, FLAT_CNN, MLP], ids=["decode", "flat-cnn", "mlp"])
@@ -72,8 +91,8 @@ def test_two_runs_of_the_same_code_land_in_each_others_equivalent_set(curve):
     rng = random.Random(7)
     runs = []
     for _ in range(10):
-        results, allowance = _run(rng, curve)
-        choice = recommend(results, Limits(), allowance=allowance)
+        results, allowance, rounds = _run(rng, curve)
+        choice = recommend(results, Limits(), allowance=allowance, rounds=rounds)
         assert choice is not None and choice.batch_size in choice.equivalent_batch_sizes
         runs.append((choice.batch_size, set(choice.equivalent_batch_sizes)))
     pairs = list(itertools.permutations(runs, 2))

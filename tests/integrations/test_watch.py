@@ -109,3 +109,34 @@ def test_data_loading_is_said_where_it_is_a_notable_share_of_the_step():
         "at the model's first call.")
     assert w._data_loading_flags(result, 0.0004) == []  # 4% < DATA_LOADING_NOTABLE_SHARE
     assert w._data_loading_flags(result, None) == []  # some step never reached the model
+
+
+def test_a_disturbed_window_shows_as_drift_not_as_a_precise_figure():
+    # Issue 47: a watched loop read "208 ms (198-219 ms)" where the same loop ran 18 ms a
+    # step a minute later. Here the loop is slowed by 40 ms a step while the first timed
+    # steps run (a neighbour's burst, as a sleep), and runs at its own speed after: the
+    # repeat at the end shows the drift, the interval spans both windows, and the evidence
+    # says the figure cannot be trusted.
+    import time
+
+    model = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    with batchscope.watch(model, out_dir=None, warmup_steps=1, timed_steps=4,
+                          profiled_steps=1) as w:
+        for i in range(100):
+            model(x)
+            if i < 5:  # the warm-up and the first timed steps: disturbed
+                time.sleep(0.04)
+            w.step()
+            if not w.active:
+                break
+    report = w.report
+    assert report is not None and not report.partial
+    drift = report.run.drift
+    assert drift is not None and drift.drift > 0.5  # 40 ms against well under 10 ms
+    batch = report.batches[0]
+    assert batch.latency_interval_s is not None
+    assert batch.latency_interval_s.low <= drift.control_latency_s
+    assert batch.latency_interval_s.high >= drift.first_latency_s
+    assert report.evidence is not None and report.evidence.grade.value == "unreliable"
+    assert report.evidence.reasons[0].kind.value == "drift"

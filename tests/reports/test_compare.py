@@ -103,7 +103,7 @@ def test_head_without_the_gate_batch_is_a_regression(tmp_path: Path) -> None:
     batch.update(status="oom", throughput_per_s=None, latency_s=None, ops=[])
     result = runner.invoke(tools_app, ["compare", str(LLM), str(write(tmp_path, "h.json", head))])
     assert result.exit_code == 1
-    assert f"did not measure batch {gate}" in result.output
+    assert f"could not run batch {gate}" in result.output
 
 
 def test_ops_that_changed_class_are_named() -> None:
@@ -260,3 +260,44 @@ def test_a_drop_within_the_noise_is_inconclusive_and_a_measured_one_is_not(
                      [typed(json.loads(Path(p).read_text())) for p in tight_head.split(",")])
     assert result.runs == (3, 3) and result.regression and not result.inconclusive
     assert result.standard_error is not None and result.standard_error < 0.01
+
+
+def _without(doc: dict[str, Any], sizes: set[int]) -> dict[str, Any]:
+    """A copy whose sweep never got to ``sizes`` (a run that stopped earlier)."""
+    out = copy.deepcopy(doc)
+    out["batches"] = [b for b in out["batches"] if b["batch_size"] not in sizes]
+    return out
+
+
+def test_a_gate_the_head_did_not_try_is_inconclusive_there_never_a_regression(
+        tmp_path: Path) -> None:
+    # Issue 47: identical code, one run picked 32 and the other stopped at 16; the gate held
+    # the head to 32 and failed the check ("the head did not measure batch 32 ... not
+    # tried"). Now the verdict at 32 is inconclusive and the two compare where both ran.
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    gate = doc["recommendation"]["batch_size"]
+    sizes = sorted(b["batch_size"] for b in doc["batches"])
+    head = _without(doc, {b for b in sizes if b >= gate})
+    result = compare(typed(doc), typed(head))
+    assert not result.regression and result.inconclusive
+    assert result.gate_unmeasured
+    assert result.compared_at in {b for b in sizes if b < gate}
+    assert f"did not measure batch {gate}" in result.verdict and "not tried" in result.verdict
+    assert f"compared at batch {result.compared_at}" in result.verdict
+    cli = runner.invoke(tools_app, ["compare", str(LLM), str(write(tmp_path, "h.json", head))])
+    assert cli.exit_code == 0, cli.output
+    # Where both measured, a real slowdown still fails the check.
+    slow = _without(scaled(doc, 0.3), {b for b in sizes if b >= gate})
+    assert compare(typed(doc), typed(slow)).regression
+
+
+def test_a_side_whose_evidence_is_unreliable_cannot_fail_the_time_gate() -> None:
+    doc = json.loads(LLM.read_text(encoding="utf-8"))
+    head = scaled(doc, 0.4)
+    assert compare(typed(doc), typed(head)).regression
+    head["evidence"] = {"grade": "unreliable", "reasons": [
+        {"kind": "drift", "grade": "unreliable", "value": 1.4, "limit": 0.5}]}
+    result = compare(typed(doc), typed(head))
+    assert not result.regression and result.inconclusive
+    assert result.unreliable_sides == ["head"]
+    assert "unreliable by its own measurements" in result.verdict

@@ -159,21 +159,20 @@ def test_the_picks_share_of_the_best_has_its_interval() -> None:
         narrative.explanation(report))
 
 
-def test_the_drift_control_is_said_with_its_numbers() -> None:
+def test_the_drift_is_said_with_its_numbers() -> None:
     text = narrative.explanation(_report(RISING))
-    assert ("The sweep timed batch 1 again at its end: batch 1 timed 281 µs at the start of "
-            "the sweep and 364 µs 12 s later (30%). That change, 30%, is the drift every "
-            "interval here includes") in text
-    # a control that moved less than the floor: the floor is what the intervals carry
+    assert ("Batch 1 was timed again: batch 1 timed 281 µs at first and 364 µs 12 s later "
+            "(30%). That change, 30%, is the drift every interval here includes") in text
+    # a drift under the floor: the floor is what the intervals carry
     small = _report(RISING, drift=dataclasses.replace(DRIFT, control_latency_s=284e-6,
                                                         drift=0.0107))
     assert "That change, 1%, is under the floor of 5% that every interval here carries" in (
         narrative.explanation(small))
-    # no control: the floor, said as such
+    # nothing timed twice: the floor, said as such
     none = narrative.explanation(_report(RISING, drift=None))
-    assert "No drift control ran" in none and "the floor of 5%" in none
-    # the page shows the control as a card too
-    assert "drift over the sweep" in _html_text(_report(RISING))
+    assert "No decision rounds ran" in none and "the floor of 5%" in none
+    # the page shows the drift as a card too
+    assert "drift over the run" in _html_text(_report(RISING))
 
 
 def test_a_report_written_before_intervals_reads_as_before() -> None:
@@ -445,7 +444,12 @@ def test_interval_cells_are_built_from_the_numbers() -> None:
     parts = fmt.seconds_parts(0.0103, Interval(0.0091, 0.0112))
     assert (parts.figure, parts.interval, parts.bracketed) == ("10.3 ms", "9.1–11.2 ms",
                                                                "(9.1–11.2 ms)")
-    assert fmt.ratio_parts(2.0, Interval(1.5, float("inf"))).interval == "≥ 1.5×"
+    # Issue 47: an interval too wide to mean anything is never shown as a number.
+    for wide in (Interval(1.5, float("inf")), Interval(0.0, 199266.0), Interval(0.1, 8.0)):
+        assert fmt.ratio_parts(2.0, wide).text == fmt.NOT_MEASURABLE
+        assert fmt.pct_parts(0.5, wide).text == fmt.NOT_MEASURABLE
+        assert fmt.seconds_parts(0.002, wide).text == fmt.NOT_MEASURABLE
+    assert fmt.ratio_band(82.36, Interval(68.18, 97.06)) == "82.4× (68.2–97.1×)"
     # a card's band from the numbers: the throughput card of a report with its intervals
     report = _report(RISING)
     batch = v.recommended(report)

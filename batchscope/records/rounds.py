@@ -1,0 +1,318 @@
+"""The decision rounds, and the paired figures every decision between batch sizes reads.
+
+A sweep times its batch sizes one after another, so a change of the machine's speed lands on
+whichever size was being timed: a sequential median cannot tell a slower machine from a
+slower batch size (issue 47: a decode model's batch 1 timed 26 ms, then 168 ms 14 s later).
+So the decisions between sizes are made from *rounds*: every candidate size timed once per
+round in a short block, the order shuffled each round, in the sweep's worker and again in
+a fresh one (randomized interleaved trials, Abedi and Brecht, ICPE 2017; duet benchmarking,
+Bulej et al., ICPE 2020). Within one round the blocks run seconds apart, so a drift of the
+machine moves them alike and cancels in their ratio: size ``b``'s throughput over the
+reference's *in the same round* is one paired sample, and the median of those samples, with
+its distribution-free interval, is the figure the pick, the plateau stop and the predicted
+stop read (:func:`paired_shares`).
+
+A worker's own speed can differ from the next one's for its whole life (issue 31: the MLP's
+batch 1024 ran 0.7 M samples/s in some workers and 1.5 M in others), which no interleaving
+inside one process cancels: a share's interval therefore always holds each worker's own
+median too.
+
+Example:
+    >>> blocks = [RoundBlock(r, 0, i, b, lat, 5) for r in range(3)
+    ...           for i, (b, lat) in enumerate([(1, 0.010), (4, 0.020)])]
+    >>> share = paired_shares(blocks, reference=4)[1]
+    >>> share.share, share.rounds  # 1/0.010 over 4/0.020 rows a second
+    (0.5, 3)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from batchscope.records.interval import Interval
+from batchscope.stats import median_interval
+
+
+@dataclass(frozen=True)
+class RoundBlock:
+    """One block of one round: a candidate batch size timed briefly (timing only).
+
+    Attributes:
+        round: the round it belongs to (0-based, over the whole sweep; a round's blocks
+            share a worker).
+        worker: which worker process timed it: 0 the sweep's own, 1 and on fresh ones.
+        position: its place in the round's shuffled order.
+        batch_size: the size timed.
+        latency_s: the block's median step.
+        steps: steps timed in the block (after its warm-up).
+        started_s: when the block began, seconds after the sweep's first round began.
+        page_faults_per_step: minor page faults a timed step (CPU); None elsewhere.
+        communication_share: on data-parallel ranks, the median exposed all-reduce over
+            the step of the block's steps; None elsewhere.
+    """
+
+    round: int
+    worker: int
+    position: int
+    batch_size: int
+    latency_s: float
+    steps: int
+    started_s: float = 0.0
+    page_faults_per_step: float | None = None
+    communication_share: float | None = None
+
+    @property
+    def rows_per_s(self) -> float:
+        """Rows a second the block ran at (every size yields the same units per row, so
+        ratios of these are ratios of throughputs)."""
+        return self.batch_size / self.latency_s if self.latency_s > 0 else 0.0
+
+
+class RoundsStop(str, Enum):
+    """Why the rounds ended."""
+
+    SEPARATED = "separated"  # every decision they serve stands clear of the noise
+    BUDGET = "budget"  # their time (or --budget) ran out before that
+    MAX_ROUNDS = "max_rounds"  # the most rounds allowed ran without separating
+    FAILED = "failed"  # a block failed (the worker died, ran out of memory, ...)
+    INTERRUPTED = "interrupted"  # the user stopped the sweep
+    TOO_FEW = "too_few"  # fewer than two sizes to time
+
+
+@dataclass(frozen=True)
+class PairedShare:
+    """One size's throughput over the reference's, paired within rounds.
+
+    Attributes:
+        batch_size: the size.
+        share: the median of its within-round ratios to the reference (1 for the
+            reference itself).
+        interval: their 95% interval: the median's order-statistic interval, holding every
+            worker's own median (a process's speed may differ for its whole life).
+        rounds: the rounds that timed both it and the reference.
+        worker_shares: each worker's median ratio, worker 0 first.
+    """
+
+    batch_size: int
+    share: float
+    interval: Interval
+    rounds: int
+    worker_shares: list[float] = field(default_factory=list)
+
+    @property
+    def half_width(self) -> float:
+        """The interval's larger half, relative to the share."""
+        return self.interval.half_width_rel(self.share)
+
+
+@dataclass(frozen=True)
+class DecisionRounds:
+    """report.json ``run.rounds``: every block the sweep's rounds timed, and what they said.
+
+    Attributes:
+        candidates: the sizes the final rounds timed, ascending.
+        reference: the size the shares are relative to: the fastest by its paired median.
+        blocks: every block timed, in order (plateau and predicted-stop checks included).
+        shares: each timed size's :class:`PairedShare` relative to ``reference``.
+        stopped_by: why the rounds ended.
+        block_s: the seconds of timed steps a block asked for (at least one step).
+        seed: the seed of the shuffles (the same seed gives the same orders).
+        workers: worker processes that timed rounds.
+        wall_s: wall time of the rounds, workers' starts included.
+        machine_drift: how far the machine's speed moved from round to round (the fastest
+            round's speed over the slowest's, minus 1; each size over its own median in
+            its worker): what a sequential sweep would have read as differences between
+            sizes. None with fewer than two rounds.
+        decided: whether the decisions the rounds served stand clear of their noise.
+    """
+
+    candidates: list[int]
+    reference: int
+    blocks: list[RoundBlock]
+    shares: list[PairedShare]
+    stopped_by: RoundsStop
+    block_s: float
+    seed: int
+    workers: int
+    wall_s: float
+    machine_drift: float | None = None
+    decided: bool = False
+
+    def share(self, batch_size: int) -> PairedShare | None:
+        """The paired share of ``batch_size`` (None: not timed in the rounds)."""
+        return next((s for s in self.shares if s.batch_size == batch_size), None)
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds ran."""
+        return len({b.round for b in self.blocks})
+
+
+def rounds_of(blocks: Iterable[RoundBlock]) -> dict[int, dict[int, RoundBlock]]:
+    """Blocks by round, then by batch size (a size timed twice in one round: its last)."""
+    out: dict[int, dict[int, RoundBlock]] = {}
+    for block in blocks:
+        out.setdefault(block.round, {})[block.batch_size] = block
+    return out
+
+
+def paired_ratios(blocks: Iterable[RoundBlock], batch_size: int, reference: int
+                  ) -> list[tuple[int, float]]:
+    """(worker, ``batch_size``'s rows a second over ``reference``'s) for every round that
+    timed both, in round order."""
+    out = []
+    for _, by_size in sorted(rounds_of(blocks).items()):
+        a, ref = by_size.get(batch_size), by_size.get(reference)
+        if a is not None and ref is not None and ref.rows_per_s > 0:
+            out.append((a.worker, a.rows_per_s / ref.rows_per_s))
+    return out
+
+
+def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int
+                 ) -> PairedShare | None:
+    """``batch_size``'s :class:`PairedShare` relative to ``reference`` (None: no round timed
+    both)."""
+    if batch_size == reference:
+        rounds = sum(1 for by_size in rounds_of(blocks).values() if reference in by_size)
+        return PairedShare(batch_size, 1.0, Interval(1.0, 1.0), rounds,
+                           [1.0] * len({b.worker for b in blocks}))
+    ratios = paired_ratios(blocks, batch_size, reference)
+    if not ratios:
+        return None
+    values = [r for _, r in ratios]
+    low, high = median_interval(values)
+    workers = sorted({w for w, _ in ratios})
+    medians = [statistics.median(r for w, r in ratios if w == worker) for worker in workers]
+    median = statistics.median(values)
+    return PairedShare(batch_size, median,
+                       Interval(min(low, median, *medians), max(high, median, *medians)),
+                       len(values), medians)
+
+
+def paired_shares(blocks: Sequence[RoundBlock], reference: int) -> dict[int, PairedShare]:
+    """Every timed size's :class:`PairedShare` relative to ``reference``."""
+    out = {}
+    for size in sorted({b.batch_size for b in blocks}):
+        share = paired_share(blocks, size, reference)
+        if share is not None:
+            out[size] = share
+    return out
+
+
+def fastest(blocks: Sequence[RoundBlock], sizes: Iterable[int] | None = None) -> int | None:
+    """The size with the highest paired median among ``sizes`` (all timed sizes by
+    default): each size's shares taken against the most-timed size, the smaller size on a
+    tie. None when nothing was timed."""
+    counts: dict[int, int] = {}
+    for block in blocks:
+        counts[block.batch_size] = counts.get(block.batch_size, 0) + 1
+    pool = [b for b in (sizes if sizes is not None else counts) if b in counts]
+    if not pool:
+        return None
+    anchor = max(pool, key=lambda b: (counts[b], -b))
+    shares = paired_shares([b for b in blocks if b.batch_size in set(pool)], anchor)
+    return max((b for b in pool if b in shares), key=lambda b: (shares[b].share, -b),
+               default=anchor)
+
+
+def machine_drift(blocks: Sequence[RoundBlock]) -> float | None:
+    """How far the machine's speed moved across the rounds: each block's latency over its
+    size's median in its worker, averaged (geometric mean) per round; the upper quartile of
+    those round speeds over the lower, minus 1 (a sustained change, not one stalled round,
+    which the paired medians shrug off). None with fewer than two rounds.
+
+    Example:
+        >>> calm = [RoundBlock(r, 0, 0, 1, 0.010, 5) for r in range(3)]
+        >>> machine_drift(calm)
+        0.0
+    """
+    per_size: dict[tuple[int, int], list[float]] = {}
+    for block in blocks:
+        if block.latency_s > 0:
+            per_size.setdefault((block.worker, block.batch_size), []).append(block.latency_s)
+    medians = {key: statistics.median(v) for key, v in per_size.items()}
+    speeds = []
+    for by_size in rounds_of(blocks).values():
+        logs = [math.log(b.latency_s / medians[(b.worker, b.batch_size)])
+                for b in by_size.values() if b.latency_s > 0]
+        if logs:
+            speeds.append(math.exp(statistics.fmean(logs)))
+    if len(speeds) < 2:
+        return None
+    low, _, high = statistics.quantiles(speeds, n=4, method="inclusive")
+    return high / low - 1.0 if low > 0 else None
+
+
+# The fewest paired samples whose median has a 95% interval inside their range
+# (stats.median_interval's exact binomial ranks: the 2nd to the 8th of nine).
+INNER_RANK_ROUNDS = 9
+# The recommendation's rule: the smallest batch size whose throughput reaches this share of
+# the best's (DESIGN.md). Within it a smaller batch wins: lower latency and memory for a
+# throughput given up inside the noise of a busy machine. (classifiers/recommend re-exports
+# it; it lives here because the rounds' own stop, below the classifiers, reads the rule.)
+NEAR_BEST_SHARE = 0.90
+
+
+@dataclass(frozen=True)
+class PairedDecision:
+    """The rule's pick read from the rounds' paired shares.
+
+    Attributes:
+        batch_size: the pick: the smallest allowed size whose share of the fastest reaches
+            the rule's bar at the top of its interval.
+        best: the fastest allowed size by its paired median (its share is 1).
+        shares: every allowed size's share of ``best``.
+        equivalent: the sizes another run could pick: each one's interval, stretched by its
+            own upper half once more (where a run whose median landed at this run's top
+            would put it), reaches the bar. It holds the pick and the best.
+        separated: the pick stands clear of the noise: its interval's low end reaches the
+            bar even if the fastest were as fast as any size's interval allows, and every
+            smaller size's interval stays under the bar.
+    """
+
+    batch_size: int
+    best: int
+    shares: dict[int, PairedShare]
+    equivalent: list[int]
+    separated: bool
+
+
+def paired_decision(blocks: Sequence[RoundBlock], allowed: Iterable[int],
+                    share: float = NEAR_BEST_SHARE) -> PairedDecision | None:
+    """The rule over the rounds' paired shares among the ``allowed`` sizes (those timed in
+    the rounds and within the user's limits); None when none of them was timed.
+
+    Example:
+        >>> blocks = [RoundBlock(r, 0, i, b, b / t, 5) for r in range(5)
+        ...           for i, (b, t) in enumerate([(1, 10.0), (8, 70.0), (16, 100.0)])]
+        >>> d = paired_decision(blocks, [1, 8, 16])
+        >>> d.batch_size, d.best, d.separated  # 8 gives 70% of 16's rows a second
+        (16, 16, True)
+    """
+    timed = {b.batch_size for b in blocks}
+    pool = sorted(timed & set(allowed))
+    best = fastest(blocks, pool)
+    if best is None:
+        return None
+    shares = paired_shares([x for x in blocks if x.batch_size in pool], best)
+    reaching = [b for b in pool if b in shares and _reach(shares[b]) >= share]
+    pick = min(reaching, default=best)
+    top = max([1.0, *(s.interval.high for s in shares.values())])
+    separated = shares[pick].interval.low >= share * top and all(
+        shares[b].interval.high < share for b in pool if b < pick and b in shares)
+    equivalent = sorted({pick, best} | {
+        b for b, s in shares.items()
+        if s.share > 0 and _reach(s) * (_reach(s) / s.share) >= share})
+    return PairedDecision(pick, best, shares, equivalent, separated)
+
+
+def _reach(share: PairedShare) -> float:
+    """How high ``share`` could lie: the top of its interval where enough rounds give the
+    median an interval inside their range (:data:`INNER_RANK_ROUNDS`), its median where
+    fewer do (their interval is their whole range, which one stalled block stretches as far
+    as it likes: no pick may rest on that)."""
+    return share.interval.high if share.rounds >= INNER_RANK_ROUNDS else share.share

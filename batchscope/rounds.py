@@ -1,0 +1,276 @@
+"""Which batch sizes the decision rounds time, how long they may go on, and when they have
+said enough: the planning half of the rounds (records/rounds.py holds their records and
+paired statistics; profiler/supervisor.py runs them).
+
+The rounds serve three decisions, each read from within-round ratios so that a drift of the
+machine cancels:
+
+* **the pick** (:func:`decision_candidates`): the sizes whose sequential intervals reach
+  the rule's bar, their neighbours, and the sweep's first size (the speedup's baseline);
+  grown by a neighbour where the pick or the fastest lands on the set's edge
+  (:func:`widened_candidates`);
+* **the plateau stop** (:func:`plateau_verdict`): the recent sizes against the best before
+  them; a plateau only where even the top of their paired gain stays under the bar;
+* **the predicted stop**: the same sizes re-read (the supervisor asks the step-time
+  model again on the paired figures, :func:`paired_view`).
+
+Example:
+    >>> from batchscope.records import LatencyStats
+    >>> def ok(b, t):
+    ...     s = b / t
+    ...     return BatchResult(b, Status.OK, latency_s=LatencyStats(s, s, s, 9, median_low=s,
+    ...                        median_high=s), throughput_per_s=t)
+    >>> decision_candidates([ok(1, 10.0), ok(2, 19.0), ok(4, 30.0), ok(8, 33.0), ok(16, 34.0)])
+    [1, 2, 4, 8, 16]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from batchscope.records import BatchResult, Interval, Status
+from batchscope.records.noise import throughput_interval
+from batchscope.records.rounds import (
+    NEAR_BEST_SHARE,
+    PairedDecision,
+    RoundBlock,
+    fastest,
+    paired_shares,
+)
+
+# Seconds of timed steps in one block (at least one step, after its warm-up step): short,
+# so that a round's blocks sit seconds apart and the machine's drift over minutes moves
+# them alike. A fast step is timed in sub-blocks of about a millisecond inside it, as every
+# timing pass is (engine/timer.py), so the block's median is of many samples.
+BLOCK_S = 0.05
+# Rounds in each worker before the paired shares are judged: five give each worker a
+# median of its own, and two workers make ten paired samples, whose median's 95% interval
+# lies inside their range (from the 2nd to the 9th: stats.median_interval), so one stalled
+# block cannot stretch it. (With three a worker, one block stalled by a neighbour's burst
+# stretched a share's interval to 0.008-3.5.)
+MIN_ROUNDS_PER_WORKER = 5
+# Worker processes the rounds run in: the sweep's own, then a fresh one. A process's own
+# speed can differ from the next one's for its whole life (issue 31); two show it, and
+# every share's interval holds both workers' medians.
+WORKERS = 2
+# The most rounds the final decision runs, however unsettled.
+MAX_ROUNDS = 16
+# The rounds may take this share of the wall time the plan spent measuring, at least
+# ROUNDS_MIN_S and at most ROUNDS_MAX_S (a --budget may leave less): they replace the drift
+# control's fresh worker and second timings, which took about a third of a sweep.
+ROUNDS_SHARE = 0.35
+ROUNDS_MIN_S = 4.0
+ROUNDS_MAX_S = 120.0
+# At most this many sizes in a round, the sweep's first size included.
+MAX_CANDIDATES = 6
+# A size whose step is longer than this joins a round only where the decision needs it
+# (the fastest, the likely pick, its lower neighbour): one block of it costs more than
+# the rounds' whole share of a small sweep.
+COSTLY_STEP_S = 1.0
+# A plateau check runs at most this many rounds before the plan goes on without stopping
+# (the evidence could not tell a gain under the bar from one over it).
+PLATEAU_MAX_ROUNDS = 6
+
+
+def measured(results: Sequence[BatchResult]) -> list[BatchResult]:
+    """The measured results (status OK, timed), in the order they were measured."""
+    return [r for r in results if r.status == Status.OK and r.latency_s is not None
+            and r.throughput_per_s]
+
+
+def decision_candidates(results: Sequence[BatchResult], excluded: Collection[int] = (),
+                        share: float = NEAR_BEST_SHARE,
+                        max_sizes: int = MAX_CANDIDATES) -> list[int]:
+    """The sizes the final rounds time: every size whose sequential throughput interval
+    reaches ``share`` of the best median (the rule's bar: the pick is among them), one
+    measured neighbour on each side of them, and the first size measured (the speedup's
+    baseline and the drift's reference). Sizes over a user limit (``excluded``) are left
+    out; past ``max_sizes`` the sizes furthest above the best go first, then costly steps
+    (:data:`COSTLY_STEP_S`) not needed for the pick. [] with fewer than two sizes."""
+    ok = [r for r in measured(results) if r.batch_size not in excluded]
+    if len(ok) < 2:
+        return []
+    best = max(ok, key=lambda r: r.throughput_per_s or 0.0)
+    bar = share * (best.throughput_per_s or 0.0)
+    sizes = sorted(r.batch_size for r in ok)
+    reach = [r.batch_size for r in ok
+             if (iv := throughput_interval(r)) is not None and iv.high >= bar]
+    low, high = sizes.index(min(reach)), sizes.index(max(reach))
+    chosen = set(sizes[max(low - 1, 0):high + 2]) | {sizes[0], best.batch_size}
+    essential = {sizes[0], best.batch_size, min(reach), sizes[max(low - 1, 0)]}
+    step = {r.batch_size: r.latency_s.median for r in ok if r.latency_s is not None}
+    for b in sorted(chosen, reverse=True):  # the largest (costliest) go first
+        if len(chosen) <= max_sizes:
+            break
+        if b not in essential:
+            chosen.discard(b)
+    for b in sorted(chosen, reverse=True):
+        if b not in essential and step.get(b, 0.0) > COSTLY_STEP_S:
+            chosen.discard(b)
+    return sorted(chosen)
+
+
+def widened_candidates(candidates: Sequence[int], results: Sequence[BatchResult],
+                       decision: PairedDecision, excluded: Collection[int] = ()
+                       ) -> list[int]:
+    """``candidates`` with one more measured size where the decision sits on the set's
+    edge: the size just below the pick when the pick is the smallest candidate above the
+    first size (the rounds never saw whether a smaller size reaches the bar too), and the
+    size just above the fastest when it is the largest (one faster may lie beyond). The
+    same list when neither applies."""
+    sizes = sorted(r.batch_size for r in measured(results) if r.batch_size not in excluded)
+    out = set(candidates)
+    above_first = [c for c in candidates if c != sizes[0]] if sizes else []
+    if above_first and decision.batch_size == min(above_first):
+        below = [b for b in sizes if b < decision.batch_size and b not in out]
+        if below:
+            out.add(max(below))
+    if decision.best == max(candidates):
+        above = [b for b in sizes if b > decision.best and b not in out]
+        if above:
+            out.add(min(above))
+    return sorted(out)
+
+
+# A block's warm-up: one untimed step where the step is shorter than this (cheap, and the
+# first step at a shape after another ran up to 1.4x slower on the CNN sample); none for
+# longer steps once the worker has run the size with its inputs kept (the worker adds one
+# where it built them again).
+WARMUP_UNDER_S = 0.25
+# A block's median rests on at least this many samples where its step is short enough
+# (BLOCK_SAMPLES_WITHIN_S of them): on a 2-core machine with a neighbour, a parallel step
+# waits whole scheduler slices for a preempted thread (the MLP's 0.2 ms step at batch 1024
+# took 80 ms now and then), and a block of one such sample would be that stall alone.
+BLOCK_SAMPLES = 5
+BLOCK_SAMPLES_WITHIN_S = 0.25
+# What starting a fresh worker costs, reckoned before one has (spawn, import torch, build
+# the model: 1.4-2.2 s for the samples on a 2-core VM).
+WORKER_START_S = 2.0
+
+
+def block_samples(step_s: float) -> int:
+    """The fewest samples a block of a ``step_s`` step takes: :data:`BLOCK_SAMPLES`, fewer
+    where they would outlast :data:`BLOCK_SAMPLES_WITHIN_S` (at least one).
+
+    Example:
+        >>> block_samples(0.0002), block_samples(0.1), block_samples(1.3)
+        (5, 2, 1)
+    """
+    if step_s <= 0:
+        return BLOCK_SAMPLES
+    return max(1, min(BLOCK_SAMPLES, int(BLOCK_SAMPLES_WITHIN_S / step_s)))
+
+
+def round_cost_s(steps_s: Sequence[float], block_s: float = BLOCK_S) -> float:
+    """One round's seconds, reckoned from each size's step: its block and, for a short
+    step, its warm-up step."""
+    return sum(max(block_s, s * block_samples(s)) + (s if s < WARMUP_UNDER_S else 0.0)
+               for s in steps_s)
+
+
+def rounds_budget_s(results: Sequence[BatchResult], candidates: Sequence[int] = (),
+                    left_s: float | None = None) -> float:
+    """Seconds the final rounds may take: :data:`ROUNDS_SHARE` of the plan's measuring
+    time, at least what the least rounds of ``candidates`` cost
+    (:data:`MIN_ROUNDS_PER_WORKER` in each of :data:`WORKERS`, and a worker's start) and
+    :data:`ROUNDS_MIN_S`, at most :data:`ROUNDS_MAX_S`, and never more than ``left_s``
+    (what --budget leaves; None: no budget)."""
+    spent = sum(r.wall_s or 0.0 for r in results)
+    steps = {r.batch_size: r.latency_s.median for r in measured(results)
+             if r.latency_s is not None}
+    least = (WORKERS * MIN_ROUNDS_PER_WORKER * round_cost_s([steps[b] for b in candidates
+                                                             if b in steps])
+             + (WORKERS - 1) * WORKER_START_S)
+    budget = min(max(ROUNDS_SHARE * spent, least, ROUNDS_MIN_S), ROUNDS_MAX_S)
+    return budget if left_s is None else max(min(budget, left_s), 0.0)
+
+
+class Verdict(str, Enum):
+    """What paired rounds say of a proposed stop."""
+
+    CONFIRMED = "confirmed"  # the gain stays under the bar even at the top of its interval
+    REFUTED = "refuted"  # the gain passes the bar even at the bottom of its interval
+    UNDECIDED = "undecided"  # its interval holds the bar
+
+
+@dataclass(frozen=True)
+class PlateauEvidence:
+    """The paired gain of the recent sizes over the best before them.
+
+    Attributes:
+        verdict: what it says of the plateau stop.
+        best_before: the fastest of the earlier sizes by its paired median.
+        recent: the recent sizes judged.
+        gain: the largest paired median of a recent size over ``best_before``.
+        interval: that size's 95% interval (of its share of ``best_before``).
+        rounds: the rounds the figures rest on.
+    """
+
+    verdict: Verdict
+    best_before: int
+    recent: list[int]
+    gain: float
+    interval: Interval
+    rounds: int
+
+
+def plateau_verdict(blocks: Sequence[RoundBlock], before: Sequence[int],
+                    recent: Sequence[int], gain: float) -> PlateauEvidence | None:
+    """Whether the recent sizes' throughput, paired within rounds against the fastest of
+    the ``before`` sizes, gains less than ``gain`` (the plateau rule's 10%): confirmed where
+    every recent size's interval tops out under ``1 + gain``, refuted where one's interval
+    lies wholly over it, undecided otherwise. None where the rounds timed no earlier size
+    or no recent one.
+
+    Example:
+        >>> blocks = [RoundBlock(r, 0, i, b, b / t, 5) for r in range(4)
+        ...           for i, (b, t) in enumerate([(4, 100.0), (8, 101.0), (16, 99.0)])]
+        >>> plateau_verdict(blocks, [4], [8, 16], 0.10).verdict.value
+        'confirmed'
+    """
+    best = fastest(blocks, before)
+    timed = {b.batch_size for b in blocks}
+    judged = [b for b in recent if b in timed]
+    if best is None or not judged:
+        return None
+    shares = paired_shares([b for b in blocks if b.batch_size in {best, *judged}], best)
+    top = max((shares[b] for b in judged if b in shares), key=lambda s: s.share, default=None)
+    if top is None:
+        return None
+    bar = 1.0 + gain
+    if all(shares[b].interval.high < bar for b in judged if b in shares):
+        verdict = Verdict.CONFIRMED
+    elif any(shares[b].interval.low >= bar for b in judged if b in shares):
+        verdict = Verdict.REFUTED
+    else:
+        verdict = Verdict.UNDECIDED
+    return PlateauEvidence(verdict, best, list(judged), top.share, top.interval, top.rounds)
+
+
+def paired_view(results: Sequence[BatchResult], blocks: Sequence[RoundBlock],
+                units_per_row: float = 1.0) -> list[BatchResult]:
+    """``results`` with the rounds' paired figures in place of their sequential ones, for a
+    rule that reads throughputs and their intervals (the predicted stop): every size the
+    rounds timed gets the fastest one's throughput in the rounds (``units_per_row`` units a
+    row) times its paired share, and that share's interval; the others keep their own.
+    The fastest's interval is then a point: every comparison with it is paired."""
+    best = fastest(blocks)
+    if best is None:
+        return list(results)
+    latencies = [b.latency_s for b in blocks if b.batch_size == best and b.latency_s > 0]
+    level = units_per_row * best / statistics.median(latencies) if latencies else 0.0
+    shares = paired_shares(blocks, best)
+    out = []
+    for r in results:
+        s = shares.get(r.batch_size)
+        if s is None or r.status != Status.OK or level <= 0:
+            out.append(r)
+            continue
+        out.append(dataclasses.replace(
+            r, throughput_per_s=level * s.share,
+            throughput_interval_per_s=s.interval.scaled(level)))
+    return out
