@@ -568,7 +568,7 @@ def compare(
             "--run-drift",
             help="Run-to-run drift, in percent (one standard deviation of a run's throughput), "
             "assumed for a side given as a single report (repeated runs measure it; a report's "
-            "own drift control may raise it).",
+            "own measured drift may raise it).",
         ),
     ] = RUN_DRIFT * 100,
     markdown: Annotated[

@@ -30,8 +30,9 @@ PLATEAU_PATIENCE = 2
 # of the best's interval would never let a flat curve stop: two intervals of ±5% overlap.) A
 # recent size whose step pays page faults counts at what it would run without them (its top
 # at least that): the allocator slows it, not the batch, and the sweep's own re-timing tells
-# them apart later. During the sweep no control has run yet: the intervals carry
-# noise.DRIFT_FLOOR of drift.
+# them apart later. These are sequential timings, with noise.DRIFT_FLOOR of drift: what the
+# rule says is a proposal the sweep checks on paired rounds before it stops
+# (rounds.plateau_verdict; with --no-rounds it stands as it is).
 # Statuses after which larger batch sizes would fail the same way (or worse); a failed rank
 # also leaves its process group unusable.
 _STOP_GOING_UP = {Status.OOM, Status.KILLED, Status.TIMEOUT, Status.SKIPPED, Status.RANK_FAILED}

@@ -6,7 +6,7 @@ The rounds serve three decisions, each read from within-round ratios so that a d
 machine cancels:
 
 * **the pick** (:func:`decision_candidates`): the sizes whose sequential intervals reach
-  the rule's bar, their neighbours, and the sweep's first size (the speedup's baseline);
+  the rule's bar and the sweep's first size (the speedup's baseline);
   grown by a neighbour where the pick or the fastest lands on the set's edge
   (:func:`widened_candidates`);
 * **the plateau stop** (:func:`plateau_verdict`): the recent sizes against the best before
@@ -21,7 +21,7 @@ Example:
     ...     return BatchResult(b, Status.OK, latency_s=LatencyStats(s, s, s, 9, median_low=s,
     ...                        median_high=s), throughput_per_s=t)
     >>> decision_candidates([ok(1, 10.0), ok(2, 19.0), ok(4, 30.0), ok(8, 33.0), ok(16, 34.0)])
-    [1, 2, 4, 8, 16]
+    [1, 4, 8, 16]
 """
 
 from __future__ import annotations
@@ -71,9 +71,13 @@ MAX_CANDIDATES = 6
 # (the fastest, the likely pick, its lower neighbour): one block of it costs more than
 # the rounds' whole share of a small sweep.
 COSTLY_STEP_S = 1.0
-# A plateau check runs at most this many rounds before the plan goes on without stopping
-# (the evidence could not tell a gain under the bar from one over it).
-PLATEAU_MAX_ROUNDS = 6
+# A check of a proposed stop (the plateau's, the predicted one) runs at least this many
+# rounds in the sweep's worker, and at most CHECK_MAX_ROUNDS before the plan goes on
+# without stopping (the evidence could not tell a gain under the bar from one over it).
+# Three suffice for a clear case: with fewer than nine the interval is the samples' whole
+# range, so every one of them must lie on the same side of the bar.
+CHECK_MIN_ROUNDS = 3
+CHECK_MAX_ROUNDS = 6
 
 
 def measured(results: Sequence[BatchResult]) -> list[BatchResult]:
@@ -86,11 +90,13 @@ def decision_candidates(results: Sequence[BatchResult], excluded: Collection[int
                         share: float = NEAR_BEST_SHARE,
                         max_sizes: int = MAX_CANDIDATES) -> list[int]:
     """The sizes the final rounds time: every size whose sequential throughput interval
-    reaches ``share`` of the best median (the rule's bar: the pick is among them), one
-    measured neighbour on each side of them, and the first size measured (the speedup's
-    baseline and the drift's reference). Sizes over a user limit (``excluded``) are left
-    out; past ``max_sizes`` the sizes furthest above the best go first, then costly steps
-    (:data:`COSTLY_STEP_S`) not needed for the pick. [] with fewer than two sizes."""
+    reaches ``share`` of the best median (the rule's bar: the pick is among them) and the
+    first size measured (the speedup's baseline and the drift's reference). A neighbour
+    joins where the rounds put the pick or the fastest on the set's edge
+    (:func:`widened_candidates`), not before: a round costs every size's step. Sizes over a
+    user limit (``excluded``) are left out; past ``max_sizes`` the largest go first, and a
+    costly step (:data:`COSTLY_STEP_S`) only where the pick needs it (the fastest, the
+    smallest reaching the bar). [] with fewer than two sizes."""
     ok = [r for r in measured(results) if r.batch_size not in excluded]
     if len(ok) < 2:
         return []
@@ -99,9 +105,8 @@ def decision_candidates(results: Sequence[BatchResult], excluded: Collection[int
     sizes = sorted(r.batch_size for r in ok)
     reach = [r.batch_size for r in ok
              if (iv := throughput_interval(r)) is not None and iv.high >= bar]
-    low, high = sizes.index(min(reach)), sizes.index(max(reach))
-    chosen = set(sizes[max(low - 1, 0):high + 2]) | {sizes[0], best.batch_size}
-    essential = {sizes[0], best.batch_size, min(reach), sizes[max(low - 1, 0)]}
+    chosen = set(reach) | {sizes[0], best.batch_size}
+    essential = {sizes[0], best.batch_size, min(reach)}
     step = {r.batch_size: r.latency_s.median for r in ok if r.latency_s is not None}
     for b in sorted(chosen, reverse=True):  # the largest (costliest) go first
         if len(chosen) <= max_sizes:

@@ -17,12 +17,14 @@ count. Prints a Markdown row per sample and the ratios.
 
     python benchmarks/time_to_recommendation.py samples/cnn.py
     python benchmarks/time_to_recommendation.py --before-src /tmp/bs-before samples/mlp.py
+    python benchmarks/time_to_recommendation.py --alternate 3 samples/cnn.py samples/llm_decode.py
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -108,6 +110,44 @@ def measure(sample: str, args: argparse.Namespace) -> tuple[list[str], list[str]
     return row, prow
 
 
+def alternating(sample: str, repeats: int, before_src: str | None) -> list[str]:
+    """``repeats`` rounds of batchscope's whole run and the plain profiled sweep of the grid
+    it measured (and the older tree's run, with ``before_src``), one after another in a
+    rotating order, so that the machine's drift falls on all of them alike; each round's
+    ratio batchscope / plain (and before / plain), their median and range."""
+    name = Path(sample).name
+    ratios: list[float] = []
+    before: list[float] = []
+    grids: list[str] = []
+    walls: list[str] = []
+    for i in range(repeats):
+        order = ["new", "plain"] + (["before"] if before_src else [])
+        order = order[i % len(order):] + order[:i % len(order)]
+        got: dict[str, float] = {}
+        grid: list[int] = []
+        # the plain sweep times batchscope's own grid: batchscope runs first in each round
+        for who in ["new", *[w for w in order if w != "new"]]:
+            with OtherLoad() as load:
+                if who == "new":
+                    got[who], grid, _ = batchscope_run(sample)
+                elif who == "before":
+                    got[who], _, _ = batchscope_run(sample, before_src)
+                else:
+                    got[who], _ = plain_run(sample, grid)
+            print(f"{name} round {i}: {who} {got[who]:.1f} s (other processes' CPU "
+                  f"{load.note()})", file=sys.stderr, flush=True)
+        ratios.append(got["new"] / got["plain"])
+        if before_src:
+            before.append(got["before"] / got["plain"])
+        grids.append(f"{grid[0]}–{grid[-1]}")
+        walls.append(f"{got['new']:.0f}/{got['plain']:.0f}")
+    row = [name, " ".join(grids), " ".join(walls), " ".join(f"{r:.2f}" for r in ratios),
+           f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"]
+    if before_src:
+        row.append(f"{statistics.median(before):.2f} ({min(before):.2f}–{max(before):.2f})")
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=SAMPLES)
@@ -116,7 +156,18 @@ def main() -> None:
     parser.add_argument("--throughput-rounds", type=int, default=2)
     parser.add_argument("--before-src", default=None,
                         help="also time an older batchscope tree (its PYTHONPATH), same run")
+    parser.add_argument("--alternate", type=int, default=0,
+                        help="N rounds of batchscope against the plain sweep of its grid "
+                        "(and --before-src's tree), alternating; no Lightning, no re-timing")
     args = parser.parse_args()
+    if args.alternate:
+        header = ["sample", "grids", "batchscope / plain wall (s)", "ratio per round",
+                  "batchscope / plain, median (range)"]
+        if args.before_src:
+            header.append("before / plain, median (range)")
+        print(table(header, [alternating(s, args.alternate, args.before_src)
+                             for s in args.models]))
+        return
     rows, pick_rows = [], []
     for sample in args.models:
         row, prow = measure(sample, args)

@@ -8,15 +8,12 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass, field
 
 import pytest
 
 from batchscope.classifiers.recommend import recommend
 from batchscope.plan import PLATEAU_GAIN, Limits, plateaued
-from batchscope.profiler.protocol import MeasureBatch
 from batchscope.profiler.rounds_run import RoundsRun, rounds_drift
-from batchscope.profiler.timing import latency_stats
 from batchscope.records import BatchResult, LatencyStats, Status
 from batchscope.records.rounds import (
     INNER_RANK_ROUNDS,
@@ -39,7 +36,16 @@ from batchscope.rounds import (
     rounds_budget_s,
     widened_candidates,
 )
-from tests.tools.machine import DECODE, FLAT_CNN, MLP, Machine, rounds, sweep, sweep_and_rounds
+from tests.tools.machine import (
+    DECODE,
+    FLAT_CNN,
+    MLP,
+    FakeHost,
+    Machine,
+    rounds,
+    sweep,
+    sweep_and_rounds,
+)
 
 
 def _blocks(throughputs: dict[int, list[float]], worker_of: int = 0) -> list[RoundBlock]:
@@ -162,8 +168,8 @@ def test_identical_runs_on_a_drifting_machine_pick_inside_each_others_sets(curve
         rng = random.Random(seed)
         level, trend = rng.uniform(0.85, 1.15), rng.uniform(-0.3, 0.3)
         machine = Machine(rng, curve, speed=lambda t, lv=level, tr=trend: lv * (1 + tr * t / 200))
-        results, blocks = sweep_and_rounds(machine, rng)
-        choice = recommend(results, Limits(), rounds=_rounds_record(blocks))
+        results, record = sweep_and_rounds(machine, rng)
+        choice = recommend(results, Limits(), rounds=record)
         assert choice is not None
         runs.append(choice)
     for a, b in itertools.permutations(runs, 2):
@@ -178,18 +184,22 @@ def _ok(b: int, t: float, step_s: float | None = None) -> BatchResult:
                        throughput_per_s=t, wall_s=2.0)
 
 
-def test_candidates_are_the_sizes_near_the_bar_their_neighbours_and_the_first():
+def test_candidates_are_the_sizes_near_the_bar_and_the_first():
     results = [_ok(b, t) for b, t in {1: 1000.0, 2: 1900.0, 4: 3000.0, 8: 3300.0,
                                       16: 3400.0, 32: 2000.0}.items()]
-    # 4, 8 and 16 reach 90% of 3400 at the top of their interval; 2 and 32 are neighbours.
-    assert decision_candidates(results) == [1, 2, 4, 8, 16, 32]
-    assert decision_candidates(results, excluded={32, 16}) == [1, 2, 4, 8]
+    # 4, 8 and 16 reach 90% of 3400 at the top of their interval; 1 is the first.
+    assert decision_candidates(results) == [1, 4, 8, 16]
+    # Over a limit: the best is then 8, and 4 still reaches 90% of its 3300.
+    assert decision_candidates(results, excluded={32, 16}) == [1, 4, 8]
     assert decision_candidates(results[:1]) == []
 
 
-def test_a_costly_neighbour_is_left_out_but_never_the_best():
-    results = [_ok(1, 10.0), _ok(2, 19.0), _ok(4, 34.0, step_s=0.5), _ok(8, 20.0, step_s=3.0)]
-    assert 8 not in decision_candidates(results)  # a 3 s step the decision does not need
+def test_a_costly_size_is_left_out_but_never_the_best_nor_the_likely_pick():
+    results = [_ok(1, 10.0), _ok(2, 31.5), _ok(4, 34.0, step_s=0.5),
+               _ok(8, 32.0, step_s=3.0)]
+    # 8 reaches the bar, but a 3 s step the decision does not need: out. 2, the smallest
+    # reaching it, and 4, the best, stay.
+    assert decision_candidates(results) == [1, 2, 4]
     slow_best = [_ok(1, 10.0), _ok(2, 19.0), _ok(4, 34.0, step_s=3.0)]
     assert 4 in decision_candidates(slow_best)
 
@@ -249,34 +259,6 @@ def test_the_paired_view_gives_the_rounds_figures_to_a_rule_that_reads_intervals
 
 
 # -- the rounds, run against a host that plays the worker --------------------------------------
-@dataclass
-class FakeHost:
-    """A worker on a simulated machine: each block's latency from ``machine`` at the fake
-    clock, which every block moves on; ``fail`` sizes die; fresh workers get new serials."""
-
-    machine: Machine
-    worker_serial: int = 1
-    clock_s: float = 0.0
-    fail: set[int] = field(default_factory=set)
-    requests: list[MeasureBatch] = field(default_factory=list)
-    fresh: int = 0
-
-    def request_block(self, request: MeasureBatch) -> BatchResult:
-        self.requests.append(request)
-        self.clock_s += 0.2
-        b = request.batch_size
-        if b in self.fail:
-            return BatchResult(b, Status.OOM, error="out of memory")
-        step = self.machine.latency_s(b, self.clock_s, self.worker_serial)
-        return BatchResult(b, Status.OK, latency_s=latency_stats([step] * 5),
-                           throughput_per_s=b / step)
-
-    def fresh_worker(self) -> bool:
-        self.fresh += 1
-        self.worker_serial += 1
-        return True
-
-
 def test_the_final_rounds_run_in_two_workers_until_the_pick_stands_clear():
     rng = random.Random(1)
     machine = Machine(rng, MLP, block_sigma=0.01)
@@ -334,3 +316,20 @@ def test_a_spent_budget_ends_the_rounds_and_says_so():
     record = RoundsRun(FakeHost(machine), seed=1).decide(results, set(), deadline=0.0)
     assert record is not None and record.stopped_by == RoundsStop.BUDGET
     assert record.rounds == 1  # one round always runs: the rounds' record is never empty
+
+
+def test_without_a_fresh_worker_the_rounds_stay_in_the_sweeps_own():
+    # A data-parallel sweep over several nodes cannot launch its ranks again: one worker.
+    rng = random.Random(1)
+    machine = Machine(rng, MLP, block_sigma=0.01)
+    results = sweep(machine, sorted(MLP))
+
+    class OneWorker(FakeHost):
+        def fresh_worker(self) -> bool:
+            self.fresh += 1
+            return False
+
+    host = OneWorker(machine)
+    record = RoundsRun(host, seed=3).decide(results, set(), deadline=None)
+    assert record is not None and record.workers == 1 and host.fresh == 1
+    assert record.rounds >= MIN_ROUNDS_PER_WORKER

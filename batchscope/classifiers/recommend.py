@@ -166,7 +166,7 @@ def _paired_speedup(decision: PairedDecision, smallest: int) -> tuple[float, Int
 def _curve(allowed: list[BatchResult], points: dict[int, Figure],
            passing_over: bool = True) -> ThroughputCurve | None:
     """The throughput curve fitted through every allowed size at its figure's throughput
-    (the faster timing where the control timed it again), with the sizes the rule passes
+    with the sizes the rule passes
     over (throughput_curve.passed_over); None with fewer than four sizes or without a step
     time to put units per row on it.
 

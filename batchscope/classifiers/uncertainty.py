@@ -3,14 +3,16 @@
 A timing pass gives the median step with a 95% interval from its own samples
 (``LatencyStats.median_low``/``median_high``, stats.median_interval). That is the noise
 *inside* one pass; a shared VM also drifts 10-30% over minutes, which no single pass sees.
-The sweep's control (``run.drift``: its reference batch size timed again once every other
-size was measured) measures that drift, and every interval of the run is widened by it,
+The sweep's decision rounds (``run.drift``: each size they timed, its plan timing against
+its rounds' timing) measure that drift, and every interval of the run is widened by it,
 never by less than :data:`DRIFT_FLOOR`: a latency interval is
 ``[median_low / (1 + a), median_high * (1 + a)]`` for the allowance ``a``, and a throughput's
 its reciprocal.
 
-Decisions between batch sizes read these intervals (module :mod:`recommend`, the plan's
-plateau stop, the predicted stop): a batch size is *equivalent* to the pick's rule when its
+Where no decision rounds ran (``watch``, ``--no-rounds``), the decisions between batch sizes
+read these intervals (module :mod:`recommend`, the plan's plateau stop, the predicted stop;
+a sweep's decisions read its rounds' paired shares, records/rounds.py): a batch size is
+*equivalent* to the pick's rule when its
 interval reaches the rule's bar from the bottom of the best's interval; the pick is the
 smallest whose interval reaches the bar from the best's median. The pick's bar is the
 stricter of the two, so a pick sits inside another run's set unless the run moved more than
@@ -43,7 +45,7 @@ Figure = tuple[float, Interval]
 
 
 def drift_allowance(drift: DriftControl | None) -> float:
-    """The relative drift every interval of a run is widened by: the control's, at least
+    """The relative drift every interval of a run is widened by: the measured one, at least
     :data:`DRIFT_FLOOR`."""
     return max(drift.drift, DRIFT_FLOOR) if drift is not None else DRIFT_FLOOR
 
@@ -51,7 +53,8 @@ def drift_allowance(drift: DriftControl | None) -> float:
 def with_intervals(result: BatchResult, allowance: float,
                    control: ControlTiming | None = None) -> BatchResult:
     """A copy of ``result`` with its latency and throughput intervals (a measured one);
-    ``control``: its second timing by the sweep's control, whose interval it spans."""
+    ``control``: its second timing (the rounds', or watch's repeat), whose interval it
+    spans."""
     if result.latency_s is None or not result.throughput_per_s:
         return result
     latency = latency_interval(result.latency_s, allowance, control)

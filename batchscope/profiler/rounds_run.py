@@ -110,10 +110,10 @@ class RoundsRun:
                 step_s = steps_s.get(b, 0.0)
                 warmup = 1 if step_s < WARMUP_UNDER_S else 0
                 at = time.monotonic() - self.started_at
-                worker = self.host.worker_serial
                 result = self.host.request_block(MeasureBatch(
                     b, first_step=False, op_breakdown=False, block_s=self.block_s,
                     warmup_steps=warmup, block_samples=block_samples(step_s)))
+                worker = self.host.worker_serial  # the one that answered (maybe just started)
                 if result.status != Status.OK or result.latency_s is None:
                     self.failed.add(b)
                     ok = False
@@ -175,39 +175,38 @@ class RoundsRun:
         # they take longer than reckoned), past it they go on only within it; --budget's
         # deadline is hard (one round at least, so the record is never empty).
         until = started + rounds_budget_s(results, candidates, left)
-        workers = [self.host.worker_serial]
-        final_rounds = 0
+        final_rounds = 0  # rounds run here, bounded by MAX_ROUNDS
+        fresh_started = 0  # fresh workers started here, at most self.workers - 1
         stop = RoundsStop.MAX_ROUNDS
         while True:
             if final_rounds >= MAX_ROUNDS:
                 stop = RoundsStop.MAX_ROUNDS
                 break
             now = time.monotonic()
-            least = (len(workers) >= self.workers and self.rounds_in(
-                self.host.worker_serial, candidates) >= MIN_ROUNDS_PER_WORKER)
+            current = self.host.worker_serial
+            here = self.rounds_in(current, candidates) >= MIN_ROUNDS_PER_WORKER
+            more_workers = fresh_started < self.workers - 1
             if final_rounds > 0 and ((deadline is not None and now >= deadline)
-                                     or (least and now >= until)):
+                                     or (here and not more_workers and now >= until)):
                 stop = RoundsStop.BUDGET
                 break
-            worker = self.host.worker_serial
-            if self.rounds_in(worker, candidates) < MIN_ROUNDS_PER_WORKER:
-                if not self._final_round(candidates, steps_s):
+            if not here:  # this worker's least rounds
+                if not self.round(candidates, steps_s):
                     stop = RoundsStop.FAILED
                     if len(set(candidates) - self.failed) < 2:
                         break
                 final_rounds += 1
                 continue
-            if len(workers) < self.workers:
+            if more_workers:  # then the same in a fresh worker
+                fresh_started += 1
                 try:
-                    started_fresh = time.monotonic()
+                    began = time.monotonic()
                     fresh = self.host.fresh_worker()
-                    self.spent_s += time.monotonic() - started_fresh
+                    self.spent_s += time.monotonic() - began
                 except ModelFileError:  # a fresh worker refused: the rounds so far stand
                     fresh = False
                 if not fresh:
-                    self.workers = len(workers)
-                    continue
-                workers.append(self.host.worker_serial)
+                    self.workers = fresh_started
                 continue
             allowed = [b for b in candidates if b not in excluded and b not in self.failed]
             decision = paired_decision(self.blocks, allowed)
@@ -222,15 +221,12 @@ class RoundsRun:
             if decision.separated:
                 stop = RoundsStop.SEPARATED
                 break
-            if not self._final_round(candidates, steps_s):
+            if not self.round(candidates, steps_s):
                 stop = RoundsStop.FAILED
                 if len(set(candidates) - self.failed) < 2:
                     break
             final_rounds += 1
         return self.record(candidates, excluded, stop, time.monotonic() - started)
-
-    def _final_round(self, candidates: list[int], steps_s: dict[int, float]) -> bool:
-        return self.round(candidates, steps_s)
 
     def record(self, candidates: list[int], excluded: set[int], stop: RoundsStop,
                wall_s: float) -> DecisionRounds:

@@ -90,8 +90,8 @@ from batchscope.records.report import AllocatorSetBy, Mode
 from batchscope.records.rounds import DecisionRounds, RoundBlock, RoundsStop
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 from batchscope.rounds import (
-    MIN_ROUNDS_PER_WORKER,
-    PLATEAU_MAX_ROUNDS,
+    CHECK_MAX_ROUNDS,
+    CHECK_MIN_ROUNDS,
     ROUNDS_MIN_S,
     WORKERS,
     Verdict,
@@ -719,8 +719,8 @@ class Sweep:
             found = plateau_verdict(blocks, [best], recent, PLATEAU_GAIN)
             return found is not None and found.verdict != Verdict.UNDECIDED
 
-        self.rounds_run.check(sizes, steps, settled, MIN_ROUNDS_PER_WORKER,
-                              PLATEAU_MAX_ROUNDS, self.deadline)
+        self.rounds_run.check(sizes, steps, settled, CHECK_MIN_ROUNDS, CHECK_MAX_ROUNDS,
+                              self.deadline)
         evidence = plateau_verdict(self.rounds_run.blocks, [best], recent, PLATEAU_GAIN)
         if evidence is None or evidence.verdict == Verdict.CONFIRMED:
             return False
@@ -745,8 +745,8 @@ class Sweep:
             return stop
         steps = {r.batch_size: r.latency_s.median for r in measured(results)
                  if r.latency_s is not None}
-        self.rounds_run.check(sizes, steps, lambda _: True, MIN_ROUNDS_PER_WORKER,
-                              MIN_ROUNDS_PER_WORKER, self.deadline)
+        self.rounds_run.check(sizes, steps, lambda _: True, CHECK_MIN_ROUNDS, CHECK_MIN_ROUNDS,
+                              self.deadline)
         blocks = [b for b in self.rounds_run.blocks if b.batch_size in sizes]
         units = self.model.units_per_row
         again = policy.decide(paired_view(results, blocks, units), remaining, ceilings,

@@ -102,8 +102,10 @@ DTYPES = {
 }
 # A decision round's inputs stay built between its blocks while all kept together take at
 # most this share of the memory free when the first was kept; larger ones are built again
-# for each block (a decode batch of 1024 holds ~10 GB of KV cache).
-KEEP_INPUTS_SHARE = 0.25
+# for each block, with a warm-up step to map them (a decode batch of 1024 holds ~10 GB of
+# KV cache). Half: the decode sample's batches 128-512 (8.4 GB of KV) stay built on a
+# 24 GB host, and what the steps allocate has the other half.
+KEEP_INPUTS_SHARE = 0.5
 # What the worker sends its replies with (the pipe's send; a rank's link to the parent).
 Send = Callable[[Reply], None]
 Step = Callable[[], Any]

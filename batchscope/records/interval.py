@@ -1,4 +1,4 @@
-"""A figure's 95% interval, and the sweep's own drift control: the records every decision
+"""A figure's 95% interval, and a run's second timings (the drift): the records every decision
 made under noise reads (classifiers/uncertainty.py fills them; the reports show them).
 
 Example:
@@ -75,7 +75,8 @@ class Interval:
 
 @dataclass(frozen=True)
 class ControlTiming:
-    """One batch size timed a second time by the sweep's control: its median step at the
+    """One batch size timed a second time (by the sweep's decision rounds, or ``watch``'s
+    repeat of its timed steps; the ``--amp`` check without autocast): its median step at the
     first timing and at the second, and the second's own 95% interval of the median; on
     data-parallel ranks, the communication share of each timing too (the median of the
     timed steps' exposed all-reduce / step ratios, records/noise.communication_shares)."""
@@ -139,7 +140,8 @@ class ControlTiming:
 
 @dataclass(frozen=True)
 class DriftControl:
-    """report.json ``run.drift``: the sweep's control, once every other size was measured.
+    """report.json ``run.drift``: a run's second timings (the sweep's decision rounds, or
+    ``watch``'s repeat), once every size was measured.
     Its reference batch size (the first measured) is timed again, and so are the fastest
     sizes, the ones the pick is made among (``timings``, the reference first). ``drift``
     is the median of their changes: how far the machine's speed moved over the

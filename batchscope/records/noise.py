@@ -3,7 +3,7 @@
 A timing pass gives its median step with a distribution-free 95% interval from its own
 samples (``LatencyStats.median_low``/``median_high``). A shared machine also drifts between
 timing passes, which one pass cannot see: the interval is widened by an *allowance* for it,
-the drift the sweep's own control measured (``run.drift``), never below :data:`DRIFT_FLOOR`
+the drift the run measured of itself (``run.drift``), never below :data:`DRIFT_FLOOR`
 (classifiers/uncertainty.py). Here because the plan's stop rules, below the classifiers,
 read these intervals too.
 """
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, LatencyStats
 
-# The least drift every interval allows for, whatever the control measured: the control is
-# one pair of timings, and a 2-core VM's speed moves ±5% from one second to the next
-# (docs/benchmarks.md table 1). Also the whole allowance where no control ran (watch, a
-# trace, and the decisions made during the sweep, before its control).
+# The least drift every interval allows for, whatever was measured: a 2-core VM's speed
+# moves ±5% from one second to the next (docs/benchmarks.md table 1). Also the whole
+# allowance where nothing was timed twice (a trace, --no-rounds, and the sequential
+# figures read during the sweep, before its rounds).
 DRIFT_FLOOR = 0.05
 
 # The smallest exposed all-reduce time the DDP hook's stamps resolve: two host-clock reads

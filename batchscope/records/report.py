@@ -223,8 +223,8 @@ class RunInfo:
     # steps against the same steps timed again at its end: how far the timings moved; it
     # widens every interval of the run. None: no rounds (or repeat) ran.
     drift: DriftControl | None = None
-    # The relative drift every interval was widened by: the control's, never below
-    # classifiers.uncertainty.DRIFT_FLOOR (the floor alone where no control ran).
+    # The relative drift every interval was widened by: ``drift``'s, never below
+    # classifiers.uncertainty.DRIFT_FLOOR (the floor alone where nothing was timed twice).
     drift_allowance: float | None = None
     # The decision rounds (records/rounds.py): every block, and each size's paired share of
     # the fastest. None: not a sweep, --no-rounds, or fewer than two sizes measured.

@@ -268,7 +268,9 @@ class PairedDecision:
         shares: every allowed size's share of ``best``.
         equivalent: the sizes another run could pick: each one's interval, stretched by its
             own upper half once more (where a run whose median landed at this run's top
-            would put it), reaches the bar. It holds the pick and the best.
+            would put it), reaches the bar (its whole range where fewer than
+            :data:`INNER_RANK_ROUNDS` rounds timed it: generous, as an equivalent set should
+            be). It holds the pick and the best.
         separated: the pick stands clear of the noise: its interval's low end reaches the
             bar even if the fastest were as fast as any size's interval allows, and every
             smaller size's interval stays under the bar.
@@ -306,7 +308,7 @@ def paired_decision(blocks: Sequence[RoundBlock], allowed: Iterable[int],
         shares[b].interval.high < share for b in pool if b < pick and b in shares)
     equivalent = sorted({pick, best} | {
         b for b, s in shares.items()
-        if s.share > 0 and _reach(s) * (_reach(s) / s.share) >= share})
+        if s.share > 0 and s.interval.high * (s.interval.high / s.share) >= share})
     return PairedDecision(pick, best, shares, equivalent, separated)
 
 

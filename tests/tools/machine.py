@@ -10,10 +10,11 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from batchscope.profiler.protocol import MeasureBatch
+from batchscope.profiler.rounds_run import RoundsRun
 from batchscope.profiler.timing import latency_stats
 from batchscope.records import BatchResult, Status
-from batchscope.records.rounds import RoundBlock
-from batchscope.rounds import decision_candidates
+from batchscope.records.rounds import DecisionRounds, RoundBlock
 
 # Throughput curves (units/s by batch size) of the three shapes the issues name.
 DECODE = {1: 26.0, 2: 51.0, 4: 99.0, 8: 185.0, 16: 310.0, 32: 420.0, 64: 470.0, 128: 480.0,
@@ -83,13 +84,43 @@ def rounds(machine: Machine, sizes: Sequence[int], rng: random.Random, *, start_
     return out
 
 
-def sweep_and_rounds(machine: Machine, rng: random.Random, per_worker: int = 5
-                     ) -> tuple[list[BatchResult], list[RoundBlock]]:
-    """A whole run: the plan over every size of the curve, then the rounds of the
-    candidates the real rule chooses from it."""
+@dataclass
+class FakeHost:
+    """A worker on a simulated machine, for :class:`~batchscope.profiler.rounds_run.RoundsRun`:
+    each block's latency from ``machine`` at the fake clock, which every block moves on;
+    ``fail`` sizes die; a fresh worker gets a new serial (and its own process speed)."""
+
+    machine: Machine
+    worker_serial: int = 1
+    clock_s: float = 0.0
+    fail: set[int] = field(default_factory=set)
+    requests: list[MeasureBatch] = field(default_factory=list)
+    fresh: int = 0
+
+    def request_block(self, request: MeasureBatch) -> BatchResult:
+        self.requests.append(request)
+        self.clock_s += 0.2
+        b = request.batch_size
+        if b in self.fail:
+            return BatchResult(b, Status.OOM, error="out of memory")
+        step = self.machine.latency_s(b, self.clock_s, self.worker_serial)
+        return BatchResult(b, Status.OK, latency_s=latency_stats([step] * 5),
+                           throughput_per_s=b / step)
+
+    def fresh_worker(self) -> bool:
+        self.fresh += 1
+        self.worker_serial += 1
+        return True
+
+
+def sweep_and_rounds(machine: Machine, rng: random.Random) -> tuple[list[BatchResult],
+                                                                      DecisionRounds]:
+    """A whole run: the plan over every size of the curve, then the real decision rounds
+    (:class:`~batchscope.profiler.rounds_run.RoundsRun`: its candidates, its widening, its
+    stop) against a host that plays the worker on ``machine``."""
     sizes = sorted(machine.curve)
     results = sweep(machine, sizes)
-    candidates = decision_candidates(results)
-    blocks = rounds(machine, candidates, rng, start_s=len(sizes) * 10.0,
-                    per_worker=per_worker)
-    return results, blocks
+    host = FakeHost(machine, clock_s=len(sizes) * 10.0)
+    record = RoundsRun(host, seed=rng.randrange(2**31)).decide(results, set(), deadline=None)
+    assert record is not None
+    return results, record
