@@ -34,6 +34,7 @@ from batchscope.records import (
 from batchscope.records.counters import NcuNote, NcuNoteKind
 from batchscope.records.evidence import Evidence, EvidenceKind, EvidenceReason, Grade
 from batchscope.records.flags import TraceGap, Value
+from batchscope.records.interval import MEANINGFUL_SPAN
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.serving import Policy, WhatIf
 from batchscope.reports import fmt
@@ -634,7 +635,8 @@ def _evidence_reason(r: EvidenceReason) -> str:
     """One reason in words, with its figure."""
     value = r.value if r.value is not None else 0.0
     if r.kind == EvidenceKind.DRIFT:
-        return f"the machine's speed drifted {fmt.pct(value)} while it measured"
+        moved = "more than tenfold" if value + 1 > MEANINGFUL_SPAN else fmt.pct(value)
+        return f"the machine's speed drifted {moved} while it measured"
     if r.kind == EvidenceKind.OTHER_CPU:
         return f"other processes took {fmt.pct(value)} of the CPU"
     if r.kind == EvidenceKind.UNCOUNTED:

@@ -186,8 +186,8 @@ def _scaled(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-# What a figure whose interval is too wide to mean anything shows instead of numbers
-# (records/interval.MEANINGFUL_SPAN).
+# What an interval too wide to mean anything shows instead of its numbers, after its figure
+# (records/interval.MEANINGFUL_SPAN): "50% (not measurable here)", never "50% (0-19926639%)".
 NOT_MEASURABLE = "not measurable here"
 
 
@@ -199,11 +199,11 @@ def _usable(interval: Interval | None) -> bool:
 
 def _parts(figure: str, interval: Interval | None, scale: float, suffix: str) -> Band:
     """``figure`` and the interval's ends divided by ``scale``, each followed by ``suffix``;
-    :data:`NOT_MEASURABLE` alone where the interval is too wide to mean anything."""
+    :data:`NOT_MEASURABLE` for the interval where it is too wide to mean anything."""
     if interval is None or not _usable(interval):
         return Band(figure)
     if not interval.meaningful():
-        return Band(NOT_MEASURABLE)
+        return Band(figure, NOT_MEASURABLE)
     low = _scaled(interval.low / scale)
     return Band(figure, f"{low}–{_scaled(interval.high / scale)}{suffix}")
 
@@ -267,7 +267,7 @@ def ratio_parts(value: float | None, interval: Interval | None) -> Band:
     if interval is None or not _usable(interval):
         return Band(ratio(value))
     if not interval.meaningful():
-        return Band(NOT_MEASURABLE)
+        return Band(ratio(value), NOT_MEASURABLE)
     low = ratio(interval.low).removesuffix("×")
     return Band(ratio(value), f"{low}–{ratio(interval.high)}")
 
@@ -289,7 +289,7 @@ def pct_parts(value: float | None, interval: Interval | None) -> Band:
     if interval is None or not _usable(interval):
         return Band(pct(value))
     if not interval.meaningful():
-        return Band(NOT_MEASURABLE)
+        return Band(pct(value), NOT_MEASURABLE)
     return Band(pct(value), f"{interval.low * 100:.0f}–{pct(interval.high)}")
 
 

@@ -37,6 +37,7 @@ from batchscope.records import (
     TimeBasis,
     TimeShare,
 )
+from batchscope.records.interval import MEANINGFUL_SPAN
 from batchscope.records.noise import DRIFT_FLOOR, STAMP_RESOLUTION_S
 from batchscope.records.report import (
     AllocatorCheck,
@@ -636,20 +637,20 @@ def drift_text(report: Report) -> str:
                 f"{rounds.workers} worker process{'es' if rounds.workers != 1 else ''}: batch "
                 f"{ref.batch_size} timed {fmt.seconds(ref.first_latency_s)} in the sweep and "
                 f"{fmt.seconds(ref.control_latency_s)} in the rounds "
-                f"({fmt.pct(ref.change)})")
+                f"({_change(ref)})")
     elif report.run.source == Source.WATCH:
         text = (f"The timed steps were timed again at the end: "
                 f"{fmt.seconds(ref.first_latency_s)} at first and "
                 f"{fmt.seconds(ref.control_latency_s)} {drift.seconds_apart:,.0f} s later "
-                f"({fmt.pct(ref.change)})")
+                f"({_change(ref)})")
     else:
         text = (f"{_batches([t.batch_size for t in timings]).capitalize()} "
                 f"{'were' if others else 'was'} timed again: batch {ref.batch_size} timed "
                 f"{fmt.seconds(ref.first_latency_s)} at first and "
                 f"{fmt.seconds(ref.control_latency_s)} {drift.seconds_apart:,.0f} s later "
-                f"({fmt.pct(ref.change)})")
+                f"({_change(ref)})")
     text += "".join(f", batch {t.batch_size} {fmt.seconds(t.first_latency_s)} and "
-                    f"{fmt.seconds(t.control_latency_s)} ({fmt.pct(t.change)})" for t in others)
+                    f"{fmt.seconds(t.control_latency_s)} ({_change(t)})" for t in others)
     what = "Their median change" if others else "That change"
     allocator = [t for t in timings if t.allocator_change()]
     if allocator:
@@ -661,15 +662,29 @@ def drift_text(report: Report) -> str:
         what = ("The median change of the others" if len(allocator) < len(timings)
                 else "The drift left")
     if allowance is not None and drift.drift < allowance:
-        text += (f". {what}, {fmt.pct(drift.drift)}, is under the floor of "
+        text += (f". {what}, {_moved(drift.drift)}, is under the floor of "
                  f"{fmt.pct(allowance)} that every interval here carries for drift; a "
                  "size timed twice spans both timings.")
     else:
-        text += (f". {what}, {fmt.pct(drift.drift)}, is the drift every interval here "
+        text += (f". {what}, {_moved(drift.drift)}, is the drift every interval here "
                  "includes; a size timed twice spans both timings.")
     if rounds is not None:
         text += " " + rounds_text(report)
     return text + communication_drift_text(drift)
+
+
+def _moved(change: float) -> str:
+    """A relative change as a percentage, "more than tenfold" past what one could mean."""
+    return "more than tenfold" if change + 1 > MEANINGFUL_SPAN else fmt.pct(change)
+
+
+def _change(timing: ControlTiming) -> str:
+    """How far a size's two timings moved: a percentage, or "more than tenfold apart" where
+    a percentage would mean nothing (issue 47: "18.5 µs and 16 ms (86383%)")."""
+    first, again = timing.first_latency_s, timing.control_latency_s
+    if first > 0 and again > 0 and max(first / again, again / first) > MEANINGFUL_SPAN:
+        return "more than tenfold apart"
+    return fmt.pct(timing.change)
 
 
 def rounds_text(report: Report) -> str:
