@@ -248,7 +248,8 @@ def machine_drift(blocks: Sequence[RoundBlock]) -> float | None:
 
 
 # The fewest paired samples whose median has a 95% interval inside their range
-# (stats.median_interval's exact binomial ranks: the 2nd to the 8th of nine).
+# (stats.median_interval's exact binomial ranks: the 2nd to the 8th of nine); with fewer,
+# an interval is their whole range.
 INNER_RANK_ROUNDS = 9
 # The recommendation's rule: the smallest batch size whose throughput reaches this share of
 # the best's (DESIGN.md). Within it a smaller batch wins: lower latency and memory for a
@@ -263,7 +264,8 @@ class PairedDecision:
 
     Attributes:
         batch_size: the pick: the smallest allowed size whose share of the fastest reaches
-            the rule's bar at the top of its interval.
+            the rule's bar at the top of its interval (at its median where fewer than
+            :data:`INNER_RANK_ROUNDS` rounds timed it).
         best: the fastest allowed size by its paired median (its share is 1).
         shares: every allowed size's share of ``best``.
         equivalent: the sizes another run could pick: each one's interval, stretched by its
@@ -313,8 +315,8 @@ def paired_decision(blocks: Sequence[RoundBlock], allowed: Iterable[int],
 
 
 def _reach(share: PairedShare) -> float:
-    """How high ``share`` could lie: the top of its interval where enough rounds give the
-    median an interval inside their range (:data:`INNER_RANK_ROUNDS`), its median where
-    fewer do (their interval is their whole range, which one stalled block stretches as far
-    as it likes: no pick may rest on that)."""
+    """How high ``share`` could lie, for the pick: the top of its interval where enough
+    rounds give the median an interval inside their range (:data:`INNER_RANK_ROUNDS`), its
+    median where fewer do (their interval is their whole range, which one stalled block
+    stretches as far as it likes: no pick may rest on that)."""
     return share.interval.high if share.rounds >= INNER_RANK_ROUNDS else share.share

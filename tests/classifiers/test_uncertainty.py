@@ -20,18 +20,14 @@ from batchscope.classifiers.uncertainty import (
     with_intervals,
 )
 from batchscope.plan import Limits, Plan, plateaued
-from batchscope.profiler.rounds_run import rounds_drift
+from batchscope.profiler.protocol import MeasureBatch
+from batchscope.profiler.rounds_run import RoundsRun, rounds_drift
 from batchscope.profiler.timing import latency_stats
 from batchscope.records import BatchResult, Interval, LatencyStats, Status
 from batchscope.records.noise import control_timing, drift_control, latency_interval
 from batchscope.records.rounds import (
     DecisionRounds,
-    RoundBlock,
-    RoundsStop,
-    fastest,
-    paired_shares,
 )
-from batchscope.rounds import MIN_ROUNDS_PER_WORKER, decision_candidates
 
 # Throughput curves (units/s by batch size) of the three shapes the issue names.
 DECODE = {1: 26.0, 2: 51.0, 4: 99.0, 8: 185.0, 16: 310.0, 32: 420.0, 64: 470.0, 128: 480.0,
@@ -53,9 +49,8 @@ def _run(rng: random.Random, curve: dict[int, float]
          ) -> tuple[list[BatchResult], float, DecisionRounds]:
     """A sweep on a machine whose speed wanders: a level of its own each run, a trend of up
     to ±12% over the run, ±6% from one timing pass to the next, and each size ±3% of its
-    own in each worker process; then its decision rounds (the candidates timed in ten
-    interleaved rounds over two workers, each block ±3%). (Its results with intervals, the
-    allowance, the rounds.)"""
+    own in each worker process; then its decision rounds (the real ones, over two workers;
+    see Host). (Its results with intervals, the allowance, the rounds.)"""
     level = rng.uniform(0.85, 1.15)
     trend = rng.uniform(-0.12, 0.12)
     own = [{b: math.exp(rng.gauss(0.0, 0.03)) for b in curve} for _ in range(2)]
@@ -66,20 +61,31 @@ def _run(rng: random.Random, curve: dict[int, float]
 
     results = [_measured(rng, b, curve[b] * own[0][b], speed(i / (len(sizes) - 1)))
                for i, b in enumerate(sizes)]
-    candidates = decision_candidates(results)
-    blocks = []
-    for r in range(2 * MIN_ROUNDS_PER_WORKER):
-        worker, now = r // MIN_ROUNDS_PER_WORKER, speed(1.0)
-        order = list(candidates)
-        rng.shuffle(order)
-        blocks += [RoundBlock(r, worker, i, b, b / (curve[b] * own[worker][b] * now)
-                              * math.exp(rng.gauss(0.0, 0.03)), 5)
-                   for i, b in enumerate(order)]
-    best = fastest(blocks) or candidates[0]
-    shares = paired_shares(blocks, best)
-    rounds = DecisionRounds(candidates, best, blocks, list(shares.values()),
-                            RoundsStop.SEPARATED, 0.05, 0, 2, 1.0)
-    control = rounds_drift(results, blocks, 30.0)
+
+    class Host:
+        """The worker of the real rounds (RoundsRun: its candidates, widening and stop):
+        blocks a fraction of a second apart, so the machine's speed wanders slowly from one
+        to the next (1% a block, a random walk from its speed at the run's end) and each
+        block's own noise is ±3%."""
+
+        worker_serial = 0
+        now = speed(1.0)
+
+        def request_block(self, request: MeasureBatch) -> BatchResult:
+            b = request.batch_size
+            self.now *= math.exp(rng.gauss(0.0, 0.01))
+            step = b / (curve[b] * own[self.worker_serial % 2][b] * self.now)
+            step *= math.exp(rng.gauss(0.0, 0.03))
+            return BatchResult(b, Status.OK, latency_s=latency_stats([step] * 5),
+                               throughput_per_s=b / step)
+
+        def fresh_worker(self) -> bool:
+            self.worker_serial += 1
+            return True
+
+    rounds = RoundsRun(Host(), seed=rng.randrange(2**31)).decide(results, set(), None)
+    assert rounds is not None
+    control = rounds_drift(results, rounds.blocks, 30.0)
     allowance = drift_allowance(control)
     assert control is not None
     return [with_intervals(r, allowance, control.timing(r.batch_size)) for r in results], \
