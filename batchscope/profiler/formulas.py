@@ -35,6 +35,8 @@ FlopFn = Callable[[Args, Kwargs, Any], int]
 """(args, kwargs, out) -> FLOPs of one call; reads shapes only."""
 TouchFn = Callable[[Args, Kwargs, Any], dict[int, int]]
 """(args, kwargs, out) -> {id(tensor): elements the op really touches in it}."""
+BytesFn = Callable[[Args, Kwargs, Any], int]
+"""(args, kwargs, out) -> bytes."""
 Target = torch._ops.OpOverloadPacket | torch._ops.OpOverload
 
 NORM_STATS_FLOPS_PER_ELEMENT = 4  # mean: one add; variance: subtract, square, add
@@ -66,12 +68,15 @@ class Formula:
         family: the op's kernel family (:mod:`batchscope.op_families`: a matmul, a
             convolution), set from its packet's name when it is registered; None for any
             other op and for the generic rules.
+        packed_weight_bytes: bytes of model weights the op reads from a non-tensor
+            argument (a quantized linear's packed weight), counted as weights.
     """
 
     flops: FlopFn
     touched: TouchFn | None = None
     moves_bytes: bool = True
     family: Family | None = None
+    packed_weight_bytes: BytesFn | None = None
 
 
 REGISTRY: dict[Target, Formula] = {}
@@ -79,14 +84,14 @@ REGISTRY: dict[Target, Formula] = {}
 
 
 def _formula(target: Target, flops: FlopFn, touched: TouchFn | None = None,
-             moves_bytes: bool = True) -> Formula:
+             moves_bytes: bool = True, packed_weight_bytes: BytesFn | None = None) -> Formula:
     """The formula of ``target``, tagged with its packet's family (op_families)."""
     packet = target._overloadpacket if isinstance(target, torch._ops.OpOverload) else target
-    return Formula(flops, touched, moves_bytes, family(packet.__name__))
+    return Formula(flops, touched, moves_bytes, family(packet.__name__), packed_weight_bytes)
 
 
-def register(*targets: Target, touched: TouchFn | None = None,
-             moves_bytes: bool = True) -> Callable[[FlopFn], FlopFn]:
+def register(*targets: Target, touched: TouchFn | None = None, moves_bytes: bool = True,
+             packed_weight_bytes: BytesFn | None = None) -> Callable[[FlopFn], FlopFn]:
     """Register the decorated FLOP formula for the aten op objects given (an overload
     packet, or one overload where overloads differ): a misspelt op is an AttributeError at
     import, never a formula silently left out."""
@@ -97,7 +102,8 @@ def register(*targets: Target, touched: TouchFn | None = None,
                 raise TypeError(f"formulas are registered against op objects, not {target!r}")
             if target in REGISTRY:
                 raise RuntimeError(f"duplicate formula for {target}")
-            REGISTRY[target] = _formula(target, flops, touched, moves_bytes)
+            REGISTRY[target] = _formula(target, flops, touched, moves_bytes,
+                                        packed_weight_bytes)
         return flops
 
     return deco
@@ -440,7 +446,8 @@ DATA_MOVEMENT = (
     aten.lift_fresh_copy, aten._copy_from, aten._copy_from_and_resize, aten.narrow_copy,
     aten.im2col,
     aten.pixel_shuffle, aten.pixel_unshuffle, aten.channel_shuffle, aten._local_scalar_dense,
-    aten.masked_select, aten._foreach_copy_, aten.split_with_sizes_copy, aten.unbind_copy,
+    aten.masked_select, aten._foreach_copy_, aten._foreach_zero_, aten.split_with_sizes_copy,
+    aten.unbind_copy,
 )
 """0 FLOPs; bytes by the generic rule (reads and writes are real traffic)."""
 METADATA = (
@@ -576,3 +583,8 @@ def generic_formula(func: torch._ops.OpOverload) -> Formula | None:
 def formula_for(func: torch._ops.OpOverload) -> Formula | None:
     """The formula that counts ``func``: explicit first, then generic; None if uncounted."""
     return explicit_formula(func) or generic_formula(func)
+
+
+# The fused kernels' formulas (optimizer steps, RNN and resampling backwards, quantized
+# matmuls, random fills) register into REGISTRY from their own module, once this one is whole.
+from batchscope.profiler import fused_formulas as _fused_formulas  # noqa: E402,F401
