@@ -42,10 +42,12 @@ from batchscope.profiler.formulas import (
     hidden_writes,
     reads_destination,
 )
+from batchscope.profiler.meta_attention import CpuAttentionChoice
 from batchscope.profiler.probe import REPLAYED_OPS, tensor_slots
+from batchscope.profiler.training import persistent_tensors
 from batchscope.records import ByteSplit, CountedOp
 
-__all__ = ["count_call", "count_step"]
+__all__ = ["count_call", "count_model_step", "count_step", "counting", "counting_model"]
 
 log = logging.getLogger(__name__)
 
@@ -533,7 +535,7 @@ class _CountingMode(TorchDispatchMode):
         try:
             twin_args, twin_kwargs = twins.of(args), twins.of(kwargs)
             mode = _CountingMode(twins.weights, twins.state, None, self._depth + 1)
-            with torch.no_grad(), mode:
+            with torch.no_grad(), CpuAttentionChoice(), mode:
                 expansion.run(*twin_args, **twin_kwargs)
         except Exception as exc:  # noqa: BLE001 - a hole is reported, never the user's error
             log.debug("decomposition of %s failed on meta tensors: %s", func, exc)
@@ -665,9 +667,37 @@ def counting(*, weights: Iterable[torch.Tensor], state: Iterable[Any],
     For callers that cannot hand over one step as a callable, such as
     :class:`batchscope.watch`, which counts the user's own loop between two ``step()`` calls.
     """
+    weights, state = list(weights), list(tree_flatten(state)[0]) \
+        if isinstance(state, (torch.Tensor, dict, list, tuple)) else list(state)
     weight_storages = _storages(weights)
     state_storages = _storages(state) - weight_storages
     tracker = _ModuleTracker(root) if root is not None else None
     mode = _CountingMode(weight_storages, state_storages, tracker)
-    with tracker if tracker is not None else contextlib.nullcontext(), mode:
+    # A model on the meta device runs its attention as the CPU would (meta_attention.py).
+    on_meta = any(isinstance(t, torch.Tensor) and t.is_meta for t in [*weights, *state])
+    with tracker if tracker is not None else contextlib.nullcontext(), \
+            CpuAttentionChoice() if on_meta else contextlib.nullcontext(), mode:
         yield CountingSession(mode)
+
+
+@contextlib.contextmanager
+def counting_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                   inputs: Any, root: torch.nn.Module | None = None
+                   ) -> Iterator[CountingSession]:
+    """Count a model's step as every front end counts it (the sweep, its ranks, ``watch``
+    and the trainer callbacks, ``--target-gpu``): the model's parameters, buffers,
+    gradients and optimizer state are its weights, ``inputs`` its state, ``root`` (the
+    model unless given: a compiled model's eager module) names the modules.
+    """
+    with counting(weights=list(persistent_tensors(model, optimizer)), state=inputs,
+                  root=root if root is not None else model) as session:
+        yield session
+
+
+def count_model_step(step: Callable[[], Any], model: torch.nn.Module,
+                     optimizer: torch.optim.Optimizer | None, inputs: Any,
+                     root: torch.nn.Module | None = None) -> list[CountedOp]:
+    """Run ``step()`` once under :func:`counting_model` and return its counted ops."""
+    with counting_model(model, optimizer, inputs, root) as session:
+        step()
+    return session.ops

@@ -357,13 +357,15 @@ def _slice_elements(table: torch.Tensor, dim: int = 0) -> int:
 
 
 def _embedding_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
-    # weight: [vocab, d] read at indices: [...] -> indices.numel() rows of d, not the table
-    return {id(args[0]): numel(args[1]) * _slice_elements(args[0])}
+    # weight: [vocab, d] read at indices: [...] -> indices.numel() rows of d, not the table;
+    # each row once however often it is picked: never more than the whole table
+    return {id(args[0]): min(numel(args[1]) * _slice_elements(args[0]), numel(args[0]))}
 
 
 def _index_select_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
-    # table: [..., rows, ...] read at index: [k] along dim -> k slices
-    return {id(args[0]): numel(args[2]) * _slice_elements(args[0], args[1])}
+    # table: [..., rows, ...] read at index: [k] along dim -> k slices, at most the table
+    return {id(args[0]): min(numel(args[2]) * _slice_elements(args[0], args[1]),
+                             numel(args[0]))}
 
 
 def _index_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
