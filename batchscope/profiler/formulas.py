@@ -481,8 +481,8 @@ OVERWRITES_DESTINATION = (
 ACCUMULATING = (aten.index_put_, aten._index_put_impl_, aten.put_)
 """In-place ops that read their destination only when accumulating into it."""
 ACCUMULATE_ARG = 3  # index_put_(self, indices, values, accumulate), put_(self, index, src, acc)
-_OVERWRITES = frozenset(OVERWRITES_DESTINATION)
-_ACCUMULATES = frozenset(ACCUMULATING)
+_OVERWRITES: frozenset[Target] = frozenset(OVERWRITES_DESTINATION)
+_ACCUMULATES: frozenset[Target] = frozenset(ACCUMULATING)
 
 
 def _arg(args: Args, i: int, default: Any = None) -> Any:

@@ -108,7 +108,10 @@ register(
 
 def _rows_by_out(args: Args, kwargs: Kwargs, out: Any) -> int:
     # x: [..., k] @ w -> out: [..., n]: 2 * rows * k * n = 2 * x.numel() * n
-    return 2 * numel(args[0]) * first_tensor(out).shape[-1]
+    result = first_tensor(out)
+    if result is None:
+        raise ValueError("no output to read n from")
+    return 2 * numel(args[0]) * int(result.shape[-1])
 
 
 # _weight_int8pack_mm(x: [m, k], w: int8 [n, k], scales: [n]); _weight_int4pack_mm(x, w
@@ -119,8 +122,8 @@ register(aten._weight_int8pack_mm, aten._weight_int4pack_mm,
 
 def _packed_linear_bytes(args: Args, kwargs: Kwargs, out: Any, element_bytes: int) -> int:
     weight, bias = args[1].unpack()
-    return weight.numel() * element_bytes + (numel(bias) * bias.element_size()
-                                             if isinstance(bias, torch.Tensor) else 0)
+    bias_bytes = numel(bias) * bias.element_size() if isinstance(bias, torch.Tensor) else 0
+    return int(weight.numel()) * element_bytes + bias_bytes
 
 
 def _dynamic_linear(args: Args, kwargs: Kwargs, out: Any) -> int:
@@ -187,8 +190,8 @@ def rnn_layer_backward_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     # GEMMs x @ w_ih^T, h @ w_hh^T (2 * t*b * g*h * (i + h)) twice over (the gradients of
     # the inputs and of the weights), and each gate's derivative per element
     x, w_ih, w_hh = args[0], args[1], args[2]
-    steps_rows = numel(x) // x.shape[-1]
-    gate_elements = steps_rows * w_ih.shape[0]
-    gemm = 2 * gate_elements * (w_ih.shape[1] + w_hh.shape[1])
+    steps_rows = numel(x) // int(x.shape[-1])
+    gate_elements = steps_rows * int(w_ih.shape[0])
+    gemm = 2 * gate_elements * int(w_ih.shape[1] + w_hh.shape[1])
     return GEMMS_PER_BACKWARD * gemm + CELL_BACKWARD_FLOPS_PER_GATE_ELEMENT * gate_elements
 
