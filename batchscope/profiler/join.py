@@ -122,6 +122,10 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
         attributed[i] = t.duration_s
         cursor = j + 1
         last_end = t.end_s
+        # Past the op's children: a fused op of many (a transformer layer's fast path runs
+        # ~70) would otherwise fill the window the next op is looked for in.
+        while cursor < len(timed) and timed[cursor].start_s + EPS_S < last_end:
+            cursor += 1
 
     result = StepJoin(attributed_s=attributed, matched=matched, step_s=step.step_s)
     _share_wrapper_time(timed, match_index, result)
