@@ -42,7 +42,7 @@ from batchscope.profiler.formulas import (
     hidden_writes,
     reads_destination,
 )
-from batchscope.profiler.meta_attention import CpuAttentionChoice
+from batchscope.profiler.meta_attention import CpuAttentionChoice, fused_attention
 from batchscope.profiler.probe import REPLAYED_OPS, tensor_slots
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import ByteSplit, CountedOp
@@ -218,6 +218,16 @@ def _decompose(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[
     if run_kernel is not None:
         return run_kernel(_COMPOSITE, *args, **kwargs)
     return func.decompose(*args, **kwargs)
+
+
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+
+
+def _attention_as_cpu(func: torch._ops.OpOverload, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+    """``scaled_dot_product_attention`` on meta tensors by the kernel a CPU runs for it
+    (meta_attention.py); None for any other op, or where the CPU runs its math path too."""
+    return fused_attention(args, kwargs) if func is _SDPA else None
 
 
 def _first_float_dtype(*groups: list[torch.Tensor]) -> str:
@@ -466,7 +476,9 @@ class _CountingMode(TorchDispatchMode):
             plan = self._plans[(func, device_type)] = _plan(func, device_type)
         if plan.decompose:
             with self:
-                out = _decompose(func, args, kwargs)
+                out = _attention_as_cpu(func, args, kwargs)
+                if out is None:
+                    out = _decompose(func, args, kwargs)
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)

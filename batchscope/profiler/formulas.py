@@ -460,8 +460,10 @@ METADATA = (
     aten.unsqueeze_,
     aten.transpose_, aten.record_stream, aten._assert_async, aten._assert_tensor_metadata,
     aten._assert_scalar, aten.sym_constrain_range, aten.sym_constrain_range_for_size,
+    aten.unsafe_split, aten.unsafe_split_with_sizes,
 )
-"""0 FLOPs and 0 bytes: aliases, shape changes, bare allocations, kernel choices."""
+"""0 FLOPs and 0 bytes: aliases (the unsafe splits are views their schema does not mark),
+shape changes, bare allocations, kernel choices."""
 register(*DATA_MOVEMENT)(_zero)
 register(*METADATA, moves_bytes=False)(_zero)
 register(aten.native_dropout)(_out_elements)  # one multiply by the mask per element

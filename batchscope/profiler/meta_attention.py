@@ -11,7 +11,10 @@ count another step than the sweep counts on the CPU.
 :class:`CpuAttentionChoice` asks the CPU's own choice (``aten._fused_sdp_choice`` on CPU
 stand-ins of one row of memory: it reads shapes, dtypes and the last stride only) and,
 where it is the fused kernel, calls that kernel on the meta tensors, above autograd, so
-that a training step's backward is the fused kernel's backward too, as on the CPU.
+that a training step's backward is the fused kernel's backward too, as on the CPU. A call
+from inside a Python function that hands itself to torch-function modes
+(``F.multi_head_attention_forward``) runs with the mode set aside; the counting mode then
+sees the call below autograd and asks :func:`fused_attention` the same.
 
 Example:
     >>> q = torch.empty(2, 4, 16, 8, device="meta")
@@ -82,6 +85,23 @@ def _additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tenso
     return torch.where(mask, zero, minus_inf)
 
 
+def fused_attention(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """``scaled_dot_product_attention(*args, **kwargs)`` on meta tensors through the kernel
+    the CPU would choose for them; None where it would take its math path (or the
+    arguments are not meta tensors)."""
+    if len(args) < 3 or not all(isinstance(t, torch.Tensor) and t.is_meta for t in args[:3]):
+        return None
+    q, k, v = args[:3]
+    named = _arguments(args, kwargs)
+    if not _fused_on_cpu(q, k, v, named):
+        return None
+    mask = _additive_mask(named["attn_mask"], q.dtype)
+    out: torch.Tensor = aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, named["dropout_p"], named["is_causal"], attn_mask=mask,
+        scale=named["scale"])[0]
+    return out
+
+
 class CpuAttentionChoice(TorchFunctionMode):
     """Runs ``F.scaled_dot_product_attention`` on meta tensors through the kernel the CPU
     would choose for them (see the module's docstring); any other call as it is."""
@@ -89,13 +109,8 @@ class CpuAttentionChoice(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention and len(args) >= 3 \
-                and all(isinstance(t, torch.Tensor) and t.is_meta for t in args[:3]):
-            q, k, v = args[:3]
-            named = _arguments(args, kwargs)
-            if _fused_on_cpu(q, k, v, named):
-                mask = _additive_mask(named["attn_mask"], q.dtype)
-                return aten._scaled_dot_product_flash_attention_for_cpu(
-                    q, k, v, named["dropout_p"], named["is_causal"], attn_mask=mask,
-                    scale=named["scale"])[0]
+        if func is F.scaled_dot_product_attention:
+            out = fused_attention(args, kwargs)
+            if out is not None:
+                return out
         return func(*args, **kwargs)
