@@ -232,3 +232,14 @@ def test_matvec_and_dot() -> None:
 )
 def test_matmul_and_conv_come_from_torch(name: str) -> None:
     assert REGISTRY[getattr(aten, name)].flops.__qualname__.startswith("_torch_formula")
+
+
+def test_formulas_are_registered_against_op_objects_not_names() -> None:
+    from batchscope.profiler.formulas import register
+
+    with pytest.raises(TypeError, match="op objects"):
+        register("mm")(lambda args, kwargs, out: 0)  # type: ignore[arg-type]  # a name
+    with pytest.raises(AttributeError):
+        _ = aten.no_such_op_here  # an op object misspelt fails where it is written
+    assert all(isinstance(t, (torch._ops.OpOverloadPacket, torch._ops.OpOverload))
+               for t in REGISTRY)
