@@ -12,6 +12,14 @@ Composite ops (``aten.linear``, ``aten.matmul``, ``aten.scaled_dot_product_atten
 composite kernel with itself active, so it records the ops they are made of (``t`` and
 ``addmm``; ``_scaled_dot_product_flash_attention_for_cpu``), the same leaf ops that
 ``torch.profiler`` records and that autograd would have produced with grad enabled.
+
+An op with no formula is counted by its parts (:mod:`batchscope.profiler.decompositions`):
+its decomposition runs on meta twins of its arguments under a mode of its own, so nothing
+runs twice and the op stays one record (the profiler's one event); its weights and state
+stay weights and state. Every front end counts a model's step through
+:func:`count_model_step` (or :func:`counting_model`), which says what its weights and state
+are; on meta tensors (``--target-gpu``) attention and RNNs run as the CPU would run them
+(:mod:`batchscope.profiler.meta_attention`, :mod:`batchscope.profiler.meta_rnn`).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from batchscope.profiler.formulas import (
     reads_destination,
 )
 from batchscope.profiler.meta_attention import CpuAttentionChoice, fused_attention
+from batchscope.profiler.meta_rnn import CpuRnnPath
 from batchscope.profiler.probe import REPLAYED_OPS, tensor_slots
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import ByteSplit, CountedOp
@@ -685,10 +694,16 @@ def counting(*, weights: Iterable[torch.Tensor], state: Iterable[Any],
     state_storages = _storages(state) - weight_storages
     tracker = _ModuleTracker(root) if root is not None else None
     mode = _CountingMode(weight_storages, state_storages, tracker)
-    # A model on the meta device runs its attention as the CPU would (meta_attention.py).
+    # A model on the meta device runs its attention and its RNNs as the CPU would
+    # (meta_attention.py, meta_rnn.py): --target-gpu counts what the sweep counts.
     on_meta = any(isinstance(t, torch.Tensor) and t.is_meta for t in [*weights, *state])
-    with tracker if tracker is not None else contextlib.nullcontext(), \
-            CpuAttentionChoice() if on_meta else contextlib.nullcontext(), mode:
+    with contextlib.ExitStack() as stack:
+        if tracker is not None:
+            stack.enter_context(tracker)
+        if on_meta:
+            stack.enter_context(CpuAttentionChoice())
+            stack.enter_context(CpuRnnPath())
+        stack.enter_context(mode)
         yield CountingSession(mode)
 
 

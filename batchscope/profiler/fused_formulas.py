@@ -184,7 +184,14 @@ def embedding_bag_backward_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     return numel(indices) * (grad.shape[-1] if grad.dim() else 1)
 
 
-@register(aten.mkldnn_rnn_layer_backward)
+def _rnn_workspace(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
+    # workspace (the last argument): oneDNN's copy of the forward's gates, whose bytes the
+    # forward's parts (counted step by step) already wrote; a meta run has none to read
+    workspace = args[-1] if args else kwargs.get("workspace")
+    return {id(workspace): 0} if isinstance(workspace, torch.Tensor) else {}
+
+
+@register(aten.mkldnn_rnn_layer_backward, touched=_rnn_workspace)
 def rnn_layer_backward_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     # (input: [t, b, i], w_ih: [g*h, i], w_hh: [g*h, h], ..., mode at 14): the forward's two
     # GEMMs x @ w_ih^T, h @ w_hh^T (2 * t*b * g*h * (i + h)) twice over (the gradients of
