@@ -35,6 +35,7 @@ from batchscope.classifiers.analyze import (
     work_flags,
     work_varies_with_inputs,
 )
+from batchscope.classifiers.coverage import uncounted_work
 from batchscope.classifiers.critical_batch import (
     ComputeBoundPrediction,
     KneePrediction,
@@ -154,8 +155,11 @@ def assemble(m: Measured) -> Report:
     # neighbours and all-reduces give (data_parallel.predicted_band).
     trusted = distributed is None or all(p.step_model_inside is not False
                                          for p in distributed.predictions)
+    # Ops nobody counted took a share of a step: every figure read from the counts says
+    # so, and the step-time model, which sees their time but not their work, moves no pick.
+    uncounted = uncounted_work(batches)
     if prediction is not None and m.objective == "throughput" and not m.in_progress \
-            and trusted:
+            and trusted and uncounted is None:
         prediction = dataclasses.replace(
             prediction, pick=predicted_pick(batches, prediction, m.limits, choice))
     counters = _counters(m, batches, ceilings)
@@ -178,6 +182,7 @@ def assemble(m: Measured) -> Report:
         sequence_grid=sequence_grid_section(model, batches, m.grid,
                                             m.limits.memory_budget_bytes),
         counters=counters,
+        uncounted=uncounted,
     )
     report = dataclasses.replace(report, evidence=evidence(run, batches, report.recommendation,
                                                            m.stop))

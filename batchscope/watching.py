@@ -49,14 +49,13 @@ from batchscope.profiler.capture import (
     ProfilerUnavailable,
     StepCapture,
 )
-from batchscope.profiler.counting import CountingSession, counting
+from batchscope.profiler.counting import CountingSession, counting_model
 from batchscope.profiler.device import PushedSteps, backend
 from batchscope.profiler.device_time import apply_device_time
 from batchscope.profiler.join import fill_breakdown
 from batchscope.profiler.measurement import TimedSteps, record_timing
 from batchscope.profiler.memory import available_bytes
 from batchscope.profiler.model_info import parameter_bytes, parameter_count
-from batchscope.profiler.training import persistent_tensors
 from batchscope.records import (
     BatchResult,
     DriftControl,
@@ -318,9 +317,8 @@ class watch:  # noqa: N801 - used as a context manager, named like one
 
     def _start_counting(self) -> None:
         """The counting mode, from here to the step's end."""
-        self._session = self._step_stack.enter_context(counting(
-            weights=list(persistent_tensors(self.model, self.optimizer)), state=[],
-            root=self.model))
+        self._session = self._step_stack.enter_context(
+            counting_model(self.model, self.optimizer, inputs=[]))
 
     def _end_step(self, phase: str, now: float) -> None:
         if phase == WARMUP:

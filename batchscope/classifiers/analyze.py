@@ -241,11 +241,24 @@ def weights_per_step(results: list[BatchResult]) -> list[tuple[int, int]]:
             if r.status == Status.OK and r.bytes is not None and r.bytes.weights > 0]
 
 
+def _weight_readers(result: BatchResult) -> frozenset[tuple[str, int]]:
+    """The op groups (by identity) that read weights in a step, with their calls."""
+    return frozenset((op.op_id, op.calls) for op in result.ops if op.bytes.weights > 0)
+
+
 def work_varies_with_inputs(results: list[BatchResult]) -> bool:
     """True when the weights a step reads differ between batch sizes by more than
-    :data:`WORK_VARIES_RATIO`: which layers run depends on the data, not on the batch."""
+    :data:`WORK_VARIES_RATIO` and other ops read them: which layers run depends on the
+    data, not on the batch. The same ops reading more of their weights at a larger batch
+    (an embedding gathering more rows of its table) is the batch's work, not the data's;
+    where no op breakdown ran, the weights alone decide."""
     read = [w for _, w in weights_per_step(results)]
-    return len(read) >= 2 and max(read) > WORK_VARIES_RATIO * min(read)
+    if len(read) < 2 or max(read) <= WORK_VARIES_RATIO * min(read):
+        return False
+    readers = {_weight_readers(r) for r in results
+               if r.status == Status.OK and r.bytes is not None and r.bytes.weights > 0
+               and r.ops}
+    return len(readers) != 1
 
 
 def work_flags(results: list[BatchResult]) -> list[Flag]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscope.classifiers.analyze import work_varies_with_inputs
+from batchscope.classifiers.coverage import has_hole
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
 from batchscope.classifiers.roofline import achieved_ceilings, classify_batch
 from batchscope.classifiers.step_model import (
@@ -36,7 +37,10 @@ class EarlyStop:
     objective: str = "throughput"
 
     def applies(self, results: list[BatchResult]) -> bool:
-        return self.objective == "throughput" and not work_varies_with_inputs(results)
+        """Throughput only, over work that is the batch's (not the data's) and counted: a
+        step with a hole in its counts (coverage.has_hole) has time the model cannot see."""
+        return (self.objective == "throughput" and not work_varies_with_inputs(results)
+                and not any(has_hole(r) for r in results))
 
     def probes(self, results: list[BatchResult], remaining: list[int],
                ceilings: Ceilings) -> list[ProbeSpec]:

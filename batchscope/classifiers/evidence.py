@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from batchscope.classifiers.coverage import HOLE_SHARE, uncounted_share
 from batchscope.records import (
     BatchResult,
     Recommendation,
@@ -50,8 +51,9 @@ DRIFT_UNRELIABLE = 0.50
 # had at most half of.
 OTHER_CPU_NOISY = 0.25
 OTHER_CPU_UNRELIABLE = 0.50
-# Uncounted ops taking this share of the pick's step: the exact work leaves it out.
-UNCOUNTED_NOISY = 0.05
+# Uncounted ops taking this share of the pick's step: the exact work leaves it out (the
+# hole every count-based figure names, classifiers/coverage.py).
+UNCOUNTED_NOISY = HOLE_SHARE
 # The pick rests on fewer paired rounds than the rounds' least: its interval is their range.
 ROUNDS_WANTED = MIN_ROUNDS_PER_WORKER * WORKERS
 # watch: fewer timed steps than this (its default timed samples).
@@ -106,9 +108,9 @@ def evidence(run: RunInfo, batches: list[BatchResult], recommendation: Recommend
         reasons.append(_sized(EvidenceKind.OTHER_CPU, run.other_cpu_share))
     pick = next((b for b in batches if recommendation is not None
                  and b.batch_size == recommendation.batch_size), None)
-    if pick is not None and pick.time_share is not None \
-            and pick.time_share.uncounted is not None:
-        reasons.append(_sized(EvidenceKind.UNCOUNTED, pick.time_share.uncounted))
+    hole = uncounted_share(pick)
+    if hole is not None:
+        reasons.append(_sized(EvidenceKind.UNCOUNTED, hole))
     if pick is not None and pick.throughput_interval_per_s is not None \
             and not pick.throughput_interval_per_s.meaningful():
         reasons.append(_sized(EvidenceKind.WIDE, pick.throughput_interval_per_s.span))

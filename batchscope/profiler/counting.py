@@ -12,6 +12,14 @@ Composite ops (``aten.linear``, ``aten.matmul``, ``aten.scaled_dot_product_atten
 composite kernel with itself active, so it records the ops they are made of (``t`` and
 ``addmm``; ``_scaled_dot_product_flash_attention_for_cpu``), the same leaf ops that
 ``torch.profiler`` records and that autograd would have produced with grad enabled.
+
+An op with no formula is counted by its parts (:mod:`batchscope.profiler.decompositions`):
+its decomposition runs on meta twins of its arguments under a mode of its own, so nothing
+runs twice and the op stays one record (the profiler's one event); its weights and state
+stay weights and state. Every front end counts a model's step through
+:func:`count_model_step` (or :func:`counting_model`), which says what its weights and state
+are; on meta tensors (``--target-gpu``) attention and RNNs run as the CPU would run them
+(:mod:`batchscope.profiler.meta_attention`, :mod:`batchscope.profiler.meta_rnn`).
 """
 
 from __future__ import annotations
@@ -35,16 +43,20 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
 from batchscope.op_families import ARGS_PROBED, op_name
+from batchscope.profiler.decompositions import Expansion, expansion_for
 from batchscope.profiler.formulas import (
     Formula,
     formula_for,
     hidden_writes,
     reads_destination,
 )
+from batchscope.profiler.meta_attention import CpuAttentionChoice, fused_attention
+from batchscope.profiler.meta_rnn import CpuRnnPath
 from batchscope.profiler.probe import REPLAYED_OPS, tensor_slots
+from batchscope.profiler.training import persistent_tensors
 from batchscope.records import ByteSplit, CountedOp
 
-__all__ = ["count_call", "count_step"]
+__all__ = ["count_call", "count_model_step", "count_step", "counting", "counting_model"]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +183,8 @@ class _Plan:
     decompose: bool
     formula: Formula | None
     signature: _Signature
+    expansion: Expansion | None = None
+    """Counts an op with no formula by its parts (:mod:`.decompositions`), on meta twins."""
 
 
 def _has_backend_kernel(func: torch._ops.OpOverload, device_type: str) -> bool:
@@ -192,7 +206,14 @@ def _plan(func: torch._ops.OpOverload, device_type: str) -> _Plan:
         composite = False
     if composite and not _has_backend_kernel(func, device_type):
         return _Plan(True, None, _signature(func))
-    return _Plan(False, formula_for(func), _signature(func))
+    return _counted_plan(func)
+
+
+def _counted_plan(func: torch._ops.OpOverload) -> _Plan:
+    """Count ``func`` whole: by its formula, else by its parts (a decomposition)."""
+    formula = formula_for(func)
+    return _Plan(False, formula, _signature(func),
+                 expansion_for(func) if formula is None else None)
 
 
 def _decompose(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -206,6 +227,16 @@ def _decompose(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[
     if run_kernel is not None:
         return run_kernel(_COMPOSITE, *args, **kwargs)
     return func.decompose(*args, **kwargs)
+
+
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+
+
+def _attention_as_cpu(func: torch._ops.OpOverload, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+    """``scaled_dot_product_attention`` on meta tensors by the kernel a CPU runs for it
+    (meta_attention.py); None for any other op, or where the CPU runs its math path too."""
+    return fused_attention(args, kwargs) if func is _SDPA else None
 
 
 def _first_float_dtype(*groups: list[torch.Tensor]) -> str:
@@ -365,6 +396,53 @@ class _ModuleTracker:
         self._active.clear()
 
 
+# A decomposition's parts may need decomposing in turn; past this depth an op is uncounted
+# (a decomposition that led back to its own op would otherwise never end).
+MAX_EXPANSION_DEPTH = 4
+
+
+class _MetaTwins:
+    """Meta tensors standing for real ones: the same dtype, shape, strides and offset, on
+    one meta storage per real storage (views of one storage stay views of one), with the
+    storages of weights and state known as such."""
+
+    def __init__(self, weights: set[int], state: set[int]) -> None:
+        self._real_weights, self._real_state = weights, state
+        self.weights, self.state = set(weights), set(state)
+        self._storages: dict[int, torch.UntypedStorage] = {}
+        self._memo: dict[int, torch.Tensor] = {}
+
+    def of(self, value: Any) -> Any:
+        """``value`` (nested lists, tuples and dicts) with each tensor replaced by its twin."""
+        if isinstance(value, torch.Tensor):
+            return self._twin(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.of(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.of(v) for k, v in value.items()}
+        return value
+
+    def _twin(self, t: torch.Tensor) -> torch.Tensor:
+        if t.is_meta:  # counted on meta already (--target-gpu, a recorded trace)
+            return t
+        twin = self._memo.get(id(t))
+        if twin is None:
+            real = _storage_id(t)
+            storage = self._storages.get(real)
+            if storage is None:
+                size = t.untyped_storage().nbytes()
+                storage = torch.empty(size, dtype=torch.uint8, device="meta").untyped_storage()
+                self._storages[real] = storage
+                if real in self._real_weights:
+                    self.weights.add(storage._cdata)
+                elif real in self._real_state:
+                    self.state.add(storage._cdata)
+            twin = torch.empty(0, dtype=t.dtype, device="meta").set_(
+                storage, t.storage_offset(), t.shape, t.stride())
+            self._memo[id(t)] = twin
+        return twin
+
+
 class _CountingMode(TorchDispatchMode):
     """Records a :class:`CountedOp` for every aten op that runs under it."""
 
@@ -377,13 +455,15 @@ class _CountingMode(TorchDispatchMode):
         return False
 
     def __init__(
-        self, weight_storages: set[int], state_storages: set[int], modules: _ModuleTracker | None
+        self, weight_storages: set[int], state_storages: set[int],
+        modules: _ModuleTracker | None, depth: int = 0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # TorchDispatchMode's is unannotated
         self.ops: list[CountedOp] = []
         self._weights = weight_storages
         self._state = state_storages
         self._modules = modules
+        self._depth = depth  # decompositions this mode counts inside (0: the step's own)
         self._plans: dict[tuple[torch._ops.OpOverload, str], _Plan] = {}
 
     def __torch_dispatch__(
@@ -405,7 +485,9 @@ class _CountingMode(TorchDispatchMode):
             plan = self._plans[(func, device_type)] = _plan(func, device_type)
         if plan.decompose:
             with self:
-                out = _decompose(func, args, kwargs)
+                out = _attention_as_cpu(func, args, kwargs)
+                if out is None:
+                    out = _decompose(func, args, kwargs)
             if out is not NotImplemented:
                 return out
         out = func(*args, **kwargs)
@@ -425,21 +507,30 @@ class _CountingMode(TorchDispatchMode):
         outputs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         flops: int | None = None
         touched: dict[int, int] = {}
+        parts: ByteSplit | None = None
+        packed = 0
         if formula is not None:
             try:
                 flops = formula.flops(args, kwargs, out)
                 if formula.touched is not None:
                     touched = formula.touched(args, kwargs, out)
+                if formula.packed_weight_bytes is not None:
+                    packed = formula.packed_weight_bytes(args, kwargs, out)
             except Exception as exc:  # noqa: BLE001 - a formula must never break the user's step
                 log.debug("formula for %s failed: %s", func, exc)
                 flops, touched = None, {}
+        elif plan.expansion is not None:
+            flops, parts = self._by_parts(func, plan.expansion, args, kwargs)
         # A collective's tensors go to other ranks, not through this device's memory roof:
         # what DDP all-reduces is batches[].allreduce_bytes_per_step, not step bytes.
         moves = (formula is None or formula.moves_bytes) and func.namespace != "c10d"
         split = ByteSplit()
-        if moves:
+        if parts is not None:
+            split = parts
+        elif moves:
             reads, writes = _reads_and_writes(func, plan.signature, args, kwargs, out)
             split = self._bytes(reads, writes, touched)
+            split.weights += packed  # a quantized linear's packed weight
         name = op_name(func.namespace, func._overloadpacket.__name__)  # c10d::scatter_
         return CountedOp(
             name=name,
@@ -451,6 +542,33 @@ class _CountingMode(TorchDispatchMode):
             call_args=(_call_args(func, args, kwargs) if name in _CALL_ARGS_RECORDED and (
                 name not in REPLAYED_OPS or _replayable(func, inputs)) else None),
         )
+
+    def _by_parts(self, func: torch._ops.OpOverload, expansion: Expansion,
+                  args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> tuple[int | None, ByteSplit | None]:
+        """FLOPs of ``func`` and, for a fused path (``bytes_of_parts``), its bytes: what its
+        decomposition counts, run on meta twins of its arguments under a mode of its own
+        (nothing runs twice). (None, None) where the decomposition cannot run there, and
+        None FLOPs where a part has no count of its own."""
+        if self._depth >= MAX_EXPANSION_DEPTH:
+            return None, None
+        twins = _MetaTwins(self._weights, self._state)
+        try:
+            twin_args, twin_kwargs = twins.of(args), twins.of(kwargs)
+            mode = _CountingMode(twins.weights, twins.state, None, self._depth + 1)
+            with torch.no_grad(), CpuAttentionChoice(), mode:
+                expansion.run(*twin_args, **twin_kwargs)
+        except Exception as exc:  # noqa: BLE001 - a hole is reported, never the user's error
+            log.debug("decomposition of %s failed on meta tensors: %s", func, exc)
+            return None, None
+        flops = [op.flops for op in mode.ops]
+        total = None if any(f is None for f in flops) else sum(f for f in flops if f is not None)
+        if not expansion.bytes_of_parts:
+            return total, None
+        split = ByteSplit()
+        for op in mode.ops:
+            split = split + op.bytes
+        return total, split
 
     def _bytes(
         self, reads: list[torch.Tensor], writes: list[torch.Tensor], touched: dict[int, int]
@@ -480,7 +598,7 @@ def count_call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[
     tensors. No storage is known, so its bytes are ``unsplit``.
     """
     inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-    plan = _Plan(False, formula_for(func), _signature(func))
+    plan = _counted_plan(func)
     counted = _CountingMode(set(), set(), None)._record(func, plan, args, kwargs, inputs, out)
     split = counted.bytes
     counted.bytes = ByteSplit(unsplit=split.total)
@@ -570,9 +688,43 @@ def counting(*, weights: Iterable[torch.Tensor], state: Iterable[Any],
     For callers that cannot hand over one step as a callable, such as
     :class:`batchscope.watch`, which counts the user's own loop between two ``step()`` calls.
     """
+    weights, state = list(weights), list(tree_flatten(state)[0]) \
+        if isinstance(state, (torch.Tensor, dict, list, tuple)) else list(state)
     weight_storages = _storages(weights)
     state_storages = _storages(state) - weight_storages
     tracker = _ModuleTracker(root) if root is not None else None
     mode = _CountingMode(weight_storages, state_storages, tracker)
-    with tracker if tracker is not None else contextlib.nullcontext(), mode:
+    # A model on the meta device runs its attention and its RNNs as the CPU would
+    # (meta_attention.py, meta_rnn.py): --target-gpu counts what the sweep counts.
+    on_meta = any(isinstance(t, torch.Tensor) and t.is_meta for t in [*weights, *state])
+    with contextlib.ExitStack() as stack:
+        if tracker is not None:
+            stack.enter_context(tracker)
+        if on_meta:
+            stack.enter_context(CpuAttentionChoice())
+            stack.enter_context(CpuRnnPath())
+        stack.enter_context(mode)
         yield CountingSession(mode)
+
+
+@contextlib.contextmanager
+def counting_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                   inputs: Any, root: torch.nn.Module | None = None
+                   ) -> Iterator[CountingSession]:
+    """Count a model's step as every front end counts it (the sweep, its ranks, ``watch``
+    and the trainer callbacks, ``--target-gpu``): the model's parameters, buffers,
+    gradients and optimizer state are its weights, ``inputs`` its state, ``root`` (the
+    model unless given: a compiled model's eager module) names the modules.
+    """
+    with counting(weights=list(persistent_tensors(model, optimizer)), state=inputs,
+                  root=root if root is not None else model) as session:
+        yield session
+
+
+def count_model_step(step: Callable[[], Any], model: torch.nn.Module,
+                     optimizer: torch.optim.Optimizer | None, inputs: Any,
+                     root: torch.nn.Module | None = None) -> list[CountedOp]:
+    """Run ``step()`` once under :func:`counting_model` and return its counted ops."""
+    with counting_model(model, optimizer, inputs, root) as session:
+        step()
+    return session.ops

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,8 @@ FlopFn = Callable[[Args, Kwargs, Any], int]
 """(args, kwargs, out) -> FLOPs of one call; reads shapes only."""
 TouchFn = Callable[[Args, Kwargs, Any], dict[int, int]]
 """(args, kwargs, out) -> {id(tensor): elements the op really touches in it}."""
+BytesFn = Callable[[Args, Kwargs, Any], int]
+"""(args, kwargs, out) -> bytes."""
 Target = torch._ops.OpOverloadPacket | torch._ops.OpOverload
 
 NORM_STATS_FLOPS_PER_ELEMENT = 4  # mean: one add; variance: subtract, square, add
@@ -66,48 +68,42 @@ class Formula:
         family: the op's kernel family (:mod:`batchscope.op_families`: a matmul, a
             convolution), set from its packet's name when it is registered; None for any
             other op and for the generic rules.
+        packed_weight_bytes: bytes of model weights the op reads from a non-tensor
+            argument (a quantized linear's packed weight), counted as weights.
     """
 
     flops: FlopFn
     touched: TouchFn | None = None
     moves_bytes: bool = True
     family: Family | None = None
+    packed_weight_bytes: BytesFn | None = None
 
 
 REGISTRY: dict[Target, Formula] = {}
 """Explicit formulas, keyed by overload packet or, where overloads differ, by overload."""
 
 
-def _targets(names: Iterable[str]) -> list[Target]:
-    """The aten packets (or ``packet.overload``) named, skipping those this torch lacks."""
-    found: list[Target] = []
-    for name in names:
-        packet_name, _, overload = name.partition(".")
-        packet = getattr(aten, packet_name, None)
-        if packet is not None and not overload:
-            found.append(packet)
-        elif packet is not None and overload in packet.overloads():
-            found.append(getattr(packet, overload))
-    return found
-
-
 def _formula(target: Target, flops: FlopFn, touched: TouchFn | None = None,
-             moves_bytes: bool = True) -> Formula:
+             moves_bytes: bool = True, packed_weight_bytes: BytesFn | None = None) -> Formula:
     """The formula of ``target``, tagged with its packet's family (op_families)."""
     packet = target._overloadpacket if isinstance(target, torch._ops.OpOverload) else target
-    return Formula(flops, touched, moves_bytes, family(packet.__name__))
+    return Formula(flops, touched, moves_bytes, family(packet.__name__), packed_weight_bytes)
 
 
-def register(
-    names: Iterable[str], *, touched: TouchFn | None = None, moves_bytes: bool = True
-) -> Callable[[FlopFn], FlopFn]:
-    """Register the decorated FLOP formula for the aten ops named."""
+def register(*targets: Target, touched: TouchFn | None = None, moves_bytes: bool = True,
+             packed_weight_bytes: BytesFn | None = None) -> Callable[[FlopFn], FlopFn]:
+    """Register the decorated FLOP formula for the aten op objects given (an overload
+    packet, or one overload where overloads differ): a misspelt op is an AttributeError at
+    import, never a formula silently left out."""
 
     def deco(flops: FlopFn) -> FlopFn:
-        for target in _targets(names):
+        for target in targets:
+            if not isinstance(target, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+                raise TypeError(f"formulas are registered against op objects, not {target!r}")
             if target in REGISTRY:
                 raise RuntimeError(f"duplicate formula for {target}")
-            REGISTRY[target] = _formula(target, flops, touched, moves_bytes)
+            REGISTRY[target] = _formula(target, flops, touched, moves_bytes,
+                                        packed_weight_bytes)
         return flops
 
     return deco
@@ -172,23 +168,22 @@ for _packet in list(flop_counter.flop_registry):
 # (backward: the five products that recompute scores and propagate dq, dk, dv).
 _FLASH = aten._scaled_dot_product_flash_attention
 _FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_backward
-for _name, _source in (
-    ("_scaled_dot_product_flash_attention_for_cpu", _FLASH),
-    ("_scaled_dot_product_fused_attention_overrideable", _FLASH),
-    ("_scaled_dot_product_flash_attention_for_cpu_backward", _FLASH_BACKWARD),
-    ("_scaled_dot_product_fused_attention_overrideable_backward", _FLASH_BACKWARD),
+for _target, _source in (
+    (aten._scaled_dot_product_flash_attention_for_cpu, _FLASH),
+    (aten._scaled_dot_product_fused_attention_overrideable, _FLASH),
+    (aten._scaled_dot_product_flash_attention_for_cpu_backward, _FLASH_BACKWARD),
+    (aten._scaled_dot_product_fused_attention_overrideable_backward, _FLASH_BACKWARD),
 ):
-    for _target in _targets([_name]):
-        REGISTRY[_target] = _formula(_target, _torch_formula(_source))
+    REGISTRY[_target] = _formula(_target, _torch_formula(_source))
 
 
 # mv(mat: [m, n], vec: [n]) -> [m]: 2mn; addmv(bias, mat, vec) the same (bias ignored, as addmm)
-register(["mv"])(_per_element(2, arg=0))
-register(["addmv"])(_per_element(2, arg=1))
-register(["dot", "vdot"])(_per_element(2))  # a: [n] . b: [n] -> []: n multiplies, n adds
+register(aten.mv)(_per_element(2, arg=0))
+register(aten.addmv)(_per_element(2, arg=1))
+register(aten.dot, aten.vdot)(_per_element(2))  # a: [n] . b: [n] -> []: n multiplies, n adds
 
 
-@register(["_addmm_activation"])
+@register(aten._addmm_activation)
 def addmm_activation_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     # a: [m, k] @ b: [k, n] -> [m, n], then one activation per output element
     return int(flop_counter.flop_registry[aten.mm](args[1], args[2])) + numel(out)
@@ -209,11 +204,11 @@ def _norm(per_element: int, affine_args: tuple[int, ...]) -> FlopFn:
 _NORM = NORM_STATS_FLOPS_PER_ELEMENT + NORM_APPLY_FLOPS_PER_ELEMENT
 _RMS_NORM = RMS_STATS_FLOPS_PER_ELEMENT + RMS_APPLY_FLOPS_PER_ELEMENT
 # native_layer_norm(x, normalized_shape, weight, bias, eps)
-register(["native_layer_norm"])(_norm(_NORM, (2, 3)))
+register(aten.native_layer_norm)(_norm(_NORM, (2, 3)))
 # native_group_norm(x, weight, bias, N, C, HxW, group, eps): per (n, group), affine per channel
-register(["native_group_norm"])(_norm(_NORM, (1, 2)))
+register(aten.native_group_norm)(_norm(_NORM, (1, 2)))
 # _fused_rms_norm(x, normalized_shape, weight, eps): mean of squares, scale, then weight
-register(["_fused_rms_norm"])(_norm(_RMS_NORM, (2,)))
+register(aten._fused_rms_norm)(_norm(_RMS_NORM, (2,)))
 
 
 def _batch_norm(training: bool | None) -> FlopFn:
@@ -231,11 +226,11 @@ def _batch_norm(training: bool | None) -> FlopFn:
 
 
 register(
-    ["native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-     "cudnn_batch_norm", "miopen_batch_norm"]
+    aten.native_batch_norm, aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional, aten.cudnn_batch_norm, aten.miopen_batch_norm,
 )(_batch_norm(None))
-register(["_native_batch_norm_legit_no_training", "_batch_norm_no_update"])(_batch_norm(False))
-register(["_batch_norm_with_update"])(_batch_norm(True))
+register(aten._native_batch_norm_legit_no_training, aten._batch_norm_no_update)(_batch_norm(False))
+register(aten._batch_norm_with_update)(_batch_norm(True))
 
 
 _NORM_BACKWARD = NORM_BACKWARD_INPUT_FLOPS_PER_ELEMENT
@@ -263,23 +258,25 @@ def _norm_backward(x_arg: int, mask_arg: int | None, input_per_element: int | No
 
 
 # (grad_out, x, ..., output_mask at mask_arg, ...); cudnn: (x, grad_out, ...), all three grads
-register(["native_layer_norm_backward"])(_norm_backward(1, 7, _NORM_BACKWARD))
-register(["native_group_norm_backward"])(_norm_backward(1, 9, _NORM_BACKWARD))
-register(["_fused_rms_norm_backward"])(_norm_backward(1, 5, RMS_BACKWARD_INPUT_FLOPS_PER_ELEMENT))
-register(["native_batch_norm_backward", "batch_norm_backward"])(_norm_backward(1, 9, None))
-register(["cudnn_batch_norm_backward", "miopen_batch_norm_backward"])(
+register(aten.native_layer_norm_backward)(_norm_backward(1, 7, _NORM_BACKWARD))
+register(aten.native_group_norm_backward)(_norm_backward(1, 9, _NORM_BACKWARD))
+register(aten._fused_rms_norm_backward)(_norm_backward(1, 5, RMS_BACKWARD_INPUT_FLOPS_PER_ELEMENT))
+register(aten.native_batch_norm_backward, aten.batch_norm_backward)(_norm_backward(1, 9, None))
+register(aten.cudnn_batch_norm_backward, aten.miopen_batch_norm_backward)(
     _norm_backward(0, None, _NORM_BACKWARD)
 )
 
 # -------------------------------------------------------------------- softmax, losses
 
-register(["_softmax", "_log_softmax", "_safe_softmax"])(_per_element(SOFTMAX_FLOPS_PER_ELEMENT))
-register(["_softmax_backward_data", "_log_softmax_backward_data"])(
+register(
+    aten._softmax, aten._log_softmax, aten._safe_softmax,
+)(_per_element(SOFTMAX_FLOPS_PER_ELEMENT))
+register(aten._softmax_backward_data, aten._log_softmax_backward_data)(
     _per_element(SOFTMAX_BACKWARD_FLOPS_PER_ELEMENT)
 )
 # mse_loss(x, target, reduction); mse_loss_backward(grad, x, target, reduction)
-register(["mse_loss"])(_per_element(MSE_FLOPS_PER_ELEMENT, arg=0))
-register(["mse_loss_backward"])(_per_element(MSE_FLOPS_PER_ELEMENT, arg=1))
+register(aten.mse_loss)(_per_element(MSE_FLOPS_PER_ELEMENT, arg=0))
+register(aten.mse_loss_backward)(_per_element(MSE_FLOPS_PER_ELEMENT, arg=1))
 
 
 def _first_touched_like(arg: int) -> TouchFn:
@@ -293,11 +290,11 @@ def _first_touched_like(arg: int) -> TouchFn:
 
 # nll_loss_forward(log_probs: [n, classes], target: [n], ...): log_probs read at one class
 # per target (n elements, not n * classes), one add per target picked
-register(["nll_loss_forward", "nll_loss2d_forward"], touched=_first_touched_like(1))(
+register(aten.nll_loss_forward, aten.nll_loss2d_forward, touched=_first_touched_like(1))(
     _per_element(1, arg=1)
 )
 # nll_loss_backward(grad, log_probs, target: [n], ...): one write per target picked
-register(["nll_loss_backward", "nll_loss2d_backward"])(_per_element(1, arg=2))
+register(aten.nll_loss_backward, aten.nll_loss2d_backward)(_per_element(1, arg=2))
 
 # ------------------------------------------------------------------ pooling, reductions
 
@@ -319,27 +316,37 @@ def _pool(n_spatial: int, grad: bool) -> FlopFn:
 
 
 # max_pool1d/2d/3d and avg_pool1d are composite: they decompose into these.
-register(["max_pool2d_with_indices", "mkldnn_max_pool2d", "avg_pool2d"])(_pool(2, grad=False))
-register(["max_pool3d_with_indices", "mkldnn_max_pool3d", "avg_pool3d"])(_pool(3, grad=False))
-register(["avg_pool2d_backward"])(_pool(2, grad=True))
-register(["avg_pool3d_backward"])(_pool(3, grad=True))
+register(
+    aten.max_pool2d_with_indices, aten.mkldnn_max_pool2d, aten.avg_pool2d,
+)(_pool(2, grad=False))
+register(
+    aten.max_pool3d_with_indices, aten.mkldnn_max_pool3d, aten.avg_pool3d,
+)(_pool(3, grad=False))
+register(aten.avg_pool2d_backward)(_pool(2, grad=True))
+register(aten.avg_pool3d_backward)(_pool(3, grad=True))
 # grad_out: [n, c, *o]: one add into grad_input per output gradient (max picks one input)
 register(
-    ["max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
-     "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward"]
+    aten.max_pool2d_with_indices_backward, aten.max_pool3d_with_indices_backward,
+    aten.adaptive_max_pool2d_backward, aten.adaptive_max_pool3d_backward,
 )(_per_element(1, arg=0))
 # grad_input: [n, c, *i]: each input position receives its share of its window once
-register(["_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward"])(_per_element(1, arg=1))
+register(
+    aten._adaptive_avg_pool2d_backward, aten._adaptive_avg_pool3d_backward,
+)(_per_element(1, arg=1))
 
 REDUCTIONS = (
-    "sum", "nansum", "mean", "amax", "amin", "aminmax", "max.default", "max.dim",
-    "min.default", "min.dim", "var", "std", "var_mean", "std_mean", "prod", "norm",
-    "linalg_vector_norm", "argmax", "argmin", "any", "all", "logsumexp", "cumsum", "cumprod",
-    "count_nonzero", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d",
-    "adaptive_max_pool3d",
+    aten.sum, aten.nansum, aten.mean, aten.amax, aten.amin, aten.aminmax, aten.max.default,
+    aten.max.dim,
+    aten.min.default, aten.min.dim, aten.var, aten.std, aten.var_mean, aten.std_mean, aten.prod,
+    aten.norm,
+    aten.linalg_vector_norm, aten.argmax, aten.argmin, aten.any, aten.all, aten.logsumexp,
+    aten.cumsum, aten.cumprod,
+    aten.count_nonzero, aten._adaptive_avg_pool2d, aten._adaptive_avg_pool3d,
+    aten.adaptive_max_pool2d,
+    aten.adaptive_max_pool3d,
 )
 """x: [...] -> reduced: one op per input element read (max.other, min.other are pointwise)."""
-register(REDUCTIONS)(_per_element(REDUCTION_FLOPS_PER_ELEMENT, arg=0))
+register(*REDUCTIONS)(_per_element(REDUCTION_FLOPS_PER_ELEMENT, arg=0))
 
 # ------------------------------------------------------------- gathers and scatters
 
@@ -350,34 +357,36 @@ def _slice_elements(table: torch.Tensor, dim: int = 0) -> int:
 
 
 def _embedding_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
-    # weight: [vocab, d] read at indices: [...] -> indices.numel() rows of d, not the table
-    return {id(args[0]): numel(args[1]) * _slice_elements(args[0])}
+    # weight: [vocab, d] read at indices: [...] -> indices.numel() rows of d, not the table;
+    # each row once however often it is picked: never more than the whole table
+    return {id(args[0]): min(numel(args[1]) * _slice_elements(args[0]), numel(args[0]))}
 
 
 def _index_select_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
-    # table: [..., rows, ...] read at index: [k] along dim -> k slices
-    return {id(args[0]): numel(args[2]) * _slice_elements(args[0], args[1])}
+    # table: [..., rows, ...] read at index: [k] along dim -> k slices, at most the table
+    return {id(args[0]): min(numel(args[2]) * _slice_elements(args[0], args[1]),
+                             numel(args[0]))}
 
 
 def _index_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
     return {id(args[0]): numel(first_tensor(out))}  # x[indices]: read once per output element
 
 
-register(["embedding"], touched=_embedding_touched)(_zero)
-register(["index_select"], touched=_index_select_touched)(_zero)
-register(["gather"], touched=_first_touched_like(2))(_zero)  # (self, dim, index): once per index
-register(["take"], touched=_first_touched_like(1))(_zero)  # (self, index): once per index
-register(["index.Tensor", "_unsafe_index.Tensor"], touched=_index_touched)(_zero)
+register(aten.embedding, touched=_embedding_touched)(_zero)
+register(aten.index_select, touched=_index_select_touched)(_zero)
+register(aten.gather, touched=_first_touched_like(2))(_zero)  # (self, dim, index): once per index
+register(aten.take, touched=_first_touched_like(1))(_zero)  # (self, index): once per index
+register(aten.index.Tensor, aten._unsafe_index.Tensor, touched=_index_touched)(_zero)
 
 
-@register(["_embedding_bag", "_embedding_bag_forward_only"], touched=_embedding_touched)
+@register(aten._embedding_bag, aten._embedding_bag_forward_only, touched=_embedding_touched)
 def embedding_bag_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     # weight: [vocab, d], indices: [k]: each gathered row of d added into its bag
     return numel(args[1]) * _slice_elements(args[0])
 
 
 # grad_out: [..., d] accumulated row by row into grad_weight: [vocab, d]
-register(["embedding_dense_backward"])(_per_element(1, arg=0))
+register(aten.embedding_dense_backward)(_per_element(1, arg=0))
 
 
 def indexed_elements(shape: list[int] | torch.Size, indices: list[Any]) -> int:
@@ -406,64 +415,76 @@ def _index_put_touched(args: Args, kwargs: Kwargs, out: Any) -> dict[int, int]:
     return {id(args[0]): indexed_elements(args[0].shape, list(args[1]))}
 
 
-@register(["index_put_", "_index_put_impl_"], touched=_index_put_touched)
+@register(aten.index_put_, aten._index_put_impl_, touched=_index_put_touched)
 def index_put_flops(args: Args, kwargs: Kwargs, out: Any) -> int:
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     return indexed_elements(args[0].shape, list(args[1])) if accumulate else 0  # one add each
 
 
 # (self, dim, index, source): writes source.numel() elements of self, one add each for index_add
-register(["index_copy_"], touched=_first_touched_like(3))(_zero)
-register(["index_add_"], touched=_first_touched_like(3))(_per_element(1, arg=3))
-register(["index_add"])(_per_element(1, arg=3))
+register(aten.index_copy_, touched=_first_touched_like(3))(_zero)
+register(aten.index_add_, touched=_first_touched_like(3))(_per_element(1, arg=3))
+register(aten.index_add)(_per_element(1, arg=3))
 # (self, dim, index, src): writes one element of self per index, one add each for scatter_add
-register(["scatter_"], touched=_first_touched_like(2))(_zero)
-register(["scatter_add_", "scatter_reduce_"], touched=_first_touched_like(2))(
+register(aten.scatter_, touched=_first_touched_like(2))(_zero)
+register(aten.scatter_add_, aten.scatter_reduce_, touched=_first_touched_like(2))(
     _per_element(1, arg=2)
 )
-register(["scatter_add", "scatter_reduce"])(_per_element(1, arg=2))
+register(aten.scatter_add, aten.scatter_reduce)(_per_element(1, arg=2))
 
 # --------------------------------------------------------------------- no arithmetic
 
 DATA_MOVEMENT = (
-    "copy_", "copy", "clone", "_to_copy", "cat", "stack", "index_copy", "slice_scatter",
-    "select_scatter", "diagonal_scatter", "as_strided_scatter", "index_put", "scatter",
-    "fill", "fill_", "zero_", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "new_zeros", "new_ones", "new_full", "scalar_tensor", "arange", "linspace",
-    "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
-    "replication_pad2d", "repeat", "roll", "flip", "tril", "triu", "tril_", "triu_",
-    "lift_fresh_copy", "_copy_from", "_copy_from_and_resize", "narrow_copy", "im2col",
-    "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "_local_scalar_dense",
-    "masked_select", "_foreach_copy_", "split_with_sizes_copy", "unbind_copy",
+    aten.copy_, aten.copy, aten.clone, aten._to_copy, aten.cat, aten.stack, aten.index_copy,
+    aten.slice_scatter,
+    aten.select_scatter, aten.diagonal_scatter, aten.as_strided_scatter, aten.index_put,
+    aten.scatter,
+    aten.fill, aten.fill_, aten.zero_, aten.zeros, aten.zeros_like, aten.ones, aten.ones_like,
+    aten.full, aten.full_like,
+    aten.new_zeros, aten.new_ones, aten.new_full, aten.scalar_tensor, aten.arange, aten.linspace,
+    aten.constant_pad_nd, aten.reflection_pad1d, aten.reflection_pad2d, aten.replication_pad1d,
+    aten.replication_pad2d, aten.repeat, aten.roll, aten.flip, aten.tril, aten.triu, aten.tril_,
+    aten.triu_,
+    aten.lift_fresh_copy, aten._copy_from, aten._copy_from_and_resize, aten.narrow_copy,
+    aten.im2col,
+    aten.pixel_shuffle, aten.pixel_unshuffle, aten.channel_shuffle, aten._local_scalar_dense,
+    aten.masked_select, aten._foreach_copy_, aten._foreach_zero_, aten.split_with_sizes_copy,
+    aten.unbind_copy,
 )
 """0 FLOPs; bytes by the generic rule (reads and writes are real traffic)."""
 METADATA = (
-    "detach", "detach_", "alias", "t", "t_", "lift_fresh", "_unsafe_view", "_reshape_alias",
-    "_fused_sdp_choice", "empty", "empty_like", "empty_strided", "new_empty",
-    "new_empty_strided", "resize_", "set_", "as_strided_", "squeeze_", "unsqueeze_",
-    "transpose_", "record_stream", "_assert_async", "_assert_tensor_metadata",
-    "_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size",
+    aten.detach, aten.detach_, aten.alias, aten.t, aten.t_, aten.lift_fresh, aten._unsafe_view,
+    aten._reshape_alias,
+    aten._fused_sdp_choice, aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
+    aten.new_empty_strided, aten.resize_, aten.set_, aten.as_strided_, aten.squeeze_,
+    aten.unsqueeze_,
+    aten.transpose_, aten.record_stream, aten._assert_async, aten._assert_tensor_metadata,
+    aten._assert_scalar, aten.sym_constrain_range, aten.sym_constrain_range_for_size,
+    aten.unsafe_split, aten.unsafe_split_with_sizes,
 )
-"""0 FLOPs and 0 bytes: aliases, shape changes, bare allocations, kernel choices."""
-register(DATA_MOVEMENT)(_zero)
-register(METADATA, moves_bytes=False)(_zero)
-register(["native_dropout"])(_out_elements)  # one multiply by the mask per element
+"""0 FLOPs and 0 bytes: aliases (the unsafe splits are views their schema does not mark),
+shape changes, bare allocations, kernel choices."""
+register(*DATA_MOVEMENT)(_zero)
+register(*METADATA, moves_bytes=False)(_zero)
+register(aten.native_dropout)(_out_elements)  # one multiply by the mask per element
 
 # ------------------------------------------------------------- written destinations
 
 OVERWRITES_DESTINATION = (
-    "fill_", "zero_", "copy_", "_foreach_copy_", "_foreach_zero_", "index_fill_",
-    "index_copy_", "masked_fill_", "masked_scatter_", "scatter_.src", "scatter_.value",
-    "normal_", "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_",
-    "bernoulli_",
+    aten.fill_, aten.zero_, aten.copy_, aten._foreach_copy_, aten._foreach_zero_, aten.index_fill_,
+    aten.index_copy_, aten.masked_fill_, aten.masked_scatter_, aten.scatter_.src,
+    aten.scatter_.value,
+    aten.normal_, aten.uniform_, aten.random_, aten.exponential_, aten.geometric_, aten.cauchy_,
+    aten.log_normal_,
+    aten.bernoulli_,
 )
 """In-place ops that write their destination without reading it: every other in-place op
 (``add_``, ``mul_``, ``lerp_``, ``addcdiv_``, ``relu_``, ``scatter_add_``...) reads it too."""
-ACCUMULATING = ("index_put_", "_index_put_impl_", "put_")
+ACCUMULATING = (aten.index_put_, aten._index_put_impl_, aten.put_)
 """In-place ops that read their destination only when accumulating into it."""
 ACCUMULATE_ARG = 3  # index_put_(self, indices, values, accumulate), put_(self, index, src, acc)
-_OVERWRITES = frozenset(_targets(OVERWRITES_DESTINATION))
-_ACCUMULATES = frozenset(_targets(ACCUMULATING))
+_OVERWRITES: frozenset[Target] = frozenset(OVERWRITES_DESTINATION)
+_ACCUMULATES: frozenset[Target] = frozenset(ACCUMULATING)
 
 
 def _arg(args: Args, i: int, default: Any = None) -> Any:
@@ -487,12 +508,9 @@ class HiddenWrites:
 # _batch_norm_with_update mark the same arguments (a!) and need no entry.
 _BATCH_NORM_STATS = HiddenWrites(args=(3, 4), when=5)  # (x, w, b, mean, var, training, ...)
 HIDDEN_WRITES: dict[Target, HiddenWrites] = {
-    target: writes
-    for names, writes in (
-        (("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"), _BATCH_NORM_STATS),
-        (("batch_norm_update_stats",), HiddenWrites(args=(1, 2))),  # (x, mean, var, momentum)
-    )
-    for target in _targets(names)
+    **dict.fromkeys((aten.native_batch_norm, aten.cudnn_batch_norm, aten.miopen_batch_norm),
+                    _BATCH_NORM_STATS),
+    aten.batch_norm_update_stats: HiddenWrites(args=(1, 2)),  # (x, mean, var, momentum)
 }
 
 
@@ -569,3 +587,8 @@ def generic_formula(func: torch._ops.OpOverload) -> Formula | None:
 def formula_for(func: torch._ops.OpOverload) -> Formula | None:
     """The formula that counts ``func``: explicit first, then generic; None if uncounted."""
     return explicit_formula(func) or generic_formula(func)
+
+
+# The fused kernels' formulas (optimizer steps, RNN and resampling backwards, quantized
+# matmuls, random fills) register into REGISTRY from their own module, once this one is whole.
+from batchscope.profiler import fused_formulas as _fused_formulas  # noqa: E402,F401

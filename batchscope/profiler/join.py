@@ -86,6 +86,13 @@ def _out_variant(timed_key: tuple[tuple[int, ...], ...],
     return len(timed_key) == len(want) + 1 and timed_key[:-1] == want and bool(want)
 
 
+def _twin_names(counted: str, timed: str) -> bool:
+    """The same op under both names: autograd accumulates a gradient in place (``add_``)
+    where no dispatch mode is active and out of place (``add``) under the counting mode, the
+    same work on the same shapes."""
+    return timed == counted or timed == counted + "_"
+
+
 def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
     """Match ``counted`` (one step, execution order) to the profiled ops of ``step``."""
     timed = step.ops
@@ -102,7 +109,7 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
         window = FALLBACK_OPS if does_no_work(op) else LOOKAHEAD_OPS
         while j < len(timed) and j < cursor + window:
             t = timed[j]
-            if t.start_s + EPS_S >= last_end and t.name == op.name:
+            if t.start_s + EPS_S >= last_end and _twin_names(op.name, t.name):
                 if keys[j] == want:
                     break
                 if fallback < 0 and _out_variant(keys[j], want):
@@ -122,6 +129,10 @@ def join_step(counted: Sequence[CountedOp], step: StepCapture) -> StepJoin:
         attributed[i] = t.duration_s
         cursor = j + 1
         last_end = t.end_s
+        # Past the op's children: a fused op of many (a transformer layer's fast path runs
+        # ~70) would otherwise fill the window the next op is looked for in.
+        while cursor < len(timed) and timed[cursor].start_s + EPS_S < last_end:
+            cursor += 1
 
     result = StepJoin(attributed_s=attributed, matched=matched, step_s=step.step_s)
     _share_wrapper_time(timed, match_index, result)

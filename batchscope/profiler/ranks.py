@@ -86,7 +86,7 @@ from batchscope.profiler.protocol import (
     StopWorker,
 )
 from batchscope.profiler.timing import TimingConfig
-from batchscope.profiler.training import default_loss, persistent_tensors
+from batchscope.profiler.training import default_loss
 from batchscope.profiler.worker import Send, Step, Worker
 from batchscope.profiler.worker_config import (
     WORKER_CONFIG_ENV,
@@ -102,7 +102,6 @@ from batchscope.records.report import (
     RankHost,
     WrappedBy,
 )
-from batchscope.tensors import iter_tensors
 from batchscope.tracebacks import describe_exception, user_frames
 
 ENV_ADDRESS = "BATCHSCOPE_SUPERVISOR"  # host:port of the parent's listener
@@ -412,8 +411,8 @@ class RankWorker(Worker):
             result.flags.append(Flag(FlagKind.NO_BREAKDOWN, result.batch_size,
                                      values={"reason": str(exc)}))
             return
-        counted = counting.count_step(step, weights=list(persistent_tensors(
-            self.model, self.optimizer)), state=iter_tensors(inputs), root=self.ddp.module)
+        counted = counting.count_model_step(step, self.model, self.optimizer, inputs,
+                                            root=self.ddp.module)
         if self.rank == 0:
             fill_breakdown(result, counted, capture.steps)
 

@@ -77,7 +77,6 @@ from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.training import (
     default_optimizer,
     is_compiled,
-    persistent_tensors,
     step_description,
     training_step,
 )
@@ -418,11 +417,9 @@ class Worker:
             result.flags.append(Flag(FlagKind.NO_BREAKDOWN, result.batch_size,
                                      values={"reason": str(exc)}))
             return
-        weights = list(persistent_tensors(self.model, self.optimizer))
-
         def count() -> list[CountedOp]:
-            return counting.count_step(count_step, weights=weights, state=iter_tensors(inputs),
-                                       root=count_root)
+            return counting.count_model_step(count_step, self.model, self.optimizer, inputs,
+                                             root=count_root)
 
         counted, carried_from = self.count_plan.counts(result.batch_size, count)
         result.trace_path = capture.trace_path

@@ -662,6 +662,23 @@ class SequenceGrid:
 
 # -- the report ------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class UncountedWork:
+    """report.json ``uncounted``: where ops nobody counted (no FLOP formula, no
+    decomposition; or not seen by the counting pass) took a share of a step every figure
+    read from the counts leaves out (classifiers/coverage.py; absent under its threshold).
+
+    ``share`` is the largest share of a profiled step in such ops, at ``batch_size``;
+    ``ops`` the largest of them there, ``op_shares`` each one's share of that step;
+    ``batch_sizes`` every size at or over the threshold."""
+
+    share: float
+    batch_size: int
+    ops: list[str] = field(default_factory=list)
+    op_shares: list[float] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Report:
     """One diagnosis: what ``diagnose``, ``watch`` and ``diagnose trace`` return.
 
@@ -688,6 +705,7 @@ class Report:
     sequence_grid: SequenceGrid | None = None  # models that set SEQ_LENS
     counters: CountersSection | None = None  # diagnose ncu: Nsight Compute's counters
     target: TargetSection | None = None  # diagnose --target-gpu: predicted on a named GPU
+    uncounted: UncountedWork | None = None  # ops nobody counted took a share of a step
     # How far the run's own measurements carry its decisions (classifiers/evidence.py):
     # a sweep's and a watch's; None for what was not measured here (traces, predictions).
     evidence: Evidence | None = None

@@ -94,6 +94,16 @@ class WorkDelta:
         return all(c.base == c.head for c in self.changes)
 
 
+CALL_MEASURES = (WorkMeasure.OP_CALLS, WorkMeasure.KERNEL_CALLS)
+"""What is counted of a step whatever its ops' formulas: how many ops and kernels ran."""
+
+
+def calls_only(delta: WorkDelta) -> WorkDelta:
+    """``delta``'s op and kernel calls only: all of the work that can be judged where ops
+    nobody counted leave a hole in a step's FLOPs and bytes."""
+    return WorkDelta(delta.batch_size, [c for c in delta.changes if c.measure in CALL_MEASURES])
+
+
 def work_count(batch: BatchResult | None) -> WorkCount | None:
     """The counted work of a finished batch size (None: not finished, or nothing counted).
 

@@ -49,10 +49,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from batchscope.classifiers.coverage import HOLE_SHARE, uncounted_share
 from batchscope.errors import UsageError
 from batchscope.records import BatchResult, Report, Status
 from batchscope.records.evidence import Grade
-from batchscope.records.work import WorkChange, WorkDelta, WorkMeasure, work_count, work_delta
+from batchscope.records.work import (
+    WorkChange,
+    WorkDelta,
+    WorkMeasure,
+    calls_only,
+    work_count,
+    work_delta,
+)
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.flag_text import rule_text
@@ -308,9 +316,26 @@ def work_value(measure: WorkMeasure, value: float) -> str:
     return fmt.number(value)
 
 
+def uncounted_at(base: Report, head: Report, gate: int) -> float | None:
+    """The larger share of either side's step at ``gate`` in ops nobody counted, where it
+    reaches :data:`~batchscope.classifiers.coverage.HOLE_SHARE`; None below it."""
+    shares = [s for r in (base, head) if (s := uncounted_share(v.batch_of(r, gate))) is not None]
+    return max(shares) if shares and max(shares) >= HOLE_SHARE else None
+
+
 def work_sentence(gate: int, delta: WorkDelta | None, threshold: float,
-                  where: str = " (the base's recommendation)") -> str:
-    """The work verdict at the gate in words."""
+                  where: str = " (the base's recommendation)",
+                  uncounted: float | None = None) -> str:
+    """The work verdict at the gate in words; where ``uncounted`` (a share of the step in
+    ops nobody counted) leaves a hole, on the op calls alone, never "the same"."""
+    if uncounted is not None:
+        hole = (f"cannot judge the work: {fmt.pct(uncounted)} of the step at batch {gate} "
+                "is uncounted, so FLOPs and bytes are not compared")
+        if delta is None or not delta.changes:
+            return hole + "; the gate rests on time"
+        if delta.same:
+            return hole + "; op calls counted alike, the rest rests on time"
+        return hole + "; " + work_sentence(gate, delta, threshold, where)
     if delta is None:
         return (f"the work per step at batch {gate} was not counted on both sides (a "
                 "timing-only run, or the head did not measure it): the gate rests on time")
@@ -599,11 +624,15 @@ def compare(base: Report | Sequence[Report], head: Report | Sequence[Report],
     work_at = compared_at if compared_at is not None else gate
     work = work_deltas(first_base, first_head, threshold)
     work_gate = next((d for d in work if d.batch_size == work_at), None)
+    uncounted = uncounted_at(first_base, first_head, work_at)  # a hole: op calls judged alone
+    if uncounted is not None and work_gate is not None:
+        work_gate = calls_only(work_gate)
     work_regression = work_gate is not None and bool(work_gate.more_work)
     regression = time.regression or work_regression
     inconclusive = time.inconclusive and not regression
     work_text = work_sentence(work_at, work_gate, threshold,
-                              " (the base's recommendation)" if work_at == gate else "")
+                              " (the base's recommendation)" if work_at == gate else "",
+                              uncounted=uncounted)
     parts = [work_text, time.sentence] if work_regression else [time.sentence, work_text]
     verdict = f"{verdict_label(regression, inconclusive)}: " + "; ".join(parts)
     head_rec = first_head.recommendation

@@ -197,13 +197,17 @@ def print_summary(console: Console, report: Report) -> None:
     predicted_pick = narrative.predicted_pick_headline(report)
     if predicted_pick:
         console.print(f"[bold yellow]{escape(predicted_pick)}[/]")
+    uncounted = narrative.uncounted_headline(report)
+    if uncounted:
+        console.print(f"[bold yellow]{escape(uncounted)}[/]")
     if rec is not None:
         _recommendation_lines(console, report, rec)
     for estimate in report.estimates:
         console.print(escape(
             f"estimate (not measured), batch {estimate.batch_size}: "
             f"{fmt.rate(estimate.throughput_per_s, unit)} at "
-            f"{fmt.seconds(estimate.latency_s)} per step"))
+            f"{fmt.seconds(estimate.latency_s)} per step"
+            + (" (its uncounted ops grown with the rows)" if report.uncounted else "")))
     predicted = v.prediction_summary(report)
     if predicted:
         console.print(escape(predicted))

@@ -161,6 +161,7 @@ def context(report: Report) -> dict[str, object]:
         "size_known": v.batch_size_known(report),
         "rank_tables": rows.rank_tables(report), "allocator": narrative.allocator_headline(report),
         "predicted_pick": narrative.predicted_pick_headline(report),
+        "uncounted": narrative.uncounted_headline(report),
         "data_parallel": rows.data_parallel(report),
         "dp_headline": (narrative.data_parallel_headline(report)
                         or narrative.accumulation_headline(report)),

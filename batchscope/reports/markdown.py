@@ -86,6 +86,9 @@ def _headline(report: Report) -> str:
     predicted_pick = narrative.predicted_pick_headline(report)
     if predicted_pick:
         lines += ["", f"> **{md_text(predicted_pick, 600)}**"]
+    uncounted = narrative.uncounted_headline(report)
+    if uncounted:
+        lines += ["", f"> **{md_text(uncounted, 800)}**"]
     if report.partial:
         lines += ["", "> Partial report: the sweep did not finish; what was measured is shown."]
     return "\n".join(lines)
@@ -260,6 +263,10 @@ def _estimates(report: Report) -> str:
                      [[str(e.batch_size), fmt.seconds(e.latency_s),
                        fmt.si(e.throughput_per_s)] for e in rows], "rrr")
     method = md_text(estimate_text(rows[0].method), 600)
+    hole = narrative.uncounted_text(report)
+    if hole is not None:  # their time is grown with the rows: no roof knows their work
+        method += " " + md_text(f"Not estimated from their work: {hole}, grown with the "
+                                "rows.", 600)
     return "#### Larger batch sizes, estimated (not measured)\n\n" + table + f"\n\n{method}"
 
 

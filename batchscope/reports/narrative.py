@@ -447,6 +447,11 @@ def critical_batch(report: Report) -> Section | None:
         return sec
     parts = [_prediction(rec, terms), _layers(report, rec, terms), _knee(report, rec)]
     sec.paragraphs += [p for p in parts if p]
+    hole = uncounted_text(report)
+    if hole is not None and (rec.predicted_critical_batch is not None
+                             or rec.predicted_compute_bound_batch is not None):
+        sec.paragraphs.append(f"These predictions read the counted ops only: {hole}, "
+                              "whose work no roof can place.")
     return sec
 
 
@@ -928,6 +933,29 @@ def allocator_headline(report: Report) -> str | None:
 
 def _finite(value: float) -> bool:
     return math.isfinite(value) and value >= 0
+
+
+def uncounted_text(report: Report) -> str | None:
+    """What the counts leave out, where ops nobody counted took a share of a step
+    (``report.uncounted``): the op names and their shares; None where nothing did."""
+    hole = report.uncounted
+    if hole is None:
+        return None
+    named = ", ".join(f"{name} {fmt.pct(share)}"
+                      for name, share in zip(hole.ops, hole.op_shares, strict=False))
+    return (f"{fmt.pct(hole.share)} of the step at batch {hole.batch_size} ran in ops "
+            f"batchscope could not count ({named})")
+
+
+def uncounted_headline(report: Report) -> str | None:
+    """A sentence for the top of every report where ops nobody counted took
+    :data:`~batchscope.classifiers.coverage.HOLE_SHARE` of a step or more."""
+    text = uncounted_text(report)
+    if text is None:
+        return None
+    return (f"Uncounted: {text}. The FLOPs, bytes, roofline shares and B* leave them out, "
+            "and the step-time model sees their time but not their work: it predicts no "
+            "pick. An issue with the op's name helps batchscope count it.")
 
 
 def predicted_pick_headline(report: Report) -> str | None:

@@ -552,7 +552,8 @@ def prediction_summary(report: Report) -> str:
     unmeasured = [p for p, was_measured in rows if not was_measured]
     if unmeasured:
         fitted = ", ".join(str(b) for b in pred.fitted_on)
-        margin = prediction_margin(pred)
+        # no band over time in ops nobody counted (report.uncounted)
+        margin = prediction_margin(pred) if report.uncounted is None else None
 
         def band(p: CurvePoint) -> Interval | None:
             return (predicted_band(p.predicted_throughput_per_s, margin)
@@ -566,6 +567,11 @@ def prediction_summary(report: Report) -> str:
         if margin is not None:
             text += (f", each with its step within ±{fmt.pct(margin)} (the model's largest "
                      f"miss, at least {fmt.pct(MIN_MARGIN)}): predictions, not measurements")
+        elif report.uncounted is not None:
+            text += (f": predictions, not measurements, with no band: "
+                     f"{fmt.pct(report.uncounted.share)} of the step at batch "
+                     f"{report.uncounted.batch_size} is in ops batchscope could not count, "
+                     "whose time the model extends without knowing their work")
     sensitivity = pred.ceiling_sensitivity
     if sensitivity is not None and abs(sensitivity) >= 0.01:
         text += (f"; with each compute roof at its median repeat instead of its best, the "

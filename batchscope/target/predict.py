@@ -24,8 +24,8 @@ from batchscope.errors import UsageError
 from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.gpu_specs import SPECS, family_of, lookup
 from batchscope.hardware.types import BF16, FP16, FP32
-from batchscope.profiler.counting import count_step
-from batchscope.profiler.training import training_step
+from batchscope.profiler.counting import count_model_step
+from batchscope.profiler.training import default_optimizer, training_step
 from batchscope.records import CountedOp, ModelInfo, Report, RunInfo
 from batchscope.records.measurement import ByteSplit
 from batchscope.records.report import Mode, Source
@@ -93,10 +93,16 @@ def _inputs(spec: ModelSpec, batch_size: int, dtype: torch.dtype,
     return map_tensors(inputs, cast)
 
 
-def _step(spec: ModelSpec, model: torch.nn.Module, inputs: Any) -> Any:
-    if spec.mode == "train":
-        optimizer = (spec.make_optimizer(model) if spec.make_optimizer is not None
-                     else torch.optim.AdamW(model.parameters(), foreach=False))
+def _optimizer(spec: ModelSpec, model: torch.nn.Module) -> torch.optim.Optimizer | None:
+    """The training step's optimizer, as the sweep's worker makes it (None in inference)."""
+    if spec.mode != "train":
+        return None
+    return (spec.make_optimizer or default_optimizer)(model)
+
+
+def _step(spec: ModelSpec, model: torch.nn.Module, inputs: Any,
+          optimizer: torch.optim.Optimizer | None) -> Any:
+    if optimizer is not None:
         return training_step(spec, model, inputs, optimizer)
     forward = spec.step_fn(model, inputs)
 
@@ -130,13 +136,21 @@ def count_on_meta(spec: ModelSpec, batch_size: int, dtype: torch.dtype,
     tensors for their peak (``peak_bytes`` 0)."""
     model = _build(spec, dtype)
     inputs = _inputs(spec, batch_size, dtype, context)
+    optimizer = _optimizer(spec, model)
+    step = _step(spec, model, inputs, optimizer)
     weights = [*model.parameters(), *model.buffers()]
     resident = [*weights, *iter_tensors(inputs)]
     # The same model and inputs for both runs: what the step writes in place (a KV cache,
-    # an optimizer's update of the weights) is resident, not a new allocation.
-    peak_bytes = step_peak_bytes(_step(spec, model, inputs), resident) if peak else 0
-    ops = count_step(_step(spec, model, inputs), weights=weights,
-                     state=iter_tensors(inputs), root=model)
+    # an optimizer's update of the weights) is resident, not a new allocation. The first
+    # run is the sweep's warm-up too: the step counted finds the gradients and the
+    # optimizer's state there, and counts them as weights, as the sweep does.
+    if peak:
+        peak_bytes = step_peak_bytes(step, resident)
+    else:
+        peak_bytes = 0
+        if optimizer is not None:
+            step()
+    ops = count_model_step(step, model, optimizer, inputs)
     weight_bytes = _storage_bytes(weights)
     return MetaStep(ops=ops, peak_bytes=peak_bytes, weight_bytes=weight_bytes,
                     input_bytes=_storage_bytes(resident) - weight_bytes)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from batchscope.errors import UsageError
-from batchscope.profiler.counting import count_step
+from batchscope.profiler.counting import count_model_step
 from batchscope.records import Report
 from batchscope.records.engine import PrefillPoint
 from batchscope.serving.engines.transformers_engine import NoEngineModel, model_from_file
@@ -47,8 +47,7 @@ def predict_prefill(report: Report, prompt_tokens: list[int]) -> list[PrefillPoi
                 return model(input_ids=ids, use_cache=True).logits
 
         try:
-            ops = count_step(forward, weights=[*model.parameters(), *model.buffers()],
-                             state=[ids], root=model)
+            ops = count_model_step(forward, model, None, [ids])
         except Exception as exc:  # noqa: BLE001 - the user's model: one sentence
             raise UsageError(f"{report.model.target}: its build_engine_model() cannot run a "
                              f"prefill on meta tensors: {type(exc).__name__}: "

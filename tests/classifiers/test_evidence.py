@@ -10,8 +10,10 @@ from batchscope.classifiers.evidence import DRIFT_UNRELIABLE, evidence, grade_of
 from batchscope.plan import Limits
 from batchscope.records import (
     BatchResult,
+    ByteSplit,
     LatencyStats,
     ModelInfo,
+    OpStat,
     Options,
     Report,
     RunInfo,
@@ -19,7 +21,6 @@ from batchscope.records import (
     Status,
     Stop,
     StopKind,
-    TimeShare,
 )
 from batchscope.records.evidence import EvidenceKind, Grade
 from batchscope.records.noise import control_timing, drift_control
@@ -30,12 +31,16 @@ from batchscope.reports.markdown import render_summary
 
 
 def _batch(b: int, step_s: float, uncounted: float | None = None) -> BatchResult:
+    """Batch ``b`` at ``step_s`` a step; with ``uncounted``, its profiled step holds an op
+    of that share nobody counted (no FLOPs) beside a counted one."""
     lat = LatencyStats(step_s, step_s, step_s, 40, median_low=step_s * 0.98,
                        median_high=step_s * 1.02)
-    share = (TimeShare(memory=0.5, compute=0.5 - uncounted, overhead=0.0, uncounted=uncounted)
-             if uncounted is not None else None)
-    return BatchResult(b, Status.OK, latency_s=lat, throughput_per_s=b / step_s,
-                       time_share=share)
+    ops = ([OpStat("f", "_fused_fwd", [], "float32", "", 1, uncounted * step_s, None,
+                   ByteSplit()),
+            OpStat("a", "addmm", [], "float32", "", 1, (1 - uncounted) * step_s, 10,
+                   ByteSplit())] if uncounted is not None else [])
+    return BatchResult(b, Status.OK, latency_s=lat, throughput_per_s=b / step_s, ops=ops,
+                       profiled_step_s=step_s if ops else None)
 
 
 RESULTS = [_batch(1, 0.010), _batch(2, 0.011), _batch(4, 0.012), _batch(8, 0.014)]

@@ -423,3 +423,70 @@ def test_state_may_be_nested_and_dtype_is_named() -> None:
     op = only(ops, "mm")
     assert op.dtype == "bfloat16"
     assert op.bytes == ByteSplit(state=96, activations=16)  # (4*8 + 8*2) * 2 bytes; out 4*2*2
+
+
+def test_an_embedding_reads_each_row_of_its_table_once_however_often_picked() -> None:
+    # issue 48: the classifier's embedding read 12.9 MB at batch 1, 79.9 MB at batch 512:
+    # more picks than the table has rows read the table once
+    emb, ids = nn.Embedding(10, 64), torch.randint(0, 10, (4, 100))
+    op = only(count(lambda: emb(ids), emb.parameters(), [ids]), "embedding")
+    assert op.bytes.weights == 10 * 64 * 4  # the whole table, not 400 rows
+
+
+def _optimizer_step_flops(make: Callable[[Any], torch.optim.Optimizer]) -> int:
+    torch.manual_seed(0)
+    model = nn.Linear(32, 16)
+    optimizer = make(model.parameters())
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()  # the state exists before the counted step, as in a sweep
+    state = [t for s in optimizer.state.values() for t in s.values()
+             if isinstance(t, torch.Tensor)]
+    ops = count(optimizer.step, [*model.parameters(), *(p.grad for p in model.parameters()),
+                                 *state])
+    assert all(op.flops is not None for op in ops), [op.name for op in ops if op.flops is None]
+    return counted_flops(ops)
+
+
+@pytest.mark.parametrize(("fused", "unfused"), [
+    (partial(torch.optim.AdamW, fused=True), partial(torch.optim.AdamW, foreach=False)),
+    (partial(torch.optim.Adam, fused=True, amsgrad=True),
+     partial(torch.optim.Adam, foreach=False, amsgrad=True)),
+    (partial(torch.optim.SGD, lr=0.1, momentum=0.9, nesterov=True, fused=True),
+     partial(torch.optim.SGD, lr=0.1, momentum=0.9, nesterov=True, foreach=False)),
+    (partial(torch.optim.Adagrad, fused=True), partial(torch.optim.Adagrad, foreach=False)),
+])
+def test_a_fused_optimizer_step_counts_what_the_unfused_step_counts(
+        fused: Callable[[Any], torch.optim.Optimizer],
+        unfused: Callable[[Any], torch.optim.Optimizer]) -> None:
+    # issue 48: _fused_adamw_ was uncounted; its FLOPs per element are the unfused step's
+    assert _optimizer_step_flops(fused) == _optimizer_step_flops(unfused)
+
+
+def test_dropout_in_training_is_counted() -> None:
+    drop, x = nn.Dropout(0.1).train(), torch.randn(8, 16)
+    ops = count(lambda: drop(x), state=[x])
+    # the mask drawn (bernoulli_, uncounted before), scaled, applied: one FLOP an element each
+    assert [(op.name, op.flops) for op in ops] == [
+        ("empty_like", 0), ("bernoulli_", 128), ("div_", 128), ("mul", 128)]
+
+
+def test_a_dynamic_quantized_linear_counts_its_gemm_and_its_packed_weight() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(64, 32)),
+                                                       {nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(4, 64)
+    op = only(count(lambda: model(x), state=[x]), "quantized::linear_dynamic")
+    assert op.flops == 2 * 4 * 64 * 32 + 3 * 4 * 64  # the GEMM; quantizing x (3 an element)
+    assert op.bytes.weights == 32 * 64 + 32 * 4  # int8 weight, fp32 bias: not a tensor argument
+
+
+def test_weight_only_int8_matmul() -> None:
+    x, w, scales = torch.randn(4, 64), torch.randint(-8, 8, (32, 64), dtype=torch.int8), \
+        torch.ones(32)
+    op = only(count(lambda: torch.ops.aten._weight_int8pack_mm(x, w, scales), [w, scales], [x]),
+              "_weight_int8pack_mm")
+    assert op.flops == 2 * 4 * 64 * 32

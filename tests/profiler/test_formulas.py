@@ -197,9 +197,9 @@ def test_scatters_touch_the_rows_they_write() -> None:
 
 
 def test_in_place_ops_read_their_destination_unless_they_overwrite_it() -> None:
-    for name in OVERWRITES_DESTINATION + ACCUMULATING:  # each exists: none silently dropped
-        packet, _, overload = name.partition(".")
-        assert overload in getattr(aten, packet).overloads() if overload else hasattr(aten, packet)
+    # op objects, not names: a misspelt one fails at import, none is silently dropped
+    assert all(isinstance(op, (torch._ops.OpOverloadPacket, torch._ops.OpOverload))
+               for op in OVERWRITES_DESTINATION + ACCUMULATING)
     x, rows = meta(4, 4), meta(2, dtype=torch.int64)
     for func in (aten.add_.Tensor, aten.mul_.Scalar, aten.lerp_.Scalar, aten.addcdiv_.default,
                  aten.relu_.default, aten.scatter_add_.default, aten.scatter_.reduce):
@@ -232,3 +232,14 @@ def test_matvec_and_dot() -> None:
 )
 def test_matmul_and_conv_come_from_torch(name: str) -> None:
     assert REGISTRY[getattr(aten, name)].flops.__qualname__.startswith("_torch_formula")
+
+
+def test_formulas_are_registered_against_op_objects_not_names() -> None:
+    from batchscope.profiler.formulas import register
+
+    with pytest.raises(TypeError, match="op objects"):
+        register("mm")(lambda args, kwargs, out: 0)  # type: ignore[arg-type]  # a name
+    with pytest.raises(AttributeError):
+        _ = aten.no_such_op_here  # an op object misspelt fails where it is written
+    assert all(isinstance(t, (torch._ops.OpOverloadPacket, torch._ops.OpOverload))
+               for t in REGISTRY)

@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from batchscope.classifiers.roofline import batch_response
-from batchscope.profiler.capture import capture_steps
+from batchscope.profiler.capture import StepCapture, capture_steps
 from batchscope.profiler.counting import count_step
-from batchscope.profiler.join import fill_breakdown
-from batchscope.records import BatchResult, FlagKind, Status
+from batchscope.profiler.join import fill_breakdown, join_step
+from batchscope.records import BatchResult, ByteSplit, CountedOp, FlagKind, Status, TimedOp
 from batchscope.reports.flag_text import flag_text
 
 # From this batch size on, the model runs one extra op before its layers.
@@ -172,3 +172,36 @@ def test_convolutions_with_other_strides_are_other_ops_and_keep_their_args() -> 
     # report.json: the args come back as they went.
     back = decode(to_builtins(result), BatchResult)
     assert [op.call_args for op in back.ops] == [op.call_args for op in result.ops]
+
+
+def _timed(name: str, start_s: float, end_s: float, depth: int,
+           shapes: list[list[int]] | None = None) -> TimedOp:
+    return TimedOp(name, shapes or [[4, 4]], start_s, end_s, end_s - start_s, depth)
+
+
+def _counted(name: str) -> CountedOp:
+    return CountedOp(name, [[4, 4]], "float32", 1, ByteSplit(activations=64))
+
+
+def test_an_op_after_a_fused_op_of_many_children_is_joined() -> None:
+    # issue 48: the encoder layer's fast path runs ~70 ops inside it on the CPU; the next
+    # layer was looked for among them only, and the classifier joined 1.4% of its step
+    children = [_timed("addmm", 1.0 + i * 0.01, 1.005 + i * 0.01, 1) for i in range(80)]
+    step = StepCapture(step_s=4.0, ops=[
+        _timed("_transformer_encoder_layer_fwd", 1.0, 2.0, 0), *children,
+        _timed("_transformer_encoder_layer_fwd", 2.0, 3.0, 0), _timed("mean", 3.0, 3.5, 0)])
+    joined = join_step([_counted("_transformer_encoder_layer_fwd")] * 2 + [_counted("mean")],
+                       step)
+    assert joined.matched == [True, True, True] and not joined.unmatched_s
+    assert joined.attributed_s == [1.0, 1.0, 0.5]
+
+
+def test_a_gradient_accumulated_in_place_joins_the_add_the_counting_saw() -> None:
+    # autograd adds a gradient in place (add_) where no dispatch mode runs, out of place
+    # (add) under the counting mode: one op, the same shapes and work
+    step = StepCapture(step_s=1.0, ops=[_timed("add_", 0.0, 0.5, 0)])
+    joined = join_step([_counted("add")], step)
+    assert joined.matched == [True] and not joined.unmatched_s
+    # not the other way round: an in-place op counted is not an out-of-place one profiled
+    assert join_step([_counted("add_")], StepCapture(1.0, [_timed("add", 0.0, 0.5, 0)])
+                     ).matched == [False]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from batchscope.cli import tools_app
@@ -137,3 +138,68 @@ def test_work_counts_and_deltas() -> None:
     assert none.same and not none.more_work
     within = work_delta(1, WorkCount(bytes=100), WorkCount(bytes=105), 0.1)
     assert not within.same and not within.more_work and not within.less_work
+
+
+def with_hole(doc: dict[str, Any], share: float) -> dict[str, Any]:
+    """A copy whose largest op at every size has no count and ``share`` of the step."""
+    out = copy.deepcopy(doc)
+    for b in out["batches"]:
+        if b.get("ops") and b.get("profiled_step_s"):
+            top = max(b["ops"], key=lambda o: o["time_s"])
+            top["flops"], top["time_s"] = None, share * b["profiled_step_s"]
+    return out
+
+
+def test_a_hole_in_the_counts_is_never_the_same_work() -> None:
+    # issue 48: the gate said "FLOPs 70.7 kFLOP (same)", "no regression" of an encoder
+    # whose feed-forward grew 1.5x, 96% of its step in ops nobody counted
+    base = with_hole(DOC, 0.96)
+    result = compare(typed(base), typed(more_flops(base, 1.0, {GATE})))
+    assert result.work_gate is not None
+    assert {c.measure for c in result.work_gate.changes} == {WorkMeasure.OP_CALLS}
+    assert f"cannot judge the work: 96% of the step at batch {GATE} is uncounted" \
+        in result.verdict
+    assert "is the same" not in result.verdict and "counted alike" in result.verdict
+    # more FLOPs counted beside the hole are not judged either way: time and op calls are
+    grown = compare(typed(base), typed(more_flops(base, 1.3, {GATE})))
+    assert not grown.work_regression and "cannot judge the work" in grown.verdict
+    # a hole on one side only is a hole
+    one_side = compare(typed(DOC), typed(with_hole(DOC, 0.2)))
+    assert "cannot judge the work: 20%" in one_side.verdict
+
+
+def test_more_op_calls_beside_a_hole_still_fail_the_gate() -> None:
+    base = with_hole(DOC, 0.5)
+    head = copy.deepcopy(base)
+    for b in head["batches"]:
+        if b["batch_size"] == GATE:
+            for o in b["ops"]:
+                o["calls"] *= 2
+    result = compare(typed(base), typed(head))
+    assert result.work_regression and "cannot judge the work" in result.verdict
+    assert "op calls +" in result.verdict
+
+
+@pytest.mark.slow
+def test_a_wider_feed_forward_fails_the_gate_on_work_and_the_same_code_passes(
+        tmp_path: Path) -> None:
+    # issue 48: a TransformerEncoder classifier whose feed-forward grew 1.5x ran 1.28x
+    # slower, and compare said "FLOPs 70.7 kFLOP (same)", "no regression", exit 0
+    from batchscope.api import Options, diagnose_file
+    from tests.target.test_one_counter import classifier_file
+
+    def sweep(ff: int, name: str) -> Path:
+        out = tmp_path / name
+        diagnose_file(classifier_file(tmp_path, ff=ff), Options(
+            out_dir=str(out), batch_sizes=[2], min_time_s=0.02, device="cpu",
+            measure_ceilings=False, drift_control=False, allocator_check=False))
+        return out / "report.json"
+
+    base, again, wide = sweep(128, "base"), sweep(128, "again"), sweep(192, "wide")
+    out = runner.invoke(tools_app, ["compare", str(base), str(wide)])
+    assert out.exit_code == 1, out.output
+    said = " ".join(out.output.split())
+    assert "the head does more work per step" in said and "FLOPs +" in said
+    same = compare_files(base, again)
+    assert not same.work_regression and same.work_gate is not None and same.work_gate.same
+    assert "is the same" in same.verdict

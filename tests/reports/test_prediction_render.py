@@ -3,6 +3,7 @@ sizes that were not measured, labelled as predictions."""
 
 from __future__ import annotations
 
+import copy
 import io
 from typing import Any
 
@@ -132,3 +133,55 @@ def test_a_pick_whose_fields_are_not_numbers_is_not_said() -> None:
                        ("best_throughput_per_s", None)):
         with pytest.raises(UsageError, match="is not a batchscope report"):
             typed(_with_pick({**good, field: bad}))
+
+
+def _with_uncounted_attention(doc: dict[str, Any], share: float) -> dict[str, Any]:
+    """The report as if its attention had no count: that op's FLOPs None and its time
+    ``share`` of every profiled step (issue 48: a fused path nobody counted)."""
+    out = copy.deepcopy(doc)
+    for b in out["batches"]:
+        ops = b.get("ops") or []
+        attention = next((o for o in ops if "attention" in o["name"]), None)
+        if attention is None or not b.get("profiled_step_s"):
+            continue
+        attention["flops"] = None
+        attention["time_s"] = share * b["profiled_step_s"]
+    return out
+
+
+def test_a_step_with_a_hole_moves_no_pick_and_claims_no_band(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    # issue 48: an interrupted run of the encoder classifier said "batch 1024 at 1.72 k
+    # (1.57-1.91 k) sequences/s, its step within ±10%"; 96% of its step was uncounted, and
+    # full sweeps measured 52 sequences/s there
+    doc = _with_uncounted_attention(sample_docs["llm_decode"], 0.3)
+    report = _cut_short(doc, largest=8, max_batch=64)
+    assert report.uncounted is not None and report.uncounted.share >= 0.3
+    assert "_scaled_dot_product_flash_attention_for_cpu" in report.uncounted.ops
+    assert report.prediction is not None and report.prediction.pick is None
+    summary = render_summary(report)
+    assert "Not measured, predicted" not in summary  # the pick the counts cannot back
+    said = " ".join(summary.split())
+    assert "Uncounted: 30% of the step at batch" in said
+    assert "with no band" in said and "±" not in v_prediction(report)
+    assert "Uncounted:" in _console_text(report, 400)
+    assert "Uncounted:" in render_html(report)
+    # B* says what it reads
+    from batchscope.reports.narrative import critical_batch
+
+    section = critical_batch(report)
+    assert section is not None and "read the counted ops only" in " ".join(section.paragraphs)
+
+
+def test_a_fully_counted_report_says_nothing_of_holes(
+        sample_docs: dict[str, dict[str, Any]]) -> None:
+    report = _cut_short(sample_docs["llm_decode"], largest=8, max_batch=64)
+    assert report.uncounted is None and report.prediction is not None
+    assert report.prediction.pick is not None
+    assert "Uncounted" not in render_summary(report)
+
+
+def v_prediction(report: Report) -> str:
+    from batchscope.reports.view import prediction_summary
+
+    return prediction_summary(report)
