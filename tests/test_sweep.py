@@ -20,12 +20,12 @@ from batchscope.cli import diagnose_app
 from batchscope.errors import ExitCode, ModelFileError, UsageError
 from batchscope.hardware.types import Ceilings
 from batchscope.profiler import supervisor
-from batchscope.profiler.probe import ProbeSpec
 from batchscope.profiler.protocol import ProbesTimed, RunProbes
 from batchscope.profiler.supervisor import Sweep, SweepConfig
 from batchscope.profiler.worker_config import WorkerConfig
 from batchscope.records import BatchResult, PeakMemoryMethod, Status, Stop, StopKind
 from batchscope.records.codec import to_builtins
+from batchscope.records.probe import ProbeSpec
 from batchscope.reports import view
 from batchscope.reports.flag_text import stop_text
 from tests.conftest import MODELS, ROOT
