@@ -50,11 +50,7 @@ from batchscope.engine.policies import RepeatBudget, Spent
 from batchscope.engine.timer import sample
 from batchscope.op_families import ProbeKind, probed
 from batchscope.profiler.protocol import ProbesTimed
-
-# classifiers/ still import these two from here; the next commit moves those import lines to
-# records.probe and removes this re-export.
-from batchscope.records.probe import ProbeSpec as ProbeSpec
-from batchscope.records.probe import probe_key as probe_key
+from batchscope.records.probe import ProbeSpec
 
 if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
     import torch
