@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -30,7 +31,8 @@ from batchscope.stats import median_ci_rel as median_ci_rel
 class StoppedBy(str, Enum):
     """What ended a timing pass (profiler/timing.py): the median's 95% confidence interval
     narrow enough, the time ceiling, a fixed time (--min-time), the most steps allowed, a
-    fixed number of samples (watch); or the window a monitor needs (NVML), when one of the
+    fixed number of samples (watch), the two fastest samples in agreement (``serve
+    --engine``'s calibration runs); or the window a monitor needs (NVML), when one of the
     others came first. Re-exported by :mod:`batchscope.records` (``LatencyStats.stopped_by``)."""
 
     NONE = ""
@@ -39,6 +41,7 @@ class StoppedBy(str, Enum):
     MIN_TIME = "min_time"
     MAX_STEPS = "max_steps"
     SAMPLES = "samples"
+    SETTLED = "settled"
     NVML_WINDOW = "nvml_window"
 
 
@@ -230,3 +233,56 @@ class RepeatBudget:
         if progress.ended_at >= self.deadline:
             return StoppedBy.MAX_TIME
         return StoppedBy.NONE
+
+
+def two_fastest_spread(samples_s: Sequence[float]) -> float | None:
+    """The second-fastest of ``samples_s`` over the fastest, minus 1: how far the fastest
+    would move with the next best sample (None with fewer than two, or a zero fastest).
+
+    Example:
+        >>> round(two_fastest_spread([1.3, 1.0, 1.5]), 6), two_fastest_spread([1.0])
+        (0.3, None)
+    """
+    ordered = sorted(samples_s)
+    if len(ordered) < 2 or ordered[0] <= 0:
+        return None
+    return ordered[1] / ordered[0] - 1
+
+
+@dataclass(frozen=True)
+class Settled:
+    """For a figure kept as the fastest of a few long samples (noise only adds time): at
+    least ``min_repeats`` samples, then stop once the two fastest are within ``spread_rel``
+    of each other (:attr:`StoppedBy.SETTLED`), or at ``max_repeats``
+    (:attr:`StoppedBy.MAX_STEPS`), settled or not.
+
+    Raises:
+        ValueError: ``max_repeats`` below ``min_repeats``, or no repeat at all.
+    """
+
+    spread_rel: float
+    min_repeats: int
+    max_repeats: int
+    window_min_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.min_repeats < 1 or self.max_repeats < self.min_repeats:
+            raise ValueError(f"repeats from {self.min_repeats} to {self.max_repeats}: "
+                             "at least one, and the most no fewer than the least")
+
+    def agree(self, samples_s: Sequence[float]) -> bool:
+        """Whether the two fastest of ``samples_s`` are within ``spread_rel`` (one alone:
+        no)."""
+        spread = two_fastest_spread(samples_s)
+        return spread is not None and spread <= self.spread_rel
+
+    def judge(self) -> Judge:
+        return self
+
+    def verdict(self, progress: Progress) -> StoppedBy:
+        n = len(progress.samples_s)
+        if n < self.min_repeats:
+            return StoppedBy.NONE
+        if self.agree(progress.samples_s):
+            return StoppedBy.SETTLED
+        return StoppedBy.MAX_STEPS if n >= self.max_repeats else StoppedBy.NONE
