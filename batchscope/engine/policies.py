@@ -196,11 +196,9 @@ class Spent(str, Enum):
 
 
 @dataclass(frozen=True)
-class RepeatBudget:
-    """The ceilings' and the kernel probes' rule: at least ``min_repeats`` samples, then
-    stop at ``max_repeats`` (:attr:`StoppedBy.MAX_STEPS`), once ``min_time_s`` is spent
-    (:attr:`StoppedBy.MIN_TIME`; wall time or the samples' own, by ``spent``) or once the
-    clock passes ``deadline`` (:attr:`StoppedBy.MAX_TIME`, host seconds).
+class _Repeats:
+    """A rule over a count of repeats: nothing stops it before ``min_repeats`` samples; then
+    its own rule (:meth:`_past_least`) decides, ``max_repeats`` at the most.
 
     Raises:
         ValueError: ``max_repeats`` below ``min_repeats``, or no repeat at all.
@@ -208,10 +206,6 @@ class RepeatBudget:
 
     min_repeats: int
     max_repeats: int
-    min_time_s: float
-    deadline: float = math.inf
-    spent: Spent = Spent.WALL
-    window_min_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.min_repeats < 1 or self.max_repeats < self.min_repeats:
@@ -222,9 +216,31 @@ class RepeatBudget:
         return self
 
     def verdict(self, progress: Progress) -> StoppedBy:
-        n = len(progress.samples_s)
-        if n < self.min_repeats:
+        if len(progress.samples_s) < self.min_repeats:
             return StoppedBy.NONE
+        return self._past_least(progress, len(progress.samples_s))
+
+    def _past_least(self, progress: Progress, n: int) -> StoppedBy:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RepeatBudget(_Repeats):
+    """The ceilings' and the kernel probes' rule: at least ``min_repeats`` samples, then
+    stop at ``max_repeats`` (:attr:`StoppedBy.MAX_STEPS`), once ``min_time_s`` is spent
+    (:attr:`StoppedBy.MIN_TIME`; wall time or the samples' own, by ``spent``) or once the
+    clock passes ``deadline`` (:attr:`StoppedBy.MAX_TIME`, host seconds).
+
+    Raises:
+        ValueError: ``max_repeats`` below ``min_repeats``, or no repeat at all.
+    """
+
+    min_time_s: float
+    deadline: float = math.inf
+    spent: Spent = Spent.WALL
+    window_min_s: float = 0.0
+
+    def _past_least(self, progress: Progress, n: int) -> StoppedBy:
         if n >= self.max_repeats:
             return StoppedBy.MAX_STEPS
         spent_s = progress.elapsed_s if self.spent == Spent.WALL else progress.sampled_s
@@ -250,7 +266,7 @@ def two_fastest_spread(samples_s: Sequence[float]) -> float | None:
 
 
 @dataclass(frozen=True)
-class Settled:
+class Settled(_Repeats):
     """For a figure kept as the fastest of a few long samples (noise only adds time): at
     least ``min_repeats`` samples, then stop once the two fastest are within ``spread_rel``
     of each other (:attr:`StoppedBy.SETTLED`), or at ``max_repeats``
@@ -261,14 +277,7 @@ class Settled:
     """
 
     spread_rel: float
-    min_repeats: int
-    max_repeats: int
     window_min_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.min_repeats < 1 or self.max_repeats < self.min_repeats:
-            raise ValueError(f"repeats from {self.min_repeats} to {self.max_repeats}: "
-                             "at least one, and the most no fewer than the least")
 
     def agree(self, samples_s: Sequence[float]) -> bool:
         """Whether the two fastest of ``samples_s`` are within ``spread_rel`` (one alone:
@@ -276,13 +285,7 @@ class Settled:
         spread = two_fastest_spread(samples_s)
         return spread is not None and spread <= self.spread_rel
 
-    def judge(self) -> Judge:
-        return self
-
-    def verdict(self, progress: Progress) -> StoppedBy:
-        n = len(progress.samples_s)
-        if n < self.min_repeats:
-            return StoppedBy.NONE
+    def _past_least(self, progress: Progress, n: int) -> StoppedBy:
         if self.agree(progress.samples_s):
             return StoppedBy.SETTLED
         return StoppedBy.MAX_STEPS if n >= self.max_repeats else StoppedBy.NONE

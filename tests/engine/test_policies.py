@@ -138,7 +138,7 @@ def test_a_repeat_budget_stops_at_its_deadline_after_its_least() -> None:
 
 # -- Settled -------------------------------------------------------------------------------
 def test_settled_stops_once_the_two_fastest_agree_or_at_its_most() -> None:
-    rule = Settled(0.10, min_repeats=2, max_repeats=4)
+    rule = Settled(min_repeats=2, max_repeats=4, spread_rel=0.10)
     # 1.0 then 1.05: 1.05 / 1.0 - 1 = 5% apart, settled at the least
     run, n = run_until_stopped(rule, [1.0, 1.05])
     assert (run.stopped_by, n) == (StoppedBy.SETTLED, 2)
@@ -149,11 +149,11 @@ def test_settled_stops_once_the_two_fastest_agree_or_at_its_most() -> None:
     run, n = run_until_stopped(rule, [1.0, 2.0, 3.0, 4.0, 5.0])
     assert (run.stopped_by, n) == (StoppedBy.MAX_STEPS, 4)
     # one sample never agrees with itself: with a least of 1 the second decides
-    run, n = run_until_stopped(Settled(0.10, 1, 3), [1.0, 1.08])
+    run, n = run_until_stopped(Settled(1, 3, spread_rel=0.10), [1.0, 1.08])
     assert (run.stopped_by, n) == (StoppedBy.SETTLED, 2)
     assert rule.agree([1.3, 1.0, 1.05]) and not rule.agree([1.0])
     with pytest.raises(ValueError, match="repeats"):
-        Settled(0.10, 3, 2)
+        Settled(3, 2, spread_rel=0.10)
 
 
 def test_the_two_fastest_spread_reads_the_fastest_two_in_any_order() -> None:

@@ -42,7 +42,7 @@ REPEATS = 2
 STABLE_SPREAD = 0.10
 MAX_REPEATS = 4
 # That rule, as the engine's stop policy (measure_engine sets the repeats it is given).
-SETTLED = Settled(STABLE_SPREAD, REPEATS, MAX_REPEATS)
+SETTLED = Settled(REPEATS, MAX_REPEATS, spread_rel=STABLE_SPREAD)
 MAX_CALIBRATION_CAPS = 3
 # Engines that need a GPU and are not run here: one sentence, not a traceback.
 GPU_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
