@@ -51,13 +51,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from batchscope.engine.policies import two_fastest_spread
 from batchscope.records.engine import Engine, EngineStep
 from batchscope.records.policy import Policy
 from batchscope.reports.engine_runs import read_engine_runs, write_engine_runs
 from batchscope.serving.engine_cost import fastest_runs
 from batchscope.serving.engines import transformers_engine as te
 from batchscope.serving.engines.calibrate import measure_engine
-from batchscope.serving.engines.runs import two_fastest_spread
 from batchscope.serving.requests import Request, trace_rate_per_s
 from batchscope.typed_json import decode
 from benchmarks._common import PYTHON, run_timed

@@ -15,7 +15,6 @@ from batchscope.classifiers.step_model import PROBE_ROUND_S, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
-from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -29,6 +28,7 @@ from batchscope.records import (
     Status,
 )
 from batchscope.records.flags import Value
+from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import Mode
 
 # A batch size whose interquartile range of step latency exceeds this share of its median

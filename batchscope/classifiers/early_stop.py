@@ -24,8 +24,8 @@ from batchscope.classifiers.step_model import (
 from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
-from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import BatchResult, Flag, Status, Stop
+from batchscope.records.probe import ProbeSpec
 
 
 @dataclass(frozen=True)

@@ -74,8 +74,6 @@ from batchscope.profiler.probe import (
     PROBE_TIME_S,
     PROBED_OPS,
     REPLAYED_OPS,
-    ProbeSpec,
-    probe_key,
 )
 from batchscope.records import (
     ArgValue,
@@ -92,6 +90,7 @@ from batchscope.records import (
     Stop,
     StopKind,
 )
+from batchscope.records.probe import ProbeSpec, probe_key
 
 # The model is fitted on the largest this many measured batch sizes: the nearest to the
 # sizes it predicts, past the small-batch kernel steps (MKL's 2-8 row path).

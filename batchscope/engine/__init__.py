@@ -3,7 +3,8 @@
 - :mod:`~batchscope.engine.clock`: what reads the time (the host's clock with the device
   drained before it stops, or CUDA events on a device's stream).
 - :mod:`~batchscope.engine.policies`: when a run of timed samples stops (adaptive, a fixed
-  time, a fixed count, a repeat budget) and what stopped it (:class:`StoppedBy`).
+  time, a fixed count, a repeat budget, the two fastest settled) and what stopped it
+  (:class:`StoppedBy`).
 - :mod:`~batchscope.engine.timer`: the one loop that takes samples under a policy, its
   warm-up and block sizing, and its push mode (:class:`~batchscope.engine.timer.PushTimer`:
   a loop that is not ours feeds it).

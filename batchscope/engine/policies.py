@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -30,7 +31,8 @@ from batchscope.stats import median_ci_rel as median_ci_rel
 class StoppedBy(str, Enum):
     """What ended a timing pass (profiler/timing.py): the median's 95% confidence interval
     narrow enough, the time ceiling, a fixed time (--min-time), the most steps allowed, a
-    fixed number of samples (watch); or the window a monitor needs (NVML), when one of the
+    fixed number of samples (watch), the two fastest samples in agreement (``serve
+    --engine``'s calibration runs); or the window a monitor needs (NVML), when one of the
     others came first. Re-exported by :mod:`batchscope.records` (``LatencyStats.stopped_by``)."""
 
     NONE = ""
@@ -39,6 +41,7 @@ class StoppedBy(str, Enum):
     MIN_TIME = "min_time"
     MAX_STEPS = "max_steps"
     SAMPLES = "samples"
+    SETTLED = "settled"
     NVML_WINDOW = "nvml_window"
 
 
@@ -193,11 +196,9 @@ class Spent(str, Enum):
 
 
 @dataclass(frozen=True)
-class RepeatBudget:
-    """The ceilings' and the kernel probes' rule: at least ``min_repeats`` samples, then
-    stop at ``max_repeats`` (:attr:`StoppedBy.MAX_STEPS`), once ``min_time_s`` is spent
-    (:attr:`StoppedBy.MIN_TIME`; wall time or the samples' own, by ``spent``) or once the
-    clock passes ``deadline`` (:attr:`StoppedBy.MAX_TIME`, host seconds).
+class _Repeats:
+    """A rule over a count of repeats: nothing stops it before ``min_repeats`` samples; then
+    its own rule (:meth:`_past_least`) decides, ``max_repeats`` at the most.
 
     Raises:
         ValueError: ``max_repeats`` below ``min_repeats``, or no repeat at all.
@@ -205,10 +206,6 @@ class RepeatBudget:
 
     min_repeats: int
     max_repeats: int
-    min_time_s: float
-    deadline: float = math.inf
-    spent: Spent = Spent.WALL
-    window_min_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.min_repeats < 1 or self.max_repeats < self.min_repeats:
@@ -219,9 +216,31 @@ class RepeatBudget:
         return self
 
     def verdict(self, progress: Progress) -> StoppedBy:
-        n = len(progress.samples_s)
-        if n < self.min_repeats:
+        if len(progress.samples_s) < self.min_repeats:
             return StoppedBy.NONE
+        return self._past_least(progress, len(progress.samples_s))
+
+    def _past_least(self, progress: Progress, n: int) -> StoppedBy:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RepeatBudget(_Repeats):
+    """The ceilings' and the kernel probes' rule: at least ``min_repeats`` samples, then
+    stop at ``max_repeats`` (:attr:`StoppedBy.MAX_STEPS`), once ``min_time_s`` is spent
+    (:attr:`StoppedBy.MIN_TIME`; wall time or the samples' own, by ``spent``) or once the
+    clock passes ``deadline`` (:attr:`StoppedBy.MAX_TIME`, host seconds).
+
+    Raises:
+        ValueError: ``max_repeats`` below ``min_repeats``, or no repeat at all.
+    """
+
+    min_time_s: float
+    deadline: float = math.inf
+    spent: Spent = Spent.WALL
+    window_min_s: float = 0.0
+
+    def _past_least(self, progress: Progress, n: int) -> StoppedBy:
         if n >= self.max_repeats:
             return StoppedBy.MAX_STEPS
         spent_s = progress.elapsed_s if self.spent == Spent.WALL else progress.sampled_s
@@ -230,3 +249,43 @@ class RepeatBudget:
         if progress.ended_at >= self.deadline:
             return StoppedBy.MAX_TIME
         return StoppedBy.NONE
+
+
+def two_fastest_spread(samples_s: Sequence[float]) -> float | None:
+    """The second-fastest of ``samples_s`` over the fastest, minus 1: how far the fastest
+    would move with the next best sample (None with fewer than two, or a zero fastest).
+
+    Example:
+        >>> round(two_fastest_spread([1.3, 1.0, 1.5]), 6), two_fastest_spread([1.0])
+        (0.3, None)
+    """
+    ordered = sorted(samples_s)
+    if len(ordered) < 2 or ordered[0] <= 0:
+        return None
+    return ordered[1] / ordered[0] - 1
+
+
+@dataclass(frozen=True)
+class Settled(_Repeats):
+    """For a figure kept as the fastest of a few long samples (noise only adds time): at
+    least ``min_repeats`` samples, then stop once the two fastest are within ``spread_rel``
+    of each other (:attr:`StoppedBy.SETTLED`), or at ``max_repeats``
+    (:attr:`StoppedBy.MAX_STEPS`), settled or not.
+
+    Raises:
+        ValueError: ``max_repeats`` below ``min_repeats``, or no repeat at all.
+    """
+
+    spread_rel: float
+    window_min_s: float = 0.0
+
+    def agree(self, samples_s: Sequence[float]) -> bool:
+        """Whether the two fastest of ``samples_s`` are within ``spread_rel`` (one alone:
+        no)."""
+        spread = two_fastest_spread(samples_s)
+        return spread is not None and spread <= self.spread_rel
+
+    def _past_least(self, progress: Progress, n: int) -> StoppedBy:
+        if self.agree(progress.samples_s):
+            return StoppedBy.SETTLED
+        return StoppedBy.MAX_STEPS if n >= self.max_repeats else StoppedBy.NONE

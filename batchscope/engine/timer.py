@@ -2,12 +2,13 @@
 
 Every timing loop of batchscope is this one: the timing pass (warm-up, blocks of fast steps,
 garbage collection paused, a monitor around the samples), the ranks' fixed count and their
-all-reduce repeats, the kernel probes' and the ceilings' repeat budgets, and ``watch``'s
-timed phase. A run is a :class:`Run`: each sample goes in with its seconds and end time, the
-policy's judge (:mod:`batchscope.engine.policies`) says when the rule is met, and the run
-then goes on until its samples span the policy's window. :func:`sample` pulls samples from a
-callable; :class:`PushTimer` takes them from a loop that is not ours, one step at a time,
-with the same blocks and the same rules.
+all-reduce repeats, the kernel probes' and the ceilings' repeat budgets, ``watch``'s timed
+phase, and ``serve --engine``'s prefill timings and calibration runs (a :class:`Run` per
+policy and cap, fed the engine runs' spans). A run is a :class:`Run`: each sample goes in
+with its seconds and end time, the policy's judge (:mod:`batchscope.engine.policies`) says
+when the rule is met, and the run then goes on until its samples span the policy's window.
+:func:`sample` pulls samples from a callable; :class:`PushTimer` takes them from a loop that
+is not ours, one step at a time, with the same blocks and the same rules.
 
 Example:
     >>> from batchscope.engine.clock import HostClock

@@ -28,21 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from batchscope.hardware.nvml_device import (
+from batchscope.hardware.nvml_api import (
     ERROR_FUNCTION_NOT_FOUND,
     ERROR_INVALID_ARGUMENT,
     ERROR_NO_PERMISSION,
     ERROR_NOT_SUPPORTED,
-    FI_DEV_POWER_INSTANT,
     REASON_NOT_SUPPORTED_MIG,
-    NvmlDevice,
+    Handle,
+    Nvml,
     NvmlUnavailable,
+    Reading,
     init_nvml,
-    nvml_field_value,
-    nvml_handle_for_cuda_index,
-    nvml_query,
-    nvml_query_first,
 )
+from batchscope.hardware.nvml_device import NvmlDevice, nvml_handle_for_cuda_index
 from batchscope.hardware.nvml_window import (
     POWER_SOURCE_AVERAGE,
     POWER_SOURCE_INSTANT,
@@ -59,11 +57,6 @@ from batchscope.hardware.nvml_window import (
 DEFAULT_INTERVAL_S = 0.05
 # Below this the thread would spin; NVML's own power readings refresh far slower.
 MIN_INTERVAL_S = 0.005
-# NVML enum values (nvml.h), used when a stand-in module does not define them.
-_NVML_CLOCK_SM = 1
-_NVML_CLOCK_MEM = 2
-_NVML_TEMPERATURE_GPU = 0
-MW_PER_W = 1000.0  # nvmlDeviceGetPowerUsage answers in milliwatts
 # Errors that will not change while the process lives: stop asking after the first one.
 _PERMANENT_ERRORS = frozenset({ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION, ERROR_FUNCTION_NOT_FOUND})
 # A field value the driver answers with one of these will not appear later: use the function.
@@ -80,46 +73,36 @@ class Sampler(Protocol):
     def close(self) -> None: ...
 
 
+def _one(value: Any) -> tuple[Any, ...]:
+    return (value,)
+
+
 @dataclass(frozen=True)
 class _Query:
-    """One NVML call feeding one or more sample fields."""
+    """One NVML reading feeding one or more sample fields."""
 
     fields: tuple[str, ...]
-    functions: tuple[str, ...]  # tried in order while one is missing (older drivers)
-    args: tuple[Any, ...]
+    read: Callable[[Nvml, Handle], Reading[Any]]  # a method of Nvml
     whole_gpu: bool  # a per-GPU quantity: read from the parent GPU on a MIG instance
-    convert: Callable[[Any], tuple[Any, ...]]
-    # An NVML field value tried before the functions (nvmlDeviceGetFieldValues), and how
-    # its number converts; the functions serve where the driver lacks the field.
-    field_id: int | None = None
-    field_convert: Callable[[Any], tuple[Any, ...]] | None = None
+    split: Callable[[Any], tuple[Any, ...]] = _one  # the reading's value -> the fields
+    # A reading tried before ``read`` (an NVML field value, which the driver may lack; then
+    # ``read`` serves), and how its value splits into the fields.
+    first: Callable[[Nvml, Handle], Reading[Any]] | None = None
+    first_split: Callable[[Any], tuple[Any, ...]] = _one
 
 
-def _int(value: Any) -> tuple[int]:
-    return (int(value),)
-
-
-def _queries(nvml: Any) -> tuple[_Query, ...]:
-    clock_sm = getattr(nvml, "NVML_CLOCK_SM", _NVML_CLOCK_SM)
-    clock_mem = getattr(nvml, "NVML_CLOCK_MEM", _NVML_CLOCK_MEM)
-    sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", _NVML_TEMPERATURE_GPU)
-    return (
-        _Query(("power_w", "power_source"), ("nvmlDeviceGetPowerUsage",), (), True,
-               lambda mw: (mw / MW_PER_W, POWER_SOURCE_AVERAGE),
-               field_id=getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", FI_DEV_POWER_INSTANT),
-               field_convert=lambda mw: (float(mw) / MW_PER_W, POWER_SOURCE_INSTANT)),
-        _Query(("energy_counter_mj",), ("nvmlDeviceGetTotalEnergyConsumption",), (), True, _int),
-        _Query(("sm_clock_mhz",), ("nvmlDeviceGetClockInfo",), (clock_sm,), True, _int),
-        _Query(("mem_clock_mhz",), ("nvmlDeviceGetClockInfo",), (clock_mem,), True, _int),
-        _Query(("temperature_c",), ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"),
-               (sensor,), True, _int),
-        _Query(("throttle_mask",), ("nvmlDeviceGetCurrentClocksEventReasons",
-                                    "nvmlDeviceGetCurrentClocksThrottleReasons"), (), True, _int),
-        _Query(("gpu_util_pct", "mem_util_pct"), ("nvmlDeviceGetUtilizationRates",), (), False,
-               lambda u: (int(u.gpu), int(u.memory))),
-        _Query(("memory_used_bytes",), ("nvmlDeviceGetMemoryInfo",), (), False,
-               lambda m: (int(m.used),)),
-    )
+_QUERIES = (
+    _Query(("power_w", "power_source"), Nvml.power_average_w, True,
+           lambda w: (w, POWER_SOURCE_AVERAGE),
+           first=Nvml.power_instant_w, first_split=lambda w: (w, POWER_SOURCE_INSTANT)),
+    _Query(("energy_counter_mj",), Nvml.energy_counter_mj, True),
+    _Query(("sm_clock_mhz",), Nvml.clock_sm_mhz, True),
+    _Query(("mem_clock_mhz",), Nvml.clock_mem_mhz, True),
+    _Query(("temperature_c",), Nvml.temperature_c, True),
+    _Query(("throttle_mask",), Nvml.throttle_mask, True),
+    _Query(("gpu_util_pct", "mem_util_pct"), Nvml.utilization_pct, False, tuple),
+    _Query(("memory_used_bytes",), Nvml.memory_used_bytes, False),
+)
 
 
 class NvmlSampler:
@@ -127,21 +110,20 @@ class NvmlSampler:
 
     Args:
         device: the NVML device (see :func:`nvml_handle_for_cuda_index`).
-        nvml: the initialised ``pynvml`` module (or a stand-in).
+        nvml: initialised NVML (:func:`~batchscope.hardware.nvml_api.init_nvml`).
         interval_s: time between samples.
         clock: monotonic seconds; tests inject a fake one.
         owns_init: call ``nvmlShutdown`` in :meth:`close`.
     """
 
-    def __init__(self, device: NvmlDevice, *, nvml: Any, interval_s: float = DEFAULT_INTERVAL_S,
+    def __init__(self, device: NvmlDevice, *, nvml: Nvml, interval_s: float = DEFAULT_INTERVAL_S,
                  clock: Callable[[], float] = time.perf_counter, owns_init: bool = False) -> None:
         self.device = device
         self.interval_s = max(interval_s, MIN_INTERVAL_S)
         self._nvml = nvml
         self._clock = clock
         self._owns_init = owns_init
-        self._queries = _queries(nvml)
-        self._chosen: dict[int, tuple[str, ...]] = {}  # query index -> functions still to try
+        self._queries = _QUERIES
         self._permanent: dict[int, str] = {}  # query index -> reason it can never work
         self._field_absent: dict[int, str] = {}  # query index -> why its field value is not read
         self._notes: list[str] = []  # caveats found while sampling (kept for later windows)
@@ -185,23 +167,19 @@ class NvmlSampler:
                 return  # a lost GPU answers nothing more; stop() still adds the last sample
             next_s = max(next_s + self.interval_s, self._clock())
 
-    def _read_field(self, index: int, query: _Query, handle: Any) -> tuple[Any, ...] | None:
-        """The query's field value, converted; None to fall back to its functions.
+    def _read_first(self, index: int, query: _Query, handle: Handle) -> tuple[Any, ...] | None:
+        """The query's first reading (a field value), split; None to fall back to ``read``.
 
         A field the driver lacks is not asked again, and a note says what is read instead.
         """
-        if query.field_id is None or query.field_convert is None or index in self._field_absent:
+        if query.first is None or index in self._field_absent:
             return None
-        reading = nvml_field_value(self._nvml, handle, query.field_id)
+        reading = query.first(self._nvml, handle)
         if reading.reason is None:
-            try:
-                return query.field_convert(reading.value)
-            except (TypeError, ValueError, AttributeError) as exc:
-                reason = f"unexpected value: {exc}"
-        else:
-            reason = reading.reason
-            if reading.code not in _FIELD_ABSENT_ERRORS:
-                return None  # transient (or fatal, which the function call will meet too)
+            return query.first_split(reading.value)
+        reason = reading.reason
+        if reading.code not in _FIELD_ABSENT_ERRORS:
+            return None  # transient (or fatal, which the function call will meet too)
         self._field_absent[index] = reason
         if query.fields[0] == "power_w":
             self._notes.append(f"instantaneous power (NVML_FI_DEV_POWER_INSTANT): {reason}; "
@@ -216,17 +194,12 @@ class NvmlSampler:
             return self._permanent[index]
         on_parent = query.whole_gpu and self.device.is_mig and self.device.parent_handle is not None
         handle = self.device.parent_handle if on_parent else self.device.handle
-        from_field = self._read_field(index, query, handle)
+        from_field = self._read_first(index, query, handle)
         if from_field is not None:
             return from_field
-        functions = self._chosen.get(index, query.functions)
-        reading, used = nvml_query_first(self._nvml, functions, handle, *query.args)
-        self._chosen[index] = functions[functions.index(used):]
+        reading = query.read(self._nvml, handle)
         if reading.reason is None:
-            try:
-                return query.convert(reading.value)
-            except (TypeError, ValueError, AttributeError) as exc:
-                return f"unexpected value from {used}: {exc}"
+            return query.split(reading.value)
         reason = reading.reason
         if reading.code == ERROR_NOT_SUPPORTED and self.device.is_mig and not on_parent:
             reason = REASON_NOT_SUPPORTED_MIG
@@ -280,7 +253,7 @@ class NvmlSampler:
             self.stop()
         if self._owns_init:
             self._owns_init = False
-            nvml_query(self._nvml, "nvmlShutdown")
+            self._nvml.shutdown()
 
 
 class NullSampler:
@@ -396,13 +369,13 @@ def make_sampler(
     if kind != "cuda":
         return NullSampler(f"no GPU: the device is {device_type}", clock=clock)
     try:
-        nvml = init_nvml(nvml)
+        library = init_nvml(nvml)
     except NvmlUnavailable as exc:
         return NullSampler(str(exc), clock=clock)
     try:
-        device = nvml_handle_for_cuda_index(cuda_index, torch_uuid=torch_uuid, nvml=nvml)
+        device = nvml_handle_for_cuda_index(cuda_index, torch_uuid=torch_uuid, nvml=library)
     except Exception as exc:  # noqa: BLE001 - NvmlUnavailable or a surprise: still no crash
-        nvml_query(nvml, "nvmlShutdown")
+        library.shutdown()
         reason = str(exc) if isinstance(exc, NvmlUnavailable) else f"{type(exc).__name__}: {exc}"
         return NullSampler(f"no NVML device for cuda:{cuda_index}: {reason}", clock=clock)
-    return NvmlSampler(device, nvml=nvml, interval_s=interval_s, clock=clock, owns_init=True)
+    return NvmlSampler(device, nvml=library, interval_s=interval_s, clock=clock, owns_init=True)

@@ -12,8 +12,9 @@ step-time model (:mod:`batchscope.classifiers.step_model`) asks for the model's 
 matmuls and convolutions, scaled to the sizes it predicts, timed here in the worker:
 milliseconds to a second each, where measuring the whole model at that size takes minutes.
 
-A spec is a :class:`ProbeSpec`: ``name`` one of :data:`PROBED_OPS`, ``shapes`` the tensor
-arguments' shapes in aten order and, for a convolution, ``args``: the op's other arguments
+A spec is a :class:`~batchscope.records.probe.ProbeSpec` (a record: the classifiers build
+it without torch): ``name`` one of :data:`PROBED_OPS`, ``shapes`` the tensor arguments'
+shapes in aten order and, for a convolution, ``args``: the op's other arguments
 (``CountedOp.call_args``: stride, padding, dilation, transposed, output_padding, groups; a
 bias when ``shapes`` has a third shape). The per-row ops of :data:`REPLAYED_OPS` (batch
 norm, pooling, the backward convolution, ...) have ``args`` too, their non-tensor arguments
@@ -39,11 +40,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from batchscope.engine.clock import HostClock
@@ -51,7 +50,7 @@ from batchscope.engine.policies import RepeatBudget, Spent
 from batchscope.engine.timer import sample
 from batchscope.op_families import ProbeKind, probed
 from batchscope.profiler.protocol import ProbesTimed
-from batchscope.records import ArgValue
+from batchscope.records.probe import ProbeSpec
 
 if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
     import torch
@@ -77,66 +76,6 @@ MAX_REPEATS = 25
 LONG_CALL_S = 0.2
 # Copies of the arguments cycled through, at most, to keep them out of the cache.
 MAX_COPIES = 16
-
-
-def probe_key(name: str, shapes: list[list[int]], args: list[Any] | None = None,
-              dtype: str = "") -> str:
-    """The one name of a probe: its op, its arguments' shapes, for a convolution or a
-    replayed op its other arguments, and the dtype it ran in where given (under ``--amp``
-    one shape may run in two).
-
-    Example:
-        >>> probe_key("mm", [[8, 16], [16, 4]])
-        'mm[[8,16],[16,4]]'
-        >>> probe_key("mm", [[8, 16], [16, 4]], dtype="bfloat16")
-        'mm[[8,16],[16,4]]@bfloat16'
-        >>> probe_key("convolution", [[8, 3, 32, 32], [16, 3, 3, 3]],
-        ...           [[2, 2], [1, 1], [1, 1], False, [0, 0], 1])
-        'convolution[[8,3,32,32],[16,3,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]'
-    """
-    key = name + json.dumps(shapes, separators=(",", ":"))
-    if args is not None:
-        key += json.dumps(args, separators=(",", ":"))
-    return f"{key}@{dtype}" if dtype else key
-
-
-@dataclass(frozen=True)
-class ProbeSpec:
-    """One kernel probe: an op called alone on its own shapes (the module docstring).
-
-    Attributes:
-        key: its one name (:func:`probe_key`), by which its time comes back.
-        name: the aten op, one of :data:`PROBED_OPS`.
-        shapes: its tensor arguments' shapes, in aten order.
-        args: its other arguments in schema order (``CountedOp.call_args``): a
-            convolution's or a replayed op's; None for a matmul.
-        dtype: the dtype the op ran in ("" for the model's).
-        op_id: the op of the model whose shapes these are (``OpStat.op_id``): its probes at
-            several sizes, smallest first, let a long one skip its warm-up.
-        batch: the batch size these shapes are at, with ``op_id``.
-        budget_s: for a cost-bounded probe, the seconds such probes may take in all: it is
-            skipped once they have (:func:`run_probes`); None: always timed.
-    """
-
-    key: str
-    name: str
-    shapes: list[list[int]]
-    args: list[ArgValue] | None = None
-    dtype: str = ""
-    op_id: str | None = None
-    batch: int | None = None
-    budget_s: float | None = None
-
-    @classmethod
-    def of(cls, name: str, shapes: list[list[int]], args: list[ArgValue] | None = None,
-           dtype: str = "", **more: Any) -> ProbeSpec:
-        """The spec of ``name`` on ``shapes``, keyed by :func:`probe_key`.
-
-        Example:
-            >>> ProbeSpec.of("mm", [[8, 16], [16, 4]]).key
-            'mm[[8,16],[16,4]]'
-        """
-        return cls(probe_key(name, shapes, args, dtype), name, shapes, args, dtype, **more)
 
 
 class _Arguments:

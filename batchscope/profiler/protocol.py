@@ -28,13 +28,11 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records import BatchResult, GridPoint, ModelInfo
-
-if TYPE_CHECKING:  # probe.py answers with ProbesTimed from here: the spec type only
-    from batchscope.profiler.probe import ProbeSpec
+from batchscope.records.probe import ProbeSpec
 
 
 # -- parent -> worker ----------------------------------------------------------------------
@@ -82,7 +80,7 @@ class TimeGridPoint:
 
 @dataclass(frozen=True)
 class RunProbes:
-    """Time kernel probes (:class:`~batchscope.profiler.probe.ProbeSpec`, as the classifiers
+    """Time kernel probes (:class:`~batchscope.records.probe.ProbeSpec`, as the classifiers
     build them); ``bounded_spent_s`` is what the cost-bounded ones took before, ``round_s``
     the wall time this round may take (None: no limit)."""
 

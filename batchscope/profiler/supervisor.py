@@ -48,7 +48,6 @@ from batchscope.profiler.launcher import (
     RanksDied,
     rendezvous_failed,
 )
-from batchscope.profiler.probe import ProbeSpec
 from batchscope.profiler.protocol import (
     BatchDone,
     BuffersKept,
@@ -86,6 +85,7 @@ from batchscope.records import (
 )
 from batchscope.records.interval import ControlTiming, DriftControl
 from batchscope.records.noise import control_timing
+from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import AllocatorSetBy, Mode
 from batchscope.records.rounds import DecisionRounds, RoundBlock, RoundsStop
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S

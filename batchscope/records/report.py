@@ -13,10 +13,8 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records.counter_report import CountersSection
@@ -714,34 +712,28 @@ class Report:
         """The result of ``batch_size`` (None when it was not tried)."""
         return next((b for b in self.batches if b.batch_size == batch_size), None)
 
+    # The three conveniences below are the reports layer's functions, imported when called:
+    # the records never use that layer otherwise (pyproject.toml's layers contract names this
+    # one exception), and no registry has to be filled first.
     def _repr_html_(self) -> str:
         """Notebook display: the full report.html in a sandboxed iframe."""
         import html
 
-        page = _WRITERS["html"](self)
+        from batchscope.reports import render_html
+
+        page = render_html(self)
         return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
                 'style="width: 100%; height: 900px; border: 0"></iframe>')
 
     def save(self, out_dir: str | os.PathLike[str]) -> dict[str, str]:
         """Write report.json, report.html and summary.md into ``out_dir``; format -> path."""
-        paths: dict[str, str] = _WRITERS["save"](self, out_dir)
-        return paths
+        from batchscope.reports import write_all
+
+        return write_all(self, out_dir)
 
     def explanation(self) -> str:
         """The explanation in plain words with this report's numbers (what report.json's
         ``recommendation.explanation`` holds)."""
-        return str(_WRITERS["explanation"](self))
+        from batchscope.reports import explanation
 
-
-# How a Report is written and shown: registered by the reports layer when it is imported
-# (reports/__init__.py; ``import batchscope`` does), so that these conveniences work without
-# the records importing the layer above them.
-_WRITERS: dict[str, Callable[..., Any]] = {}
-
-
-def register_writers(save: Callable[[Report, str | os.PathLike[str]], dict[str, str]],
-                     html: Callable[[Report], str], explanation: Callable[[Report], str]
-                     ) -> None:
-    """Called once by ``batchscope.reports``: the functions behind :meth:`Report.save`,
-    :meth:`Report._repr_html_` and :meth:`Report.explanation`."""
-    _WRITERS.update(save=save, html=html, explanation=explanation)
+        return explanation(self)

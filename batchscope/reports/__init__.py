@@ -3,7 +3,9 @@ report files): report.json with its sentences, report.html, summary.md; the term
 summary and ``diagnose compare``.
 
 Every renderer reads the typed report; report.json is read back into one by
-:func:`load_report`, so a later reader sees what the renderers saw.
+:func:`load_report`, so a later reader sees what the renderers saw. :meth:`Report.save`,
+:meth:`Report.explanation` and a notebook's display call :func:`write_all`,
+:func:`explanation` and :func:`render_html` from here.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import os
 from pathlib import Path
 
 from batchscope.records import Report
-from batchscope.records.report import register_writers
 from batchscope.reports.html import render_html
 from batchscope.reports.json_report import atomic_write_text, load_report, write_json
 from batchscope.reports.markdown import render_summary
@@ -38,6 +39,4 @@ def write_all(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, str]
     return paths
 
 
-register_writers(save=write_all, html=render_html, explanation=explanation)
-
-__all__ = ["load_report", "write_all", "write_json"]
+__all__ = ["explanation", "load_report", "render_html", "write_all", "write_json"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from batchscope.engine.policies import two_fastest_spread
 from batchscope.errors import UsageError
 from batchscope.records.engine import (
     CalibrationPoint,
@@ -39,7 +40,7 @@ from batchscope.records.engine import (
     PrefillSource,
 )
 from batchscope.records.policy import Policy
-from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, two_fastest_spread
+from batchscope.serving.engines.runs import EngineMeasurement, EngineRun
 from batchscope.serving.simulator import Simulation, StepTime, simulate
 
 # A step is never taken as faster than this share of the sweep's own step, whatever the

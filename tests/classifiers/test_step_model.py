@@ -25,7 +25,6 @@ from batchscope.classifiers.step_model import (
 from batchscope.hardware.figures import CeilingDetails, MatmulFigures, MatmulSize
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
-from batchscope.profiler.probe import ProbeSpec
 from batchscope.records import (
     BatchResult,
     ByteSplit,
@@ -36,6 +35,7 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.noise import DRIFT_FLOOR
+from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import Assumption, AssumptionKind
 from batchscope.reports.flag_text import assumption_text, stop_text
 
@@ -416,7 +416,7 @@ def test_the_probe_budget_follows_the_sweeps_own_time():
 def test_a_convolution_past_its_largest_probe_grows_with_the_rows():
     # Probed at 8 (its reference), 16 and 32; 64 was over the cost bound: its time there
     # is its time at 32, scaled by the rows, and the prediction says so.
-    from batchscope.profiler.probe import probe_key
+    from batchscope.records.probe import probe_key
 
     results = [stepped(b, [conv_op(b, 1e-3 * b)]) for b in (2, 4, 8)]
     probes = {probe_key("convolution", [[b, 64, 56, 56], [64, 64, 3, 3]], STRIDE_2, "float32"): t
@@ -438,7 +438,7 @@ def test_a_probe_far_faster_alone_than_in_the_step_is_a_floor_not_a_ratio():
     # inputs), then 40 ms at 64 once out of cache. The ratio would give 16 ms x 40 = 640
     # ms at 64; the floor rule gives the larger of the fit (~8x the step's 16 ms) and the
     # probe (2 calls x 40 ms).
-    from batchscope.profiler.probe import probe_key
+    from batchscope.records.probe import probe_key
 
     results = [stepped(b, [conv_op(b, 1e-3 * b)]) for b in (2, 4, 8)]
 

@@ -16,8 +16,10 @@ from batchscope.engine.policies import (
     FixedTime,
     Progress,
     RepeatBudget,
+    Settled,
     Spent,
     StoppedBy,
+    two_fastest_spread,
 )
 from batchscope.engine.timer import Run
 from batchscope.records import StoppedBy as RecordsStoppedBy
@@ -132,6 +134,32 @@ def test_a_repeat_budget_stops_at_its_deadline_after_its_least() -> None:
     assert (run.stopped_by, n) == (StoppedBy.MAX_TIME, 4)  # the first sample past 35 ms
     with pytest.raises(ValueError, match="repeats"):
         RepeatBudget(5, 3, 0.1)
+
+
+# -- Settled -------------------------------------------------------------------------------
+def test_settled_stops_once_the_two_fastest_agree_or_at_its_most() -> None:
+    rule = Settled(min_repeats=2, max_repeats=4, spread_rel=0.10)
+    # 1.0 then 1.05: 1.05 / 1.0 - 1 = 5% apart, settled at the least
+    run, n = run_until_stopped(rule, [1.0, 1.05])
+    assert (run.stopped_by, n) == (StoppedBy.SETTLED, 2)
+    # 1.0, 1.5 (50%), 1.3 (the two fastest 1.0 and 1.3: 30%), 1.02 (2%): settled at the 4th
+    run, n = run_until_stopped(rule, [1.0, 1.5, 1.3, 1.02])
+    assert (run.stopped_by, n) == (StoppedBy.SETTLED, 4)
+    # 1.0, 2.0, 3.0, 4.0: 100% apart at every look, so its most ends it
+    run, n = run_until_stopped(rule, [1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (run.stopped_by, n) == (StoppedBy.MAX_STEPS, 4)
+    # one sample never agrees with itself: with a least of 1 the second decides
+    run, n = run_until_stopped(Settled(1, 3, spread_rel=0.10), [1.0, 1.08])
+    assert (run.stopped_by, n) == (StoppedBy.SETTLED, 2)
+    assert rule.agree([1.3, 1.0, 1.05]) and not rule.agree([1.0])
+    with pytest.raises(ValueError, match="repeats"):
+        Settled(3, 2, spread_rel=0.10)
+
+
+def test_the_two_fastest_spread_reads_the_fastest_two_in_any_order() -> None:
+    assert two_fastest_spread([1.5, 1.0, 1.25]) == pytest.approx(0.25)  # 1.25 / 1.0 - 1
+    assert two_fastest_spread([2.0]) is None and two_fastest_spread([]) is None
+    assert two_fastest_spread([0.0, 1.0]) is None  # no ratio to a zero
 
 
 # -- the window ------------------------------------------------------------------------------

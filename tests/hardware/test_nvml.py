@@ -8,6 +8,7 @@ arithmetic is exact and nothing sleeps, except one short test of the background 
 from __future__ import annotations
 
 import ctypes
+import inspect
 import json
 import sys
 import time
@@ -18,11 +19,14 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from batchscope.hardware.nvml_device import (
+from batchscope.hardware import nvml_api
+from batchscope.hardware.nvml_api import (
     REASON_GPU_LOST,
     REASON_NOT_SUPPORTED_MIG,
+    Nvml,
     NvmlUnavailable,
-    nvml_field_value,
+)
+from batchscope.hardware.nvml_device import (
     nvml_handle_for_cuda_index,
     nvml_status,
     parse_visible_devices,
@@ -365,7 +369,7 @@ def test_mapping_through_cuda_visible_devices(
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
-    device = nvml_handle_for_cuda_index(cuda_index, nvml=fake)
+    device = nvml_handle_for_cuda_index(cuda_index, nvml=Nvml(fake))
     expected = {"gpu0": gpu0, "gpu1": gpu1, "mig_a": mig_a, "mig_b": mig_b}[which]
     assert device.handle is expected and device.uuid == expected.uuid
     assert device.is_mig is which.startswith("mig")
@@ -387,22 +391,23 @@ def test_mapping_failures_say_why(two_gpus: tuple, cvd: str, cuda_index: int, wo
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
     with pytest.raises(NvmlUnavailable, match=words):
-        nvml_handle_for_cuda_index(cuda_index, nvml=two_gpus[0])
+        nvml_handle_for_cuda_index(cuda_index, nvml=Nvml(two_gpus[0]))
 
 
 def test_mapping_prefers_torch_uuid(two_gpus: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     fake, gpu0, gpu1, mig_a, _ = two_gpus
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # would say gpu0; torch's UUID wins
-    device = nvml_handle_for_cuda_index(0, torch_uuid=GPU1.removeprefix("GPU-"), nvml=fake)
+    nvml = Nvml(fake)
+    device = nvml_handle_for_cuda_index(0, torch_uuid=GPU1.removeprefix("GPU-"), nvml=nvml)
     assert device.handle is gpu1 and device.mapping == "torch UUID"
-    mig = nvml_handle_for_cuda_index(0, torch_uuid=MIG_A.removeprefix("MIG-"), nvml=fake)
+    mig = nvml_handle_for_cuda_index(0, torch_uuid=MIG_A.removeprefix("MIG-"), nvml=nvml)
     assert mig.handle is mig_a and mig.is_mig
-    unknown = nvml_handle_for_cuda_index(0, torch_uuid="0123abcd-0000", nvml=fake)
+    unknown = nvml_handle_for_cuda_index(0, torch_uuid="0123abcd-0000", nvml=nvml)
     assert unknown.handle is gpu0 and "NVML does not know torch's UUID" in unknown.notes[0]
 
 
 def test_index_mapping_warns_about_cuda_order(two_gpus: tuple, no_cvd: None) -> None:
-    device = nvml_handle_for_cuda_index(0, nvml=two_gpus[0])
+    device = nvml_handle_for_cuda_index(0, nvml=Nvml(two_gpus[0]))
     assert any("CUDA_DEVICE_ORDER" in note for note in device.notes)
 
 
@@ -641,7 +646,7 @@ def test_field_values_are_read_by_their_value_type(value_type: int, member: str,
             setattr(out[0].value, member, number)
             return out
 
-    reading = nvml_field_value(Binding(), object(), real.NVML_FI_DEV_POWER_INSTANT)
+    reading = Nvml(Binding()).field_value(object(), real.NVML_FI_DEV_POWER_INSTANT)
     assert reading.value == number and reading.reason is None
 
 
@@ -680,37 +685,76 @@ def test_replay_rejects_foreign_files(tmp_path) -> None:
 
 
 # ------------------------------------------------------------------ the real binding
-def test_every_nvml_function_called_exists_in_the_real_binding() -> None:
-    """The fake must not hide a typo: each name the code calls is in nvidia-ml-py, same arity."""
-    import inspect
-    import re
-    from pathlib import Path
+class _RealSignatures:
+    """nvidia-ml-py's own functions as a binding whose every call fails the way a driver
+    without the function answers (``NVMLError_FunctionNotFound``), once its arguments have
+    been bound to the real function's signature; it records each name asked for."""
 
-    import batchscope.hardware.nvml_device as device_module
-    import batchscope.hardware.nvml_sampler as sampler_module
+    def __init__(self) -> None:
+        self.called: set[str] = set()
+        self.missing: set[str] = set()
 
-    called: set[str] = set()
-    for module in (device_module, sampler_module):
-        called |= set(re.findall(r'"(nvml[A-Z]\w+)"', Path(module.__file__).read_text()))
-    arity = {  # arguments the code passes after the function name
-        "nvmlDeviceGetClockInfo": 2, "nvmlDeviceGetTemperature": 2, "nvmlDeviceGetTemperatureV": 2,
-        "nvmlDeviceGetMigDeviceHandleByIndex": 2, "nvmlInit": 0, "nvmlShutdown": 0,
-        "nvmlDeviceGetCount": 0, "nvmlSystemGetDriverVersion": 0, "nvmlDeviceGetFieldValues": 2,
-    }
-    assert len(called) > 20
-    for name in sorted(called):
-        fn = getattr(real, name, None)
-        assert fn is not None, f"{name} is not in nvidia-ml-py"
-        inspect.signature(fn).bind(*range(arity.get(name, 1)))
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        function = getattr(real, name, None)
+        if function is None:
+            self.missing.add(name)
+            raise AttributeError(name, name=name, obj=self)
+        signature = inspect.signature(function)
+
+        def call(*args: Any) -> Any:
+            signature.bind(*args)  # a TypeError here: called with the wrong arguments
+            self.called.add(name)
+            raise real.NVMLError_FunctionNotFound()
+
+        return call
+
+
+# An argument for each of Nvml's methods' parameters, by name.
+_ARGUMENTS = {"handle": object(), "index": 0, "uuid": GPU0, "field_id": 186}
+
+
+def test_every_method_calls_functions_the_real_binding_has_with_their_arguments() -> None:
+    """The fakes above must not hide a typo: every method of the wrapper, called on the
+    real binding's functions (each failing as an old driver's would, so that a method tries
+    its older function too), asks only for functions nvidia-ml-py has, with arguments their
+    signatures accept."""
+    binding = _RealSignatures()
+    nvml = Nvml(binding)
+    methods = [(name, method) for name, method in inspect.getmembers(nvml, inspect.ismethod)
+               if not name.startswith("_")]
+    assert len(methods) > 20
+    for name, method in methods:
+        args = [_ARGUMENTS[p] for p in inspect.signature(method).parameters]
+        reading = method(*args)
+        assert reading.value is None and reading.code == nvml_api.ERROR_FUNCTION_NOT_FOUND, name
+    assert binding.missing == set()
+    # 4 of the library (init, shutdown, driver version, count) + 10 of devices (handles by
+    # index and UUID, UUID, name, MIG: is one, its parent, count, by index, the two
+    # instance ids) + 10 of readings (field values, power, energy, clocks, temperature and
+    # its older function, throttle reasons and theirs, utilisation, memory) = 24
+    assert len(binding.called) == 24
+    assert {"nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons"} <= (
+        binding.called)
+
+
+def test_the_enum_values_and_error_codes_written_in_the_wrapper_are_the_bindings() -> None:
+    assert (nvml_api.CLOCK_SM, nvml_api.CLOCK_MEM) == (real.NVML_CLOCK_SM, real.NVML_CLOCK_MEM)
+    assert nvml_api.TEMPERATURE_GPU == real.NVML_TEMPERATURE_GPU
+    assert nvml_api.FI_DEV_POWER_INSTANT == real.NVML_FI_DEV_POWER_INSTANT
+    for name, code in vars(nvml_api).items():
+        if name.startswith("ERROR_"):
+            assert getattr(real, f"NVML_{name}") == code, name
+
+
+def test_a_function_missing_from_the_binding_is_a_reason_not_a_crash() -> None:
+    reading = Nvml(SimpleNamespace()).driver_version()
+    assert reading.value is None and reading.code == nvml_api.ERROR_FUNCTION_NOT_FOUND
+    assert reading.reason == "nvmlSystemGetDriverVersion is not in this nvidia-ml-py version"
 
 
 def test_real_binding_errors_become_reasons() -> None:
-    from batchscope.hardware.nvml_device import nvml_query
-
     ok, _ = nvml_status()
     if ok:
         pytest.skip("this machine has working NVML")
-    reading = nvml_query(real, "nvmlDeviceGetPowerUsage", None)  # NVML never initialised here
+    reading = Nvml(real).power_average_w(None)  # NVML never initialised here
     assert reading.value is None and reading.reason == "NVML is not initialised"
-    missing = nvml_query(real, "nvmlNoSuchFunction")
-    assert missing.reason == "nvmlNoSuchFunction is not in this nvidia-ml-py version"

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from batchscope.profiler.counting import count_step
-from batchscope.profiler.probe import ProbeSpec, _Arguments, _caller, probe_key, run_probes
+from batchscope.profiler.probe import _Arguments, _caller, run_probes
+from batchscope.records.probe import ProbeSpec, probe_key
 
 
 def test_probes_time_linear_shaped_products_and_say_why_one_cannot_run():

@@ -9,7 +9,6 @@ from multiprocessing import Pipe
 import pytest
 
 from batchscope.hardware.types import Ceilings
-from batchscope.profiler.probe import ProbeSpec
 from batchscope.profiler.protocol import (
     BatchDone,
     BuffersKept,
@@ -41,6 +40,7 @@ from batchscope.records import (
     PeakMemoryMethod,
     Status,
 )
+from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import Mode, TrainingStep
 from tests.conftest import MODELS
 

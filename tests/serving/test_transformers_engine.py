@@ -88,6 +88,18 @@ def test_prefill_is_timed_at_each_prompt_length(model):
     assert all(p.measured_s > 0 for p in points)
 
 
+def test_prefill_warms_up_once_then_times_its_repeats_through_the_engine():
+    calls: list[int] = []
+
+    def model(input_ids, use_cache):  # a stand-in that records each call's prompt length
+        calls.append(int(input_ids.shape[1]))
+
+    points = te.time_prefill(model, [8, 4], repeats=3)
+    assert [p.prompt_tokens for p in points] == [4, 8]
+    assert calls == [4] * (1 + 3) + [8] * (1 + 3)  # one warm-up call, then three timed
+    assert all(p.measured_s >= 0 for p in points)
+
+
 def test_a_file_without_build_engine_model_is_one_sentence(tmp_path):
     path = tmp_path / "plain.py"
     path.write_text("def build_model():\n    return None\n")

@@ -14,14 +14,18 @@ first benchmark on Poisson streams).
 
 from __future__ import annotations
 
-import time
+import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
+from batchscope.engine.clock import HostClock
+from batchscope.engine.policies import Settled
+from batchscope.engine.timer import Run
 from batchscope.errors import UsageError
 from batchscope.records.engine import Engine, PrefillPoint
 from batchscope.records.policy import Policy
-from batchscope.serving.engines.runs import EngineMeasurement, EngineRun, two_fastest_spread
+from batchscope.serving.engines.runs import EngineMeasurement, EngineRun
 from batchscope.serving.requests import Request
 
 # Each calibration run serves this many full batches at its cap.
@@ -37,6 +41,8 @@ REPEATS = 2
 # 6-20% slow).
 STABLE_SPREAD = 0.10
 MAX_REPEATS = 4
+# That rule, as the engine's stop policy (measure_engine sets the repeats it is given).
+SETTLED = Settled(REPEATS, MAX_REPEATS, spread_rel=STABLE_SPREAD)
 MAX_CALIBRATION_CAPS = 3
 # Engines that need a GPU and are not run here: one sentence, not a traceback.
 GPU_ENGINES = frozenset({Engine.VLLM, Engine.SGLANG})
@@ -92,17 +98,7 @@ def measure_prefill(target: str, stream: list[Request]) -> list[PrefillPoint] | 
 def settled(runs: list[EngineRun], policy: Policy, cap: int) -> bool:
     """Whether the two fastest of the runs of ``policy`` at ``cap`` agree within
     :data:`STABLE_SPREAD` (one run alone: not settled)."""
-    spread = two_fastest_spread([r.span_s for r in runs if r.policy == policy and r.cap == cap])
-    return spread is not None and spread <= STABLE_SPREAD
-
-
-def _timed(call: Callable[[Any], None] | None, model: Any) -> float:
-    """Run ``call(model)`` where given; the seconds it took."""
-    if call is None:
-        return 0.0
-    started = time.perf_counter()
-    call(model)
-    return time.perf_counter() - started
+    return SETTLED.agree([r.span_s for r in runs if r.policy == policy and r.cap == cap])
 
 
 def measure_engine(engine: Engine, target: str, stream: list[Request], caps: list[int],
@@ -123,7 +119,8 @@ def measure_engine(engine: Engine, target: str, stream: list[Request], caps: lis
             serve.
     """
     driver = _driver(engine)
-    started = time.perf_counter()
+    clock = HostClock()
+    started = clock.now()
     model = driver.load_engine_model(target)
 
     def serve(policy: Policy, requests: list[Request], cap: int) -> EngineRun:
@@ -140,20 +137,22 @@ def measure_engine(engine: Engine, target: str, stream: list[Request], caps: lis
     warm_up = calibration_requests(stream, 1, 2)
     for policy in Policy:  # one-time costs (first calls, lazy imports) out of the timings
         serve(policy, warm_up, 1)
-    plan = [(policy, cap) for cap in calibration_caps(caps) for policy in Policy]
+    # Each policy and cap is a run of the engine's timer under the settling rule, its
+    # samples the engine runs' spans; a round serves every one not yet over, in turn.
+    rule = dataclasses.replace(SETTLED, min_repeats=max(repeats, 1),
+                               max_repeats=max(max_repeats, repeats, 1))
+    going = {(policy, cap): Run(rule, clock.now())
+             for cap in calibration_caps(caps) for policy in Policy}
     runs: list[EngineRun] = []
     elsewhere_s = 0.0
-    for _ in range(repeats):
-        runs += [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
-                 for policy, cap in plan]
-        elsewhere_s += _timed(after_round, model)
-    for _ in range(max(max_repeats - repeats, 0)):
-        unsettled = [key for key in plan if not settled(runs, *key)]
-        if not unsettled:
-            break
-        runs += [serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
-                 for policy, cap in unsettled]
-        elsewhere_s += _timed(after_round, model)
+    while going:
+        for (policy, cap), timed in list(going.items()):
+            run = serve(policy, calibration_requests(stream, cap, max_output_tokens), cap)
+            runs.append(run)
+            if timed.add(run.span_s, clock.now()):
+                del going[(policy, cap)]
+        if after_round is not None:
+            elsewhere_s += clock.time(functools.partial(after_round, model))[0]
     return EngineMeasurement(engine=engine, engine_version=driver.engine_version(), runs=runs,
                              prefill=prefill, max_output_tokens=max_output_tokens,
-                             repeats=repeats, wall_s=time.perf_counter() - started - elsewhere_s)
+                             repeats=repeats, wall_s=clock.now() - started - elsewhere_s)

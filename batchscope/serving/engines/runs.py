@@ -75,12 +75,3 @@ class EngineMeasurement:
     repeats: int
     wall_s: float
 
-
-def two_fastest_spread(spans_s: list[float]) -> float | None:
-    """The second-fastest of ``spans_s`` over the fastest, minus 1: how far the fastest, the
-    figure a calibration keeps, would move with the next best run (None with fewer than two
-    runs, or a zero span)."""
-    ordered = sorted(spans_s)
-    if len(ordered) < 2 or ordered[0] <= 0:
-        return None
-    return ordered[1] / ordered[0] - 1

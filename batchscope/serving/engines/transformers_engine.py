@@ -31,6 +31,8 @@ torch and transformers are imported only when a function runs.
 
 from __future__ import annotations
 
+import functools
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batchscope.engine.clock import HostClock
+from batchscope.engine.policies import FixedCount
+from batchscope.engine.timer import Warmup, sample, warm_up
 from batchscope.errors import UsageError
 from batchscope.records.engine import PrefillPoint
 from batchscope.records.policy import Policy
@@ -307,18 +312,17 @@ def serve(model: Any, policy: Policy, requests: list[Request], cap: int) -> Engi
 
 def time_prefill(model: Any, prompt_tokens: list[int], repeats: int = 3) -> list[PrefillPoint]:
     """One prompt's prefill (the forward that fills its KV cache) at each length: the
-    median of ``repeats`` timings after one warm-up call."""
+    median of ``repeats`` timings after one warm-up call, through the engine's timer (the
+    upper median where ``repeats`` is even)."""
     import torch
 
+    clock = HostClock()
     points = []
     with torch.inference_mode():
         for tokens in sorted(set(prompt_tokens)):
             ids = torch.tensor([_prompt(tokens, tokens)])
-            model(input_ids=ids, use_cache=True)
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                model(input_ids=ids, use_cache=True)
-                times.append(time.perf_counter() - t0)
-            points.append(PrefillPoint(tokens, sorted(times)[len(times) // 2]))
+            prefill = functools.partial(model, input_ids=ids, use_cache=True)
+            warm_up(prefill, clock, Warmup(min_steps=1))
+            sampled, _ = sample(prefill, clock, FixedCount(repeats))
+            points.append(PrefillPoint(tokens, statistics.median_high(sampled.samples_s)))
     return points
