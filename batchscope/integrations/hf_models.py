@@ -102,10 +102,39 @@ def resolve(target: str) -> HfSource:
     if not isinstance(cached, str):
         raise UsageError(
             f"{target}: no config.json for {source!r} on this machine, and nothing is "
-            f"downloaded at run time; fetch it first (huggingface-cli download {source} "
-            "config.json) or pass a folder that has it.")
+            f"downloaded at run time; fetch it first ({download_command(source)}) or pass "
+            "a folder that has it.")
     weights = any(isinstance(try_to_load_from_cache(source, name), str) for name in WEIGHT_FILES)
     return HfSource(source, Path(cached), weights)
+
+
+# The command-line tools huggingface_hub has shipped, newest first: ``hf`` since 0.34 (the
+# only one in 1.x and later), ``huggingface-cli`` before (deprecated in 0.34, gone in 1.0).
+HUB_COMMANDS = ("hf", "huggingface-cli")
+
+
+def hub_command() -> str:
+    """The download command the installed huggingface_hub ships: its console scripts as
+    its distribution declares them (``hf`` where none can be read)."""
+    from importlib import metadata
+
+    try:
+        scripts = {e.name for e in metadata.distribution("huggingface_hub").entry_points
+                   if e.group == "console_scripts"}
+    except metadata.PackageNotFoundError:
+        scripts = set()
+    return next((name for name in HUB_COMMANDS if name in scripts), HUB_COMMANDS[0])
+
+
+def download_command(source: str) -> str:
+    """The command that fetches ``source``'s config.json with the installed hub's own tool.
+
+    Example:
+        >>> download_command("gpt2") in ("hf download gpt2 config.json",
+        ...                              "huggingface-cli download gpt2 config.json")
+        True
+    """
+    return f"{hub_command()} download {source} config.json"
 
 
 def load_config(target: str, found: HfSource) -> Any:

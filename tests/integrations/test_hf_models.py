@@ -105,3 +105,20 @@ def test_bad_hf_targets_get_one_sentence(configs, tmp_path, capsys, args, words)
         main(argv)
     assert stop.value.code == int(ExitCode.USAGE)
     assert words in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_offline_hint_names_the_command_the_installed_hub_ships():
+    # huggingface_hub 1.x and 2.x ship `hf` only: the hint must not name huggingface-cli.
+    from importlib import metadata
+
+    from batchscope.errors import UsageError
+    from batchscope.integrations.hf_models import resolve
+
+    scripts = {e.name for e in metadata.distribution("huggingface_hub").entry_points
+               if e.group == "console_scripts"}
+    with pytest.raises(UsageError) as err:
+        resolve("hf:no-such-org/no-such-model")
+    text = str(err.value)
+    command = text.split("fetch it first (")[1].split(" download ")[0]
+    assert command in scripts
+    assert f"{command} download no-such-org/no-such-model config.json" in text
