@@ -18,8 +18,9 @@ Tasks, and what one row of a batch is:
   token's keys and values onto the cache); UNIT token, and CONTEXTS for the serving what-if.
   The default context is 1024 tokens where the config's window leaves room after it for
   the tokens the serving what-if decodes (:func:`default_context`), else less.
-- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens; UNIT token, ``--seq-len`` of them
-  per row (UNITS_PER_ROW).
+- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens, its forward filling a fresh KV
+  cache (as an engine's prefill does); UNIT token, ``--seq-len`` of them per row
+  (UNITS_PER_ROW).
 - ``causal-lm-train``: next-token loss on ``--seq-len`` tokens; training, in tokens.
 - ``seq-cls``: sequence classification of ``--seq-len`` tokens; UNIT sequence.
 - ``image-cls``: image classification at the config's image size; UNIT image.
@@ -482,7 +483,11 @@ class HfTask:
         if self.task in ("causal-lm-train", "seq2seq-train"):
             return model(**inputs).loss
         if self.task == "causal-lm-prefill":
-            return model(**inputs, use_cache=False).logits
+            # The prompt's forward as an engine runs it: filling a KV cache for the decode
+            # steps after it (target/prefill.py predicts the same call). Without a cache,
+            # transformers' mask preparation looks for packed sequences in the position ids
+            # and reads a tensor's value, which meta tensors (--target-gpu) cannot give.
+            return model(**inputs, use_cache=True).logits
         return model(**inputs).logits
 
     @staticmethod
