@@ -391,6 +391,9 @@ _NCU_NOTES: dict[NcuNoteKind, str] = {
     NcuNoteKind.PACKED_HALF: "executed fp16 SASS instructions ({text}), counted as scalar "
                              "though a packed one does twice the FLOPs: a lower bound",
     NcuNoteKind.NO_FLOP_COUNTER: "records no counter to count FLOPs from",
+    NcuNoteKind.DURATION_FROM_CYCLES: "records no gpu__time_duration: its duration is "
+                                      "sm__cycles_elapsed.avg over "
+                                      "sm__cycles_elapsed.avg.per_second",
 }
 
 
