@@ -346,6 +346,32 @@ def _watch_data_loading(f: Flag) -> str:
             "first call.")
 
 
+# What one timed step of a finder's trial is, by the trainer's step (WatchedStep's values).
+_FINDER_STEPS = {
+    "training_batch": "one training batch of Lightning's fit loop",
+    "optimizer_step": "one optimizer step of the Trainer",
+    "loop_step": "one step of the training function",
+}
+
+
+def _finder_set(f: Flag) -> str:
+    size, where = int(_n(f, "batch_size")), _t(f, "where")
+    if _t(f, "mode") == "largest":
+        largest, margin = int(_n(f, "largest")), _n(f, "margin")
+        why = (f"the largest batch that ran ({largest}) less a {margin:.0%} margin"
+               if margin else "the largest batch that ran")
+    else:
+        why = "the recommended batch size"
+    text = f"the finder set {where} to {size}: {why}"
+    world = int(_n(f, "world"))
+    if world > 1:
+        text += f"; all {world} processes took rank 0's answer"
+    step = _FINDER_STEPS.get(_t(f, "step"), "one step of the loop")
+    return (text + f". Each size was timed on the trainer's own loop, a step being {step} "
+            "(its data loading included), with the model's weights, the optimizer's state and "
+            "the random number generators restored after.")
+
+
 # --ncu's failures (profiler/ncu_run.NcuFailure), in words.
 _NCU_FAILURES = {
     "not_started": "ncu could not be started ({detail})",
@@ -496,6 +522,7 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         "all-reduce (counted as c10d::allreduce_, not against the memory roof)."),
     FlagKind.TRAINER_ACCUMULATES: _trainer_accumulates,
     FlagKind.WATCH_DATA_LOADING: _watch_data_loading,
+    FlagKind.FINDER_SET: _finder_set,
     FlagKind.NOTE: lambda f: _t(f, "text"),
 }
 
@@ -604,6 +631,9 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
         return "watched steps done"
     if kind == StopKind.WATCH_CUT_SHORT:
         return "the loop ended before the watched steps were done"
+    if kind == StopKind.DATA_ROWS:
+        return (f"the training data gave {int(_n(stop, 'rows'))} rows where batch {b} was "
+                "asked for: larger batches cannot be drawn from it")
     if kind == StopKind.TRACES:
         return "recorded traces: nothing was swept"
     return _t(stop, "text")
