@@ -194,3 +194,46 @@ def test_a_trainer_built_outside_the_function_is_one_sentence(tmp_path):
 
     with pytest.raises(UsageError, match="build the Trainer inside the decorated function"):
         train()
+
+
+def _ddp_rank(rank: int, world: int, port: int, out: str) -> None:
+    """One rank of a decorated DDP loop (gloo, CPU): writes its rows and its pick."""
+    import json
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model, optimizer = make_model()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        rows: list[int] = []
+
+        @batchscope.find_batch_size(batch_sizes=[2, 8], timing=QUICK)
+        def train(batch_size):
+            return loop(batch_size, ddp, optimizer, rows, step=train.step, steps=6)
+
+        train.attach(model, optimizer)
+        train()
+        with open(f"{out}/rank{rank}.json", "w") as f:
+            json.dump({"rows": rows, "pick": train.batch_size,
+                       "report": train.report is not None,
+                       "weights": float(model[0].weight.sum())}, f)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_under_torch_distributed_every_rank_takes_rank_0s_answer(tmp_path):
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_ddp_rank, args=(2, port, str(tmp_path)), nprocs=2)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["rows"] == ranks[1]["rows"]  # the same trials, step for step
+    assert ranks[0]["pick"] == ranks[1]["pick"] and ranks[0]["pick"] in (2, 8)
+    assert ranks[0]["rows"][-6:] == [ranks[0]["pick"]] * 6
+    assert [r["report"] for r in ranks] == [True, False]  # rank 0's report only
+    assert ranks[0]["weights"] == ranks[1]["weights"]
