@@ -201,7 +201,9 @@ class FindBatchSize:
             except TrialDone:
                 pass
             except Exception as exc:
-                if not is_oom(exc):
+                if not is_oom(exc):  # the function's own error, raised as it is
+                    if timer is not None:
+                        timer.close()
                     raise
                 failed = timer.failed(exc) if timer is not None else None
             finally:

@@ -30,7 +30,7 @@ each decision (the next size, the end of a trial, the pick) to the other ranks.
 
 Example:
     >>> finder = Finder(FinderOptions(batch_sizes=[1, 2, 4]), torch.device("cpu"))  # doctest: +SKIP
-    >>> outcome = finder.run(trial, model_info, integration)  # doctest: +SKIP
+    >>> outcome = finder.run(trial, describe, integration, "the batch_size")  # doctest: +SKIP
     >>> outcome.batch_size, outcome.report.recommendation  # doctest: +SKIP
 """
 

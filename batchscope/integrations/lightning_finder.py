@@ -282,7 +282,9 @@ class BatchscopeFinder(pl.Callback):
             try:
                 scaling._try_loop_run(trainer, params)
             except Exception as exc:
-                if not is_oom(exc):
+                if not is_oom(exc):  # the step's own error: the fit's, raised as it is
+                    if timer is not None:
+                        timer.close()
                     raise
                 failed = timer.failed(exc) if timer is not None else None
             finally:

@@ -129,6 +129,22 @@ def test_largest_mode_steps_down_from_an_out_of_memory_error(tmp_path):
     assert "the largest batch that ran (8) less a 25% margin" in flag_text(set_flag)
 
 
+class Broken(Classifier):
+    def training_step(self, batch, batch_idx):
+        if len(batch[0]) >= 8:
+            raise ValueError("shapes do not match at 8 rows")
+        return super().training_step(batch, batch_idx)
+
+
+def test_an_error_other_than_memory_is_the_fits_own(tmp_path):
+    # Lightning's finder re-raises it too: only running out of memory is a trial's answer.
+    finder = BatchscopeFinder(batch_sizes=[2, 8], timing=QUICK, out_dir=None)
+    with pytest.raises(ValueError, match="shapes do not match at 8 rows"):
+        fit(tmp_path, [finder], make=Broken)
+    assert finder.batch_size is None
+    assert not list((tmp_path / "root").glob(".batchscope_finder_*"))  # cleaned up
+
+
 class Rows(L.LightningDataModule):
     """A datamodule of 40 rows whose loader reads its own batch_size."""
 
