@@ -61,7 +61,7 @@ from batchscope.finding import (
 )
 from batchscope.profiler.timing import TimingConfig
 from batchscope.profiler.trial_state import RngState, TrainingState, free_memory
-from batchscope.records import BatchResult, Report
+from batchscope.records import BatchResult, ModelInfo, Report
 from batchscope.records.report import IntegrationInfo, WatchedStep
 from batchscope.version import __version__
 
@@ -98,8 +98,8 @@ class _DistributedCoordinator:
 
 
 class Trial:
-    """One batch size's run of the decorated function: its timer (rank 0's), what the
-    loop's steps say, and whether the run's model and optimizer were attached."""
+    """One batch size's run of the decorated function: its timer (rank 0's; None on the
+    other ranks), ended by :meth:`step` once rank 0 says so."""
 
     def __init__(self, finder: FindBatchSize, batch_size: int, timer: TrialTimer | None,
                  coordinator: _DistributedCoordinator) -> None:
@@ -131,8 +131,8 @@ class FindBatchSize:
     """A training function decorated by :func:`find_batch_size` (see the module).
 
     Attributes:
-        batch_size: the pick of the last call (None before it, or where no size ran:
-            the run proper then gets the largest size of the plan that did not fail).
+        batch_size: the pick of the last call (None before it, or where no size ran: the
+            run proper then gets the smallest size of the plan, and fails as its trial did).
         report: its trials' report (rank 0's; None elsewhere).
     """
 
@@ -173,12 +173,15 @@ class FindBatchSize:
                                       step=WatchedStep.LOOP_STEP, world_size=coordinator.world,
                                       strategy="torch.distributed" if coordinator.world > 1
                                       else None)
-        outcome = finder.run(
-            self._trial(finder, coordinator, rng, args, kwargs),
-            lambda: model_info(self._model or torch.nn.Module(), f"find_batch_size({target})",
-                               self.options),
-            integration, "the function's batch_size")
-        self._put_back(rng)
+        def describe() -> ModelInfo:
+            model = self._model if self._model is not None else torch.nn.Module()
+            return model_info(model, f"find_batch_size({target})", self.options)
+
+        try:
+            outcome = finder.run(self._trial(finder, coordinator, rng, args, kwargs),
+                                 describe, integration, "the function's batch_size")
+        finally:
+            self._put_back(rng)  # a trial's error too leaves the model as it was
         self.batch_size, self.report = outcome.batch_size, outcome.report
         if self.report is not None and self.out_dir is not None:
             from batchscope.reports import write_all
