@@ -119,26 +119,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 from batchscope.integrations.hf_trainer import BatchscopeFinderCallback  # noqa: E402
 
-SEQ, VOCAB = 16, 100
-
-
-class Sequences(torch.utils.data.Dataset):
-    def __init__(self, rows: int = 256) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(0, VOCAB, (rows, SEQ), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
-
-
-def tiny_gpt2():
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB,
-                                     n_positions=64, bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel(config)
+# The tiny GPT-2 and its data of the Trainer callback's own tests.
+from tests.integrations.test_hf_trainer import SEQ, Sequences, tiny_gpt2  # noqa: E402
 
 
 def training_args(tmp_path, batch_size: int):
