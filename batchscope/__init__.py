@@ -15,6 +15,7 @@ from batchscope.records import Report
 from batchscope.version import __version__
 
 if TYPE_CHECKING:
+    from batchscope.find_function import find_batch_size
     from batchscope.watching import watch
 
 
@@ -29,8 +30,13 @@ def __getattr__(name: str) -> Any:
 
         globals()["watch"] = watch
         return watch
+    if name == "find_batch_size":  # in-process too (batchscope.find_function)
+        from batchscope.find_function import find_batch_size
+
+        globals()["find_batch_size"] = find_batch_size
+        return find_batch_size
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Options", "Report", "__version__", "diagnose", "diagnose_file", "exit_code",
-           "watch"]
+           "find_batch_size", "watch"]

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from batchscope.api import (
@@ -44,6 +43,7 @@ from batchscope.records.run import DEFAULT_MAX_BATCH
 from batchscope.reports.compare import RUN_DRIFT
 from batchscope.reports.console import (
     ProgressCallbacks,
+    make_console,
     print_bus_bandwidths,
     print_ceilings,
     print_gpu_specs,
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from batchscope.records import Report
     from batchscope.serving.whatif import WhatIfOptions
 
-err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+err_console = make_console(stderr=True)
+out_console = make_console()
 
 SUBCOMMANDS = ("hardware", "compare", "trace", "ncu", "serve")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)

@@ -148,3 +148,16 @@ def test_a_mistyped_verb_suggests_the_nearest(typo, verb, capsys, tmp_path, monk
     from batchscope.cli import _nearest_subcommand
 
     assert _nearest_subcommand(typo) is None
+
+
+def test_output_to_a_file_is_not_cut_to_80_columns():
+    # A CI log is no terminal: rich laid the table out for 80 columns and wrapped each GPU's
+    # peaks over three lines (a narrow sweep table cut "128 *" to "1…"). Every row whole.
+    from batchscope.hardware.gpu_specs import SPECS
+
+    listed = CliRunner().invoke(tools_app, ["hardware", "--list-gpus"], env={"COLUMNS": None})
+    assert listed.exit_code == 0
+    lines = listed.output.splitlines()
+    for spec in SPECS:
+        (row,) = [line for line in lines if f" {spec.product} " in line]
+        assert all(dtype in row for dtype in spec.peak_flops_per_s), row

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from batchscope.errors import UsageError
 from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.types import BF16, FP16, FP32, TF32
 
@@ -244,16 +245,6 @@ def _matching(key: str, patterns_of: Callable[[GpuSpec], tuple[str, ...]]) -> li
     return [spec for spec in SPECS if any(re.fullmatch(p, key) for p in patterns_of(spec))]
 
 
-def family_of(name: str) -> list[str]:
-    """The products a name that does not say its row could be (``"H100"``: the 80 and the
-    64 GB SXM5), in table order; [] where it names one row or none."""
-    key = normalise(name)
-    if _matching(key, lambda spec: spec.patterns):
-        return []
-    family = _matching(key, lambda spec: spec.family_patterns)
-    return [spec.product for spec in family] if len(family) > 1 else []
-
-
 def lookup(name: str, memory_bytes: int | None = None) -> DatasheetSpec | None:
     """Datasheet figures for a device name as ``torch.cuda.get_device_name()`` prints it.
 
@@ -286,3 +277,54 @@ def lookup(name: str, memory_bytes: int | None = None) -> DatasheetSpec | None:
     if not family or memory_bytes is None:
         return None
     return min(family, key=lambda spec: abs(spec.memory_bytes - memory_bytes)).datasheet()
+
+
+def _words(name: str) -> list[str]:
+    """The words of a GPU name, normalised, a capacity as one word ("80 GB" is "80gb")."""
+    return re.sub(r"\b(\d+)\s+(gb|gib)\b", r"\1gb", normalise(name)).split()
+
+
+def _word_in(word: str, product_words: list[str]) -> bool:
+    """A word of the name is one of the product's, or the start of one where it has no digit
+    ("sxm" for "sxm4"; "a10" is never an "a100")."""
+    return any(w == word or (word.isalpha() and w.startswith(word)) for w in product_words)
+
+
+def products_named(name: str) -> list[GpuSpec]:
+    """The rows whose product name holds every word of ``name``, in table order.
+
+    Example:
+        >>> [spec.product for spec in products_named("A100 80GB")]
+        ['A100 SXM4 80GB', 'A100 PCIe 80GB']
+        >>> [spec.product for spec in products_named("4090")]
+        ['GeForce RTX 4090']
+    """
+    words = _words(name)
+    if not words:
+        return []
+    return [spec for spec in SPECS
+            if all(_word_in(w, _words(spec.product)) for w in words)]
+
+
+def resolve(name: str, option: str = "--target-gpu",
+            unknown_hint: str = "`diagnose hardware --list-gpus` lists them") -> DatasheetSpec:
+    """The datasheet a user's GPU name means: the device name as torch prints it
+    (:func:`lookup`), else the one product whose name holds every word of it ("A10",
+    "RTX 4090", "H200 NVL").
+
+    Raises:
+        UsageError: the name fits several products (one sentence listing them) or none.
+    """
+    spec = lookup(name)
+    if spec is not None:
+        return spec
+    named = products_named(name)
+    if len(named) == 1:
+        return named[0].datasheet()
+    if named:
+        raise UsageError(f"{option} {name!r} names more than one GPU "
+                         f"({', '.join(s.product for s in named)}); give one of them.")
+    known = ", ".join(s.product for s in SPECS)
+    raise UsageError(f"{option} {name!r} is not a GPU in batchscope's datasheet table "
+                     f"({known}); {unknown_hint}.")
+

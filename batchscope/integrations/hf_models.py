@@ -18,8 +18,9 @@ Tasks, and what one row of a batch is:
   token's keys and values onto the cache); UNIT token, and CONTEXTS for the serving what-if.
   The default context is 1024 tokens where the config's window leaves room after it for
   the tokens the serving what-if decodes (:func:`default_context`), else less.
-- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens; UNIT token, ``--seq-len`` of them
-  per row (UNITS_PER_ROW).
+- ``causal-lm-prefill``: a prompt of ``--seq-len`` tokens, its forward filling a fresh KV
+  cache (as an engine's prefill does); UNIT token, ``--seq-len`` of them per row
+  (UNITS_PER_ROW).
 - ``causal-lm-train``: next-token loss on ``--seq-len`` tokens; training, in tokens.
 - ``seq-cls``: sequence classification of ``--seq-len`` tokens; UNIT sequence.
 - ``image-cls``: image classification at the config's image size; UNIT image.
@@ -102,10 +103,39 @@ def resolve(target: str) -> HfSource:
     if not isinstance(cached, str):
         raise UsageError(
             f"{target}: no config.json for {source!r} on this machine, and nothing is "
-            f"downloaded at run time; fetch it first (huggingface-cli download {source} "
-            "config.json) or pass a folder that has it.")
+            f"downloaded at run time; fetch it first ({download_command(source)}) or pass "
+            "a folder that has it.")
     weights = any(isinstance(try_to_load_from_cache(source, name), str) for name in WEIGHT_FILES)
     return HfSource(source, Path(cached), weights)
+
+
+# The command-line tools huggingface_hub has shipped, newest first: ``hf`` since 0.34 (the
+# only one in 1.x and later), ``huggingface-cli`` before (deprecated in 0.34, gone in 1.0).
+HUB_COMMANDS = ("hf", "huggingface-cli")
+
+
+def hub_command() -> str:
+    """The download command the installed huggingface_hub ships: its console scripts as
+    its distribution declares them (``hf`` where none can be read)."""
+    from importlib import metadata
+
+    try:
+        scripts = {e.name for e in metadata.distribution("huggingface_hub").entry_points
+                   if e.group == "console_scripts"}
+    except metadata.PackageNotFoundError:
+        scripts = set()
+    return next((name for name in HUB_COMMANDS if name in scripts), HUB_COMMANDS[0])
+
+
+def download_command(source: str) -> str:
+    """The command that fetches ``source``'s config.json with the installed hub's own tool.
+
+    Example:
+        >>> download_command("gpt2") in ("hf download gpt2 config.json",
+        ...                              "huggingface-cli download gpt2 config.json")
+        True
+    """
+    return f"{hub_command()} download {source} config.json"
 
 
 def load_config(target: str, found: HfSource) -> Any:
@@ -453,7 +483,11 @@ class HfTask:
         if self.task in ("causal-lm-train", "seq2seq-train"):
             return model(**inputs).loss
         if self.task == "causal-lm-prefill":
-            return model(**inputs, use_cache=False).logits
+            # The prompt's forward as an engine runs it: filling a KV cache for the decode
+            # steps after it (target/prefill.py predicts the same call). Without a cache,
+            # transformers' mask preparation looks for packed sequences in the position ids
+            # and reads a tensor's value, which meta tensors (--target-gpu) cannot give.
+            return model(**inputs, use_cache=True).logits
         return model(**inputs).logits
 
     @staticmethod

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from batchscope.errors import UsageError
+from batchscope.find_function import current_trial
 from batchscope.integrations.watched_run import WatchedCallback
 from batchscope.records import Flag, FlagKind
 from batchscope.records.report import IntegrationInfo, WatchedStep
@@ -97,4 +99,49 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
         self._run.open(model, optimizer, micro_rows * accumulate, about, flags)
 
 
-__all__ = ["BatchscopeTrainerCallback"]
+class BatchscopeFinderCallback(TrainerCallback):
+    """The Trainer's side of :func:`batchscope.find_batch_size`: inside a decorated training
+    function, each optimizer step ends one step of the batch-size trial (the Trainer's
+    fetching, forward and backward passes, clipping, optimizer and scheduler, as
+    ``BatchscopeTrainerCallback`` times them), and the trial's first ``on_train_begin``
+    attaches the Trainer's model and optimizer, whose state the trials then leave as they
+    found it. Outside a trial (the run proper at the pick) it does nothing.
+
+    Example::
+
+        args = TrainingArguments("out", max_steps=1000, report_to=[])
+
+        @batchscope.find_batch_size(starting_batch_size=128, unit="sequence")
+        def train(batch_size):
+            args.per_device_train_batch_size = batch_size
+            trainer = Trainer(model, args, train_dataset=data,
+                              callbacks=[BatchscopeFinderCallback()])
+            return trainer.train()
+
+        output = train()  # trials at 1, 2, 4, ... then the run at train.batch_size
+
+    Raises:
+        UsageError: at a trial's ``on_train_begin``, the Trainer trains another batch size
+            than the trial's (a Trainer built before the function, or one that ignores
+            ``per_device_train_batch_size``).
+    """
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trial = current_trial()
+        if trial is None:
+            return
+        micro = int(getattr(state, "train_batch_size", None) or args.train_batch_size)
+        if micro != trial.batch_size:
+            raise UsageError(
+                f"the Trainer trains batch {micro} per device where the finder's trial asked "
+                f"for {trial.batch_size}: build the Trainer inside the decorated function, "
+                "with per_device_train_batch_size set to its batch_size argument.")
+        trial.attach(kwargs["model"], kwargs.get("optimizer"))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trial = current_trial()
+        if trial is not None:
+            trial.step()
+
+
+__all__ = ["BatchscopeFinderCallback", "BatchscopeTrainerCallback"]

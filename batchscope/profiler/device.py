@@ -109,11 +109,14 @@ class DeviceBackend:
         window, faults = observed if observed is not None else (None, None)
         return TimedSteps(stats, memory.stop(), window, faults)
 
-    def push(self, policy: StopPolicy, warmup_s: Sequence[float]) -> PushedSteps:
-        """Timed steps that a loop not ours feeds (``watch``), starting now: blocks sized
-        from ``warmup_s`` as the timing pass sizes them, peak memory and the monitors
-        started."""
-        return PushedSteps(self, policy, block_for(warmup_s, BLOCK_MIN_S))
+    def push(self, policy: StopPolicy, warmup_s: Sequence[float],
+             memory: PeakMemory | None = None) -> PushedSteps:
+        """Timed steps that a loop not ours feeds (``watch``, a finder's trial), starting
+        now: blocks sized from ``warmup_s`` as the timing pass sizes them, the monitors
+        started, and peak memory from now, or ``memory``'s reading, already started (a
+        finder's, before its warm-up: as the timing pass's, whose first step allocates the
+        most)."""
+        return PushedSteps(self, policy, block_for(warmup_s, BLOCK_MIN_S), memory)
 
     def close(self) -> None:
         """Release the NVML sampler."""
@@ -155,10 +158,12 @@ class PushedSteps:
     says when the policy is done; then :meth:`stop`.
     """
 
-    def __init__(self, device: DeviceBackend, policy: StopPolicy, block_steps: int) -> None:
-        self._memory = device.peak_memory()
+    def __init__(self, device: DeviceBackend, policy: StopPolicy, block_steps: int,
+                 memory: PeakMemory | None = None) -> None:
+        self._memory = memory if memory is not None else device.peak_memory()
         self._monitors = device.monitors()
-        self._memory.start()
+        if memory is None:
+            self._memory.start()
         self._monitors.start()
         self.timer = PushTimer(policy, block_steps, device.host_clock.now())
 

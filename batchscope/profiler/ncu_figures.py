@@ -57,6 +57,12 @@ from batchscope.records.counters import (
 # ---------------------------------------------------------------------------- launches
 
 MetricId = tuple[str, str, str]  # (section, body item label, metric name)
+# A launch's duration where its export records neither gpu__time_duration nor SpeedOfLight's
+# Duration (a custom --metrics list): the SM cycles elapsed over the SM clock. On the
+# recorded RTX 5090 launches, whose exports hold both, cycles over clock (SpeedOfLight's
+# Elapsed Cycles and SM Frequency) came within 1.1% of gpu__time_duration.sum, the clock
+# printed to three figures.
+DERIVED_DURATION = "sm__cycles_elapsed.avg / sm__cycles_elapsed.avg.per_second"
 LaunchKey = tuple[str, str, str]  # (Process ID, ID, Kernel Name)
 
 
@@ -203,10 +209,24 @@ class _Figures:
     # -- durations, bytes, clocks ---------------------------------------------------
 
     def duration(self) -> tuple[float | None, str]:
+        """The launch's duration and the metric it is read from: ``gpu__time_duration.sum``,
+        SpeedOfLight's Duration, else (an export of a custom metric list without either)
+        the SM cycles elapsed over the SM clock, with a note that it is derived."""
         raw = self.raw("gpu__time_duration.sum", (Dim.SECONDS,))
         if raw is not None:
             return raw, "gpu__time_duration.sum"
-        return self.sol("Duration", (Dim.SECONDS,)), "Duration"
+        shown = self.sol("Duration", (Dim.SECONDS,))
+        if shown is not None:
+            return shown, "Duration"
+        cycles = self.raw("sm__cycles_elapsed.avg", (Dim.COUNT,))
+        clock = self.raw("sm__cycles_elapsed.avg.per_second", (Dim.HERTZ,))
+        if cycles is None or not clock:
+            return None, "Duration"
+        derived = _finite(cycles / clock)
+        if derived is not None:
+            self._add(NcuNote(NcuNoteKind.DURATION_FROM_CYCLES, self.launch.paths[0],
+                              self.label))
+        return derived, DERIVED_DURATION
 
     def dram(self) -> tuple[float | None, float | None, float | None]:
         read = self.raw("dram__bytes_read.sum", (Dim.BYTES,))

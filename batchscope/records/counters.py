@@ -73,6 +73,8 @@ class NcuNoteKind(str, Enum):
     PARTIAL_SASS = "partial_sass"  # some of add/mul/fma of one precision were not collected
     PACKED_HALF = "packed_half"  # fp16 SASS counts: a packed HFMA2/HADD2 does twice the FLOPs
     NO_FLOP_COUNTER = "no_flop_counter"  # nothing to count FLOPs from: flops is None
+    # no gpu__time_duration nor Duration: the duration is SM cycles over the SM clock
+    DURATION_FROM_CYCLES = "duration_from_cycles"
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,11 @@ class FlagKind(str, Enum):
     LIGHTNING_PROCESSES = "lightning_processes"  # world, strategy
     TRAINER_ACCUMULATES = "trainer_accumulates"  # steps, micro_batch
     WATCH_DATA_LOADING = "watch_data_loading"  # seconds, share (of the median step)
+    # A batch-size finder inside a trainer (finding.py) set the trainer's batch size: mode
+    # ("fastest", "largest"), batch_size (what it set), where (the attribute), largest (the
+    # largest that ran), margin (largest mode), world (processes that took rank 0's answer),
+    # step ("training_batch", "optimizer_step": what one timed step of the loop is).
+    FINDER_SET = "finder_set"
     # -- a report.json of schema 1, whose flags were sentences ----------------------------
     NOTE = "note"  # text
 
@@ -155,6 +160,8 @@ class StopKind(str, Enum):
     IN_PROGRESS = "in_progress"  # a report written while the sweep runs
     WATCH_DONE = "watch_done"  # the watched steps are done
     WATCH_CUT_SHORT = "watch_cut_short"  # the loop ended before they were
+    # A finder's trial drew fewer rows than its batch size from the training data: rows
+    DATA_ROWS = "data_rows"
     TRACES = "traces"  # a report of recorded traces: nothing was swept
     NOTE = "note"  # a report.json of schema 1: text
 

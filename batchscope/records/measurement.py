@@ -114,8 +114,11 @@ class ByteSplit:
         )
 
 
-# A non-tensor argument of a recorded call (CountedOp.call_args), as JSON holds it.
-ArgValue = int | float | bool | str | list[int] | None
+# A non-tensor argument of a recorded call (CountedOp.call_args), as JSON holds it: a list
+# holds what the counting pass records (counting._plain), e.g. batch norm backward's
+# output_mask [true, true, true], which a list of ints refused on reading report.json back.
+ArgScalar = int | float | bool | str | None
+ArgValue = int | float | bool | str | list[ArgScalar] | None
 
 
 @dataclass

@@ -46,6 +46,9 @@ class Source(str, Enum):
     TRACE = "trace"  # diagnose trace: recorded profiler traces, nothing run here
     NCU = "ncu"  # diagnose ncu: Nsight Compute exports, nothing run here
     TARGET = "target"  # diagnose --target-gpu: predicted on a named GPU, nothing timed
+    # a batch-size finder inside the user's trainer (finding.py): the trainer's own loop
+    # timed at each batch size of the plan, in its process
+    FINDER = "finder"
 
 
 # -- model ---------------------------------------------------------------------------------
@@ -163,6 +166,7 @@ class WatchedStep(str, Enum):
 
     TRAINING_BATCH = "training_batch"  # Lightning: one training batch
     OPTIMIZER_STEP = "optimizer_step"  # the HF Trainer: one optimizer step, all its micro-batches
+    LOOP_STEP = "loop_step"  # find_batch_size: one step of the training function's loop
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -45,6 +45,30 @@ from batchscope.reports.flag_text import evidence_headline, flag_text, rule_text
 
 # How the evidence line looks in a terminal: its grade at a glance.
 EVIDENCE_STYLE = {Grade.GOOD: "green", Grade.NOISY: "bold yellow", Grade.UNRELIABLE: "bold red"}
+
+# Where output goes to a file or a pipe (a CI log) there is no terminal to fit: rich would
+# lay it out for 80 columns and cut table cells to "1…". It is laid out this wide instead, so
+# every table keeps its cells whole and a paragraph stays one line (COLUMNS still wins).
+PIPED_WIDTH = 1000
+
+
+class ReportConsole(Console):
+    """A rich console that uses the full width of its text when it writes to no terminal:
+    a file, a pipe, a CI log (``COLUMNS`` set in the environment still decides)."""
+
+    def _size(self) -> ConsoleDimensions:
+        size: ConsoleDimensions = Console.size.fget(self)  # type: ignore[attr-defined]
+        if (self._width is None and not self.is_terminal
+                and not os.environ.get("COLUMNS", "").isdigit()):
+            return ConsoleDimensions(PIPED_WIDTH, size.height)
+        return size
+
+    size = property(_size, Console.size.fset)  # type: ignore[attr-defined]
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """The CLI's console for stdout (or stderr): :class:`ReportConsole`, no highlighting."""
+    return ReportConsole(stderr=stderr, highlight=False)
 
 
 def _exit_now(signum: int, frame: object) -> None:

@@ -348,6 +348,32 @@ def _watch_data_loading(f: Flag) -> str:
             "first call.")
 
 
+# What one timed step of a finder's trial is, by the trainer's step (WatchedStep's values).
+_FINDER_STEPS = {
+    "training_batch": "one training batch of Lightning's fit loop",
+    "optimizer_step": "one optimizer step of the Trainer",
+    "loop_step": "one step of the training function",
+}
+
+
+def _finder_set(f: Flag) -> str:
+    size, where = int(_n(f, "batch_size")), _t(f, "where")
+    if _t(f, "mode") == "largest":
+        largest, margin = int(_n(f, "largest")), _n(f, "margin")
+        why = (f"the largest batch that ran ({largest}) less a {margin:.0%} margin"
+               if margin else "the largest batch that ran")
+    else:
+        why = "the recommended batch size"
+    text = f"the finder set {where} to {size}: {why}"
+    world = int(_n(f, "world"))
+    if world > 1:
+        text += f"; all {world} processes took rank 0's answer"
+    step = _FINDER_STEPS.get(_t(f, "step"), "one step of the loop")
+    return (text + f". Each size was timed on the trainer's own loop, a step being {step} "
+            "(its data loading included), with the model's weights, the optimizer's state and "
+            "the random number generators restored after.")
+
+
 # --ncu's failures (profiler/ncu_run.NcuFailure), in words.
 _NCU_FAILURES = {
     "not_started": "ncu could not be started ({detail})",
@@ -393,6 +419,9 @@ _NCU_NOTES: dict[NcuNoteKind, str] = {
     NcuNoteKind.PACKED_HALF: "executed fp16 SASS instructions ({text}), counted as scalar "
                              "though a packed one does twice the FLOPs: a lower bound",
     NcuNoteKind.NO_FLOP_COUNTER: "records no counter to count FLOPs from",
+    NcuNoteKind.DURATION_FROM_CYCLES: "records no gpu__time_duration: its duration is "
+                                      "sm__cycles_elapsed.avg over "
+                                      "sm__cycles_elapsed.avg.per_second",
 }
 
 
@@ -509,6 +538,7 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
         "all-reduce (counted as c10d::allreduce_, not against the memory roof)."),
     FlagKind.TRAINER_ACCUMULATES: _trainer_accumulates,
     FlagKind.WATCH_DATA_LOADING: _watch_data_loading,
+    FlagKind.FINDER_SET: _finder_set,
     FlagKind.NOTE: lambda f: _t(f, "text"),
 }
 
@@ -625,6 +655,9 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
         return "watched steps done"
     if kind == StopKind.WATCH_CUT_SHORT:
         return "the loop ended before the watched steps were done"
+    if kind == StopKind.DATA_ROWS:
+        return (f"the training data gave {int(_n(stop, 'rows'))} rows where batch {b} was "
+                "asked for: larger batches cannot be drawn from it")
     if kind == StopKind.TRACES:
         return "recorded traces: nothing was swept"
     return _t(stop, "text")
@@ -805,7 +838,7 @@ def serving_pick_text(what_if: WhatIf) -> str:
                     f"{pick.policy.value} batching capped at {_rows(pick.cap)}")
             if other_best:
                 text += (f"; {other[0].policy.value} batching reaches at most "
-                         f"{other_best:.3g} requests/s ({rate / other_best:.2g}x less)")
+                         f"{other_best:.3g} requests/s ({_less(rate, other_best)})")
         return text + _within_noise(what_if, rate / other_best if other_best else None) + "."
     policy = pick.policy or Policy.CONTINUOUS
     mine = what_if.best.get(policy)
@@ -829,6 +862,27 @@ def serving_pick_text(what_if: WhatIf) -> str:
     text += (f", {ratio:.2f}x the {rival.throughput_tokens_per_s:.3g} of {rival_policy.value} "
              f"batching at its best cap ({rival.cap})")
     return text + _within_noise(what_if, ratio) + "."
+
+
+# Under this share short of the pick a shortfall reads as a percentage ("9% less"); from it,
+# as a factor ("2.5x lower"): a ratio printed to two figures said "1x less" for 0.051 against
+# 0.052 requests/s.
+SHORTFALL_AS_PERCENT = 0.5
+
+
+def _less(rate: float, other: float) -> str:
+    """How far ``other`` falls short of ``rate`` (both positive, ``other`` the lower).
+
+    Example:
+        >>> _less(0.052, 0.051), _less(1.1, 1.0), _less(2.5, 1.0), _less(1.0, 1.0)
+        ('2% less', '9% less', '2.5x lower', 'the same to 3 figures')
+    """
+    if f"{other:.3g}" == f"{rate:.3g}":
+        return "the same to 3 figures"
+    short = 1 - other / rate
+    if short < SHORTFALL_AS_PERCENT:
+        return f"{short:.0%} less" if short >= 0.005 else "under 1% less"
+    return f"{rate / other:.2g}x lower"
 
 
 def _within_noise(what_if: WhatIf, ratio: float | None) -> str:

@@ -122,7 +122,7 @@ def _facts(report: Report) -> str:
                  else f"{hw.device}, {hw.threads} threads")
         rows.append(["machine", md_cell(f"{hw.name} ({where})")])
         compute = f"{fmt.si(peak, 'FLOP/s')} {dtype}"
-        ridge = f"ridge {fmt.number(v.ridge(report))} FLOP/byte"
+        ridge = f"{v.ridge_dtype(report)} peak ridge {fmt.number(v.ridge(report))} FLOP/byte"
         matmul = hw.family_peaks.get("matmul", {}).get(dtype)
         if matmul is not None and peak:  # the roof a matmul is placed against, then the peak
             via = PROBE_WORDS.get(matmul.path, matmul.path)

@@ -177,14 +177,8 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
     share = v.share_of(batch.time_share, dominant) if dominant is not None else 0.0
     most = share >= MAJORITY_SHARE
     largest = f"The largest share of the step ({fmt.pct(share)}, less than half)"
-    if dominant == "memory" and weight_share >= WEIGHT_DOMINATED_SHARE:
-        return ("So the step waits on memory, and mostly on weights. Weights are read once per "
-                "step whatever the batch, so every extra row gets them for free: this is the "
-                "case batching is made for." + _noise_note(report))
     if dominant == "memory":
-        return ("So the step waits on memory, but mostly not on weights: bytes that grow with "
-                "every row cannot be shared by a batch, so batching helps less than the "
-                "memory-bound label suggests.")
+        return _memory_reading(report, batch, share, weight_share)
     if dominant == "compute":
         text = (("Most of the step's time" if most else largest)
                 + " is in compute-bound ops: its large ops do enough FLOPs "
@@ -230,6 +224,41 @@ def _bound_reading(report: Report, batch: BatchResult) -> str:
     return ""
 
 
+def _memory_reading(report: Report, batch: BatchResult, share: float,
+                    weight_share: float) -> str:
+    """The reading of a step whose largest share is in memory-bound ops. "So the step waits
+    on memory" only where it follows from the numbers before it: a majority of the time in
+    memory-bound ops and the step's intensity below the ridge. Above the ridge (a training
+    CNN: its convolutions do the FLOPs, batch norm and the elementwise ops move the bytes)
+    the sentence says why the two disagree."""
+    intensity, ridge = v.step_intensity(batch), v.ridge(report)
+    below = intensity is None or not ridge or intensity < ridge
+    weights = weight_share >= WEIGHT_DOMINATED_SHARE
+    if share >= MAJORITY_SHARE and below:
+        if weights:
+            return ("So the step waits on memory, and mostly on weights. Weights are read "
+                    "once per step whatever the batch, so every extra row gets them for "
+                    "free: this is the case batching is made for." + _noise_note(report))
+        return ("So the step waits on memory, but mostly not on weights: bytes that grow "
+                "with every row cannot be shared by a batch, so batching helps less than "
+                "the memory-bound label suggests.")
+    if share >= MAJORITY_SHARE:
+        lead = (f"Yet most of the step's time ({fmt.pct(share)}) is in memory-bound ops: the "
+                "step as a whole is above the ridge only because its compute-bound ops do "
+                "most of its FLOPs in a small part of its time, and the many cheaper ops "
+                "that move its bytes take the rest.")
+    else:
+        lead = (f"The largest share of the step ({fmt.pct(share)}, less than half) is in "
+                "memory-bound ops.")
+    if weights:
+        return (lead + " Its bytes are mostly weights, read once per step whatever the "
+                "batch, so every extra row gets them for free: this is the case batching is "
+                "made for." + _noise_note(report))
+    return (lead + " Its bytes are mostly not weights: bytes that grow with every row "
+            "cannot be shared by a batch, so batching helps less than the memory-bound "
+            "label suggests.")
+
+
 def _first_paragraph(report: Report, b0: BatchResult, label: str) -> str:
     """How long a step takes at the smallest batch, and where its time goes."""
     lat = b0.latency_s
@@ -273,11 +302,36 @@ def _bytes_paragraph(report: Report, b0: BatchResult) -> str:
     intensity, ridge, hw = v.step_intensity(b0), v.ridge(report), v.hardware(report)
     if intensity is not None and ridge and hw is not None:
         side = "below" if intensity < ridge else "above"
-        whose = "the datasheet" if hw.source == "datasheet" else "this machine's"
-        # The ridge is that of the dtype the matmuls ran in (autocast's under --amp).
-        text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} {whose} "
-                 f"ridge point of {fmt.number(ridge)} FLOP/byte ({report.model.compute_dtype}).")
+        # The ridge is that of the dtype the matmuls ran in (autocast's under --amp), and of
+        # its peak: named, since the layers' crossing below may quote a kernel family's.
+        text += (f" That is {fmt.number(intensity)} FLOP per byte, {side} "
+                 f"{_peak_ridge_words(report, ridge)}.")
     return text
+
+
+def _peak_ridge_words(report: Report, ridge: float) -> str:
+    """The ridge point of the peak of the dtype the matmuls ran in, with whose it is."""
+    hw = v.hardware(report)
+    whose = "the datasheet's" if hw is not None and hw.source == "datasheet" \
+        else "this machine's"
+    return (f"the ridge point of {whose} {v.ridge_dtype(report)} peak "
+            f"({fmt.number(ridge)} FLOP/byte)")
+
+
+def _layers_ridge_words(report: Report, terms: PredictionTerms) -> str:
+    """The ridge the layers' crossing was worked out against, naming its roof: the matmul
+    roof's for a decoder's linears (critical_batch.predict_compute_bound_batch), the roofs
+    of their families together for a mix, else (an older report) the dtype's peak."""
+    peak, bandwidth = terms.peak_flops_per_s, terms.bandwidth_bytes_per_s
+    if not peak or not bandwidth:
+        ridge = v.ridge(report)
+        return _peak_ridge_words(report, ridge) if ridge else "the ridge point"
+    figure = f"{fmt.number(peak / bandwidth)} FLOP/byte"
+    named = v.roof_name(report, peak)
+    if named is None:
+        return (f"the ridge point of the roofs their kernels run at, weighted by their FLOPs "
+                f"({figure})")
+    return f"the ridge point of the {named} ({figure})"
 
 
 def where_it_sits(report: Report) -> Section | None:
@@ -351,11 +405,7 @@ def _bstar_band(rec: Recommendation) -> str:
 
 def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
     """Where the layers that read weights or state turn compute-bound, or that they never do."""
-    # The ridge the crossing was worked out against (the matmul roof's, for a decoder's
-    # linears: critical_batch.predict_compute_bound_batch), else the dtype's.
-    ridge = (terms.peak_flops_per_s / terms.bandwidth_bytes_per_s
-             if terms.peak_flops_per_s and terms.bandwidth_bytes_per_s else v.ridge(report))
-    ridge_text = f"{fmt.number(ridge)} FLOP/byte" if ridge else "the ridge point"
+    ridge_text = _layers_ridge_words(report, terms)
     flops_row, bytes_row = terms.layers_flops_per_row, terms.layers_bytes_per_row
     fixed = fmt.nbytes(terms.layers_fixed_bytes)
     per_row = (f"each row adds {fmt.flops(flops_row)} and {fmt.nbytes(bytes_row)} of its own "
@@ -365,8 +415,8 @@ def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
         text = ("The layers that read weights or state never turn compute-bound, however "
                 "large the batch")
         if flops_row and bytes_row:
-            text += (f": {per_row}, {fmt.number(flops_row / bytes_row)} FLOP/byte, below the "
-                     f"ridge of {ridge_text}; batching amortizes only the weights")
+            text += (f": {per_row}, {fmt.number(flops_row / bytes_row)} FLOP/byte, below "
+                     f"{ridge_text}; batching amortizes only the weights")
         return text + "."
     if crossing is None:
         return ""
@@ -379,12 +429,12 @@ def _layers(report: Report, rec: Recommendation, terms: PredictionTerms) -> str:
         if v.speedup_within_noise(rec):
             shared = (f"a larger batch has little weight reading to share: batching's gain, "
                       f"{speedup_band(rec)}, is within noise")
-        return ("The layers do more FLOPs per byte than the ridge point of "
+        return ("The layers do more FLOPs per byte than "
                 f"{ridge_text} already at batch 1 (moving the {fixed} they read whatever the "
                 f"batch takes less time than their FLOPs): they are compute-bound from the start "
                 f"and {shared}.")
     return (f"The layers that read weights or state move {fixed} per step whatever the batch, "
-            f"and {per_row}: they reach the ridge point of {ridge_text} at about "
+            f"and {per_row}: they reach {ridge_text} at about "
             f"{fmt.number(crossing)} rows and are compute-bound from there. "
             f"{_intensity_path(report)}").strip()
 
@@ -922,13 +972,31 @@ def allocator_headline(report: Report) -> str | None:
                      "(measure with the allocator your job runs with)")
         return text + "."
     text += ". " + side
-    if other is not None and picked is not None and other != picked:
-        kept = section.throughput_per_s if section is not None else None
+    if other is not None and picked is not None and other != picked and section is not None:
         text += (f". With the buffers kept the pick would be batch {other} "
-                 f"({fmt.rate(kept, v.unit(report))}) instead of {picked}")
-    elif picked is not None and other is not None:
+                 f"({fmt.rate(section.throughput_per_s, v.unit(report))}) instead of {picked}. "
+                 + _which_to_run(section, picked, other))
+        return text
+    if picked is not None and other is not None:
         text += f". The pick stays batch {picked} either way"
     return text + "."
+
+
+def _which_to_run(section: AllocatorCheck, picked: int, other: int) -> str:
+    """Which of the two picks to run, and how: the one with the buffers kept needs the
+    allocator told so in the environment of the process that trains or serves (glibc reads
+    its MALLOC_* variables once, at start-up; the sweep set them the same way, or through
+    mallopt in its own worker). Only where the side-by-side timing showed a gain beyond
+    noise is the setting worth asking for."""
+    gain = next((r for r, _ in _timed_again(section) if r.batch_size == other), None)
+    if gain is None or v.reading(gain.speedup_interval) != v.Reading.LIFT:
+        return (f"Run batch {picked} as the process is: keeping the buffers gained nothing "
+                f"beyond noise at batch {other}, so the setting buys no measured speed here.")
+    env = " ".join(f"{k}={val}" for k, val in section.env.items())
+    return (f"Run batch {other} with the buffers kept: start the process that runs it with "
+            f"{env} in its environment, e.g. `env {env} python train.py` (glibc reads them "
+            "at start-up: setting them from inside Python is too late), or with jemalloc or "
+            f"tcmalloc through LD_PRELOAD. Without that setting run batch {picked}.")
 
 
 def _finite(value: float) -> bool:

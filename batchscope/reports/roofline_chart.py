@@ -222,7 +222,8 @@ def _main_roof(hw: Ceilings, dtype: str, used: dict[tuple[str, str | None], floa
 
 
 def _roofs(hw: Ceilings, dtype: str, lines: list[_Line], ridge: float, x_lo: float,
-           x_hi: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+           x_hi: float, ridge_of: str | None = None
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     bw = float(hw.bandwidth_bytes_per_s)
     traces: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
@@ -247,8 +248,10 @@ def _roofs(hw: Ceilings, dtype: str, lines: list[_Line], ridge: float, x_lo: flo
                              color=color if own else st.MUTED, xanchor="right",
                              yanchor="top" if below else "bottom", bgcolor="rgba(0,0,0,0)"))
         last_label_y = math.log10(peak) - (1.0 if below else 0.0)
+    whose = f" of the {chart_text(ridge_of)}" if ridge_of else ""
     notes.append(st.note(math.log10(ridge), "paper:0.0",
-                         f"ridge {fmt.number(ridge)} FLOP/byte", xanchor="left", yanchor="bottom"))
+                         f"ridge{whose}: {fmt.number(ridge)} FLOP/byte", xanchor="left",
+                         yanchor="bottom"))
     # The bandwidth label sits on the sloped roof, a fifth of the way from the left edge.
     x_label = 10 ** (math.log10(x_lo) + 0.2 * (math.log10(ridge) - math.log10(x_lo)))
     notes.append(st.note(math.log10(x_label), math.log10(x_label * bw),
@@ -268,11 +271,15 @@ def roofline(report: Report) -> st.Figure | None:
     used = _time_by_roof(report, hw)
     lines = _lines(hw, used)
     bw = hw.bandwidth_bytes_per_s
-    ridge = _main_roof(hw, dtype, used) / bw
+    main = _main_roof(hw, dtype, used)
+    ridge = main / bw
+    # The dotted ridge says whose it is: a chart may draw several roofs, and the prose
+    # quotes other ridges by name (issue 50: three unnamed ridges in one report).
+    ridge_of = next((line.name for line in lines if line.flops_per_s == main), None)
     ridges = [line.flops_per_s / bw for line in lines]
     x_lo = 10 ** (math.floor(math.log10(min(xs + ridges))) - PAD_DECADES)
     x_hi = 10 ** (math.ceil(math.log10(max(xs + ridges))) + PAD_DECADES)
-    roof_traces, notes = _roofs(hw, dtype, lines, ridge, x_lo, x_hi)
+    roof_traces, notes = _roofs(hw, dtype, lines, ridge, x_lo, x_hi, ridge_of)
     y_lo = 10 ** (math.log10(min([*ys, x_lo * bw])) - PAD_DECADES)
     y_hi = 10 ** (math.log10(max([*ys, *(line.flops_per_s for line in lines)])) + PAD_DECADES)
     paths = _paths(report)

@@ -150,6 +150,36 @@ def ridge(report: Report) -> float | None:
     return ridges.get(report.model.compute_dtype) or ridges.get("float32")
 
 
+def ridge_dtype(report: Report) -> str:
+    """The dtype :func:`ridge` is of: the one the matmuls ran in, else float32."""
+    hw = hardware(report)
+    dtype = report.model.compute_dtype
+    return dtype if hw is not None and hw.ridge_flops_per_byte.get(dtype) else "float32"
+
+
+# A peak within this share of a roof's is that roof: the same figure, rounded through JSON.
+ROOF_MATCH_REL = 1e-3
+
+
+def roof_name(report: Report, peak_flops_per_s: float | None) -> str | None:
+    """Which of the machine's roofs ``peak_flops_per_s`` is, in words: "float32 matmul roof",
+    "float32 conv roof" (a kernel family's, in the dtype the matmuls ran in) or "float32
+    peak"; None where it is none of them (a blend of several families' roofs)."""
+    hw = hardware(report)
+    if hw is None or not peak_flops_per_s:
+        return None
+    dtype = ridge_dtype(report)
+
+    def matches(flops_per_s: float | None) -> bool:
+        return bool(flops_per_s) and abs((flops_per_s or 0.0) - peak_flops_per_s) <= (
+            ROOF_MATCH_REL * peak_flops_per_s)
+    for family in sorted(hw.family_peaks):
+        roof = hw.family_peaks[family].get(dtype)
+        if roof is not None and matches(roof.flops_per_s):
+            return f"{dtype} {family} roof"
+    return f"{dtype} peak" if matches(hw.peak_flops_per_s.get(dtype)) else None
+
+
 def latency_limit_s(report: Report) -> float | None:
     """The --latency-limit-ms the run was given, in seconds (None: no limit)."""
     return report.run.options.latency_limit_s if report.run.options else None

@@ -21,8 +21,8 @@ import torch
 from batchscope.classifiers.critical_batch import fit_knee
 from batchscope.contract import ModelSpec, load_model_file
 from batchscope.errors import UsageError
+from batchscope.hardware import gpu_specs
 from batchscope.hardware.figures import DatasheetSpec
-from batchscope.hardware.gpu_specs import SPECS, family_of, lookup
 from batchscope.hardware.types import BF16, FP16, FP32
 from batchscope.profiler.counting import count_model_step
 from batchscope.profiler.training import default_optimizer, training_step
@@ -58,17 +58,9 @@ class TargetUnsupported(UsageError):
 
 
 def gpu_spec(name: str) -> DatasheetSpec:
-    """The datasheet of ``name``, or one sentence naming the GPUs known."""
-    spec = lookup(name)
-    rows = family_of(name)
-    if spec is None and rows:
-        raise UsageError(f"--target-gpu {name!r} names more than one GPU "
-                         f"({', '.join(rows)}); give the whole name.")
-    if spec is None:
-        known = ", ".join(s.product for s in SPECS)
-        raise UsageError(f"--target-gpu {name!r} is not a GPU in batchscope's datasheet table "
-                         f"({known}); `diagnose hardware --list-gpus` lists them.")
-    return spec
+    """The datasheet of ``name`` (a device name, or any words that name one product: "A100
+    SXM4 80GB", "L40S"), or one sentence listing the GPUs it could be, or those known."""
+    return gpu_specs.resolve(name)
 
 
 def _build(spec: ModelSpec, dtype: torch.dtype) -> torch.nn.Module:

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from batchscope.classifiers.kernel_roofline import counters_section
-from batchscope.errors import UsageError
-from batchscope.hardware.gpu_specs import SPECS, lookup
+from batchscope.hardware.gpu_specs import resolve as resolve_gpu
 from batchscope.profiler.ncu_export import read_ncu_exports
 from batchscope.records import ModelInfo, Report, RunInfo
 from batchscope.records.counters import NcuExport
@@ -62,12 +61,8 @@ def diagnose_ncu(paths: Sequence[str | Path], gpu: str | None = None,
     started = time.time()
     spec = None
     if gpu is not None:
-        spec = lookup(gpu)
-        if spec is None:
-            known = ", ".join(s.product for s in SPECS)
-            raise UsageError(f"--gpu {gpu!r} is not a GPU in batchscope's datasheet table "
-                             f"({known}); leave it out to use the exports' own roofline "
-                             "section.")
+        spec = resolve_gpu(gpu, "--gpu", "leave it out to use the exports' own roofline "
+                           "section")
     export = read_exports(paths)
     section = counters_section(export, spec)
     device = section.device or (f"GPU of compute capability {section.compute_capability}"

@@ -105,3 +105,36 @@ def test_bad_hf_targets_get_one_sentence(configs, tmp_path, capsys, args, words)
         main(argv)
     assert stop.value.code == int(ExitCode.USAGE)
     assert words in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_offline_hint_names_the_command_the_installed_hub_ships():
+    # huggingface_hub 1.x and 2.x ship `hf` only: the hint must not name huggingface-cli.
+    from importlib import metadata
+
+    from batchscope.errors import UsageError
+    from batchscope.integrations.hf_models import resolve
+
+    scripts = {e.name for e in metadata.distribution("huggingface_hub").entry_points
+               if e.group == "console_scripts"}
+    with pytest.raises(UsageError) as err:
+        resolve("hf:no-such-org/no-such-model")
+    text = str(err.value)
+    command = text.split("fetch it first (")[1].split(" download ")[0]
+    assert command in scripts
+    assert f"{command} download no-such-org/no-such-model config.json" in text
+
+
+def test_a_prefill_is_predicted_on_a_target_gpu(configs, tmp_path):
+    # issue 50: exit 4, "cannot run on meta tensors ... Tensor.item() cannot be called on
+    # meta tensors": with no cache, transformers looked for packed sequences in the position
+    # ids. The prefill fills a cache, as an engine's does (and as the decode task predicted).
+    out = tmp_path / "out"
+    result = CliRunner().invoke(diagnose_app, [
+        f"hf:{configs / 'gpt2'}", "--task", "causal-lm-prefill", "--seq-len", "16",
+        "--target-gpu", "A100 SXM4 80GB", "--batch-sizes", "1,4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "report.json").read_text())
+    batches = doc["target"]["batches"]
+    assert [b["batch_size"] for b in batches] == [1, 4]
+    assert all(b["flops"] > 0 and b["predicted_step_s"] > 0 for b in batches)
+

@@ -186,7 +186,7 @@ def test_an_amp_report_says_both_dtypes(sample_docs: dict[str, dict[str, Any]]) 
     ceilings = next(line for line in text.splitlines() if line.startswith("| ceilings |"))
     # bf16's peak (md_cell escapes the "1." that could start a list)
     assert "1\\.96 TFLOP/s bfloat16" in ceilings and "float32" not in ceilings
-    assert "ridge 79.7 FLOP/byte" in ceilings  # 1.96e12 FLOP/s / 24.6 GB/s
+    assert "bfloat16 peak ridge 79.7 FLOP/byte" in ceilings  # 1.96e12 FLOP/s / 24.6 GB/s
 
 
 def test_a_trace_of_unknown_batch_size_names_no_batch(

@@ -126,6 +126,8 @@ def test_the_roofline_draws_the_family_roof_each_op_is_placed_against(
     assert "92% of its roof: the float32 matmul roof" in hover
     # the ridge drawn is the matmul roof's, where the op spent its time: 173 / 40 GB/s
     assert fig["layout"]["shapes"][0]["x0"] == pytest.approx(MATMUL / 40e9)
+    # and its label says so (issue 50: a report quoted ridges without saying whose)
+    assert "ridge of the float32 matmul roof: 4.33 FLOP/byte" in labels
 
 
 def test_a_family_roof_that_is_the_dtypes_peak_is_one_line(

@@ -437,3 +437,20 @@ def test_under_an_slo_a_lead_within_the_noise_does_not_rank_the_policies(model_o
                                 max_rate_within_slo=rates, recommendation=quiet_pick)
     assert "noise" not in serving_pick_text(quiet)
     assert "continuous batching reaches at most 1 requests/s" in serving_pick_text(quiet)
+    assert "(9% less)" in serving_pick_text(quiet)  # 1.0 against 1.10
+
+
+def test_a_shortfall_smaller_than_the_rate_is_not_one_times_less(model_only_s):
+    # 0.051 against 0.052 requests/s printed "(1x less)".
+    from batchscope.records.serving import SloRate, SloTargets
+    from batchscope.serving.metrics import Slo
+    from batchscope.serving.whatif import recommend
+
+    rates = [SloRate(Policy.STATIC, 8, 0.052), SloRate(Policy.CONTINUOUS, 8, 0.051)]
+    pick = recommend({}, rates, Slo(tpot_s=0.2), 0.0)
+    result = dataclasses.replace(_noisy(model_only_s, 1.0, 1.0, 0.0), slo=SloTargets(tpot_s=0.2),
+                                 max_rate_within_slo=rates, recommendation=pick)
+    sentence = serving_pick_text(result)
+    assert "reaches at most 0.051 requests/s (2% less)" in sentence
+    assert "1x" not in sentence
+

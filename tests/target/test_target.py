@@ -17,7 +17,7 @@ from batchscope.records.target import PickRule
 from batchscope.target.calibrated import TERMS
 from batchscope.target.kernel_time import band, kernel_time, step_time
 from batchscope.target.memory import step_peak_bytes
-from batchscope.target.predict import critical_batch, diagnose_target, predict
+from batchscope.target.predict import critical_batch, diagnose_target, gpu_spec, predict
 from tests.conftest import MODELS
 
 GPU_TRACES = MODELS.parent / "data" / "gpu-traces"
@@ -192,6 +192,24 @@ def test_the_64gb_h100_has_its_own_bandwidth():
     assert lookup("NVIDIA H100") is None
     with pytest.raises(UsageError, match="names more than one GPU"):
         predict(load_model_file(MODELS / "tiny.py"), "H100")
+
+
+def test_a_gpu_named_by_words_of_one_product_is_taken_and_several_are_listed():
+    # "A100" was refused as unknown; it names four rows: each listed, in table order.
+    with pytest.raises(UsageError) as err:
+        gpu_spec("A100")
+    assert ("(A100 SXM4 80GB, A100 SXM4 40GB, A100 PCIe 80GB, A100 PCIe 40GB)"
+            in str(err.value))
+    with pytest.raises(UsageError, match=r"\(A100 SXM4 80GB, A100 PCIe 80GB\)"):
+        gpu_spec("A100 80GB")
+    # Words in any order and spacing, as long as they name one row.
+    assert gpu_spec("A100 PCIe 80 GB").product == "A100 PCIe 80GB"
+    assert gpu_spec("L40S").product == "L40S 48GB"
+    assert gpu_spec("4090").product == "GeForce RTX 4090"
+    # A word with digits is whole: "A10" is the A10, never an A100.
+    assert gpu_spec("A10").product == "A10 24GB"
+    with pytest.raises(UsageError, match="not a GPU in batchscope's datasheet table"):
+        gpu_spec("A200")
 
 
 def test_a_model_is_predicted_from_its_exact_counted_work():

@@ -39,6 +39,8 @@ from batchscope.reports.flag_text import ncu_note_text
 DATA = Path(__file__).parent.parent / "data" / "ncu" / "deepseek-ocr-rtx5090"
 TRACES = Path(__file__).parent.parent / "data" / "gpu-traces"
 FOLDERS = sorted(DATA.glob("kernel_*"))
+# A custom --metrics list without gpu__time_duration, built from FOLDERS[0] (PROVENANCE.md).
+CUSTOM = Path(__file__).parent.parent / "data" / "ncu" / "custom-metrics"
 # The independent unit table of the totals check (every unit these files use for them).
 SCALE = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "us": 1e-6, "ns": 1e-9,
          "ms": 1e-3, "": 1.0, "Ghz": 1e9, "%": 1.0}
@@ -828,3 +830,21 @@ def test_recorded_ncu_kernels_join_the_same_kernels_in_kineto_traces(
 @given(name=st.text(max_size=200))
 def test_normalising_any_text_gives_text(name: str) -> None:
     assert isinstance(normalise_kernel_name(name), str)
+
+
+def test_a_custom_metric_list_without_gpu_time_duration_gets_a_derived_duration():
+    # issue 50: exports made with a custom --metrics list carry sm__cycles_elapsed.avg and
+    # its .per_second but no gpu__time_duration: the duration was left blank.
+    export = read_ncu_exports([CUSTOM / "ncu.metrics.csv"])
+    (kernel,) = export.kernels
+    # 13,485 cycles / 1.99 GHz = 6.776 us; the original export's gpu__time_duration.sum of
+    # the same launch: 6.75 us (the clock printed to three figures).
+    assert kernel.duration_s == pytest.approx(13_485 / 1.99e9)
+    assert kernel.duration_s == pytest.approx(6.75e-6, rel=0.011)
+    (note,) = [n for n in export.notes if n.kind == NcuNoteKind.DURATION_FROM_CYCLES]
+    assert "records no gpu__time_duration: its duration is sm__cycles_elapsed.avg over " \
+           "sm__cycles_elapsed.avg.per_second" in ncu_note_text(note)
+    # An export with the duration keeps it, with no note (the original of the fixture).
+    original = read_ncu_exports([FOLDERS[0] / "ncu.metrics.csv"])
+    assert original.kernels[0].duration_s == pytest.approx(6.75e-6)
+    assert not [n for n in original.notes if n.kind == NcuNoteKind.DURATION_FROM_CYCLES]
