@@ -45,10 +45,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from enum import Enum
 from pathlib import Path
 
+from batchscope.errors import UsageError
 from batchscope.records import Interval, Status
 from batchscope.records.ab import (
     AB_SCHEMA,
@@ -60,6 +62,7 @@ from batchscope.records.ab import (
     ABStopKind,
     first_line,
 )
+from batchscope.records.codec import decode_ab
 from batchscope.records.work import WorkDelta, work_delta
 from batchscope.reports import fmt
 from batchscope.reports.compare import verdict_label, work_sentence
@@ -69,6 +72,9 @@ from batchscope.typed_json import to_builtins
 
 AB_JSON = "ab.json"
 AB_MARKDOWN = "ab.md"
+# ab.json holds two sides and the pairs (30 by default, a few hundred bytes each): far under
+# this. A larger file is not ours, and is refused before it is read.
+MAX_AB_BYTES = 8 * 2**20
 
 
 def ratio_bar(threshold: float) -> float:
@@ -267,6 +273,30 @@ def _robust_sd(ratios: list[float]) -> float:
 def ab_json(c: ABComparison) -> str:
     """``ab.json``'s text: the typed record, every field."""
     return json.dumps(to_builtins(c), indent=1, allow_nan=False) + "\n"
+
+
+def load_ab(path: str | os.PathLike[str]) -> ABMeasurement:
+    """Read an ``ab.json`` that came from outside (a CI artifact) as its typed measurement;
+    judge it again with :func:`judge` (the verdict in the file is the writer's, not read).
+
+    Example:
+        >>> verdict = judge(load_ab("batchscope-ab/ab.json"), 0.10)  # doctest: +SKIP
+
+    Raises:
+        UsageError: one sentence naming the file and what is wrong with it (exit 4).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_AB_BYTES:
+            raise UsageError(f"{path} is {size:,} bytes, over the {MAX_AB_BYTES:,}-byte cap.")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not an A/B result: byte {exc.start} is not UTF-8.") \
+            from None
+    return decode_ab(text, str(path))
 
 
 def write_ab(c: ABComparison, out_dir: str | Path, markdown: str) -> list[Path]:

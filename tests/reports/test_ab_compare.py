@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from batchscope.cli import tools_app
+from batchscope.errors import UsageError
 from batchscope.records import ModelInfo, Status
 from batchscope.records.ab import (
     AB_SCHEMA,
@@ -31,6 +32,7 @@ from batchscope.reports.ab_compare import (
     ab_json,
     across_rounds,
     judge,
+    load_ab,
     ratio_bar,
     round_medians,
     time_call,
@@ -232,6 +234,46 @@ def test_the_files_hold_the_typed_record(tmp_path: Path) -> None:
     assert ab_json(back) == paths[0].read_text(encoding="utf-8")
 
 
+def test_load_ab_reads_the_measurement_and_the_reader_judges_it_again(tmp_path: Path) -> None:
+    m = measurement([1.5] * 12)  # a head 50% slower in every pair
+    path = write_ab(judge(m, 0.10), tmp_path, "")[0]
+    assert load_ab(path) == m
+    # A writer's verdict is not read: a file that says "no regression" over these pairs is
+    # judged a regression again from them.
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc.update(regression=False, time_regression=False, verdict="no regression: trust me")
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert judge(load_ab(path), 0.10).regression
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (lambda d: d["measurement"]["pairs"][0].update(base_latency_s=0.0),
+     "measurement.pairs[0].base_latency_s is 0.0, not a number > 0"),
+    (lambda d: d["measurement"].update(batch_size=0), "measurement.batch_size is 0"),
+    (lambda d: d["measurement"]["head"]["work"].update(flops=-1), "work.flops is -1"),
+    (lambda d: d["measurement"]["pairs"][1].update(ratio="1.0", head_latency_s="fast"),
+     "measurement.pairs[1].head_latency_s is a string"),
+    (lambda d: d.update(schema="batchscope.report/2"), "expected an A/B result"),
+    (lambda d: d.pop("measurement"), "measurement is missing"),
+])
+def test_load_ab_refuses_a_hostile_file_in_one_sentence(change, said: str,
+                                                          tmp_path: Path) -> None:
+    path = write_ab(judge(measurement([1.0] * 12), 0.10), tmp_path, "")[0]
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    change(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(UsageError) as raised:
+        load_ab(path)
+    assert said in str(raised.value) and "is not a batchscope A/B result" in str(raised.value)
+    for text in ("NaN", '{"schema": "batchscope.ab/1", "measurement": ' + "[" * 50 + "]" * 50
+                 + "}", '{"schema": "\\ud800"}'):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(UsageError):
+            load_ab(path)
+    with pytest.raises(UsageError, match="cannot read"):
+        load_ab(tmp_path / "missing.json")
+
+
 def test_option_errors_exit_4(tmp_path: Path) -> None:
     for args, said in (
         (["--ab", str(SAMPLE), str(tmp_path / "missing.py")], "is not a file"),
@@ -241,6 +283,7 @@ def test_option_errors_exit_4(tmp_path: Path) -> None:
         (["--ab", str(SAMPLE), str(SAMPLE), "--device", "tpu"], "unknown device"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--block-time", "0"], "--block-time"),
         ([str(SAMPLE), str(SAMPLE), "--pairs", "10"], "add --ab"),
+        (["--ab", str(SAMPLE), str(SAMPLE), "--work-only"], "drop one"),
     ):
         out = runner.invoke(tools_app, ["compare", *args, "--out", str(tmp_path / "o")])
         assert out.exit_code == 4, out.output
