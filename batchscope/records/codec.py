@@ -335,14 +335,14 @@ def _ab_of(doc: dict[str, Any]) -> ABMeasurement:
 
 
 def _inside(field: str, sentence: str) -> str:
-    """A sentence about a field path of a sub-document, its paths put inside ``field``."""
-    for start in ("a key in the document", "the document", "a key in "):
-        if sentence.startswith(start):
-            rest = sentence[len(start):]
-            if start == "a key in ":
-                return f"a key in {field}.{rest}"
-            return f"{start.replace('the document', field)}{rest}"
-    return f"{field}.{sentence}"
+    """A sentence about a path inside a sub-document, the path put under ``field``:
+    ``pairs[1].x is ...`` -> ``measurement.pairs[1].x is ...``, ``the document is ...`` ->
+    ``measurement is ...``."""
+    key = "a key in "
+    prefix, rest = (key, sentence[len(key):]) if sentence.startswith(key) else ("", sentence)
+    if rest.startswith("the document"):
+        return f"{prefix}{field}{rest[len('the document'):]}"
+    return f"{prefix}{field}.{rest}"
 
 
 T = TypeVar("T")

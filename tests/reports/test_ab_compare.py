@@ -3,14 +3,18 @@ machine's speed), its files, and real A/B runs of two tiny model files (slow).""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from batchscope.cli import tools_app
@@ -26,6 +30,7 @@ from batchscope.records.ab import (
     ABStop,
     ABStopKind,
 )
+from batchscope.records.codec import decode_ab
 from batchscope.records.work import WorkCount
 from batchscope.reports.ab_compare import (
     TimeCall,
@@ -42,6 +47,7 @@ from batchscope.reports.ab_compare import (
 from batchscope.reports.compare_render import render_ab_markdown
 from batchscope.stats import median_interval
 from batchscope.typed_json import decode
+from tests.reports.test_compare_properties import json_values
 
 runner = CliRunner()
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "mlp.py"
@@ -340,3 +346,45 @@ def test_a_real_ab_run_whose_head_fails_or_breaks_the_contract(tmp_path: Path) -
                       "def make_inputs(batch_size):\n    return None\n", encoding="utf-8")
     result = runner.invoke(tools_app, ["compare", "--ab", str(base), str(broken), *args])
     assert result.exit_code == 4, result.output
+
+
+def _paths(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document: each object's and list's members, and the root."""
+    out = [at]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out += _paths(value, (*at, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            out += _paths(value, (*at, i))
+    return out
+
+
+def _with(doc: Any, at: tuple[Any, ...], value: Any) -> Any:
+    if not at:
+        return value
+    out = copy.deepcopy(doc)
+    node = out
+    for key in at[:-1]:
+        node = node[key]
+    node[at[-1]] = value
+    return out
+
+
+AB_DOC = json.loads(ab_json(judge(measurement([1.0, 1.2, 0.9] * 4,
+                                              head_work=WorkCount(2, 3, 4, 5.0)), 0.10)))
+AB_PLACES = _paths(AB_DOC)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(AB_PLACES), json_values)
+def test_a_hostile_ab_json_is_read_judged_and_rendered_or_refused_in_one_sentence(
+        at: tuple[Any, ...], value: Any) -> None:
+    text = json.dumps(_with(AB_DOC, at, value), allow_nan=True)
+    try:
+        m = decode_ab(text, "ab.json")
+    except UsageError as exc:
+        assert str(exc).startswith("ab.json is not a batchscope A/B result: ")
+        assert "\n" not in str(exc)
+        return
+    render_ab_markdown(judge(m, 0.10))  # whatever decoded is judged and rendered
