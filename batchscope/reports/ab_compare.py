@@ -50,7 +50,6 @@ import statistics
 from enum import Enum
 from pathlib import Path
 
-from batchscope.errors import UsageError
 from batchscope.records import Interval, Status
 from batchscope.records.ab import (
     AB_SCHEMA,
@@ -66,7 +65,7 @@ from batchscope.records.codec import decode_ab
 from batchscope.records.work import WorkDelta, work_delta
 from batchscope.reports import fmt
 from batchscope.reports.compare import verdict_label, work_sentence
-from batchscope.reports.json_report import atomic_write_text
+from batchscope.reports.json_report import atomic_write_text, read_capped
 from batchscope.stats import median_interval, paired_ratio_interval
 from batchscope.typed_json import to_builtins
 
@@ -286,17 +285,7 @@ def load_ab(path: str | os.PathLike[str]) -> ABMeasurement:
         UsageError: one sentence naming the file and what is wrong with it (exit 4).
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_AB_BYTES:
-            raise UsageError(f"{path} is {size:,} bytes, over the {MAX_AB_BYTES:,}-byte cap.")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path} is not an A/B result: byte {exc.start} is not UTF-8.") \
-            from None
-    return decode_ab(text, str(path))
+    return decode_ab(read_capped(path, MAX_AB_BYTES, "an A/B result"), str(path))
 
 
 def write_ab(c: ABComparison, out_dir: str | Path, markdown: str) -> list[Path]:

@@ -25,8 +25,11 @@ cache the module fills once (:func:`_ceilings_once`).
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,6 +43,10 @@ import pytest
 import yaml
 
 from batchscope.hardware.cache import cache_path, load_or_measure, write_json_atomically
+from batchscope.records import ModelInfo
+from batchscope.records.ab import ABMeasurement, ABPair, ABSide
+from batchscope.records.work import WorkCount
+from batchscope.reports.ab_compare import judge
 from tests.reports.test_workflow_docs import COMMENT, PR, run_comment_script
 
 PR_NUMBER = 7
@@ -235,7 +242,10 @@ def test_identical_files_pass_and_the_comment_renders(tmp_path: Path) -> None:
     proc = run_comment_script(tmp_path / "comment")
     assert proc.returncode == 0, proc.stderr
     comment = (tmp_path / "comment" / "comment.md").read_text(encoding="utf-8")
-    assert "batchscope compare --ab: no regression" in comment
+    # The comment judges the pairs again: the same verdict (inconclusive passes too, where
+    # a loaded machine's pairs could not rule out a slower step).
+    label = "inconclusive" if ab["inconclusive"] else "no regression"
+    assert f"batchscope compare --ab: {label}" in comment
     assert (tmp_path / "comment" / "pr.txt").read_text() == str(PR_NUMBER)
 
 
@@ -285,3 +295,35 @@ def test_the_pin_check_refuses_the_placeholder_and_takes_a_commit(path: Path,
     for bad in (filled.replace("@" + commit, "@main"), filled.replace("@" + commit, "@v0.2.0"),
                 filled[:-1], "batchscope==0.1.0", "batchscope"):
         assert check_pin(bad) == 1, bad
+
+
+def _option(options: list[str], name: str) -> int:
+    return int(options[options.index(name) + 1])
+
+
+def test_the_ab_settings_spare_identical_code_and_catch_a_30_percent_slower_step() -> None:
+    """The workflow's --pairs and --rounds on seeded synthetic pairs (never this machine's
+    speed): each pair's ratio scatters by 10%, and each pair of worker processes runs at
+    its own speed for its whole life, scattered by 15% (a loaded 2-core VM's pairs of
+    processes read identical files at 0.73x-1.30x). Identical code must fail in under 1% of
+    runs, a step 30% slower be caught in over 85%. Four rounds instead of ten flag identical
+    code in ~4% of runs here: one in sixteen runs has every pair of processes above 1."""
+    options = shlex.split(load(PR)["env"]["AB"])
+    pairs, rounds = _option(options, "--pairs"), _option(options, "--rounds")
+    threshold = float(load(PR)["env"]["THRESHOLD"]) / 100
+    side = ABSide("m.py", ModelInfo(target="m.py"), work=WorkCount(1, 1, 1))
+    rng = random.Random(11)
+
+    def flagged(true_ratio: float, trials: int) -> float:
+        hits = 0
+        for _ in range(trials):
+            speeds = [math.exp(rng.gauss(0.0, 0.15)) for _ in range(rounds)]
+            m = ABMeasurement(64, side, side, 0.2, 0, [
+                ABPair(i, False, 0.01, 0.01 * true_ratio * speeds[i * rounds // pairs]
+                       * math.exp(rng.gauss(0.0, 0.10)), round=i * rounds // pairs)
+                for i in range(pairs)], pairs, rounds=rounds)
+            hits += judge(m, threshold).regression
+        return hits / trials
+
+    assert flagged(1.0, 2000) < 0.01
+    assert flagged(1.30, 1000) > 0.85
