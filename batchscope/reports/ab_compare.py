@@ -36,6 +36,9 @@ judge (:func:`judge`) reads:
   scatter passed 100% (a foreign process on one core stalls every step's thread barrier):
   the verdicts held (1.000×, 0.924-1.100; 1.318×, 1.063-2.495) but with little to spare.
 
+An ``ab.json`` from outside (the comment workflow's CI artifact, docs/github-actions.md) is
+read by :func:`load_ab` as its typed measurement only, and judged again here.
+
 Example:
     >>> time_rule([1.0, 1.02, 0.99, 1.01, 1.0, 0.98], 0.10)
     (False, False)
