@@ -578,6 +578,15 @@ def compare(
     output_format: Annotated[
         str, typer.Option("--format", help="What to print: text (a table) or markdown.")
     ] = "text",
+    work_only: Annotated[
+        bool,
+        typer.Option(
+            "--work-only",
+            help="Exit 1 on the counted work per step alone (exact: FLOPs, bytes, op calls); "
+            "the time verdict is printed but does not decide. For a job whose time gate is "
+            "--ab, which times both sides in one run: one run a side tells only a large drop.",
+        ),
+    ] = False,
     ab: Annotated[
         bool,
         typer.Option(
@@ -635,8 +644,8 @@ def compare(
     Exit 0: no regression (or an inconclusive drop the noise between runs can explain); 1:
     the head does more than --threshold percent more work per step at the base's recommended
     batch size, or its throughput there fell by more than --threshold percent beyond that noise
-    (or the head could not measure it); 4: unreadable input or a bad option; 5 (--ab): a model
-    could not be loaded or run.
+    (or the head could not measure it); with --work-only, 1 on the work alone; 4: unreadable
+    input or a bad option; 5 (--ab): a model could not be loaded or run.
 
     \b
     Example: diagnose compare main/report.json,main2/report.json pr/report.json --format markdown
@@ -653,6 +662,9 @@ def compare(
             raise UsageError(
                 f"--threshold must be a percentage between 0 and 100, not {threshold:g}."
             )
+        if ab and work_only:
+            raise UsageError("--work-only gates two reports on their counted work; --ab counts "
+                             "both sides' work itself and gates on it and on time: drop one.")
         if ab:
             _compare_ab(base, head, threshold / 100, markdown, output_format, batch_size, pairs,
                         block_time, seed, out, device, dtype, mode, threads, timeout, rounds)
@@ -683,7 +695,8 @@ def compare(
         sys.stdout.write(text)
     else:
         print_comparison(out_console, result)
-    raise typer.Exit(code=REGRESSION_EXIT_CODE if result.regression else 0)
+    regression = result.work_regression if work_only else result.regression
+    raise typer.Exit(code=REGRESSION_EXIT_CODE if regression else 0)
 
 
 def _compare_ab(base: str, head: str, threshold: float, markdown: Path | None,

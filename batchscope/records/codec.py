@@ -22,18 +22,19 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from batchscope.errors import UsageError
+from batchscope.records.ab import AB_SCHEMA, ABMeasurement
 from batchscope.records.flags import Flag, FlagKind, Stop, StopKind
 from batchscope.records.measurement import PeakMemoryMethod
 from batchscope.records.report import SCHEMA, SCHEMA_1, Report
 from batchscope.tracebacks import quote
 from batchscope.typed_json import decode, to_builtins
 
-__all__ = ["decode", "decode_report", "dumps", "encode", "to_builtins"]
+__all__ = ["decode", "decode_ab", "decode_report", "dumps", "encode", "to_builtins"]
 
 # report.json nests about 7 levels (hardware.details.matmul.float32.sizes[0].n); anything
 # far deeper is not ours, and would cost recursion depth in every reader after us.
@@ -252,6 +253,11 @@ def _check_ranges(report: Report) -> None:
                    ("hardware.overhead_s", hw.overhead_s, _NON_NEGATIVE)]
         checks += [(_child("hardware.peak_flops_per_s", key), value, _NON_NEGATIVE)
                    for key, value in hw.peak_flops_per_s.items()]
+    _check(checks)
+
+
+def _check(checks: list[tuple[str, float | None, _Range]]) -> None:
+    """Raise :class:`_Problem` for the first value (not None) that fails its range."""
     for where, value, (wanted, test) in checks:
         if value is not None and not test(value):
             raise _Problem(f"{where} is {quote(value, MAX_QUOTED_KEY)}, not {wanted}")
@@ -271,6 +277,85 @@ def decode_report(doc: Any, label: str) -> Report:
         UsageError: one sentence naming ``label`` and the first problem found (exit 4);
             never anything else, whatever ``doc`` holds.
     """
+    return _decode_document(doc, label, "a batchscope report", _report_of)
+
+
+def _report_of(doc: dict[str, Any]) -> Report:
+    schema = doc.get("schema")
+    if schema == SCHEMA_1:
+        doc = _from_schema_1(doc)
+    elif schema != SCHEMA:
+        what = "no schema field" if schema is None else f"schema {quote(schema)}"
+        raise _Problem(f"it holds {what}; expected a report of schema {SCHEMA!r}")
+    report = decode(doc, Report)
+    _check_ranges(report)
+    return report
+
+
+def decode_ab(doc: Any, label: str) -> ABMeasurement:
+    """An ``ab.json`` document (a dict or its JSON text) as the typed measurement it holds.
+
+    Only the measurement is read (both sides, their work, the pairs): the verdict written
+    beside it is the writer's, so a reader judges the measurement again
+    (``reports.ab_compare.judge``) with its own threshold. Afterwards every field has its
+    type, the batch size is ≥ 1, every pair's latencies are > 0 (the ratio divides by
+    them), and the work counts are ≥ 0.
+
+    Raises:
+        UsageError: one sentence naming ``label`` and the first problem found (exit 4);
+            never anything else, whatever ``doc`` holds.
+    """
+    return _decode_document(doc, label, "a batchscope A/B result", _ab_of)
+
+
+def _ab_of(doc: dict[str, Any]) -> ABMeasurement:
+    schema = doc.get("schema")
+    if schema != AB_SCHEMA:
+        what = "no schema field" if schema is None else f"schema {quote(schema)}"
+        raise _Problem(f"it holds {what}; expected an A/B result of schema {AB_SCHEMA!r}")
+    if "measurement" not in doc:
+        raise _Problem("measurement is missing")
+    try:
+        m = decode(doc["measurement"], ABMeasurement)
+    except msgspec.ValidationError as error:  # its paths start below measurement
+        raise _Problem(_inside("measurement", _sentence(error))) from None
+    checks: list[tuple[str, float | None, _Range]] = [
+        ("measurement.batch_size", m.batch_size, _SIZE),
+        ("measurement.block_s", m.block_s, _NON_NEGATIVE)]
+    for i, p in enumerate(m.pairs):
+        checks += [(f"measurement.pairs[{i}].base_latency_s", p.base_latency_s, _POSITIVE),
+                   (f"measurement.pairs[{i}].head_latency_s", p.head_latency_s, _POSITIVE)]
+    for side in ("base", "head"):
+        work = getattr(m, side).work
+        if work is not None:
+            checks += [(f"measurement.{side}.work.{key}", getattr(work, key), _NON_NEGATIVE)
+                       for key in ("flops", "bytes", "op_calls", "kernel_calls")]
+    _check(checks)
+    return m
+
+
+def _inside(field: str, sentence: str) -> str:
+    """A sentence about a path inside a sub-document, the path put under ``field``:
+    ``pairs[1].x is ...`` -> ``measurement.pairs[1].x is ...``, ``the document is ...`` ->
+    ``measurement is ...``."""
+    key = "a key in "
+    prefix, rest = (key, sentence[len(key):]) if sentence.startswith(key) else ("", sentence)
+    if rest.startswith("the document"):
+        return f"{prefix}{field}{rest[len('the document'):]}"
+    return f"{prefix}{field}.{rest}"
+
+
+T = TypeVar("T")
+
+
+def _decode_document(doc: Any, label: str, what: str,
+                     read: Callable[[dict[str, Any]], T]) -> T:
+    """``read`` of a JSON document from outside (a dict or its text), every problem one
+    sentence: "``label`` is not ``what``: ...".
+
+    Raises:
+        UsageError: the first problem found; never anything else, whatever ``doc`` holds.
+    """
     try:
         if isinstance(doc, (str, bytes)):
             doc = parse_json(doc if isinstance(doc, str) else doc.decode("utf-8"))
@@ -278,25 +363,15 @@ def decode_report(doc: Any, label: str) -> Report:
             _check_tree(doc)
         if not isinstance(doc, dict):
             raise _Problem(f"the document is {_kind_of(doc)}, not an object")
-        schema = doc.get("schema")
-        if schema == SCHEMA_1:
-            doc = _from_schema_1(doc)
-        elif schema != SCHEMA:
-            what = "no schema field" if schema is None else f"schema {quote(schema)}"
-            raise _Problem(f"it holds {what}; expected a report of schema {SCHEMA!r}")
-        report = decode(doc, Report)
-        _check_ranges(report)
-        return report
+        return read(doc)
     except _Problem as problem:
-        raise UsageError(f"{label} is not a batchscope report: {problem}.") from None
+        raise UsageError(f"{label} is not {what}: {problem}.") from None
     except msgspec.ValidationError as error:
-        raise UsageError(f"{label} is not a batchscope report: {_sentence(error)}.") from None
+        raise UsageError(f"{label} is not {what}: {_sentence(error)}.") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{label} is not a batchscope report: byte {exc.start} is not "
-                         "UTF-8.") from None
+        raise UsageError(f"{label} is not {what}: byte {exc.start} is not UTF-8.") from None
     except (ValueError, TypeError, RecursionError) as exc:  # a checked tree should not get here
-        raise UsageError(f"{label} is not a batchscope report: {_one_line(str(exc))}.") \
-            from None
+        raise UsageError(f"{label} is not {what}: {_one_line(str(exc))}.") from None
 
 
 def _kind_of(value: Any) -> str:

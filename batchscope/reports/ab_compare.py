@@ -36,6 +36,9 @@ judge (:func:`judge`) reads:
   scatter passed 100% (a foreign process on one core stalls every step's thread barrier):
   the verdicts held (1.000×, 0.924-1.100; 1.318×, 1.063-2.495) but with little to spare.
 
+An ``ab.json`` from outside (the comment workflow's CI artifact, docs/github-actions.md) is
+read by :func:`load_ab` as its typed measurement only, and judged again here.
+
 Example:
     >>> time_rule([1.0, 1.02, 0.99, 1.01, 1.0, 0.98], 0.10)
     (False, False)
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from enum import Enum
 from pathlib import Path
@@ -60,15 +64,19 @@ from batchscope.records.ab import (
     ABStopKind,
     first_line,
 )
+from batchscope.records.codec import decode_ab
 from batchscope.records.work import WorkDelta, work_delta
 from batchscope.reports import fmt
 from batchscope.reports.compare import verdict_label, work_sentence
-from batchscope.reports.json_report import atomic_write_text
+from batchscope.reports.json_report import atomic_write_text, read_capped
 from batchscope.stats import median_interval, paired_ratio_interval
 from batchscope.typed_json import to_builtins
 
 AB_JSON = "ab.json"
 AB_MARKDOWN = "ab.md"
+# ab.json holds two sides and the pairs (30 by default, a few hundred bytes each): far under
+# this. A larger file is not ours, and is refused before it is read.
+MAX_AB_BYTES = 8 * 2**20
 
 
 def ratio_bar(threshold: float) -> float:
@@ -267,6 +275,20 @@ def _robust_sd(ratios: list[float]) -> float:
 def ab_json(c: ABComparison) -> str:
     """``ab.json``'s text: the typed record, every field."""
     return json.dumps(to_builtins(c), indent=1, allow_nan=False) + "\n"
+
+
+def load_ab(path: str | os.PathLike[str]) -> ABMeasurement:
+    """Read an ``ab.json`` that came from outside (a CI artifact) as its typed measurement;
+    judge it again with :func:`judge` (the verdict in the file is the writer's, not read).
+
+    Example:
+        >>> verdict = judge(load_ab("batchscope-ab/ab.json"), 0.10)  # doctest: +SKIP
+
+    Raises:
+        UsageError: one sentence naming the file and what is wrong with it (exit 4).
+    """
+    path = Path(path)
+    return decode_ab(read_capped(path, MAX_AB_BYTES, "an A/B result"), str(path))
 
 
 def write_ab(c: ABComparison, out_dir: str | Path, markdown: str) -> list[Path]:

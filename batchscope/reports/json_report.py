@@ -73,6 +73,23 @@ def write_json(report: Report, out_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
+def read_capped(path: Path, max_bytes: int, what: str) -> str:
+    """The UTF-8 text of a file from outside, refused past ``max_bytes`` before it is read.
+
+    Raises:
+        UsageError: one sentence naming the file (it is not ``what``, too large, unreadable).
+    """
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise UsageError(f"{path} is {size:,} bytes, over the {max_bytes:,}-byte cap.")
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not {what}: byte {exc.start} is not UTF-8.") from None
+
+
 def load_report(path: str | os.PathLike[str]) -> Report:
     """Read a report.json that came from outside as a typed :class:`Report`.
 
@@ -89,13 +106,5 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         UsageError: one sentence naming the file and what is wrong with it (exit 4).
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_REPORT_BYTES:
-            raise UsageError(f"{path} is {size:,} bytes, over the {MAX_REPORT_BYTES:,}-byte cap.")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path} is not a report: byte {exc.start} is not UTF-8.") from None
+    text = read_capped(path, MAX_REPORT_BYTES, "a report")
     return decode_report(text, str(path))

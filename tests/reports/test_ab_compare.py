@@ -3,17 +3,22 @@ machine's speed), its files, and real A/B runs of two tiny model files (slow).""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from batchscope.cli import tools_app
+from batchscope.errors import UsageError
 from batchscope.records import ModelInfo, Status
 from batchscope.records.ab import (
     AB_SCHEMA,
@@ -25,12 +30,14 @@ from batchscope.records.ab import (
     ABStop,
     ABStopKind,
 )
+from batchscope.records.codec import decode_ab
 from batchscope.records.work import WorkCount
 from batchscope.reports.ab_compare import (
     TimeCall,
     ab_json,
     across_rounds,
     judge,
+    load_ab,
     ratio_bar,
     round_medians,
     time_call,
@@ -40,6 +47,7 @@ from batchscope.reports.ab_compare import (
 from batchscope.reports.compare_render import render_ab_markdown
 from batchscope.stats import median_interval
 from batchscope.typed_json import decode
+from tests.reports.test_compare_properties import json_values
 
 runner = CliRunner()
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "mlp.py"
@@ -232,6 +240,46 @@ def test_the_files_hold_the_typed_record(tmp_path: Path) -> None:
     assert ab_json(back) == paths[0].read_text(encoding="utf-8")
 
 
+def test_load_ab_reads_the_measurement_and_the_reader_judges_it_again(tmp_path: Path) -> None:
+    m = measurement([1.5] * 12)  # a head 50% slower in every pair
+    path = write_ab(judge(m, 0.10), tmp_path, "")[0]
+    assert load_ab(path) == m
+    # A writer's verdict is not read: a file that says "no regression" over these pairs is
+    # judged a regression again from them.
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc.update(regression=False, time_regression=False, verdict="no regression: trust me")
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert judge(load_ab(path), 0.10).regression
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (lambda d: d["measurement"]["pairs"][0].update(base_latency_s=0.0),
+     "measurement.pairs[0].base_latency_s is 0.0, not a number > 0"),
+    (lambda d: d["measurement"].update(batch_size=0), "measurement.batch_size is 0"),
+    (lambda d: d["measurement"]["head"]["work"].update(flops=-1), "work.flops is -1"),
+    (lambda d: d["measurement"]["pairs"][1].update(ratio="1.0", head_latency_s="fast"),
+     "measurement.pairs[1].head_latency_s is a string"),
+    (lambda d: d.update(schema="batchscope.report/2"), "expected an A/B result"),
+    (lambda d: d.pop("measurement"), "measurement is missing"),
+])
+def test_load_ab_refuses_a_hostile_file_in_one_sentence(change, said: str,
+                                                          tmp_path: Path) -> None:
+    path = write_ab(judge(measurement([1.0] * 12), 0.10), tmp_path, "")[0]
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    change(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(UsageError) as raised:
+        load_ab(path)
+    assert said in str(raised.value) and "is not a batchscope A/B result" in str(raised.value)
+    for text in ("NaN", '{"schema": "batchscope.ab/1", "measurement": ' + "[" * 50 + "]" * 50
+                 + "}", '{"schema": "\\ud800"}'):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(UsageError):
+            load_ab(path)
+    with pytest.raises(UsageError, match="cannot read"):
+        load_ab(tmp_path / "missing.json")
+
+
 def test_option_errors_exit_4(tmp_path: Path) -> None:
     for args, said in (
         (["--ab", str(SAMPLE), str(tmp_path / "missing.py")], "is not a file"),
@@ -241,6 +289,7 @@ def test_option_errors_exit_4(tmp_path: Path) -> None:
         (["--ab", str(SAMPLE), str(SAMPLE), "--device", "tpu"], "unknown device"),
         (["--ab", str(SAMPLE), str(SAMPLE), "--block-time", "0"], "--block-time"),
         ([str(SAMPLE), str(SAMPLE), "--pairs", "10"], "add --ab"),
+        (["--ab", str(SAMPLE), str(SAMPLE), "--work-only"], "drop one"),
     ):
         out = runner.invoke(tools_app, ["compare", *args, "--out", str(tmp_path / "o")])
         assert out.exit_code == 4, out.output
@@ -297,3 +346,45 @@ def test_a_real_ab_run_whose_head_fails_or_breaks_the_contract(tmp_path: Path) -
                       "def make_inputs(batch_size):\n    return None\n", encoding="utf-8")
     result = runner.invoke(tools_app, ["compare", "--ab", str(base), str(broken), *args])
     assert result.exit_code == 4, result.output
+
+
+def _paths(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document: each object's and list's members, and the root."""
+    out = [at]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out += _paths(value, (*at, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            out += _paths(value, (*at, i))
+    return out
+
+
+def _with(doc: Any, at: tuple[Any, ...], value: Any) -> Any:
+    if not at:
+        return value
+    out = copy.deepcopy(doc)
+    node = out
+    for key in at[:-1]:
+        node = node[key]
+    node[at[-1]] = value
+    return out
+
+
+AB_DOC = json.loads(ab_json(judge(measurement([1.0, 1.2, 0.9] * 4,
+                                              head_work=WorkCount(2, 3, 4, 5.0)), 0.10)))
+AB_PLACES = _paths(AB_DOC)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(AB_PLACES), json_values)
+def test_a_hostile_ab_json_is_read_judged_and_rendered_or_refused_in_one_sentence(
+        at: tuple[Any, ...], value: Any) -> None:
+    text = json.dumps(_with(AB_DOC, at, value), allow_nan=True)
+    try:
+        m = decode_ab(text, "ab.json")
+    except UsageError as exc:
+        assert str(exc).startswith("ab.json is not a batchscope A/B result: ")
+        assert "\n" not in str(exc)
+        return
+    render_ab_markdown(judge(m, 0.10))  # whatever decoded is judged and rendered

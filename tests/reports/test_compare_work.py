@@ -68,6 +68,34 @@ def test_more_flops_at_the_gate_is_a_regression_whatever_the_clock(tmp_path: Pat
     assert result.gate_change == 0.0  # the clock says nothing changed
 
 
+def slower(doc: dict[str, Any], factor: float) -> dict[str, Any]:
+    """A copy whose every batch size's step takes ``factor`` times as long (work alike)."""
+    out = copy.deepcopy(doc)
+    for b in out["batches"]:
+        if b.get("throughput_per_s"):
+            b["throughput_per_s"] /= factor
+            b.pop("throughput_interval_per_s", None)
+            for key in ("median", "p25", "p75", "min", "max"):
+                if (b.get("latency_s") or {}).get(key) is not None:
+                    b["latency_s"][key] *= factor
+    return out
+
+
+def test_work_only_gates_on_the_work_alone(tmp_path: Path) -> None:
+    base, time_only, work = (tmp_path / f"{n}.json" for n in ("base", "time", "work"))
+    base.write_text(json.dumps(DOC), encoding="utf-8")
+    time_only.write_text(json.dumps(slower(DOC, 3.0)), encoding="utf-8")  # a 67% drop
+    work.write_text(json.dumps(more_flops(DOC, 1.25, {GATE})), encoding="utf-8")
+    plain = runner.invoke(tools_app, ["compare", str(base), str(time_only)])
+    assert plain.exit_code == 1, plain.output  # past the drift of one run a side: time fails
+    only = runner.invoke(tools_app, ["compare", str(base), str(time_only), "--work-only"])
+    assert only.exit_code == 0, only.output  # ... but --work-only leaves time to --ab
+    assert "regression" in only.output  # the time verdict is still printed
+    out = runner.invoke(tools_app, ["compare", str(base), str(work), "--work-only"])
+    assert out.exit_code == 1, out.output
+    assert "FLOPs +25.0%" in " ".join(out.output.split())
+
+
 def test_less_work_is_reported_and_passes() -> None:
     result = compare(typed(DOC), typed(more_flops(DOC, 0.7, {GATE})))
     assert not result.regression and not result.work_regression
