@@ -6,7 +6,8 @@ The rounds serve three decisions, each read from within-round ratios so that a d
 machine cancels:
 
 * **the pick** (:func:`decision_candidates`): the sizes whose sequential intervals reach
-  the rule's bar and the sweep's first size (the speedup's baseline);
+  the rule's bar, the one just below them, and the sweep's first size (the speedup's
+  baseline);
   grown by a neighbour where the pick or the fastest lands on the set's edge
   (:func:`widened_candidates`);
 * **the plateau stop** (:func:`plateau_verdict`): the recent sizes against the best before
@@ -21,7 +22,7 @@ Example:
     ...     return BatchResult(b, Status.OK, latency_s=LatencyStats(s, s, s, 9, median_low=s,
     ...                        median_high=s), throughput_per_s=t)
     >>> decision_candidates([ok(1, 10.0), ok(2, 19.0), ok(4, 30.0), ok(8, 33.0), ok(16, 34.0)])
-    [1, 4, 8, 16]
+    [1, 2, 4, 8, 16]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from batchscope.records import BatchResult, Interval, Status
 from batchscope.records.noise import throughput_interval
 from batchscope.records.rounds import (
     NEAR_BEST_SHARE,
+    SETTLED_ROUNDS,
     PairedDecision,
     RoundBlock,
     fastest,
@@ -90,9 +92,11 @@ def decision_candidates(results: Sequence[BatchResult], excluded: Collection[int
                         share: float = NEAR_BEST_SHARE,
                         max_sizes: int = MAX_CANDIDATES) -> list[int]:
     """The sizes the final rounds time: every size whose sequential throughput interval
-    reaches ``share`` of the best median (the rule's bar: the pick is among them) and the
-    first size measured (the speedup's baseline and the drift's reference). A neighbour
-    joins where the rounds put the pick or the fastest on the set's edge
+    reaches ``share`` of the best median (the rule's bar: the pick is among them), every
+    size between them, the measured size just below the smallest of them (a size just under
+    the bar in one run's timings may reach it in another's; it costs less than any of
+    them), and the first size measured (the speedup's baseline and the drift's reference).
+    The size above joins where the rounds put the fastest on the set's edge
     (:func:`widened_candidates`), not before: a round costs every size's step. Sizes over a
     user limit (``excluded``) are left out; past ``max_sizes`` the largest go first, and a
     costly step (:data:`COSTLY_STEP_S`) only where the pick needs it (the fastest, the
@@ -105,7 +109,11 @@ def decision_candidates(results: Sequence[BatchResult], excluded: Collection[int
     sizes = sorted(r.batch_size for r in ok)
     reach = [r.batch_size for r in ok
              if (iv := throughput_interval(r)) is not None and iv.high >= bar]
-    chosen = set(reach) | {sizes[0], best.batch_size}
+    low = max(sizes.index(min(reach)) - 1, 0)
+    # Every size from just below the smallest reaching the bar to the largest reaching it:
+    # a size between them whose sequential timing fell short (a slow stretch of the
+    # machine) is exactly what the rounds are for.
+    chosen = set(sizes[low:sizes.index(max(reach)) + 1]) | {sizes[0], best.batch_size}
     essential = {sizes[0], best.batch_size, min(reach)}
     step = {r.batch_size: r.latency_s.median for r in ok if r.latency_s is not None}
     for b in sorted(chosen, reverse=True):  # the largest (costliest) go first
@@ -125,27 +133,66 @@ def widened_candidates(candidates: Sequence[int], results: Sequence[BatchResult]
     """``candidates`` with one more measured size where the decision sits on the set's
     edge: the size just below the pick when the pick is the smallest candidate above the
     first size (the rounds never saw whether a smaller size reaches the bar too), and the
-    size just above the fastest when it is the largest (one faster may lie beyond). The
-    same list when neither applies."""
+    size just above the fastest when it is the largest (one faster may lie beyond). A
+    neighbour the rounds have already settled (``decision.shares``: a plateau check timed
+    it, its interval under the bar, or under the fastest's) is not added again. The same
+    list when neither applies."""
     sizes = sorted(r.batch_size for r in measured(results) if r.batch_size not in excluded)
     out = set(candidates)
+
+    def settled(b: int, bar: float) -> bool:
+        s = decision.shares.get(b)
+        return s is not None and s.rounds >= CHECK_MIN_ROUNDS and s.interval.high < bar
+
     above_first = [c for c in candidates if c != sizes[0]] if sizes else []
     if above_first and decision.batch_size == min(above_first):
         below = [b for b in sizes if b < decision.batch_size and b not in out]
-        if below:
+        if below and not settled(max(below), NEAR_BEST_SHARE):
             out.add(max(below))
     if decision.best == max(candidates):
         above = [b for b in sizes if b > decision.best and b not in out]
-        if above:
+        if above and not settled(min(above), 1.0):
             out.add(min(above))
     return sorted(out)
 
 
-# A block's warm-up: one untimed step where the step is shorter than this (cheap, and the
-# first step at a shape after another ran up to 1.4x slower on the CNN sample); none for
-# longer steps once the worker has run the size with its inputs kept (the worker adds one
-# where it built them again).
-WARMUP_UNDER_S = 0.25
+def open_sizes(decision: PairedDecision, candidates: Sequence[int],
+               share: float = NEAR_BEST_SHARE) -> list[int]:
+    """The candidates a further round must time: the fastest (every share's reference), and
+    each size whose place against the bar its interval has not settled (or fewer than
+    :data:`~batchscope.records.rounds.SETTLED_ROUNDS` rounds timed): a size up to the
+    pick whose interval holds the bar, the pick where its interval's bottom is under the
+    bar, and a size that could still be the fastest (its interval's top past 1). The rest
+    are settled: timing them again would cost a round without moving the decision.
+
+    Example:
+        >>> from batchscope.records import Interval
+        >>> from batchscope.records.rounds import PairedShare
+        >>> shares = {1: PairedShare(1, 0.1, Interval(0.09, 0.11), 10),
+        ...           8: PairedShare(8, 0.91, Interval(0.87, 0.95), 10),
+        ...           16: PairedShare(16, 1.0, Interval(1.0, 1.0), 10),
+        ...           32: PairedShare(32, 0.8, Interval(0.75, 0.85), 10)}
+        >>> open_sizes(PairedDecision(8, 16, shares, [8, 16], False), [1, 8, 16, 32])
+        [8, 16]
+    """
+    def unsettled(b: int) -> bool:
+        s = decision.shares.get(b)
+        if s is None or s.rounds < SETTLED_ROUNDS:
+            return True  # never paired with the fastest, or too few times
+        straddles = s.interval.low < share <= s.interval.high
+        pick_low = b == decision.batch_size and s.interval.low < share
+        return (b <= decision.batch_size and straddles) or pick_low or s.interval.high > 1.0
+
+    return sorted({decision.best, *(b for b in candidates if unsettled(b))})
+
+
+# A block's warm-up: one untimed step where the step is shorter than this; none for longer
+# steps once the worker has run the size with its inputs kept (the worker adds one where it
+# built them again). On a quiet 2-core VM the first step after another shape ran 15% slow
+# for the decode sample's 30 ms batch 1, and within 1-3% of the block's median for steps of
+# 50 ms and more (the CNN sample's batches 1-32, the decode sample's 32-256): a warm-up
+# there would double the block for a cost every block of the round pays alike.
+WARMUP_UNDER_S = 0.05
 # A block's median rests on at least this many samples where its step is short enough
 # (BLOCK_SAMPLES_WITHIN_S of them): on a 2-core machine with a neighbour, a parallel step
 # waits whole scheduler slices for a preempted thread (the MLP's 0.2 ms step at batch 1024

@@ -184,13 +184,15 @@ def _ok(b: int, t: float, step_s: float | None = None) -> BatchResult:
                        throughput_per_s=t, wall_s=2.0)
 
 
-def test_candidates_are_the_sizes_near_the_bar_and_the_first():
+def test_candidates_are_the_sizes_near_the_bar_the_one_below_and_the_first():
     results = [_ok(b, t) for b, t in {1: 1000.0, 2: 1900.0, 4: 3000.0, 8: 3300.0,
                                       16: 3400.0, 32: 2000.0}.items()]
-    # 4, 8 and 16 reach 90% of 3400 at the top of their interval; 1 is the first.
-    assert decision_candidates(results) == [1, 4, 8, 16]
+    # 4, 8 and 16 reach 90% of 3400 at the top of their interval; 2 is just below them
+    # (cheaper than any); 1 is the first. 32, above the best, joins only where the rounds
+    # put the fastest at the set's top (widened_candidates).
+    assert decision_candidates(results) == [1, 2, 4, 8, 16]
     # Over a limit: the best is then 8, and 4 still reaches 90% of its 3300.
-    assert decision_candidates(results, excluded={32, 16}) == [1, 4, 8]
+    assert decision_candidates(results, excluded={32, 16}) == [1, 2, 4, 8]
     assert decision_candidates(results[:1]) == []
 
 

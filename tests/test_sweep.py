@@ -337,9 +337,9 @@ class ProbingWorker:
 def test_a_probe_round_gets_a_share_of_the_sweeps_time_and_loses_the_largest_sizes_first():
     # Unbounded, a round of a 2-layer GPT-2 training step's matmuls at every size to 1024
     # ran past the 120 s a round may take after 42 s of sweep: the round was lost with the
-    # worker (a T5's batch 16 took 134 s so). Now each round gets what is left of half the
-    # sweep's measuring time (at least PROBE_ROUND_MIN_S, at most PROBE_ROUND_MAX_S), every
-    # op at the smallest size first, and what it skipped is asked for again later.
+    # worker (a T5's batch 16 took 134 s so). Now each round gets what is left of a quarter
+    # of the sweep's measuring time (at least PROBE_ROUND_MIN_S, at most PROBE_ROUND_MAX_S),
+    # every op at the smallest size first, and what it skipped is asked for again later.
     sweep = Sweep(SweepConfig(WorkerConfig(str(MODELS / "tiny.py"))))
     sweep.handle = worker = ProbingWorker()
     sweep.results = [BatchResult(1, Status.OK, wall_s=10.0), BatchResult(2, Status.OK, wall_s=20.0)]
@@ -348,7 +348,7 @@ def test_a_probe_round_gets_a_share_of_the_sweeps_time_and_loses_the_largest_siz
     conv = dataclasses.replace(ProbeSpec.of("mm", [[4, 8], [8, 4]]), budget_s=3.0)
     times = sweep.probe([*head, conv, *fc])
     first = worker.sent[0]
-    assert first.round_s == supervisor.PROBE_ROUND_SHARE * 30.0  # 0.5 * (10 + 20) s
+    assert first.round_s == supervisor.PROBE_ROUND_SHARE * 30.0  # 0.25 * (10 + 20) s
     assert [s.key for s in first.specs] == [s.key for s in (head[0], fc[0], head[1], fc[1],
                                                             head[2], fc[2], conv)]
     assert times == {head[0].key: 1e-3}

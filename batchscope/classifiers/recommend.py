@@ -103,7 +103,10 @@ def recommend(results: list[BatchResult], limits: Limits,
     points = figures(allowed, allowance)
     if not points:
         return None
-    decision = (paired_decision(rounds.blocks, points) if rounds is not None else None)
+    # The rounds' own pool: their final candidates within the limits (a size only a
+    # plateau or a predicted-stop check timed was settled there, not here).
+    decision = (paired_decision(rounds.blocks, [b for b in rounds.candidates if b in points])
+                if rounds is not None else None)
     if decision is not None and decision.best not in points:
         decision = None
     curve = _curve(allowed, points, passing_over=decision is None)

@@ -47,6 +47,7 @@ from batchscope.rounds import (
     block_samples,
     decision_candidates,
     measured,
+    open_sizes,
     rounds_budget_s,
     widened_candidates,
 )
@@ -175,6 +176,7 @@ class RoundsRun:
         # they take longer than reckoned), past it they go on only within it; --budget's
         # deadline is hard (one round at least, so the record is never empty).
         until = started + rounds_budget_s(results, candidates, left)
+        least = list(candidates)  # every worker times these its least rounds
         final_rounds = 0  # rounds run here, bounded by MAX_ROUNDS
         fresh_started = 0  # fresh workers started here, at most self.workers - 1
         stop = RoundsStop.MAX_ROUNDS
@@ -184,15 +186,16 @@ class RoundsRun:
                 break
             now = time.monotonic()
             current = self.host.worker_serial
-            here = self.rounds_in(current, candidates) >= MIN_ROUNDS_PER_WORKER
+            here = self.rounds_in(current, least) >= MIN_ROUNDS_PER_WORKER
             more_workers = fresh_started < self.workers - 1
             if final_rounds > 0 and ((deadline is not None and now >= deadline)
                                      or (here and not more_workers and now >= until)):
                 stop = RoundsStop.BUDGET
                 break
-            if not here:  # this worker's least rounds
-                if not self.round(candidates, steps_s):
+            if not here:  # this worker's least rounds, of the first candidates
+                if not self.round(least, steps_s):
                     stop = RoundsStop.FAILED
+                    least = [b for b in least if b not in self.failed]
                     if len(set(candidates) - self.failed) < 2:
                         break
                 final_rounds += 1
@@ -218,10 +221,13 @@ class RoundsRun:
             if widened != candidates:
                 candidates = widened
                 continue
-            if decision.separated:
+            pending = [b for b in allowed if b not in decision.shares]  # widened, untimed
+            if decision.separated and not pending:
                 stop = RoundsStop.SEPARATED
                 break
-            if not self.round(candidates, steps_s):
+            # Past the least rounds, only what is not settled: a round of the rest would
+            # cost their steps without moving the decision.
+            if not self.round(open_sizes(decision, candidates), steps_s):
                 stop = RoundsStop.FAILED
                 if len(set(candidates) - self.failed) < 2:
                     break

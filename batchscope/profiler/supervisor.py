@@ -90,6 +90,7 @@ from batchscope.records.report import AllocatorSetBy, Mode
 from batchscope.records.rounds import DecisionRounds, RoundBlock, RoundsStop
 from batchscope.records.run import DEFAULT_BATCH_TIMEOUT_S
 from batchscope.rounds import (
+    BLOCK_SAMPLES,
     CHECK_MAX_ROUNDS,
     CHECK_MIN_ROUNDS,
     ROUNDS_MIN_S,
@@ -115,6 +116,10 @@ TERMINATE_GRACE_S = 2.0
 # hang the command; one not gone by then is waited for again on the way out (reap_workers).
 REAP_AFTER_KILL_S = 30.0
 POLL_S = 0.05
+# The allocator's re-timing (retime_keeping_buffers) times each size for this long (at least
+# BLOCK_SAMPLES samples), not the sweep's adaptive pass: it was a fifth of a CNN sweep's wall
+# time, timing every measured size up to a second again.
+ALLOCATOR_BLOCK_S = 0.2
 # Seconds allowed for one round of kernel probes (past them the round and the worker are lost).
 PROBE_TIMEOUT_S = 120.0
 # The rounds of kernel probes together may take at most this share of the wall time the
@@ -123,9 +128,10 @@ PROBE_TIMEOUT_S = 120.0
 # probe it expects to end past its round (profiler/probe.run_probes), and a later round may
 # time it. Unbounded, a 2-layer GPT-2 training step's matmuls at every power of two to 1024
 # ran past PROBE_TIMEOUT_S after 42 s of sweep: 122 s spent, every probe lost and the
-# worker restarted; a T5's batch 16 took 134 s so, for a 954 ms step.
-PROBE_ROUND_SHARE = 0.5
-PROBE_ROUND_MIN_S = 5.0
+# worker restarted; a T5's batch 16 took 134 s so, for a 954 ms step. A quarter since the
+# decision rounds (issue 47): at half, the probes took 15 of the decode sample's 51 s.
+PROBE_ROUND_SHARE = 0.25
+PROBE_ROUND_MIN_S = 3.0
 PROBE_ROUND_MAX_S = 45.0
 
 R = TypeVar("R", BatchDone, GridTimed, BuffersKept)
@@ -915,7 +921,7 @@ class Sweep:
                     break  # a replacement worker would time the default allocator
                 self.callbacks.on_phase(b, "allocator keeping its buffers")
                 # A failure drops the worker, and the setting with it: the check ends there.
-                result = self._timed_only(b)
+                result = self._timed_only(b, ALLOCATOR_BLOCK_S)
                 self.kept_buffers.append(result)
                 if result.status != Status.OK:
                     break
@@ -925,11 +931,16 @@ class Sweep:
                 self.worker_config = self.config.worker
         return self.kept_buffers_set_by
 
-    def _timed_only(self, batch_size: int) -> BatchResult:
+    def _timed_only(self, batch_size: int, block_s: float | None = None) -> BatchResult:
         """One batch size timed by the current worker (no op breakdown), reported to
-        nobody: a failure is this result's status, never the run's."""
-        reply, status, why = self._request(
-            MeasureBatch(batch_size, first_step=False, op_breakdown=False), BatchDone)
+        nobody: a failure is this result's status, never the run's. ``block_s``: a short
+        fixed timing (a round's block, at least BLOCK_SAMPLES samples) instead of the
+        sweep's adaptive pass."""
+        request = (MeasureBatch(batch_size, first_step=False, op_breakdown=False)
+                   if block_s is None else
+                   MeasureBatch(batch_size, first_step=False, op_breakdown=False,
+                                block_s=block_s, warmup_steps=1, block_samples=BLOCK_SAMPLES))
+        reply, status, why = self._request(request, BatchDone)
         if reply is None:
             return BatchResult(batch_size, status, error=why)
         if reply.result.status != Status.OK:  # the worker exits after a failure

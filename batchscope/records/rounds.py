@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from batchscope.records.interval import Interval
+from batchscope.records.noise import DRIFT_FLOOR
 from batchscope.stats import median_interval
 
 
@@ -247,6 +248,9 @@ def machine_drift(blocks: Sequence[RoundBlock]) -> float | None:
     return high / low - 1.0 if low > 0 else None
 
 
+# The fewest rounds that may settle a size's place against the bar: fewer say too little
+# (one round's ratio is a point, not an interval), so the rounds go on with it.
+SETTLED_ROUNDS = 5
 # The fewest paired samples whose median has a 95% interval inside their range
 # (stats.median_interval's exact binomial ranks: the 2nd to the 8th of nine); with fewer,
 # an interval is their whole range.
@@ -270,12 +274,14 @@ class PairedDecision:
         shares: every allowed size's share of ``best``.
         equivalent: the sizes another run could pick: each one's interval, stretched by its
             own upper half once more (where a run whose median landed at this run's top
-            would put it), reaches the bar (its whole range where fewer than
+            would put it; never by less than the 5% drift floor: another run's workers are
+            its own), reaches the bar (its whole range where fewer than
             :data:`INNER_RANK_ROUNDS` rounds timed it: generous, as an equivalent set should
             be). It holds the pick and the best.
         separated: the pick stands clear of the noise: its interval's low end reaches the
             bar even if the fastest were as fast as any size's interval allows, and every
-            smaller size's interval stays under the bar.
+            smaller size's interval stays under the bar, each over
+            :data:`SETTLED_ROUNDS` rounds at least.
     """
 
     batch_size: int
@@ -306,12 +312,23 @@ def paired_decision(blocks: Sequence[RoundBlock], allowed: Iterable[int],
     reaching = [b for b in pool if b in shares and _reach(shares[b]) >= share]
     pick = min(reaching, default=best)
     top = max([1.0, *(s.interval.high for s in shares.values())])
-    separated = shares[pick].interval.low >= share * top and all(
-        shares[b].interval.high < share for b in pool if b < pick and b in shares)
+    separated = (shares[pick].rounds >= SETTLED_ROUNDS
+                 and shares[pick].interval.low >= share * top and all(
+                     shares[b].interval.high < share and shares[b].rounds >= SETTLED_ROUNDS
+                     for b in pool if b < pick and b in shares))
     equivalent = sorted({pick, best} | {
-        b for b, s in shares.items()
-        if s.share > 0 and s.interval.high * (s.interval.high / s.share) >= share})
+        b for b, s in shares.items() if _another_run_could_reach(s) >= share})
     return PairedDecision(pick, best, shares, equivalent, separated)
+
+
+def _another_run_could_reach(share: PairedShare) -> float:
+    """How high another run could put ``share``: the top of its interval, stretched by its
+    own upper half once more, never by less than the drift floor (another run has workers
+    of its own, whose speed this run's two did not sample)."""
+    if share.share <= 0:
+        return 0.0
+    top = max(share.interval.high, share.share)
+    return top * (1 + max(top / share.share - 1, DRIFT_FLOOR))
 
 
 def _reach(share: PairedShare) -> float:

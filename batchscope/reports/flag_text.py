@@ -691,10 +691,10 @@ def _evidence_reason(r: EvidenceReason) -> str:
 
 
 _ADVICE: dict[EvidenceKind, str] = {
-    EvidenceKind.DRIFT: "rerun when the machine is quieter, or on a dedicated runner",
-    EvidenceKind.OTHER_CPU: ("rerun when the machine is quieter, or with --threads set to the "
-                             "cores left free"),
-    EvidenceKind.WIDE: "rerun on a quieter machine, or with a larger --budget for more rounds",
+    EvidenceKind.DRIFT: "rerun when the machine is quieter (or on a dedicated runner)",
+    EvidenceKind.OTHER_CPU: "rerun when the machine is quieter (or with --threads set to the "
+                            "cores left free)",
+    EvidenceKind.WIDE: "rerun when the machine is quieter (or with a larger --budget)",
 }
 
 
@@ -715,10 +715,8 @@ def evidence_headline(evidence: Evidence | None) -> str:
     why = "; ".join(_evidence_reason(r) for r in shown)
     text = f"evidence: {evidence.grade.value}" + (f" ({why})" if why else "")
     if evidence.grade == Grade.UNRELIABLE:
-        advice = list(dict.fromkeys(_ADVICE[r.kind] for r in evidence.worst()
-                                    if r.kind in _ADVICE))
-        text += ": do not act on these numbers; " + ("; or ".join(advice) if advice
-                                                     else "rerun")
+        advice = [_ADVICE[r.kind] for r in evidence.worst() if r.kind in _ADVICE]
+        text += ": do not act on these numbers; " + (advice[0] if advice else "rerun")
     elif evidence.grade == Grade.NOISY:
         text += ": the pick holds within the intervals shown"
     return text
