@@ -12,8 +12,9 @@ Each reason is graded alone against its limits and the report takes the worst:
 * **uncounted share**: the pick's step time in ops with no FLOP or byte count; the exact
   evidence (work, intensities, B*) leaves that share out.
 * **rounds / steps**: how many paired rounds (a sweep) or timed steps (``watch``) the pick
-  rests on; whether the rounds separated the sizes near the bar; a sweep run without rounds
-  (``--no-rounds``) decided on sequential timings.
+  rests on; a sweep run without rounds (``--no-rounds``) decided on sequential timings.
+  Whether the rounds separated the sizes near the bar is said but not graded: a tie on a
+  quiet machine is what the equivalent set states, not evidence gone bad.
 * **budget**: --budget left sizes unmeasured.
 * **wide**: the pick's throughput interval spans more than
   :data:`~batchscope.records.interval.MEANINGFUL_SPAN`: nothing to decide on.
@@ -144,5 +145,7 @@ def _decision(run: RunInfo, pick: BatchResult | None,
     separated = recommendation.rule.paired_separated
     stopped = run.rounds.stopped_by if run.rounds is not None else None
     if not separated and stopped != RoundsStop.SEPARATED:
-        out.append(EvidenceReason(EvidenceKind.NOT_SEPARATED, Grade.NOISY))
+        # Said, not graded: sizes within noise of the bar on a quiet machine are a tie the
+        # equivalent set states, not evidence gone bad (a flat curve is never separated).
+        out.append(EvidenceReason(EvidenceKind.NOT_SEPARATED, Grade.GOOD))
     return out
