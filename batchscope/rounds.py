@@ -59,6 +59,11 @@ MIN_ROUNDS_PER_WORKER = 5
 # speed can differ from the next one's for its whole life (issue 31); two show it, and
 # every share's interval holds both workers' medians.
 WORKERS = 2
+# One more worker where the two disagree about a size's side of the bar and its least
+# rounds fit the rounds' time: on a 2-core VM the MLP sample's batch 512 ran at 0.61 of
+# batch 1024 in one process and 0.93 in the next, and with two the pooled median is
+# whichever process happened to run more rounds; a third is the majority.
+ARBITER_WORKERS = 1
 # The most rounds the final decision runs, however unsettled.
 MAX_ROUNDS = 16
 # The rounds may take this share of the wall time the plan spent measuring, at least
@@ -154,6 +159,28 @@ def widened_candidates(candidates: Sequence[int], results: Sequence[BatchResult]
         if above and not settled(min(above), 1.0):
             out.add(min(above))
     return sorted(out)
+
+
+def workers_disagree(decision: PairedDecision, sizes: Sequence[int],
+                     share: float = NEAR_BEST_SHARE) -> bool:
+    """Whether the workers put a size up to the pick on opposite sides of the bar: each
+    worker's own median share of it, one under ``share`` and one at or over it.
+
+    Example:
+        >>> from batchscope.records import Interval
+        >>> from batchscope.records.rounds import PairedShare
+        >>> shares = {512: PairedShare(512, 0.8, Interval(0.6, 0.95), 10, [0.61, 0.93]),
+        ...           1024: PairedShare(1024, 1.0, Interval(1.0, 1.0), 10, [1.0, 1.0])}
+        >>> workers_disagree(PairedDecision(1024, 1024, shares, [1024], False), [512, 1024])
+        True
+    """
+    for b in sizes:
+        s = decision.shares.get(b)
+        if s is None or len(s.worker_shares) < 2 or b > decision.batch_size:
+            continue
+        if min(s.worker_shares) < share <= max(s.worker_shares):
+            return True
+    return False
 
 
 def open_sizes(decision: PairedDecision, candidates: Sequence[int],

@@ -17,6 +17,7 @@ from batchscope.profiler.rounds_run import RoundsRun, rounds_drift
 from batchscope.records import BatchResult, LatencyStats, Status
 from batchscope.records.rounds import (
     INNER_RANK_ROUNDS,
+    SETTLED_ROUNDS,
     DecisionRounds,
     RoundBlock,
     RoundsStop,
@@ -35,6 +36,7 @@ from batchscope.rounds import (
     plateau_verdict,
     rounds_budget_s,
     widened_candidates,
+    workers_disagree,
 )
 from tests.tools.machine import (
     DECODE,
@@ -335,3 +337,55 @@ def test_without_a_fresh_worker_the_rounds_stay_in_the_sweeps_own():
     record = RoundsRun(host, seed=3).decide(results, set(), deadline=None)
     assert record is not None and record.workers == 1 and host.fresh == 1
     assert record.rounds >= MIN_ROUNDS_PER_WORKER
+
+
+def test_two_workers_that_disagree_about_the_bar_get_a_third_as_the_majority():
+    # On a 2-core VM one process ran the MLP's batch 512 at 0.61 of batch 1024 for its life
+    # and the next at 0.93: whichever ran more rounds would decide. The FakeHost's first
+    # worker is serial 1.
+    rng = random.Random(3)
+    curve = {1: 4000.0, 256: 60000.0, 512: 74400.0, 1024: 80000.0}
+    machine = Machine(rng, curve, block_sigma=0.01, process_sigma=0.0,
+                      size_in_process=lambda w, b: 0.61 / 0.93 if (w, b) == (1, 512) else 1.0)
+    results = sweep(machine, sorted(curve))
+    host = FakeHost(machine)
+    record = RoundsRun(host, seed=2).decide(results, set(), deadline=None)
+    assert record is not None and record.workers == 3 and host.fresh == 2
+    share = {s.batch_size: s for s in record.shares}[512]
+    assert sorted(round(w, 2) for w in share.worker_shares) == [0.61, 0.93, 0.93]
+    assert share.share > 0.9  # the majority's
+
+    agreeing = Machine(random.Random(3), curve, block_sigma=0.01, process_sigma=0.0)
+    host = FakeHost(agreeing)
+    record = RoundsRun(host, seed=2).decide(sweep(agreeing, sorted(curve)), set(),
+                                            deadline=None)
+    assert record is not None and record.workers == 2 and host.fresh == 1
+
+
+def test_workers_disagree_only_about_sizes_up_to_the_pick():
+    decision = paired_decision(_blocks({8: [90.0] * 10, 16: [100.0] * 10, 32: [80.0] * 10},
+                                       worker_of=-1), [8, 16, 32])
+    assert decision is not None
+    assert not workers_disagree(decision, [8, 16, 32])
+
+
+def test_a_size_the_widening_adds_gets_its_settled_rounds_before_the_rounds_time_ends(
+        monkeypatch: pytest.MonkeyPatch):
+    # The rounds' own time spent at once: the least rounds still run, and a size added where
+    # the decision sat on the set's edge is timed its settled rounds, never left on one.
+    monkeypatch.setattr("batchscope.profiler.rounds_run.rounds_budget_s", lambda *a, **k: 0.0)
+    widened = 0
+    for seed in range(38, 40):
+        rng = random.Random(seed)
+        machine = Machine(rng, DECODE, speed=lambda t: 1.0 if t < 50 else 0.6,
+                          block_sigma=0.05)
+        results = sweep(machine, sorted(DECODE))
+        record = RoundsRun(FakeHost(machine, clock_s=100), seed=seed).decide(
+            results, set(), deadline=None)
+        assert record is not None
+        added = set(record.candidates) - set(decision_candidates(results))
+        widened += bool(added)
+        for b in record.candidates:
+            assert len({(x.worker, x.round) for x in record.blocks
+                        if x.batch_size == b}) >= SETTLED_ROUNDS
+    assert widened  # the case ran

@@ -30,6 +30,7 @@ from batchscope.profiler.protocol import MeasureBatch
 from batchscope.records import BatchResult, ControlTiming, DriftControl, Status
 from batchscope.records.noise import communication_share, drift_control
 from batchscope.records.rounds import (
+    SETTLED_ROUNDS,
     DecisionRounds,
     RoundBlock,
     RoundsStop,
@@ -39,17 +40,21 @@ from batchscope.records.rounds import (
     paired_shares,
 )
 from batchscope.rounds import (
+    ARBITER_WORKERS,
     BLOCK_S,
     MAX_ROUNDS,
     MIN_ROUNDS_PER_WORKER,
     WARMUP_UNDER_S,
+    WORKER_START_S,
     WORKERS,
     block_samples,
     decision_candidates,
     measured,
     open_sizes,
+    round_cost_s,
     rounds_budget_s,
     widened_candidates,
+    workers_disagree,
 )
 from batchscope.stats import median_interval
 
@@ -138,6 +143,10 @@ class RoundsRun:
         wanted = set(sizes) - self.failed
         return sum(1 for timed in by_round.values() if wanted <= timed)
 
+    def rounds_of(self, batch_size: int) -> int:
+        """Rounds, over every worker, that timed ``batch_size``."""
+        return len({(b.worker, b.round) for b in self.blocks if b.batch_size == batch_size})
+
     # -- a check during the plan -----------------------------------------------------------
     def check(self, sizes: Sequence[int], steps_s: dict[int, float],
               settled: Callable[[list[RoundBlock]], bool], min_rounds: int, max_rounds: int,
@@ -177,21 +186,23 @@ class RoundsRun:
         # deadline is hard (one round at least, so the record is never empty).
         until = started + rounds_budget_s(results, candidates, left)
         least = list(candidates)  # every worker times these its least rounds
-        final_rounds = 0  # rounds run here, bounded by MAX_ROUNDS
+        final_rounds = 0  # rounds run here, bounded by cap
+        cap = MAX_ROUNDS
         fresh_started = 0  # fresh workers started here, at most self.workers - 1
+        arbiters = ARBITER_WORKERS if self.workers > 1 else 0
+        least_cost_s = (WORKER_START_S + MIN_ROUNDS_PER_WORKER
+                        * round_cost_s([steps_s[b] for b in least if b in steps_s]))
         stop = RoundsStop.MAX_ROUNDS
         while True:
-            if final_rounds >= MAX_ROUNDS:
+            if final_rounds >= cap:
                 stop = RoundsStop.MAX_ROUNDS
                 break
             now = time.monotonic()
-            current = self.host.worker_serial
-            here = self.rounds_in(current, least) >= MIN_ROUNDS_PER_WORKER
-            more_workers = fresh_started < self.workers - 1
-            if final_rounds > 0 and ((deadline is not None and now >= deadline)
-                                     or (here and not more_workers and now >= until)):
-                stop = RoundsStop.BUDGET
+            if final_rounds > 0 and deadline is not None and now >= deadline:
+                stop = RoundsStop.BUDGET  # --budget's deadline is hard
                 break
+            here = self.rounds_in(self.host.worker_serial, least) >= MIN_ROUNDS_PER_WORKER
+            more_workers = fresh_started < self.workers - 1
             if not here:  # this worker's least rounds, of the first candidates
                 if not self.round(least, steps_s):
                     stop = RoundsStop.FAILED
@@ -221,9 +232,23 @@ class RoundsRun:
             if widened != candidates:
                 candidates = widened
                 continue
+            if (arbiters and not decision.separated and workers_disagree(decision, allowed)
+                    and time.monotonic() + least_cost_s <= until):
+                arbiters -= 1  # the workers disagree: a third is the majority
+                self.workers += 1
+                cap += MIN_ROUNDS_PER_WORKER
+                continue
             pending = [b for b in allowed if b not in decision.shares]  # widened, untimed
             if decision.separated and not pending:
                 stop = RoundsStop.SEPARATED
+                break
+            # The rounds' own time is soft, and checked only here, once every worker ran its
+            # least rounds and the set was widened where the decision sat on its edge: a
+            # size the widening added is timed its settled rounds first (one round of it
+            # would leave it out of the set on chance).
+            unsettled = any(self.rounds_of(b) < SETTLED_ROUNDS for b in allowed)
+            if not unsettled and now >= until:
+                stop = RoundsStop.BUDGET
                 break
             # Past the least rounds, only what is not settled: a round of the rest would
             # cost their steps without moving the decision.

@@ -18,6 +18,7 @@ from tests.integrations.conftest import watched_batch
 
 L = pytest.importorskip("lightning")
 from batchscope.integrations.lightning import BatchscopeCallback  # noqa: E402
+from tests.tools.lightning_spawn import DDPSpawnThatLeavesCleanly  # noqa: E402
 
 # Lightning's own use of torch's pytree API, not this test's.
 pytestmark = [pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`"),
@@ -185,20 +186,6 @@ def test_without_the_library_the_import_says_what_to_install(monkeypatch):
         importlib.import_module("batchscope.integrations.lightning")
 
 
-class DDPSpawnThatLeavesCleanly(L.pytorch.strategies.DDPStrategy):
-    """Lightning's ddp_spawn, destroying the process group when the strategy tears down.
-
-    Lightning leaves it alive, and a spawned rank that exits with gloo's worker threads
-    still running can die in interpreter finalization ("terminate called without an active
-    exception", SIGABRT: pytorch/pytorch#190489): CI saw rank 1 do so once, after the fit
-    had finished. batchscope's own ranks leave with os._exit."""
-
-    def teardown(self) -> None:
-        super().teardown()
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
-
 @pytest.mark.slow
 def test_under_ddp_rank_0_reports_its_steps_with_the_all_reduce(tmp_path, quick_ceilings,
                                                                  monkeypatch):
@@ -223,7 +210,7 @@ def test_under_ddp_rank_0_reports_its_steps_with_the_all_reduce(tmp_path, quick_
     out = tmp_path / "report"
     cb = BatchscopeCallback(out_dir=out, **FEW)
     trainer = L.Trainer(max_steps=12, accelerator="cpu", devices=2,
-                        strategy=DDPSpawnThatLeavesCleanly(start_method="spawn"),
+                        strategy=DDPSpawnThatLeavesCleanly(),
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[cb])
     # A loader without loader()'s shuffling torch.Generator: with it, the spawned ranks

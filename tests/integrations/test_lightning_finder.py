@@ -18,6 +18,7 @@ from batchscope.reports.flag_text import flag_text, stop_text
 
 L = pytest.importorskip("lightning")
 from batchscope.integrations.lightning_finder import BatchscopeFinder  # noqa: E402
+from tests.tools.lightning_spawn import DDPSpawnThatLeavesCleanly  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`")
 
@@ -220,7 +221,7 @@ def test_under_ddp_every_rank_runs_the_trials_and_takes_rank_0s_answer(tmp_path)
     # Two processes on the CPU (gloo), spawned: each trial runs on both in lockstep (their
     # all-reduces), rank 0 times it and decides, and both set its pick.
     finder = BatchscopeFinder(batch_sizes=[2, 8], timing=QUICK, out_dir=tmp_path / "report")
-    t = L.Trainer(max_steps=4, accelerator="cpu", devices=2, strategy="ddp_spawn",
+    t = L.Trainer(max_steps=4, accelerator="cpu", devices=2, strategy=DDPSpawnThatLeavesCleanly(),
                   logger=False, enable_checkpointing=False, enable_progress_bar=False,
                   enable_model_summary=False, callbacks=[finder],
                   default_root_dir=str(tmp_path / "root"))

@@ -220,7 +220,7 @@ def test_a_wider_feed_forward_fails_the_gate_on_work_and_the_same_code_passes(
         out = tmp_path / name
         diagnose_file(classifier_file(tmp_path, ff=ff), Options(
             out_dir=str(out), batch_sizes=[2], min_time_s=0.02, device="cpu",
-            measure_ceilings=False, drift_control=False, allocator_check=False))
+            measure_ceilings=False, rounds=False, allocator_check=False))
         return out / "report.json"
 
     base, again, wide = sweep(128, "base"), sweep(128, "again"), sweep(192, "wide")

@@ -17,8 +17,8 @@ What is replaced, because it only makes sense on GitHub:
 
 Each ``run:`` runs as GitHub runs ``shell: bash`` (``bash --noprofile --norc -eo pipefail``)
 with the workflow's env and the step's; after a failed step, only steps whose ``if:`` is
-``${{ !cancelled() }}`` run, as on GitHub. The sweeps skip their drift control here (the
-suite's BATCHSCOPE_NO_CONTROL=1, tests/conftest.py), and read this machine's ceilings from a
+``${{ !cancelled() }}`` run, as on GitHub. The sweeps skip their decision rounds here (the
+suite's BATCHSCOPE_NO_ROUNDS=1, tests/conftest.py), and read this machine's ceilings from a
 cache the module fills once (:func:`_ceilings_once`).
 """
 

@@ -33,6 +33,8 @@ class Machine:
         speed: the machine's speed at a time (1: as the curve says; 0.2: five times slower).
         process_sigma: each worker process's own speed, log-normal around 1, for its life.
         block_sigma: the noise of one block's median.
+        size_in_process: one size's own speed in one worker process, for its life (a
+            BLAS path one process takes and the next does not): (worker, size) -> factor.
     """
 
     rng: random.Random
@@ -40,6 +42,7 @@ class Machine:
     speed: Callable[[float], float] = lambda _t: 1.0
     process_sigma: float = 0.03
     block_sigma: float = 0.03
+    size_in_process: Callable[[int, int], float] = lambda _worker, _b: 1.0
     _process: dict[int, float] = field(default_factory=dict)
 
     def latency_s(self, batch_size: int, at_s: float, worker: int = 0) -> float:
@@ -47,6 +50,7 @@ class Machine:
         own = self._process.setdefault(worker,
                                        math.exp(self.rng.gauss(0.0, self.process_sigma)))
         step = batch_size / self.curve[batch_size]
+        own *= self.size_in_process(worker, batch_size)
         return step / (self.speed(at_s) * own) * math.exp(self.rng.gauss(0.0, self.block_sigma))
 
     def timed(self, batch_size: int, at_s: float, worker: int = 0, samples: int = 30
