@@ -77,6 +77,7 @@ from batchscope.records import (
 )
 from batchscope.records.counter_report import CountersSection
 from batchscope.records.report import AllocatorSetBy, Estimate, Mode, Source
+from batchscope.records.target import TargetSection
 from batchscope.serving.report_section import serving_section
 
 
@@ -122,13 +123,23 @@ class Measured:
     kept_buffers_set_by: AllocatorSetBy | None = None
     estimate_factors: tuple[int, ...] = ()
     recommends: bool = True
-    # diagnose trace --ncu: the profiled kernels, and the ops joined to them (unjudged).
+    # diagnose trace --ncu and diagnose ncu: the profiled kernels, and the ops joined to
+    # them (unjudged).
     counters: CountersSection | None = None
+    # diagnose --target-gpu: the prediction on a named GPU (nothing measured here).
+    target: TargetSection | None = None
 
 
 def assemble(m: Measured) -> Report:
     """Classify every op, predict and measure B*, recommend a batch size, flag what the
-    reader should know, and build every section that applies."""
+    reader should know, and build every section that applies. A report of what was not
+    measured here (Nsight Compute's exports alone, a prediction on a named GPU) holds its
+    section and nothing to judge: the front end built it (traces/ncu_diagnose.py,
+    target/predict.py, whose pick is classifiers/recommend's rule)."""
+    if m.run.source in (Source.NCU, Source.TARGET) and not m.results:
+        return Report(model=m.model, hardware=None, batches=[], recommendation=None,
+                      run=m.run, stop=m.stop, flags=list(m.flags), counters=m.counters,
+                      target=m.target)
     model = m.model
     ceilings = achieved_ceilings(m.ceilings, m.results) if m.ceilings is not None else None
     # A recorded trace has time shares without roofs (a CPU-only trace, a GPU not in the

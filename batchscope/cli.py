@@ -47,8 +47,8 @@ from batchscope.reports.console import (
     print_bus_bandwidths,
     print_ceilings,
     print_gpu_specs,
-    print_summary,
 )
+from batchscope.reports.kinds import print_summary
 
 if TYPE_CHECKING:
     from batchscope.records import Report

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 
@@ -67,6 +68,22 @@ PROBES: dict[str, ProbeKind] = {
 }
 
 
+# The paths the ceilings time each family's peak by (hardware/microbench.py): torch.mm and
+# F.linear for the matmuls, a 3x3 conv2d for the convolutions; and the words a report says
+# them in.
+PATH_FAMILY: dict[str, Family] = {"mm": Family.MATMUL, "linear": Family.MATMUL,
+                                  "conv2d": Family.CONV}
+PATH_WORDS: dict[str, str] = {"mm": "torch.mm", "linear": "F.linear", "conv2d": "a 3x3 conv2d"}
+# The path the step-time model reads a family's speed from when it was never measured
+# compute-bound (its probe is the model's own call: a Linear, a conv2d).
+FAMILY_PATH: dict[Family, str] = {Family.MATMUL: "linear", Family.CONV: "conv2d"}
+
+# Kernel names of the GEMM family as the profiler and Nsight Compute print them: cuBLAS's
+# GEMMs and GEMVs (a GEMV's kernel is a template whose arguments name cublasGemv...),
+# CUTLASS's, and fused attention.
+_GEMM_KERNEL = re.compile(r"gemm|gemv|fmha|flash|attention", re.IGNORECASE)
+
+
 # torch.distributed's collectives as the counting pass sees them (the c10d namespace): no
 # roofline of this machine's arithmetic or memory applies to bytes sent to other ranks. The
 # namespace is part of the name: ``aten::scatter_`` (a KV-cache write) is not
@@ -104,6 +121,23 @@ def family(name: str) -> Family | None:
 def is_dense(name: str) -> bool:
     """A matmul or a convolution: dense kernels whose FLOPs are exact."""
     return name in FAMILIES
+
+
+def is_gemm(name: str) -> bool:
+    """An op of the GEMM family on a GPU: matmuls, convolutions (implicit GEMMs in cuDNN)
+    and fused attention (the --target-gpu prediction's terms, the calibration that fits
+    them).
+
+    Example:
+        >>> is_gemm("addmm"), is_gemm("_scaled_dot_product_flash_attention"), is_gemm("add")
+        (True, True, False)
+    """
+    return family(name) is not None or "attention" in name
+
+
+def is_gemm_kernel(kernel_name: str) -> bool:
+    """A kernel of the GEMM family by the name the profiler or Nsight Compute prints."""
+    return _GEMM_KERNEL.search(kernel_name) is not None
 
 
 def probe_kind(name: str) -> ProbeKind | None:

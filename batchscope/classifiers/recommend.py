@@ -256,3 +256,18 @@ def predicted_pick(results: list[BatchResult], prediction: StepPrediction | None
         instead_of=choice.batch_size,
         instead_of_throughput_per_s=allowed.get(choice.batch_size, 0.0),
     )
+
+
+def predicted_pick_of(throughputs: dict[int, float]) -> tuple[int, int] | None:
+    """The rule over predicted throughputs, points without intervals (``--target-gpu``: a
+    prediction has no noise to be within): (the pick, the best); None without any.
+
+    Example:
+        >>> predicted_pick_of({1: 10.0, 8: 70.0, 16: 95.0, 32: 100.0})
+        (16, 32)
+    """
+    if not throughputs:
+        return None
+    points = {b: (t, Interval(t, t)) for b, t in throughputs.items()}
+    best = max(points, key=lambda b: (points[b][0], -b))
+    return pick_within_noise(points, NEAR_BEST_SHARE), best

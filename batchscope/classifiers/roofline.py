@@ -19,15 +19,14 @@ from dataclasses import dataclass
 
 from batchscope.classifiers.data_parallel import communication_share
 from batchscope.hardware.figures import (
-    PATH_FAMILY,
     AchievedPeak,
     FamilyPeak,
     MatmulFigures,
     TheoreticalPeak,
 )
 from batchscope.hardware.types import FP32, Ceilings
+from batchscope.op_families import PATH_FAMILY, is_collective
 from batchscope.op_families import family as kernel_family
-from batchscope.op_families import is_collective
 from batchscope.records import (
     BatchResult,
     Bound,

@@ -65,7 +65,7 @@ from batchscope.classifiers.roofline import Roof
 from batchscope.classifiers.throughput_curve import projects_past
 from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
-from batchscope.op_families import ARGS_PROBED, family
+from batchscope.op_families import ARGS_PROBED, FAMILY_PATH, Family, family
 from batchscope.plan import PLATEAU_PATIENCE
 from batchscope.profiler.probe import (
     LONG_CALL_S,
@@ -438,7 +438,7 @@ def _path_factor(ceilings: Ceilings, dtype: str, kind: str
                  ) -> tuple[float, str, float] | None:
     """Peak over the ceilings' own measurement of the path an op of ``kind`` takes: (that
     factor, the path, its FLOP/s)."""
-    path = {"matmul": "linear", "conv": "conv2d"}.get(kind)
+    path = FAMILY_PATH.get(Family(kind)) if kind in {f.value for f in Family} else None
     matmul = ceilings.details.matmul.get(dtype)
     figures = matmul.paths.get(path) if matmul is not None and path else None
     flops = figures.peak_flops_per_s if figures is not None else None

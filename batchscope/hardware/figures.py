@@ -13,13 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batchscope.op_families import Family
-
-# The kernel family each probe stands for: a model's matmul runs torch.mm's or F.linear's
-# library path (the better of the two is the family's roof), its convolutions the 3x3
-# convolution's.
-PATH_FAMILY = {"mm": Family.MATMUL, "linear": Family.MATMUL, "conv2d": Family.CONV}
-
 
 @dataclass(frozen=True)
 class Repeats:

@@ -53,7 +53,6 @@ from batchscope.engine.policies import FixedCount, RepeatBudget
 from batchscope.engine.timer import sample
 from batchscope.hardware import gpu_specs
 from batchscope.hardware.figures import (
-    PATH_FAMILY,
     BenchPlanInfo,
     CeilingDetails,
     CopyFigures,
@@ -71,6 +70,7 @@ from batchscope.hardware.figures import (
 )
 from batchscope.hardware.theoretical import cpu_theoretical, gpu_theoretical
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
+from batchscope.op_families import PATH_FAMILY
 
 MIB = 2**20
 

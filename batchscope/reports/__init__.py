@@ -5,7 +5,8 @@ summary and ``diagnose compare``.
 Every renderer reads the typed report; report.json is read back into one by
 :func:`load_report`, so a later reader sees what the renderers saw. :meth:`Report.save`,
 :meth:`Report.explanation` and a notebook's display call :func:`write_all`,
-:func:`explanation` and :func:`render_html` from here.
+:func:`explanation` and :func:`render_html` from here; each renders by the report's kind
+(reports/kinds.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import os
 from pathlib import Path
 
 from batchscope.records import Report
-from batchscope.reports.html import render_html
 from batchscope.reports.json_report import atomic_write_text, load_report, write_json
-from batchscope.reports.markdown import render_summary
-from batchscope.reports.narrative import explanation
+from batchscope.reports.kinds import explanation, print_summary, render_html, render_summary
 
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.md"
@@ -39,4 +38,5 @@ def write_all(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, str]
     return paths
 
 
-__all__ = ["explanation", "load_report", "render_html", "write_all", "write_json"]
+__all__ = ["explanation", "load_report", "print_summary", "render_html", "render_summary",
+           "write_all", "write_json"]

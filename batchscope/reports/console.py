@@ -176,16 +176,6 @@ def print_summary(console: Console, report: Report) -> None:
     Example:
         >>> print_summary(Console(), load_report("report.json"))  # doctest: +SKIP
     """
-    if report.counters is not None and not report.batches:
-        from batchscope.reports import counters_render
-
-        counters_render.print_summary(console, report)
-        return
-    if report.target is not None and not report.batches:
-        from batchscope.reports import target_render
-
-        target_render.print_summary(console, report)
-        return
     unit = v.unit(report)
     rec = report.recommendation
     evidence = evidence_headline(report.evidence)

@@ -31,6 +31,7 @@ from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.escape import chart_text, json_for_script, md_text
 from batchscope.reports.flag_text import ncu_note_text
+from batchscope.reports.page import environment, page_csp, plotly_js, static_text
 
 TEMPLATE = "counters.html.j2"
 # A kernel's name in tables: its first characters (ncu's demangled names run to hundreds).
@@ -323,12 +324,11 @@ def roofline(counters: CountersSection) -> st.Figure | None:
 # -- the three outputs ----------------------------------------------------------------------
 def render_html(report: Report) -> str:
     """report.html of a counters report: self-contained and offline, like a sweep's."""
-    from batchscope.reports.html import _static, environment, page_csp, plotly_js
     from batchscope.reports.json_report import document
 
     counters = report.counters
     assert counters is not None
-    page_js = _static("report.js")
+    page_js = static_text("report.js")
     fig = roofline(counters)
     figs = {"roofline": fig} if fig else {}
     return environment().get_template(TEMPLATE).render(
@@ -337,7 +337,7 @@ def render_html(report: Report) -> str:
         paragraphs=paragraphs(counters), rows=kernel_rows(counters),
         notes=[ncu_note_text(n) for n in counters.notes],
         charts={"roofline": "Measured kernels on the roofline"} if fig else {},
-        css=_static("report.css"), page_js=page_js, plotly_js=plotly_js(),
+        css=static_text("report.css"), page_js=page_js, plotly_js=plotly_js(),
         figures_json=json_for_script(figs),
         report_json=json_for_script(document(report)),
         csp=page_csp(page_js))

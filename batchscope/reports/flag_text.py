@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 
 from batchscope.classifiers.throughput_curve import curve_throughput
+from batchscope.op_families import PATH_WORDS
 from batchscope.records import (
     FUSED_KERNEL_PREFIX,
     FUSED_KERNELS,
@@ -80,10 +81,6 @@ def _roof_raised(f: Flag) -> str:
             "ran. `diagnose hardware --recalibrate` measures it again")
 
 
-# The ceilings' probes (hardware/microbench.py) in words; any other path is a run's op.
-_PROBES = {"mm": "torch.mm", "linear": "F.linear", "conv2d": "a 3x3 conv2d"}
-
-
 def _roof(f: Flag) -> str:
     """The roof a flag is about ("the float32 matmul roof"), or the dtype's one peak where
     the flag names no kernel family (flags of reports written before families had roofs)."""
@@ -101,7 +98,7 @@ def _gflops(f: Flag, key: str) -> str:
 
 
 def _ceiling_spread(f: Flag) -> str:
-    probe = f"{_PROBES.get(_t(f, 'path'), _t(f, 'path') or 'torch.mm')}"
+    probe = f"{PATH_WORDS.get(_t(f, 'path'), _t(f, 'path') or 'torch.mm')}"
     probe += f" at {_t(f, 'size')}" if _t(f, "size") else ""
     tail = (f"the roof is their best, {_gflops(f, 'best')} GFLOP/s: compute-bound ops sit that "
             "uncertainly against it; `diagnose hardware --recalibrate` on a quiet machine "
@@ -144,7 +141,7 @@ def _clock_words(f: Flag) -> str:
 def _above_theoretical(f: Flag) -> str:
     path = _t(f, "path")
     what = (f"{path} ({f.op_id}) ran at batch {f.batch_size} at" if f.op_id else
-            f"{_PROBES.get(path, path)}, a probe of {_roof(f)}, reached")
+            f"{PATH_WORDS.get(path, path)}, a probe of {_roof(f)}, reached")
     return (f"{what} {_gflops(f, 'flops_per_s')} GFLOP/s in {_t(f, 'dtype')}, "
             f"{_n(f, 'share'):.0%} of this machine's theoretical peak of {_theoretical(f)}: "
             "it did fewer multiplications than the FLOPs counted (a Winograd or FFT "
@@ -154,7 +151,7 @@ def _above_theoretical(f: Flag) -> str:
 
 def _below_theoretical(f: Flag) -> str:
     dtype, path = _t(f, "dtype"), _t(f, "path")
-    how = _PROBES.get(path, path)
+    how = PATH_WORDS.get(path, path)
     if f.values.get("native") is False:
         why = (f"this CPU has no native {dtype} arithmetic, so torch converts to fp32 and "
                "back: run fp32, or on a CPU with native bf16 (AMX or AVX512-BF16)")

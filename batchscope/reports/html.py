@@ -12,14 +12,7 @@ Example:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from importlib import resources
-from pathlib import Path
-
-import jinja2
 
 from batchscope.records import SCHEMA, Report
 from batchscope.reports import chart_style as st
@@ -30,7 +23,6 @@ from batchscope.reports import (
     narrative,
     roofline_chart,
     sweep_charts,
-    target_render,
 )
 from batchscope.reports import html_rows as rows
 from batchscope.reports import view as v
@@ -43,8 +35,8 @@ from batchscope.reports.flag_text import (
     rule_text,
     stop_text,
 )
+from batchscope.reports.page import environment, page_csp, plotly_js, static_text
 
-HERE = Path(__file__).resolve().parent
 TEMPLATE = "report.html.j2"
 # (id, title, builder) of every chart, in page order; the template lays them out by id.
 CHARTS = (
@@ -66,46 +58,6 @@ class Chip:
     key: str
     label: str
     color: str
-
-
-@lru_cache(maxsize=1)
-def plotly_js() -> str:
-    """The plotly.js bundle shipped inside the ``plotly`` Python package."""
-    text = resources.files("plotly").joinpath("package_data/plotly.min.js").read_text("utf-8")
-    if "</script" in text.lower():  # would end the inline <script> early
-        raise RuntimeError("plotly.min.js contains '</script' and cannot be inlined")
-    return text
-
-
-@cache
-def _static(name: str) -> str:
-    return (HERE / "static" / name).read_text("utf-8")
-
-
-@lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    """The jinja2 environment of every page (report.html, serving.html): autoescaped."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-def page_csp(page_js: str) -> str:
-    """The Content Security Policy of a page that inlines ``page_js`` and plotly.js: those two
-    scripts, inline styles, no connection at all."""
-    return (f"default-src 'none'; script-src {csp_hash(page_js)} {csp_hash(plotly_js())}; "
-            "style-src 'unsafe-inline'; img-src data: blob:; font-src data:; "
-            "connect-src 'none'; base-uri 'none'; form-action 'none'")
-
-
-def csp_hash(script: str) -> str:
-    """The CSP source that allows exactly this inline script."""
-    digest = hashlib.sha256(script.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
 def figures(report: Report) -> dict[str, st.Figure]:
@@ -144,7 +96,7 @@ def context(report: Report) -> dict[str, object]:
     rec = report.recommendation
     unplaced, unplaced_share, unplaced_batch = roofline_chart.unplaced(report)
     response = sweep_charts.response_batch(report)
-    page_js = _static("report.js")
+    page_js = static_text("report.js")
     sequence_sizes, sequence_rows = v.sequence_table(report)
     return {
         "model": report.model, "run": report.run, "hw": v.hardware(report),
@@ -180,18 +132,13 @@ def context(report: Report) -> dict[str, object]:
         **_method(report), "fmt": fmt,
         "figures_json": json_for_script(figs),
         "report_json": json_for_script(json_report.document(report)),
-        "css": _static("report.css"), "page_js": page_js, "plotly_js": plotly_js(),
+        "css": static_text("report.css"), "page_js": page_js, "plotly_js": plotly_js(),
         "csp": page_csp(page_js),
         "counters": counters_render.page_section(report.counters),
     }
 
 
 def render_html(report: Report) -> str:
-    """report.html for one report (the module's docstring has an example); a report of
-    Nsight Compute counters alone (``diagnose ncu``) has its own page, and so has one
-    predicted on a named GPU (``diagnose MODEL --target-gpu NAME``)."""
-    if report.counters is not None and not report.batches:
-        return counters_render.render_html(report)
-    if report.target is not None and not report.batches:
-        return target_render.render_html(report)
+    """report.html of a sweep, a watch, a trace or a finder (the module's docstring has an
+    example). Every report's page by its kind: :func:`batchscope.reports.kinds.render_html`."""
     return environment().get_template(TEMPLATE).render(**context(report))

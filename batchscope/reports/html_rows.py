@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscope.hardware.figures import (
-    PATH_FAMILY,
     CopyFigures,
     FamilyPeak,
     MatmulFigures,
@@ -19,7 +18,7 @@ from batchscope.hardware.figures import (
 )
 from batchscope.hardware.theoretical import AMX_FLOP_PER_CYCLE
 from batchscope.hardware.types import Ceilings
-from batchscope.op_families import Family
+from batchscope.op_families import PATH_FAMILY, PATH_WORDS, Family
 from batchscope.records import BatchResult, OpStat, Report, Status
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
@@ -405,9 +404,6 @@ class CeilingRow:
     ridge: str = ""
 
 
-# The ceilings' probes in words (hardware/microbench.py); any other path is an op of a run
-# that beat them (roofline.achieved_ceilings).
-PROBE_WORDS = {"mm": "torch.mm", "linear": "F.linear", "conv2d": "a 3x3 conv2d"}
 # Kernel families (op_families.Family) in words, as the flags name them ("the float32 conv
 # roof", reports/flag_text.py), in the order their rows are listed: the matmul's first, the
 # roof B* is worked out against.
@@ -455,7 +451,7 @@ def family_roof_name(dtype: str, family: str) -> str:
 def _probe_at(figures: MatmulFigures | None, path: str) -> str:
     """A probe and the size its best came at: "torch.mm at n=2048"."""
     rates = figures.path_rates(path) if figures is not None else None
-    words = PROBE_WORDS.get(path, path)
+    words = PATH_WORDS.get(path, path)
     return f"{words} at {rates.size}" if rates is not None else words
 
 
@@ -474,7 +470,7 @@ def _family_how(hw: Ceilings, dtype: str, family: str, roof: FamilyPeak) -> str:
         return how
     rates = {"mm": figures.peak_flops_per_s,
              **{path: f.peak_flops_per_s for path, f in figures.paths.items()}}
-    others = [f"{PROBE_WORDS.get(path, path)} {fmt.si(rate, 'FLOP/s')}"
+    others = [f"{PATH_WORDS.get(path, path)} {fmt.si(rate, 'FLOP/s')}"
               for path, rate in rates.items()
               if rate and path != roof.path and PATH_FAMILY.get(path) == Family(family)]
     return how + (f" (the better of its probes: {', '.join(others)})" if others else "")

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from batchscope.op_families import PATH_WORDS
 from batchscope.records import BatchResult, PeakMemoryMethod, Report, Status
 from batchscope.reports import fmt, narrative
 from batchscope.reports import view as v
@@ -24,7 +25,6 @@ from batchscope.reports.flag_text import (
     rule_text,
     stop_text,
 )
-from batchscope.reports.html_rows import PROBE_WORDS
 
 MAX_CHARS = 60_000
 TOP_OPS = 10
@@ -125,7 +125,7 @@ def _facts(report: Report) -> str:
         ridge = f"{v.ridge_dtype(report)} peak ridge {fmt.number(v.ridge(report))} FLOP/byte"
         matmul = hw.family_peaks.get("matmul", {}).get(dtype)
         if matmul is not None and peak:  # the roof a matmul is placed against, then the peak
-            via = PROBE_WORDS.get(matmul.path, matmul.path)
+            via = PATH_WORDS.get(matmul.path, matmul.path)
             compute = (f"{dtype} matmul roof {fmt.si(matmul.flops_per_s, 'FLOP/s')} ({via}), "
                        f"peak {fmt.si(peak, 'FLOP/s')}")
             ridge = (f"matmul ridge {fmt.number(matmul.flops_per_s / hw.bandwidth_bytes_per_s)}"
@@ -371,15 +371,6 @@ def render_summary(report: Report, max_chars: int = MAX_CHARS) -> str:
         >>> text.startswith("### batchscope")  # doctest: +SKIP
         True
     """
-    if (report.counters is not None or report.target is not None) and not report.batches:
-        from batchscope.reports import counters_render, target_render
-
-        text = (counters_render.render_summary(report) if report.counters is not None
-                else target_render.render_summary(report))
-        if len(text) > max_chars:
-            cut = "\n\n… (cut to fit a comment; see report.html)\n"
-            text = text[: max_chars - len(cut)].rsplit("\n", 1)[0] + cut
-        return text
     required = [_headline(report), _facts(report),
                 _batch_rows(report) if report.batches else "", _ranks(report),
                 _estimates(report)]

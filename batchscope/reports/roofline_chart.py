@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchscope.hardware.types import FP32, Ceilings
+from batchscope.op_families import PATH_WORDS
 from batchscope.op_families import family as kernel_family
 from batchscope.records import BatchResult, OpStat, Report
 from batchscope.reports import chart_style as st
@@ -29,7 +30,6 @@ from batchscope.reports import view as v
 from batchscope.reports.escape import chart_text
 from batchscope.reports.html_rows import (
     FAMILY_WORDS,
-    PROBE_WORDS,
     family_order,
     family_roof_name,
 )
@@ -198,7 +198,7 @@ def _lines(hw: Ceilings, used: dict[tuple[str, str | None], float]) -> list[_Lin
             roof = hw.family_peaks[family].get(dtype)
             if roof is None or (dtype, family) not in used:
                 continue
-            via = f"{roof.path}, this run" if roof.op_id else PROBE_WORDS.get(roof.path,
+            via = f"{roof.path}, this run" if roof.op_id else PATH_WORDS.get(roof.path,
                                                                                roof.path)
             name = family_roof_name(dtype, family)
             label = f"{dtype} {FAMILY_WORDS.get(family, family)}"

@@ -32,6 +32,7 @@ from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports.escape import chart_text, json_for_script, md_text
 from batchscope.reports.flag_text import serving_pick_text
+from batchscope.reports.page import environment, page_csp, plotly_js, static_text
 
 POLICY_COLORS = {Policy.CONTINUOUS: st.ACCENT, Policy.STATIC: "#b45309"}
 TEMPLATE = "serving.html.j2"
@@ -565,11 +566,7 @@ def document(result: WhatIf) -> dict[str, Any]:
 
 def render_html(result: WhatIf) -> str:
     """serving.html: self-contained and offline, like report.html."""
-    # Imported here: the report page's module imports the narrative, which words the
-    # report's own what-if with this module's sentences.
-    from batchscope.reports.html import _static, environment, page_csp, plotly_js
-
-    page_js = _static("report.js")
+    page_js = static_text("report.js")
     figs = figures(result)
     stream = result.stream
     return environment().get_template(TEMPLATE).render(
@@ -581,7 +578,7 @@ def render_html(result: WhatIf) -> str:
         engine_caption=calibration_caption(result),
         charts={"tpot": "Time per output token", "ttft": "Time to first token",
                 "throughput": "Throughput served"},
-        css=_static("report.css"), page_js=page_js, plotly_js=plotly_js(),
+        css=static_text("report.css"), page_js=page_js, plotly_js=plotly_js(),
         figures_json=json_for_script(figs),
         csp=page_csp(page_js))
 

@@ -20,16 +20,16 @@ from rich.table import Table
 from rich.text import Text
 
 from batchscope.records import Report
+from batchscope.records.rounds import NEAR_BEST_SHARE
 from batchscope.records.target import KernelTerm, PickRule, TargetBatch, TargetSection
 from batchscope.reports import chart_style as st
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.escape import chart_text, json_for_script, md_text
+from batchscope.reports.page import environment, page_csp, plotly_js, static_text
 
 TEMPLATE = "target.html.j2"
 GIB = float(2**30)
-# The pick's rule, as PickRule.NEAR_BEST makes it (batchscope.target).
-NEAR_BEST_SHARE = 0.9
 # At most this many batch sizes are named in one sentence; the rest are counted.
 LISTED = 8
 
@@ -301,19 +301,18 @@ def title(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     """report.html of a target prediction: self-contained and offline, like a sweep's."""
-    from batchscope.reports.html import _static, environment, page_csp, plotly_js
     from batchscope.reports.json_report import document
 
     target = report.target
     assert target is not None
-    page_js = _static("report.js")
+    page_js = static_text("report.js")
     fig = throughput_chart(target)
     figs = {"throughput": fig} if fig else {}
     return environment().get_template(TEMPLATE).render(
         target=v.target(report), gpu=gpu_name(target), dtype=target.dtype, unit=target.unit,
         sizes=len(target.batches), paragraphs=paragraphs(target), rows=batch_rows(target),
         charts={"throughput": "Predicted throughput"} if fig else {},
-        css=_static("report.css"), page_js=page_js, plotly_js=plotly_js(),
+        css=static_text("report.css"), page_js=page_js, plotly_js=plotly_js(),
         figures_json=json_for_script(figs),
         report_json=json_for_script(document(report)),
         csp=page_csp(page_js))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.types import FP32, TF32
-from batchscope.op_families import Family, family
+from batchscope.op_families import Family, family, is_gemm
 from batchscope.records import CountedOp
 from batchscope.records.target import KernelTerm, ModelTerms
 
@@ -65,11 +65,6 @@ class StepTime:
 def launches(op: CountedOp) -> bool:
     """Whether the op runs a kernel: it moves bytes or does FLOPs (views do neither)."""
     return bool(op.flops) or op.bytes.total > 0
-
-
-def is_gemm(name: str) -> bool:
-    """Matmuls, convolutions and fused attention: the GEMM family's terms."""
-    return family(name) is not None or "attention" in name
 
 
 def peak_for(spec: DatasheetSpec, dtype: str, name: str) -> float:

@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
+from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.critical_batch import fit_knee
+from batchscope.classifiers.recommend import predicted_pick_of
 from batchscope.contract import ModelSpec, load_model_file
 from batchscope.errors import UsageError
 from batchscope.hardware import gpu_specs
@@ -47,7 +49,6 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What a GPU holds besides the step's tensors: the CUDA context and the cuBLAS/cuDNN
 # workspaces (0.3-0.6 GiB on recent parts); an assumption, said in the docs.
 RESERVED_BYTES = 512 * 2**20
-NEAR_BEST_SHARE = 0.9
 DTYPE_NAMES = {"fp32": FP32, "float32": FP32, "fp16": FP16, "float16": FP16,
                "bf16": BF16, "bfloat16": BF16}
 TORCH_DTYPES = {FP32: torch.float32, FP16: torch.float16, BF16: torch.bfloat16}
@@ -236,12 +237,9 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
             grid.append(TargetGridPoint(b, c, step_s,
                                         *band(counted.ops, sheet, terms, cuda_graphs, fused),
                                         counted.input_bytes))
-    fitting = [b for b in batches if b.fits]
-    best = max(fitting, key=lambda b: b.predicted_throughput_per_s) if fitting else None
-    pick = None
-    if best is not None:
-        bar = NEAR_BEST_SHARE * best.predicted_throughput_per_s
-        pick = min(b.batch_size for b in fitting if b.predicted_throughput_per_s >= bar)
+    picked = predicted_pick_of({b.batch_size: b.predicted_throughput_per_s
+                                for b in batches if b.fits})  # the one rule
+    pick, best_size = picked if picked is not None else (None, None)
     gemm_peak = sheet.peak_flops_per_s[dtype]
     knee, within = fit_knee([float(b.batch_size) for b in batches],
                             [b.predicted_step_s for b in batches])
@@ -250,7 +248,7 @@ def predict(spec: ModelSpec, gpu: str, dtype_name: str = "fp32",
         bandwidth_bytes_per_s=sheet.bandwidth_bytes_per_s, memory_bytes=sheet.memory_bytes,
         terms=terms, batches=batches, pick=pick,
         pick_rule=PickRule.NEAR_BEST if pick is not None else PickRule.NONE_FITS,
-        best_batch_size=best.batch_size if best is not None else None,
+        best_batch_size=best_size,
         critical_batch=critical_batch(batches, gemm_peak, sheet.bandwidth_bytes_per_s),
         knee_batch=knee, knee_within=within, reserved_bytes=RESERVED_BYTES, unit=spec.unit,
         cuda_graphs=cuda_graphs, fused=fused, context_grid=grid, weight_bytes=weight_bytes)
@@ -270,7 +268,7 @@ def diagnose_target(path: str | Path, gpu: str, dtype: str = "fp32",
     started = time.time()
     spec = load_model_file(path, contexts=contexts)
     section = predict(spec, gpu, dtype, batch_sizes, cuda_graphs=cuda_graphs, fused=fused)
-    report = Report(
+    report = assemble(Measured(
         model=ModelInfo(target=str(path), device=f"{section.gpu} (predicted)",
                         dtype=section.dtype, unit=spec.unit, mode=Mode(spec.mode),
                         contexts=list(spec.contexts or []),
@@ -278,12 +276,11 @@ def diagnose_target(path: str | Path, gpu: str, dtype: str = "fp32",
                         # memory beside the weights and the reserve.
                         parameter_bytes=section.weight_bytes,
                         available_memory_bytes=section.memory_bytes - RESERVED_BYTES),
-        hardware=None, batches=[], recommendation=None,
         run=RunInfo(source=Source.TARGET, tool_version=__version__,
                     torch_version=torch.__version__,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     wall_s=time.time() - started),
-        target=section)
+        ceilings=None, results=[], target=section))
     if out_dir is not None:
         write_all(report, out_dir)
     return report

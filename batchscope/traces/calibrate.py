@@ -37,7 +37,6 @@ import dataclasses
 import glob
 import itertools
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from pathlib import Path
 
 from batchscope.hardware.gpu_specs import lookup
 from batchscope.hardware.types import BF16, FP16, FP32
-from batchscope.op_families import family, is_collective
+from batchscope.op_families import family, is_collective, is_gemm, is_gemm_kernel
 from batchscope.records import OpStat
 from batchscope.records.target import KernelTerm, ModelTerms
 from batchscope.traces.analysis import trace_result
@@ -62,9 +61,6 @@ WAIT_GAPS = 10
 # The fit's grid: fixed costs 0-10 us in quarter microseconds, efficiencies 5-100%.
 _FIXED_GRID_S = [i * 0.25e-6 for i in range(41)]
 _EFFICIENCY_GRID = [i / 100 for i in range(5, 101)]
-# Kernel names of the GEMM family as ncu prints them: cuBLAS's GEMMs and GEMVs (a GEMV's
-# kernel is a template whose arguments name cublasGemv...), CUTLASS's, fused attention.
-_GEMM_KERNEL = re.compile(r"gemm|gemv|fmha|flash|attention", re.IGNORECASE)
 # A kernel is on the memory side where its DRAM roof is at least this many times its FLOP
 # roof: nearer the ridge its time says as much about its compute.
 MEMORY_SIDE_MARGIN = 1.5
@@ -81,11 +77,6 @@ class KernelPoint:
     roof_s: float
     time_s: float
     calls: int
-
-
-def is_gemm_family(name: str) -> bool:
-    """Matmuls, convolutions (implicit GEMMs in cuDNN) and fused attention."""
-    return family(name) is not None or "attention" in name
 
 
 def _host_transfer(op: OpStat) -> bool:
@@ -112,7 +103,7 @@ def kernel_points(path: str | Path) -> tuple[list[KernelPoint], float | None]:
             roof_s = max((op.flops or 0) / peak, op.bytes.total / ceilings.bandwidth_bytes_per_s)
             if roof_s <= 0:
                 continue
-            points.append(KernelPoint(Path(path).name, op.name, is_gemm_family(op.name),
+            points.append(KernelPoint(Path(path).name, op.name, is_gemm(op.name),
                                       dtype == FP32, roof_s / op.calls,
                                       op.time_s / op.calls, op.calls))
     host = None
@@ -173,7 +164,7 @@ def memory_side_points(paths: Sequence[str | Path], gpu: str, fixed_s: float
         raise ValueError(f"{gpu!r} is not a GPU in the datasheet table")
     points = []
     for k in read_exports([Path(p) for p in paths]).kernels:
-        if not _GEMM_KERNEL.search(k.kernel_name) or not k.duration_s or not k.dram_bytes:
+        if not is_gemm_kernel(k.kernel_name) or not k.duration_s or not k.dram_bytes:
             continue
         bandwidth = k.peak_dram_bytes_per_s or sheet.bandwidth_bytes_per_s
         peak = sheet.peak_flops_per_s.get(_kernel_dtype(k.kernel_name),

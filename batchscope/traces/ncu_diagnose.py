@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.kernel_roofline import counters_section
 from batchscope.hardware.gpu_specs import resolve as resolve_gpu
 from batchscope.profiler.ncu_export import read_ncu_exports
@@ -67,16 +68,12 @@ def diagnose_ncu(paths: Sequence[str | Path], gpu: str | None = None,
     section = counters_section(export, spec)
     device = section.device or (f"GPU of compute capability {section.compute_capability}"
                                 if section.compute_capability else "unknown GPU")
-    report = Report(
+    report = assemble(Measured(
         model=ModelInfo(target=exports_name(paths), device=device),
-        hardware=None,
-        batches=[],
-        recommendation=None,
         run=RunInfo(source=Source.NCU, tool_version=__version__,
                     started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     wall_s=time.time() - started),
-        counters=section,
-    )
+        ceilings=None, results=[], counters=section))
     if out_dir is not None:
         write_all(report, out_dir)
     return report

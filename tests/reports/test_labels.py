@@ -199,7 +199,7 @@ def test_every_table_scrolls_in_its_own_box(sample_docs: dict[str, dict[str, Any
 
 
 def test_grid_columns_shrink_and_long_tokens_break() -> None:
-    from batchscope.reports.html import _static
+    from batchscope.reports.page import static_text as _static
 
     css = _static("report.css")
     # A grid column sized "1fr" is at least as wide as its widest table (min-width: auto):
