@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
 from batchscope.op_families import ARGS_PROBED, op_name
+from batchscope.profiler import fused_formulas  # noqa: F401  (registers the fused kernels' formulas)
 from batchscope.profiler.decompositions import Expansion, expansion_for
 from batchscope.profiler.formulas import (
     Formula,

@@ -587,8 +587,3 @@ def generic_formula(func: torch._ops.OpOverload) -> Formula | None:
 def formula_for(func: torch._ops.OpOverload) -> Formula | None:
     """The formula that counts ``func``: explicit first, then generic; None if uncounted."""
     return explicit_formula(func) or generic_formula(func)
-
-
-# The fused kernels' formulas (optimizer steps, RNN and resampling backwards, quantized
-# matmuls, random fills) register into REGISTRY from their own module, once this one is whole.
-from batchscope.profiler import fused_formulas as _fused_formulas  # noqa: E402,F401

@@ -2,7 +2,8 @@
 resampling backwards, quantized and low-bit matmuls, random fills.
 
 Registered into the one registry (:data:`batchscope.profiler.formulas.REGISTRY`) against op
-objects when :mod:`batchscope.profiler.formulas` is imported. Each FLOP count per element
+objects when the counter (:mod:`batchscope.profiler.counting`, their one reader) is imported:
+this module imports the registry, never the other way round. Each FLOP count per element
 is the one batchscope counts for the unfused ops the same step runs elsewhere (a
 single-tensor AdamW step: ``mul_``, ``lerp_``, ``mul_``, ``addcmul_``, ``sqrt``, ``div``,
 ``add_``, ``addcdiv_``: 8 per parameter element), so a fused step and an unfused one count

@@ -14,9 +14,7 @@ from rich.console import Console
 from batchscope.records import ByteSplit, Report
 from batchscope.records.report import ModelInfo, RunInfo, Source
 from batchscope.records.target import KernelTerm, ModelTerms, PickRule, TargetBatch, TargetSection
-from batchscope.reports import load_report, write_all
-from batchscope.reports.console import print_summary
-from batchscope.reports.narrative import explanation
+from batchscope.reports import explanation, load_report, print_summary, write_all
 from batchscope.reports.target_render import bound_of, paragraphs, throughput_chart
 
 GIB = 2**30
