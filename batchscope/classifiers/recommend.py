@@ -116,7 +116,8 @@ def recommend(results: list[BatchResult], limits: Limits,
         pick = decision.shares[chosen]
         rule = Rule(RuleKind.NEAR_BEST, NEAR_BEST_SHARE, best_size, points[best_size][0],
                     excluded, curve=curve, paired_rounds=pick.rounds,
-                    paired_separated=decision.separated)
+                    paired_separated=decision.separated,
+                    paired_stalled_rounds=pick.stalled_rounds)
         share: tuple[float, Interval] | None = (pick.share, pick.interval)
         speedup = _paired_speedup(decision, min(r.batch_size for r in measured)) or _speedup(
             figures(measured, allowance))

@@ -301,6 +301,8 @@ class Rule:
     # read sequential timings (no rounds ran: watch, a trace, --no-rounds).
     paired_rounds: int | None = None
     paired_separated: bool = False
+    # Rounds at the pick left unpaired because a block stalled (records/rounds.STALL_FACTOR).
+    paired_stalled_rounds: int = 0
     # The throughput rule's fitted curve (None: fewer than four sizes, or not the throughput
     # rule).
     curve: ThroughputCurve | None = None

@@ -94,8 +94,10 @@ class PairedShare:
             reference itself).
         interval: their 95% interval: the median's order-statistic interval, holding every
             worker's own median (a process's speed may differ for its whole life).
-        rounds: the rounds that timed both it and the reference.
+        rounds: the rounds that timed both it and the reference (and paired them).
         worker_shares: each worker's median ratio, worker 0 first.
+        stalled_rounds: rounds that timed both but paired nothing: one of the two blocks
+            stalled (:func:`stalled_blocks`).
     """
 
     batch_size: int
@@ -103,6 +105,7 @@ class PairedShare:
     interval: Interval
     rounds: int
     worker_shares: list[float] = field(default_factory=list)
+    stalled_rounds: int = 0
 
     @property
     def half_width(self) -> float:
@@ -161,16 +164,54 @@ def rounds_of(blocks: Iterable[RoundBlock]) -> dict[int, dict[int, RoundBlock]]:
     return out
 
 
+# A block whose step ran this many times its size's median (over every block of that size,
+# in every worker) is a stall, not a speed of the size: under a load generator burning one of
+# two cores, the MLP's batch 1024 (two threads a matmul, one of them waiting for the busy
+# core) ran 76 ms a step for three rounds of a fresh worker against 0.19 ms in the other
+# seven, while batch 1 (one thread) ran 22 us throughout; those three rounds made batch 1
+# "as fast" as 1024 in that worker, and the worker's median lifted batch 1's interval over
+# the bar. A process's own speed differs by up to ~2x (issue 31), well inside this factor.
+STALL_FACTOR = 4.0
+
+
+def stalled_blocks(blocks: Iterable[RoundBlock]) -> set[tuple[int, int]]:
+    """(round, batch size) of every block that stalled: its step over :data:`STALL_FACTOR`
+    times its size's median step.
+
+    Example:
+        >>> blocks = [RoundBlock(r, 0, 0, 8, 0.010, 5) for r in range(4)]
+        >>> stalled_blocks(blocks + [RoundBlock(4, 0, 0, 8, 0.5, 5)])
+        {(4, 8)}
+    """
+    blocks = list(blocks)
+    per_size: dict[int, list[float]] = {}
+    for block in blocks:
+        if block.latency_s > 0:
+            per_size.setdefault(block.batch_size, []).append(block.latency_s)
+    medians = {size: statistics.median(v) for size, v in per_size.items()}
+    return {(b.round, b.batch_size) for b in blocks
+            if b.latency_s > STALL_FACTOR * medians.get(b.batch_size, math.inf)}
+
+
 def paired_ratios(blocks: Iterable[RoundBlock], batch_size: int, reference: int
                   ) -> list[tuple[int, float]]:
     """(worker, ``batch_size``'s rows a second over ``reference``'s) for every round that
-    timed both, in round order."""
+    timed both, in round order, but a round where either block stalled
+    (:func:`stalled_blocks`)."""
+    blocks = list(blocks)
+    stalled = stalled_blocks(blocks)
     out = []
-    for _, by_size in sorted(rounds_of(blocks).items()):
+    for r, by_size in sorted(rounds_of(blocks).items()):
         a, ref = by_size.get(batch_size), by_size.get(reference)
-        if a is not None and ref is not None and ref.rows_per_s > 0:
+        if (a is not None and ref is not None and ref.rows_per_s > 0
+                and (r, batch_size) not in stalled and (r, reference) not in stalled):
             out.append((a.worker, a.rows_per_s / ref.rows_per_s))
     return out
+
+
+def _rounds_timing_both(blocks: Iterable[RoundBlock], batch_size: int, reference: int) -> int:
+    return sum(1 for by_size in rounds_of(blocks).values()
+               if batch_size in by_size and reference in by_size)
 
 
 def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int
@@ -191,7 +232,8 @@ def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int
     median = statistics.median(values)
     return PairedShare(batch_size, median,
                        Interval(min(low, median, *medians), max(high, median, *medians)),
-                       len(values), medians)
+                       len(values), medians,
+                       _rounds_timing_both(blocks, batch_size, reference) - len(values))
 
 
 def paired_shares(blocks: Sequence[RoundBlock], reference: int) -> dict[int, PairedShare]:

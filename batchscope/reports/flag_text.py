@@ -37,6 +37,7 @@ from batchscope.records.evidence import Evidence, EvidenceKind, EvidenceReason, 
 from batchscope.records.flags import TraceGap, Value
 from batchscope.records.interval import MEANINGFUL_SPAN
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
+from batchscope.records.rounds import STALL_FACTOR
 from batchscope.records.serving import Policy, WhatIf
 from batchscope.reports import fmt
 from batchscope.serving.metrics import Slo
@@ -736,14 +737,20 @@ def limit_text(over: OverLimit) -> str:
             f"{over.limit / MIB:.0f} MiB")
 
 
+def _stalled(rule: Rule) -> str:
+    n = rule.paired_stalled_rounds
+    return (f"; {n} more left out, where a block ran over {STALL_FACTOR:g}x its size's "
+            "median step: a stall of the machine, not a speed of the size") if n else ""
+
+
 def rule_text(rule: Rule, unit: str) -> str:
     """The rule that picked the recommended batch size, with its numbers, in ``unit``s."""
     if rule.paired_rounds is not None:
         near = (f"smallest batch size whose throughput is at least {rule.share:.0%} of the "
                 f"fastest's (batch {rule.best_batch_size}) within noise, each size paired "
                 f"with the fastest in the same round of interleaved timings "
-                f"({rule.paired_rounds} rounds at the pick), so that the machine's drift "
-                "cancels: the top of its 95% interval reaches that")
+                f"({rule.paired_rounds} rounds at the pick{_stalled(rule)}), so that the "
+                "machine's drift cancels: the top of its 95% interval reaches that")
         if not rule.paired_separated:
             near += ("; the rounds did not separate the sizes near the bar, so another run "
                      "may pick another size of the equivalent set")
