@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,6 +39,7 @@ from batchscope.records.rounds import (
     NEAR_BEST_SHARE,
     SETTLED_ROUNDS,
     PairedDecision,
+    PairedShare,
     RoundBlock,
     fastest,
     paired_shares,
@@ -75,8 +76,9 @@ ROUNDS_MAX_S = 120.0
 # At most this many sizes in a round, the sweep's first size included.
 MAX_CANDIDATES = 6
 # A size whose step is longer than this joins a round only where the decision needs it
-# (the fastest, the likely pick, its lower neighbour): one block of it costs more than
-# the rounds' whole share of a small sweep.
+# (the fastest, the likely pick; its lower neighbour joins later, by the widening, where the
+# pick lands on the set's edge): one block of it costs more than the rounds' whole share of
+# a small sweep.
 COSTLY_STEP_S = 1.0
 # A check of a proposed stop (the plateau's, the predicted one) runs at least this many
 # rounds in the sweep's worker, and at most CHECK_MAX_ROUNDS before the plan goes on
@@ -133,20 +135,20 @@ def decision_candidates(results: Sequence[BatchResult], excluded: Collection[int
 
 
 def widened_candidates(candidates: Sequence[int], results: Sequence[BatchResult],
-                       decision: PairedDecision, excluded: Collection[int] = ()
-                       ) -> list[int]:
+                       decision: PairedDecision, excluded: Collection[int] = (),
+                       timed: Mapping[int, PairedShare] | None = None) -> list[int]:
     """``candidates`` with one more measured size where the decision sits on the set's
     edge: the size just below the pick when the pick is the smallest candidate above the
     first size (the rounds never saw whether a smaller size reaches the bar too), and the
     size just above the fastest when it is the largest (one faster may lie beyond). A
-    neighbour the rounds have already settled (``decision.shares``: a plateau check timed
-    it, its interval under the bar, or under the fastest's) is not added again. The same
-    list when neither applies."""
+    neighbour the rounds have already settled (``timed``: every size the rounds timed, its
+    share of the fastest; a plateau check timed it, its interval under the bar, or under
+    the fastest's) is not added again. The same list when neither applies."""
     sizes = sorted(r.batch_size for r in measured(results) if r.batch_size not in excluded)
     out = set(candidates)
 
     def settled(b: int, bar: float) -> bool:
-        s = decision.shares.get(b)
+        s = (timed if timed is not None else decision.shares).get(b)
         return s is not None and s.rounds >= CHECK_MIN_ROUNDS and s.interval.high < bar
 
     above_first = [c for c in candidates if c != sizes[0]] if sizes else []
@@ -251,6 +253,16 @@ def round_cost_s(steps_s: Sequence[float], block_s: float = BLOCK_S) -> float:
                for s in steps_s)
 
 
+def least_rounds_s(results: Sequence[BatchResult], candidates: Sequence[int]) -> float:
+    """What the least rounds of ``candidates`` cost: :data:`MIN_ROUNDS_PER_WORKER` rounds
+    in each of :data:`WORKERS`, and the fresh ones' starts."""
+    steps = {r.batch_size: r.latency_s.median for r in measured(results)
+             if r.latency_s is not None}
+    return (WORKERS * MIN_ROUNDS_PER_WORKER * round_cost_s([steps[b] for b in candidates
+                                                            if b in steps])
+            + (WORKERS - 1) * WORKER_START_S)
+
+
 def rounds_budget_s(results: Sequence[BatchResult], candidates: Sequence[int] = (),
                     left_s: float | None = None) -> float:
     """Seconds the final rounds may take: :data:`ROUNDS_SHARE` of the plan's measuring
@@ -259,12 +271,8 @@ def rounds_budget_s(results: Sequence[BatchResult], candidates: Sequence[int] = 
     :data:`ROUNDS_MIN_S`, at most :data:`ROUNDS_MAX_S`, and never more than ``left_s``
     (what --budget leaves; None: no budget)."""
     spent = sum(r.wall_s or 0.0 for r in results)
-    steps = {r.batch_size: r.latency_s.median for r in measured(results)
-             if r.latency_s is not None}
-    least = (WORKERS * MIN_ROUNDS_PER_WORKER * round_cost_s([steps[b] for b in candidates
-                                                             if b in steps])
-             + (WORKERS - 1) * WORKER_START_S)
-    budget = min(max(ROUNDS_SHARE * spent, least, ROUNDS_MIN_S), ROUNDS_MAX_S)
+    budget = min(max(ROUNDS_SHARE * spent, least_rounds_s(results, candidates), ROUNDS_MIN_S),
+                 ROUNDS_MAX_S)
     return budget if left_s is None else max(min(budget, left_s), 0.0)
 
 

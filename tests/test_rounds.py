@@ -389,6 +389,63 @@ def test_two_workers_that_disagree_about_the_bar_get_a_third_as_the_majority():
     assert record is not None and record.workers == 2 and host.fresh == 1
 
 
+def test_with_three_workers_one_alone_does_not_stretch_a_share_over_the_bar():
+    # Workers at 0.61, 0.93 and 0.60 of the fastest: two of three put 512 under the bar,
+    # so the one over it is the minority, and its rounds do not carry 512 across (with two
+    # workers they would: neither is the majority).
+    ratios = [0.61] * 5 + [0.93] * 5 + [0.60] * 5
+    blocks = [RoundBlock(r, r // 5, i, b, b / t, 5) for r in range(15)
+              for i, (b, t) in enumerate([(512, 100.0 * ratios[r]), (1024, 100.0)])]
+    d = paired_decision(blocks, [512, 1024])
+    assert d is not None and d.batch_size == 1024
+    assert d.shares[512].interval.high < 0.9
+    assert sorted(round(w, 2) for w in d.shares[512].worker_shares) == [0.60, 0.61, 0.93]
+    two = [b for b in blocks if b.worker < 2]
+    d = paired_decision(two, [512, 1024])
+    assert d is not None and d.batch_size == 512  # 0.61 against 0.93: either could be right
+
+
+def test_a_fresh_worker_that_does_not_start_ends_the_rounds_on_what_they_timed():
+    rng = random.Random(1)
+    machine = Machine(rng, MLP, block_sigma=0.01)
+    results = sweep(machine, sorted(MLP))
+
+    class NoStart(FakeHost):
+        def fresh_worker(self) -> bool:  # the old worker let go, the new one dead
+            self.fresh += 1
+            self.worker_serial += 1
+            return False
+
+    host = NoStart(machine)
+    record = RoundsRun(host, seed=3).decide(results, set(), deadline=None)
+    assert record is not None and record.stopped_by == RoundsStop.FAILED
+    assert host.fresh == 1 and record.workers == 1
+    assert record.rounds == MIN_ROUNDS_PER_WORKER  # no round after it: no worker to time in
+
+
+def test_a_size_whose_block_failed_is_no_candidate_of_the_record():
+    rng = random.Random(1)
+    machine = Machine(rng, MLP, block_sigma=0.01)
+    results = sweep(machine, sorted(MLP))
+    candidates = decision_candidates(results)
+    dying = candidates[-1]
+    record = RoundsRun(FakeHost(machine, fail={dying}), seed=3).decide(results, set(),
+                                                                        deadline=None)
+    assert record is not None and dying not in record.candidates
+
+
+def test_a_neighbour_a_check_already_settled_is_not_added_again():
+    # 8 sits just below the pick (16), outside the candidates [4, 16]: the set widens to it
+    # unless rounds already timed it under the bar (a plateau check, say).
+    blocks = _blocks({4: [50.0] * 6, 8: [80.0] * 6, 16: [100.0] * 6})
+    decision = paired_decision([b for b in blocks if b.batch_size != 8], [4, 16])
+    assert decision is not None and decision.batch_size == 16
+    results = sweep(Machine(random.Random(1), {4: 50.0, 8: 80.0, 16: 100.0}), [4, 8, 16])
+    assert widened_candidates([4, 16], results, decision) == [4, 8, 16]
+    timed = paired_shares(blocks, 16)
+    assert widened_candidates([4, 16], results, decision, timed=timed) == [4, 16]
+
+
 def test_workers_disagree_only_about_sizes_up_to_the_pick():
     decision = paired_decision(_blocks({8: [90.0] * 10, 16: [100.0] * 10, 32: [80.0] * 10},
                                        worker_of=-1), [8, 16, 32])

@@ -213,6 +213,7 @@ class RoundsRun:
                 continue
             if more_workers:  # then the same in a fresh worker
                 fresh_started += 1
+                serial = self.host.worker_serial
                 try:
                     began = time.monotonic()
                     fresh = self.host.fresh_worker()
@@ -221,13 +222,23 @@ class RoundsRun:
                     fresh = False
                 if not fresh:
                     self.workers = fresh_started
+                    if self.host.worker_serial != serial:
+                        # The old worker was let go and the new one did not start: no
+                        # worker is left to time in, and each block would try a start of
+                        # its own. The rounds so far stand.
+                        stop = RoundsStop.FAILED
+                        break
+                    # None can start by design (ranks over several nodes): the rounds go
+                    # on in the worker they ran in.
                 continue
             allowed = [b for b in candidates if b not in excluded and b not in self.failed]
             decision = paired_decision(self.blocks, allowed)
             if decision is None:
                 stop = RoundsStop.FAILED
                 break
-            widened = [b for b in widened_candidates(candidates, results, decision, excluded)
+            timed = paired_shares(self.blocks, decision.best)
+            widened = [b for b in widened_candidates(candidates, results, decision, excluded,
+                                                     timed)
                        if b not in self.failed]
             if widened != candidates:
                 candidates = widened
@@ -271,7 +282,8 @@ class RoundsRun:
         serials = list(dict.fromkeys(b.worker for b in self.blocks))
         blocks = [dataclasses.replace(b, worker=serials.index(b.worker)) for b in self.blocks]
         return DecisionRounds(
-            candidates=sorted(candidates), reference=reference, blocks=blocks,
+            candidates=sorted(b for b in candidates if b not in self.failed),
+            reference=reference, blocks=blocks,
             shares=[shares[b] for b in sorted(shares)], stopped_by=stop,
             block_s=self.block_s, seed=self.seed,
             workers=len({b.worker for b in self.blocks}), wall_s=wall_s,

@@ -96,6 +96,8 @@ from batchscope.rounds import (
     ROUNDS_MIN_S,
     WORKERS,
     Verdict,
+    decision_candidates,
+    least_rounds_s,
     measured,
     paired_view,
     plateau_verdict,
@@ -767,13 +769,16 @@ class Sweep:
     def _budget_stop(self, plan: Plan, batch_size: int) -> Stop | None:
         """The stop --budget makes before ``batch_size``: where its measurement, reckoned
         from the last size's wall time grown with the batch, and the rounds' least time
-        would end past the budget. None within it (or without one)."""
+        (their least rounds of the candidates so far, and a worker's start; never under
+        ``ROUNDS_MIN_S``) would end past the budget. None within it (or without one)."""
         if self.deadline is None or not self.results:
             return None  # the first size is measured whatever the budget: nothing else says
         last = self.results[-1]
         estimate = ((last.wall_s or 0.0) * batch_size / last.batch_size
                     if last.batch_size > 0 else 0.0)
-        if estimate + ROUNDS_MIN_S <= self.deadline - time.monotonic():
+        least = max(least_rounds_s(self.results, decision_candidates(self.results)),
+                    ROUNDS_MIN_S)
+        if estimate + least <= self.deadline - time.monotonic():
             return None
         return Stop(StopKind.BUDGET, batch_size, values={
             "budget_s": self.config.budget_s, "spent_s": time.monotonic() - self.started_at,

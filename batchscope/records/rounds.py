@@ -93,8 +93,12 @@ class PairedShare:
         share: the median of its within-round ratios to the reference (1 for the
             reference itself).
         interval: their 95% interval: the median's order-statistic interval, holding every
-            worker's own median (a process's speed may differ for its whole life).
-        rounds: the rounds that timed both it and the reference (and paired them).
+            worker's own median (a process's speed may differ for its whole life). Where
+            three workers or more timed it (an arbiter ran: rounds_run), the worker whose
+            median lies farthest from the middle one is outvoted: its rounds are left out
+            of the share and of its interval (``worker_shares`` still lists it).
+        rounds: the rounds that timed both it and the reference and paired them (an
+            outvoted worker's not counted).
         worker_shares: each worker's median ratio, worker 0 first.
         stalled_rounds: rounds that timed both but paired nothing: one of the two blocks
             stalled (:func:`stalled_blocks`).
@@ -225,15 +229,24 @@ def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int
     ratios = paired_ratios(blocks, batch_size, reference)
     if not ratios:
         return None
-    values = [r for _, r in ratios]
-    low, high = median_interval(values)
     workers = sorted({w for w, _ in ratios})
     medians = [statistics.median(r for w, r in ratios if w == worker) for worker in workers]
+    paired = len(ratios)
+    kept = dict(zip(workers, medians, strict=True))
+    if len(workers) >= 3:  # an arbiter ran: the worker farthest from the middle is outvoted
+        middle = statistics.median(medians)
+        minority = max(kept, key=lambda w: abs(math.log(max(kept[w], 1e-12) / middle))
+                       if middle > 0 else 0.0)
+        kept.pop(minority)
+        ratios = [(w, r) for w, r in ratios if w in kept]
+    values = [r for _, r in ratios]
+    low, high = median_interval(values)
     median = statistics.median(values)
+    held = list(kept.values())
     return PairedShare(batch_size, median,
-                       Interval(min(low, median, *medians), max(high, median, *medians)),
+                       Interval(min(low, median, *held), max(high, median, *held)),
                        len(values), medians,
-                       _rounds_timing_both(blocks, batch_size, reference) - len(values))
+                       _rounds_timing_both(blocks, batch_size, reference) - paired)
 
 
 def paired_shares(blocks: Sequence[RoundBlock], reference: int) -> dict[int, PairedShare]:
