@@ -15,7 +15,12 @@ from batchscope.op_families import (
     ops_of,
     probed,
 )
-from batchscope.profiler import device_time, formulas, probe
+from batchscope.profiler import (
+    device_time,
+    formulas,
+    fused_formulas,  # noqa: F401  (the fused kernels' formulas join REGISTRY)
+    probe,
+)
 
 
 def test_the_probed_ops_are_op_families_own() -> None:

@@ -5,8 +5,11 @@ package's bundled ``plotly.min.js``) and the page script are inlined once, the f
 the report travel as JSON in ``<script type="application/json">`` blocks, and a Content
 Security Policy allows only those two scripts (by hash) and no connection at all.
 
+This is a measured report's page (a sweep, ``watch``, a finder, a trace); any report's
+page, whatever its kind, is :func:`batchscope.reports.render_html`'s (reports/kinds.py).
+
 Example:
-    >>> from batchscope.reports.json_report import load_report
+    >>> from batchscope.reports import load_report, render_html
     >>> html = render_html(load_report("batchscope-report/report.json"))  # doctest: +SKIP
 """
 

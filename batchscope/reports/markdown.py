@@ -7,7 +7,7 @@ under :data:`MAX_CHARS` (GitHub refuses comments over 65,536 characters): option
 dropped, longest lists first, until it fits.
 
 Example:
-    >>> from batchscope.reports.json_report import load_report
+    >>> from batchscope.reports import load_report, render_summary  # any report's kind
     >>> text = render_summary(load_report("batchscope-report/report.json"))  # doctest: +SKIP
 """
 

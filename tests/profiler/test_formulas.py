@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.utils import flop_counter
 
+from batchscope.profiler import fused_formulas  # noqa: F401  (the fused kernels' formulas join REGISTRY)
 from batchscope.profiler.formulas import (
     ACCUMULATING,
     HIDDEN_WRITES,
