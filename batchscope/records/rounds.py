@@ -176,11 +176,54 @@ def rounds_of(blocks: Iterable[RoundBlock]) -> dict[int, dict[int, RoundBlock]]:
 # "as fast" as 1024 in that worker, and the worker's median lifted batch 1's interval over
 # the bar. A process's own speed differs by up to ~2x (issue 31), well inside this factor.
 STALL_FACTOR = 4.0
+# A round whose blocks ran, together (their geometric mean), this many times slower than
+# the same worker's typical round is disturbed, and pairs nothing: contention slows a
+# two-thread step more than a one-thread one, so its ratios are not the sizes' own. A
+# stock TransformerEncoder classifier's fresh worker ran two rounds at 0.39-0.57 of its own
+# medians while another process ran beside it: batch 1 came out at 0.90 of batch 8 there,
+# against 0.66-0.75 in the other rounds, and the worker's median put batch 1 on the bar
+# (timed independently, 1 ran at 0.68 of 8). Quiet rounds spread by 20% at most here.
+DISTURBED_FACTOR = 1.6
+# A worker's typical round needs this many of its rounds.
+DISTURBED_MIN_ROUNDS = 3
+
+
+def disturbed_rounds(blocks: Iterable[RoundBlock]) -> set[int]:
+    """The rounds a worker ran over :data:`DISTURBED_FACTOR` times slower than its typical
+    round: each block's step over its size's median step in that worker, their geometric
+    mean per round, against the median of the worker's rounds.
+
+    Example:
+        >>> calm = [RoundBlock(r, 0, i, b, 0.01 * b, 5) for r in range(5)
+        ...         for i, b in enumerate([1, 8])]
+        >>> slow = [RoundBlock(5, 0, 0, 1, 0.02, 5), RoundBlock(5, 0, 1, 8, 0.2, 5)]
+        >>> disturbed_rounds(calm + slow)
+        {5}
+    """
+    blocks = [b for b in blocks if b.latency_s > 0]
+    per_size: dict[tuple[int, int], list[float]] = {}
+    for block in blocks:
+        per_size.setdefault((block.worker, block.batch_size), []).append(block.latency_s)
+    medians = {key: statistics.median(v) for key, v in per_size.items()}
+    logs: dict[tuple[int, int], list[float]] = {}
+    for b in blocks:
+        logs.setdefault((b.worker, b.round), []).append(
+            math.log(b.latency_s / medians[(b.worker, b.batch_size)]))
+    slowdown = {key: statistics.fmean(v) for key, v in logs.items()}
+    out = set()
+    for worker in {w for w, _ in slowdown}:
+        mine = {r: s for (w, r), s in slowdown.items() if w == worker}
+        if len(mine) < DISTURBED_MIN_ROUNDS:
+            continue
+        typical = statistics.median(mine.values())
+        out |= {r for r, s in mine.items() if s > typical + math.log(DISTURBED_FACTOR)}
+    return out
 
 
 def stalled_blocks(blocks: Iterable[RoundBlock]) -> set[tuple[int, int]]:
-    """(round, batch size) of every block that stalled: its step over :data:`STALL_FACTOR`
-    times its size's median step.
+    """(round, batch size) of every block that pairs nothing: its step over
+    :data:`STALL_FACTOR` times its size's median step, or its round disturbed
+    (:func:`disturbed_rounds`).
 
     Example:
         >>> blocks = [RoundBlock(r, 0, 0, 8, 0.010, 5) for r in range(4)]
@@ -193,8 +236,10 @@ def stalled_blocks(blocks: Iterable[RoundBlock]) -> set[tuple[int, int]]:
         if block.latency_s > 0:
             per_size.setdefault(block.batch_size, []).append(block.latency_s)
     medians = {size: statistics.median(v) for size, v in per_size.items()}
+    disturbed = disturbed_rounds(blocks)
     return {(b.round, b.batch_size) for b in blocks
-            if b.latency_s > STALL_FACTOR * medians.get(b.batch_size, math.inf)}
+            if b.latency_s > STALL_FACTOR * medians.get(b.batch_size, math.inf)
+            or b.round in disturbed}
 
 
 def paired_ratios(blocks: Iterable[RoundBlock], batch_size: int, reference: int

@@ -37,7 +37,7 @@ from batchscope.records.evidence import Evidence, EvidenceKind, EvidenceReason, 
 from batchscope.records.flags import TraceGap, Value
 from batchscope.records.interval import MEANINGFUL_SPAN
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
-from batchscope.records.rounds import STALL_FACTOR
+from batchscope.records.rounds import DISTURBED_FACTOR, STALL_FACTOR
 from batchscope.records.serving import Policy, WhatIf
 from batchscope.reports import fmt
 from batchscope.serving.metrics import Slo
@@ -740,7 +740,8 @@ def limit_text(over: OverLimit) -> str:
 def _stalled(rule: Rule) -> str:
     n = rule.paired_stalled_rounds
     return (f"; {n} more left out, where a block ran over {STALL_FACTOR:g}x its size's "
-            "median step: a stall of the machine, not a speed of the size") if n else ""
+            f"median step or the whole round over {DISTURBED_FACTOR:g}x the worker's typical "
+            "one: a stall of the machine, not a speed of the size") if n else ""
 
 
 def rule_text(rule: Rule, unit: str) -> str:
