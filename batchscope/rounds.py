@@ -253,14 +253,15 @@ def round_cost_s(steps_s: Sequence[float], block_s: float = BLOCK_S) -> float:
                for s in steps_s)
 
 
-def least_rounds_s(results: Sequence[BatchResult], candidates: Sequence[int]) -> float:
+def least_rounds_s(results: Sequence[BatchResult], candidates: Sequence[int],
+                   workers: int = WORKERS) -> float:
     """What the least rounds of ``candidates`` cost: :data:`MIN_ROUNDS_PER_WORKER` rounds
-    in each of :data:`WORKERS`, and the fresh ones' starts."""
+    in each of ``workers``, and the fresh ones' starts."""
     steps = {r.batch_size: r.latency_s.median for r in measured(results)
              if r.latency_s is not None}
-    return (WORKERS * MIN_ROUNDS_PER_WORKER * round_cost_s([steps[b] for b in candidates
+    return (workers * MIN_ROUNDS_PER_WORKER * round_cost_s([steps[b] for b in candidates
                                                             if b in steps])
-            + (WORKERS - 1) * WORKER_START_S)
+            + (workers - 1) * WORKER_START_S)
 
 
 def rounds_budget_s(results: Sequence[BatchResult], candidates: Sequence[int] = (),

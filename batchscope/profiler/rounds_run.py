@@ -45,13 +45,12 @@ from batchscope.rounds import (
     MAX_ROUNDS,
     MIN_ROUNDS_PER_WORKER,
     WARMUP_UNDER_S,
-    WORKER_START_S,
     WORKERS,
     block_samples,
     decision_candidates,
+    least_rounds_s,
     measured,
     open_sizes,
-    round_cost_s,
     rounds_budget_s,
     widened_candidates,
     workers_disagree,
@@ -143,7 +142,7 @@ class RoundsRun:
         wanted = set(sizes) - self.failed
         return sum(1 for timed in by_round.values() if wanted <= timed)
 
-    def rounds_of(self, batch_size: int) -> int:
+    def rounds_timing(self, batch_size: int) -> int:
         """Rounds, over every worker, that timed ``batch_size``."""
         return len({(b.worker, b.round) for b in self.blocks if b.batch_size == batch_size})
 
@@ -190,8 +189,8 @@ class RoundsRun:
         cap = MAX_ROUNDS
         fresh_started = 0  # fresh workers started here, at most self.workers - 1
         arbiters = ARBITER_WORKERS if self.workers > 1 else 0
-        least_cost_s = (WORKER_START_S + MIN_ROUNDS_PER_WORKER
-                        * round_cost_s([steps_s[b] for b in least if b in steps_s]))
+        # an arbiter: one more worker's start and least rounds
+        arbiter_s = least_rounds_s(results, least, 2) - least_rounds_s(results, least, 1)
         stop = RoundsStop.MAX_ROUNDS
         while True:
             if final_rounds >= cap:
@@ -244,7 +243,7 @@ class RoundsRun:
                 candidates = widened
                 continue
             if (arbiters and not decision.separated and workers_disagree(decision, allowed)
-                    and time.monotonic() + least_cost_s <= until):
+                    and time.monotonic() + arbiter_s <= until):
                 arbiters -= 1  # the workers disagree: a third is the majority
                 self.workers += 1
                 cap += MIN_ROUNDS_PER_WORKER
@@ -257,7 +256,7 @@ class RoundsRun:
             # least rounds and the set was widened where the decision sat on its edge: a
             # size the widening added is timed its settled rounds first (one round of it
             # would leave it out of the set on chance).
-            unsettled = any(self.rounds_of(b) < SETTLED_ROUNDS for b in allowed)
+            unsettled = any(self.rounds_timing(b) < SETTLED_ROUNDS for b in allowed)
             if not unsettled and now >= until:
                 stop = RoundsStop.BUDGET
                 break

@@ -242,13 +242,14 @@ def stalled_blocks(blocks: Iterable[RoundBlock]) -> set[tuple[int, int]]:
             or b.round in disturbed}
 
 
-def paired_ratios(blocks: Iterable[RoundBlock], batch_size: int, reference: int
-                  ) -> list[tuple[int, float]]:
+def paired_ratios(blocks: Iterable[RoundBlock], batch_size: int, reference: int,
+                  stalled: set[tuple[int, int]] | None = None) -> list[tuple[int, float]]:
     """(worker, ``batch_size``'s rows a second over ``reference``'s) for every round that
-    timed both, in round order, but a round where either block stalled
-    (:func:`stalled_blocks`)."""
+    timed both, in round order, but a round where either block stalled (``stalled``:
+    :func:`stalled_blocks` of ``blocks`` where not given)."""
     blocks = list(blocks)
-    stalled = stalled_blocks(blocks)
+    if stalled is None:
+        stalled = stalled_blocks(blocks)
     out = []
     for r, by_size in sorted(rounds_of(blocks).items()):
         a, ref = by_size.get(batch_size), by_size.get(reference)
@@ -263,15 +264,15 @@ def _rounds_timing_both(blocks: Iterable[RoundBlock], batch_size: int, reference
                if batch_size in by_size and reference in by_size)
 
 
-def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int
-                 ) -> PairedShare | None:
+def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int,
+                 stalled: set[tuple[int, int]] | None = None) -> PairedShare | None:
     """``batch_size``'s :class:`PairedShare` relative to ``reference`` (None: no round timed
     both)."""
     if batch_size == reference:
         rounds = sum(1 for by_size in rounds_of(blocks).values() if reference in by_size)
         return PairedShare(batch_size, 1.0, Interval(1.0, 1.0), rounds,
                            [1.0] * len({b.worker for b in blocks}))
-    ratios = paired_ratios(blocks, batch_size, reference)
+    ratios = paired_ratios(blocks, batch_size, reference, stalled)
     if not ratios:
         return None
     workers = sorted({w for w, _ in ratios})
@@ -297,8 +298,9 @@ def paired_share(blocks: Sequence[RoundBlock], batch_size: int, reference: int
 def paired_shares(blocks: Sequence[RoundBlock], reference: int) -> dict[int, PairedShare]:
     """Every timed size's :class:`PairedShare` relative to ``reference``."""
     out = {}
+    stalled = stalled_blocks(blocks)  # once for every size
     for size in sorted({b.batch_size for b in blocks}):
-        share = paired_share(blocks, size, reference)
+        share = paired_share(blocks, size, reference, stalled)
         if share is not None:
             out[size] = share
     return out
