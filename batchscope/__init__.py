@@ -4,14 +4,20 @@ Example:
     >>> import batchscope
     >>> report = batchscope.diagnose_file("samples/llm_decode.py")  # doctest: +SKIP
     >>> report.recommendation.batch_size  # doctest: +SKIP
+    >>> batchscope.save(report, "out")  # report.json, report.html, summary.md  # doctest: +SKIP
+    >>> batchscope.explanation(report)  # doctest: +SKIP
+    >>> batchscope.show(report)  # in a notebook: the HTML report  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from batchscope.api import Options, diagnose, diagnose_file, exit_code
 from batchscope.records import Report
+from batchscope.reports import explanation, show, show_reports_in
+from batchscope.reports import write_all as save
 from batchscope.version import __version__
 
 if TYPE_CHECKING:
@@ -38,5 +44,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _running_shell() -> Any:
+    """IPython's shell where one runs this interpreter (a notebook's kernel, ipython);
+    None elsewhere. IPython is never imported here: only found where it already is."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    return get() if callable(get) else None
+
+
+# In a notebook a bare ``report`` shows as its HTML report (IPython's formatter for the type).
+show_reports_in(_running_shell())
+
 __all__ = ["Options", "Report", "__version__", "diagnose", "diagnose_file", "exit_code",
-           "find_batch_size", "watch"]
+           "explanation", "find_batch_size", "save", "show", "watch"]

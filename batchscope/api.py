@@ -291,9 +291,9 @@ def diagnose(build_model: Callable[[], torch.nn.Module], make_inputs: Callable[[
     Example:
         >>> from samples.mlp import build_model, make_inputs  # doctest: +SKIP
         >>> report = batchscope.diagnose(build_model, make_inputs, max_batch=64)  # doctest: +SKIP
-        >>> report.save("out")  # doctest: +SKIP
+        >>> batchscope.save(report, "out")  # doctest: +SKIP
     """
-    # Without options the API writes nothing unless asked (Report.save); with them, as told.
+    # Without options the API writes nothing unless asked (batchscope.save); with them, as told.
     options = _with_overrides(options, overrides if options else {"out_dir": None, **overrides})
     validate_options(options)
     callables = {"build_model": build_model, "make_inputs": make_inputs, "run": run,

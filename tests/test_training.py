@@ -126,10 +126,10 @@ def test_python_api_runs_functions_in_the_worker(tmp_path):
                                  unit="row")
     assert [b.status for b in report.batches] == [Status.OK, Status.OK]
     assert report.model.unit == "row" and report.model.target.endswith("build_model")
-    paths = report.save(str(tmp_path))
+    paths = batchscope.save(report, str(tmp_path))
     with open(paths["json"]) as f:
         assert json.load(f)["batches"][1]["batch_size"] == 2
-    shown = report._repr_html_()  # a notebook shows the whole HTML report, escaped inline
+    shown = batchscope.show(report)._repr_html_()  # the whole HTML report, escaped inline
     assert shown.startswith("<iframe srcdoc=") and "&lt;script" in shown and "<script" not in shown
 
 

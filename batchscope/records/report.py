@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -689,7 +688,10 @@ class Report:
     Example:
         >>> report = batchscope.diagnose_file("samples/mlp.py")  # doctest: +SKIP
         >>> report.recommendation.batch_size  # doctest: +SKIP
-        >>> report.save("out")  # doctest: +SKIP
+        >>> batchscope.save(report, "out")  # doctest: +SKIP
+
+    A record and nothing more: writing it, its explanation and a notebook's display are the
+    reports layer's (``batchscope.save``, ``batchscope.explanation``, ``batchscope.show``).
     """
 
     model: ModelInfo
@@ -717,29 +719,3 @@ class Report:
     def batch(self, batch_size: int) -> BatchResult | None:
         """The result of ``batch_size`` (None when it was not tried)."""
         return next((b for b in self.batches if b.batch_size == batch_size), None)
-
-    # The three conveniences below are the reports layer's functions, imported when called:
-    # the records never use that layer otherwise (pyproject.toml's layers contract names this
-    # one exception), and no registry has to be filled first.
-    def _repr_html_(self) -> str:
-        """Notebook display: the full report.html in a sandboxed iframe."""
-        import html
-
-        from batchscope.reports import render_html
-
-        page = render_html(self)
-        return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
-                'style="width: 100%; height: 900px; border: 0"></iframe>')
-
-    def save(self, out_dir: str | os.PathLike[str]) -> dict[str, str]:
-        """Write report.json, report.html and summary.md into ``out_dir``; format -> path."""
-        from batchscope.reports import write_all
-
-        return write_all(self, out_dir)
-
-    def explanation(self) -> str:
-        """The explanation in plain words with this report's numbers (what report.json's
-        ``recommendation.explanation`` holds)."""
-        from batchscope.reports import explanation
-
-        return explanation(self)

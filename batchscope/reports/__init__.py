@@ -3,10 +3,10 @@ report files): report.json with its sentences, report.html, summary.md; the term
 summary and ``diagnose compare``.
 
 Every renderer reads the typed report; report.json is read back into one by
-:func:`load_report`, so a later reader sees what the renderers saw. :meth:`Report.save`,
-:meth:`Report.explanation` and a notebook's display call :func:`write_all`,
-:func:`explanation` and :func:`render_html` from here; each renders by the report's kind
-(reports/kinds.py).
+:func:`load_report`, so a later reader sees what the renderers saw. ``batchscope.save``,
+``batchscope.explanation`` and ``batchscope.show`` are :func:`write_all`, :func:`explanation`
+and :func:`~batchscope.reports.notebook.show` from here; each renders by the report's kind
+(reports/kinds.py). The records never call them: a report is data.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from batchscope.records import Report
 from batchscope.reports.json_report import atomic_write_text, load_report, write_json
 from batchscope.reports.kinds import explanation, print_summary, render_html, render_summary
+from batchscope.reports.notebook import ReportPage, show, show_reports_in
 
 HTML_NAME = "report.html"
 SUMMARY_NAME = "summary.md"
@@ -38,5 +39,5 @@ def write_all(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, str]
     return paths
 
 
-__all__ = ["explanation", "load_report", "print_summary", "render_html", "render_summary",
-           "write_all", "write_json"]
+__all__ = ["ReportPage", "explanation", "load_report", "print_summary", "render_html",
+           "render_summary", "show", "show_reports_in", "write_all", "write_json"]

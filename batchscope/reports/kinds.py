@@ -6,7 +6,7 @@ console.py, narrative.py); a report of Nsight Compute's exports alone (``diagnos
 and one predicted on a named GPU (``--target-gpu``) each have their own
 (counters_render.py, target_render.py). The kind is what the run says it is, never guessed
 from which sections happen to be filled. Everything that writes or shows a whole report
-goes through here (``batchscope.reports``, the CLI, ``Report.save``).
+goes through here (``batchscope.reports``, the CLI, ``batchscope.save``).
 
 Example:
     >>> from batchscope.reports.json_report import load_report
