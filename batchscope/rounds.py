@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from batchscope.records.rounds import (
     PairedDecision,
     PairedShare,
     RoundBlock,
+    decision_of,
     fastest,
     paired_shares,
 )
@@ -213,6 +215,57 @@ def open_sizes(decision: PairedDecision, candidates: Sequence[int],
         return (b <= decision.batch_size and straddles) or pick_low or s.interval.high > 1.0
 
     return sorted({decision.best, *(b for b in candidates if unsettled(b))})
+
+
+def projected(share: PairedShare, more_rounds: int) -> PairedShare:
+    """``share`` as ``more_rounds`` further rounds would leave it if its ratios kept their
+    median and spread: its interval narrowed toward the median by sqrt(n / (n + more)) (a
+    median's interval narrows as one over the root of its samples). Generous: the part of
+    the interval that holds each worker's own median would not narrow, so the projection
+    errs toward rounds that could still decide, never toward stopping them.
+
+    Example:
+        >>> from batchscope.records import Interval
+        >>> s = projected(PairedShare(2, 0.95, Interval(0.75, 1.15), 9), 27)
+        >>> round(s.interval.low, 3), round(s.interval.high, 3), s.rounds
+        (0.85, 1.05, 36)
+    """
+    if more_rounds <= 0 or share.rounds <= 0:
+        return share
+    narrow = math.sqrt(share.rounds / (share.rounds + more_rounds))
+    low, high = share.interval.low, share.interval.high
+    return dataclasses.replace(
+        share, rounds=share.rounds + more_rounds,
+        interval=Interval(share.share - (share.share - low) * narrow,
+                          share.share + (high - share.share) * narrow))
+
+
+def cannot_separate(decision: PairedDecision, open_: Collection[int], more_rounds: int,
+                    share: float = NEAR_BEST_SHARE) -> bool:
+    """Whether ``more_rounds`` rounds of the ``open_`` sizes (:func:`open_sizes`: the
+    others are settled) would leave the rule where it stands, projected
+    (:func:`projected`): the same pick, still not separated. Then the sizes near the bar
+    are equivalent within what the rounds can resolve, and timing them on would only cost
+    the user's time: a flat top (the CNN sample's batches 1-16 within 10% of each other)
+    kept the rounds going until their time ran out, in every run.
+
+    Example:
+        >>> from batchscope.records import Interval
+        >>> flat = {1: PairedShare(1, 0.93, Interval(0.8, 1.05), 10),
+        ...         2: PairedShare(2, 1.0, Interval(1.0, 1.0), 10)}
+        >>> cannot_separate(PairedDecision(1, 2, flat, [1, 2], False), [1, 2], 6)
+        True
+        >>> near = {1: PairedShare(1, 0.8, Interval(0.72, 0.91), 10), 2: flat[2]}
+        >>> cannot_separate(PairedDecision(1, 2, near, [1, 2], False), [1, 2], 6)
+        False
+
+        (Six more rounds would bring batch 1's top under the bar: the pick would move.)
+    """
+    if decision.separated:
+        return False
+    after = decision_of({b: projected(s, more_rounds) if b in open_ else s
+                         for b, s in decision.shares.items()}, decision.best, share)
+    return after.batch_size == decision.batch_size and not after.separated
 
 
 # A block's warm-up: one untimed step where the step is shorter than this; none for longer

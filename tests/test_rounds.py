@@ -377,6 +377,33 @@ def test_a_spent_budget_ends_the_rounds_and_says_so():
     assert record.rounds == 1  # one round always runs: the rounds' record is never empty
 
 
+def test_a_flat_top_ends_the_rounds_once_more_could_not_separate_it(
+        monkeypatch: pytest.MonkeyPatch):
+    # FLAT_CNN's sizes lie within 6% of each other under 5% block noise: no number of rounds
+    # the time allows places them against the bar. The rounds end on that projection, and
+    # the pick stands where rounds run to their end would have put it: in their set.
+    def run(seed: int) -> DecisionRounds:
+        rng = random.Random(seed)
+        machine = Machine(rng, FLAT_CNN, block_sigma=0.05)
+        results = sweep(machine, sorted(FLAT_CNN))
+        record = RoundsRun(FakeHost(machine), seed=seed).decide(results, set(), deadline=None)
+        assert record is not None
+        return record
+
+    early = {seed: run(seed) for seed in range(6)}
+    monkeypatch.setattr("batchscope.profiler.rounds_run.cannot_separate", lambda *a: False)
+    full = {seed: run(seed) for seed in range(6)}
+    ended_early = [s for s, r in early.items() if r.stopped_by == RoundsStop.UNSEPARABLE]
+    assert ended_early  # the case ran
+    for seed in ended_early:
+        assert early[seed].rounds < full[seed].rounds
+        assert early[seed].rounds >= MIN_ROUNDS_PER_WORKER * 2  # the least rounds ran first
+        pick = paired_decision(early[seed].blocks, early[seed].candidates)
+        later = paired_decision(full[seed].blocks, full[seed].candidates)
+        assert pick is not None and later is not None
+        assert pick.batch_size in later.equivalent
+
+
 def test_without_a_fresh_worker_the_rounds_stay_in_the_sweeps_own():
     # A data-parallel sweep over several nodes cannot launch its ranks again: one worker.
     rng = random.Random(1)

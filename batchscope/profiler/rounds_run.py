@@ -47,10 +47,12 @@ from batchscope.rounds import (
     WARMUP_UNDER_S,
     WORKERS,
     block_samples,
+    cannot_separate,
     decision_candidates,
     least_rounds_s,
     measured,
     open_sizes,
+    round_cost_s,
     rounds_budget_s,
     widened_candidates,
     workers_disagree,
@@ -262,7 +264,17 @@ class RoundsRun:
                 break
             # Past the least rounds, only what is not settled: a round of the rest would
             # cost their steps without moving the decision.
-            if not self.round(open_sizes(decision, candidates), steps_s):
+            open_ = open_sizes(decision, candidates)
+            # And none at all where every round still allowed (by MAX_ROUNDS and the rounds'
+            # time) would leave the pick where it is and the sizes near the bar unseparated:
+            # a flat top is a tie that the equivalent set states; more rounds only cost time.
+            cost_s = round_cost_s([steps_s[b] for b in open_ if b in steps_s], self.block_s)
+            more = min(cap - final_rounds,
+                       int(max(until - now, 0.0) / cost_s) if cost_s > 0 else cap)
+            if not unsettled and cannot_separate(decision, open_, more):
+                stop = RoundsStop.UNSEPARABLE
+                break
+            if not self.round(open_, steps_s):
                 stop = RoundsStop.FAILED
                 if len(set(candidates) - self.failed) < 2:
                     break

@@ -79,6 +79,10 @@ class RoundsStop(str, Enum):
     SEPARATED = "separated"  # every decision they serve stands clear of the noise
     BUDGET = "budget"  # their time (or --budget) ran out before that
     MAX_ROUNDS = "max_rounds"  # the most rounds allowed ran without separating
+    # The rounds their time (and MAX_ROUNDS) still allowed would not have separated the
+    # sizes near the bar nor moved the pick, projected from the spread so far (a flat top:
+    # the sizes are equivalent within what this run can resolve).
+    UNSEPARABLE = "unseparable"
     FAILED = "failed"  # a block failed (the worker died, ran out of memory, ...)
     INTERRUPTED = "interrupted"  # the user stopped the sweep
     TOO_FEW = "too_few"  # fewer than two sizes to time
@@ -411,13 +415,21 @@ def paired_decision(blocks: Sequence[RoundBlock], allowed: Iterable[int],
     if best is None:
         return None
     shares = paired_shares([x for x in blocks if x.batch_size in pool], best)
-    reaching = [b for b in pool if b in shares and _reach(shares[b]) >= share]
+    return decision_of(shares, best, share)
+
+
+def decision_of(shares: dict[int, PairedShare], best: int,
+                share: float = NEAR_BEST_SHARE) -> PairedDecision:
+    """The rule over paired ``shares`` of ``best`` (every allowed size timed; ``best``
+    among them): what :func:`paired_decision` reads from the blocks, and what the rounds'
+    projection reads from shares as more rounds would leave them (rounds.py)."""
+    reaching = [b for b in sorted(shares) if _reach(shares[b]) >= share]
     pick = min(reaching, default=best)
     top = max([1.0, *(s.interval.high for s in shares.values())])
     separated = (shares[pick].rounds >= SETTLED_ROUNDS
                  and shares[pick].interval.low >= share * top and all(
-                     shares[b].interval.high < share and shares[b].rounds >= SETTLED_ROUNDS
-                     for b in pool if b < pick and b in shares))
+                     s.interval.high < share and s.rounds >= SETTLED_ROUNDS
+                     for b, s in shares.items() if b < pick))
     equivalent = sorted({pick, best} | {
         b for b, s in shares.items() if _another_run_could_reach(s) >= share})
     return PairedDecision(pick, best, shares, equivalent, separated)

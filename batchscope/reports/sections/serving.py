@@ -17,6 +17,7 @@ from batchscope.records.noise import DRIFT_FLOOR
 from batchscope.records.report import (
     Mode,
 )
+from batchscope.records.rounds import RoundsStop
 from batchscope.reports import fmt
 from batchscope.reports import view as v
 from batchscope.reports.flag_text import rule_text, serving_pick_text
@@ -119,6 +120,10 @@ def rounds_text(report: Report) -> str:
             f"{rounds.reference}) within the same round, so a change of the machine's speed "
             "common to a round cancels"
             + ("." if rounds.decided else
+               ", and the rounds ended early: the rounds their time allowed would not have "
+               "separated the sizes near the rule's bar nor moved the pick (projected from "
+               "their spread so far), so those sizes are a tie the equivalent set states."
+               if rounds.stopped_by == RoundsStop.UNSEPARABLE else
                f", and the rounds ended ({rounds.stopped_by.value.replace('_', ' ')}) before "
                "they separated the sizes near the rule's bar: the equivalent set says which "
                "another run may pick."))
