@@ -207,13 +207,13 @@ def assemble(m: Measured) -> Report:
 
 
 def _classified(result: BatchResult, ceilings: Ceilings | None, shares: bool) -> BatchResult:
-    """The result with its ops placed on the roofline, its time shares (``shares``: even
-    without roofs) and its page faults' share of the step (for the renderers)."""
-    r = classify_batch(result, ceilings) if ceilings is not None else dataclasses.replace(result)
-    if shares and r.time_share is None:
-        r.time_share = time_share(r)
-    r.page_fault_share = page_fault_share(r)
-    return r
+    """A new record: the result with its ops placed on the roofline, its time shares
+    (``shares``: even without roofs) and its page faults' share of the step (for the
+    renderers)."""
+    r = classify_batch(result, ceilings) if ceilings is not None else result
+    return dataclasses.replace(
+        r, time_share=time_share(r) if shares and r.time_share is None else r.time_share,
+        page_fault_share=page_fault_share(r))
 
 
 def _recommendation(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None,

@@ -244,15 +244,15 @@ class TrialTimer:
         """The trial's result: its timing, or a model error where the loop ended before
         one timed sample (too few steps in it)."""
         timed = self.close()
-        result = BatchResult(self.batch_size, Status.OK)
         if timed is None:
-            result.status = Status.MODEL_ERROR
-            result.error = (f"the training loop ran {self.steps} steps at batch "
-                            f"{self.batch_size}, too few to warm up and time one sample")
-        else:
-            record_timing(result, timed, units_per_row)
-        result.available_memory_bytes = available_bytes(self._device.device)
-        return result
+            return BatchResult(
+                self.batch_size, Status.MODEL_ERROR,
+                error=(f"the training loop ran {self.steps} steps at batch "
+                       f"{self.batch_size}, too few to warm up and time one sample"),
+                available_memory_bytes=available_bytes(self._device.device))
+        result = record_timing(BatchResult(self.batch_size, Status.OK), timed, units_per_row)
+        return dataclasses.replace(result,
+                                   available_memory_bytes=available_bytes(self._device.device))
 
     def failed(self, exc: BaseException) -> BatchResult:
         """The trial's result where ``exc`` ended it: an OOM (the plan stops going up), or

@@ -32,6 +32,7 @@ model's step alone. The latency and throughput stay the loop's, data loading inc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -348,14 +349,15 @@ class watch:  # noqa: N801 - used as a context manager, named like one
     def _result(self) -> BatchResult:
         result = BatchResult(self.batch_size or 1, Status.OK)
         if self._timed is not None:
-            record_timing(result, self._timed)
-        result.available_memory_bytes = available_bytes(self._device)
-        if self._no_breakdown is not None:
-            result.flags.append(self._no_breakdown)
+            result = record_timing(result, self._timed)
+        no_breakdown = [self._no_breakdown] if self._no_breakdown is not None else []
+        result = dataclasses.replace(result, available_memory_bytes=available_bytes(self._device),
+                                     flags=[*result.flags, *no_breakdown])
         if self._captured and self._session is not None:
-            fill_breakdown(result, self._session.ops, self._captured)
+            result = fill_breakdown(result, self._session.ops, self._captured)
             if self._device.type == "cuda":  # kernel times: the sweep's device terms
-                apply_device_time(result, result.latency_s.median if result.latency_s else None)
+                result = apply_device_time(
+                    result, result.latency_s.median if result.latency_s else None)
         return result
 
     def _model_info(self) -> ModelInfo:

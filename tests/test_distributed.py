@@ -299,11 +299,10 @@ def test_merging_ranks_names_the_one_that_failed_not_the_ones_that_waited_on_it(
 
 def test_the_summary_amortizes_communication_and_counts_accumulation_steps():
     def batch(b: int, latency: float, no_sync: float) -> BatchResult:
-        r = BatchResult(b, Status.OK, latency_s=LatencyStats(latency, latency, latency, 5))
-        r.ranks = [RankResult(0, Status.OK, latency, no_sync), RankResult(1, Status.OK,
-                                                                         latency * 1.1, no_sync)]
-        r.communication_exposed_s = latency - no_sync
-        return r
+        return BatchResult(b, Status.OK, latency_s=LatencyStats(latency, latency, latency, 5),
+                           ranks=[RankResult(0, Status.OK, latency, no_sync),
+                                  RankResult(1, Status.OK, latency * 1.1, no_sync)],
+                           communication_exposed_s=latency - no_sync)
 
     model = ModelInfo(target="m", distributed=DistributedInfo(
         world_size=2, backend="gloo", wrapped_by=WrappedBy.BATCHSCOPE,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -222,7 +223,7 @@ def test_extrapolation_against_free_memory():
     assert flag_text(skip) == ("batch 8: skipped: its peak memory, extrapolated from batches "
                                "2 and 4, would be 8,192 MiB, 4,096 MiB more than batch 4 "
                                "needed, and only 3,072 MiB was free")
-    results[-1].available_memory_bytes = 10 * gib
+    results[-1] = dataclasses.replace(results[-1], available_memory_bytes=10 * gib)
     assert predicted_not_to_fit(results, 8) is None
 
 

@@ -3,6 +3,7 @@ encoder in training mode, and the section, the prose and the renderings on set n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -156,9 +157,8 @@ def test_memory_limit_needs_two_points_and_a_capacity():
 
 def test_grid_sizes_scale_the_activations_with_the_length():
     def result(b: int, peak: int) -> BatchResult:
-        r = BatchResult(b, Status.OK, latency_s=LatencyStats(0.01, 0.01, 0.01, 3))
-        r.peak_memory_bytes, r.available_memory_bytes = peak, 100_000
-        return r
+        return BatchResult(b, Status.OK, latency_s=LatencyStats(0.01, 0.01, 0.01, 3),
+                           peak_memory_bytes=peak, available_memory_bytes=100_000)
 
     results = [result(1, 2_000), result(2, 3_000), result(4, 5_000)]
     # 1000 bytes of weights; at 4x the length the rest is 4x: 1000 + 4 * 4000 = 17000 at
@@ -167,7 +167,7 @@ def test_grid_sizes_scale_the_activations_with_the_length():
                             parameter_bytes=1_000) == [1]
     assert grid_batch_sizes(results, 16, 64, axis="seq_len", parameter_bytes=1_000) == [1, 2, 4]
     # With less free memory than batch 4's growth (12000 more bytes) it is left out.
-    results[-1].available_memory_bytes = 10_000
+    results[-1] = dataclasses.replace(results[-1], available_memory_bytes=10_000)
     assert grid_batch_sizes(results, 16, 64, axis="seq_len", parameter_bytes=1_000) == [1, 2]
 
 

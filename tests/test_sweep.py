@@ -357,7 +357,8 @@ def test_a_probe_round_gets_a_share_of_the_sweeps_time_and_loses_the_largest_siz
     assert worker.sent[1].round_s <= first.round_s  # the first round's time is spent
     sweep.probe_rounds_s = 1e3
     assert sweep.probe_round_s() == supervisor.PROBE_ROUND_MIN_S
-    sweep.probe_rounds_s, sweep.results[0].wall_s = 0.0, 1e4
+    sweep.probe_rounds_s = 0.0
+    sweep.results[0] = dataclasses.replace(sweep.results[0], wall_s=1e4)
     assert sweep.probe_round_s() == supervisor.PROBE_ROUND_MAX_S
 
 

@@ -261,13 +261,12 @@ def time_share(result: BatchResult) -> TimeShare | None:
 def classify_batch(result: BatchResult, ceilings: Ceilings) -> BatchResult:
     """A copy of ``result`` with every op classified and the time shares filled."""
     device_time = result.time_basis == TimeBasis.DEVICE
-    out = dataclasses.replace(result, ops=[classify_op(op, ceilings, device_time)
-                                           for op in result.ops])
-    out.time_share = time_share(out)
+    classified = dataclasses.replace(result, ops=[classify_op(op, ceilings, device_time)
+                                                  for op in result.ops])
     predicted = [Roof.of_op(ceilings, op).floored_s(op.flops, op.bytes.total, op.calls)
-                 for op in out.ops if op.flops is not None]
-    out.predicted_step_s = sum(predicted) if predicted else None
-    return out
+                 for op in classified.ops if op.flops is not None]
+    return dataclasses.replace(classified, time_share=time_share(classified),
+                               predicted_step_s=sum(predicted) if predicted else None)
 
 
 def batch_response(results: list[BatchResult]) -> dict[str, list[ResponsePoint]]:

@@ -13,6 +13,8 @@ time (Python, dispatch). On a GPU an op's time is the time of the kernels it lau
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from batchscope.hardware.types import FP32, TF32
@@ -36,21 +38,23 @@ def tf32_modes() -> tuple[bool, bool]:
 
 
 def apply_device_time(result: BatchResult, latency_s: float | None, *,
-                      tf32_matmul: bool | None = None, tf32_conv: bool | None = None) -> None:
-    """Turn a GPU breakdown's times into device terms (see the module docstring); the TF32
-    modes are torch's current ones (:func:`tf32_modes`) unless given."""
+                      tf32_matmul: bool | None = None,
+                      tf32_conv: bool | None = None) -> BatchResult:
+    """A new record: ``result`` with a GPU breakdown's times turned into device terms (see
+    the module docstring); the TF32 modes are torch's current ones (:func:`tf32_modes`)
+    unless given."""
     if tf32_matmul is None or tf32_conv is None:
         matmul, conv = tf32_modes()
         tf32_matmul = matmul if tf32_matmul is None else tf32_matmul
         tf32_conv = conv if tf32_conv is None else tf32_conv
     busy_s = result.op_time_s or 0.0
     step_s = max(latency_s or result.profiled_step_s or 0.0, busy_s)
-    result.time_basis = TimeBasis.DEVICE
-    if step_s > 0:
-        result.profiled_step_s = step_s
-        result.device_idle_s = step_s - busy_s
     for op in result.ops:
         if op.dtype != FP32:
             continue
         if (tf32_matmul and op.name in TF32_MATMUL_OPS) or (tf32_conv and op.name in TF32_CONV_OPS):
             op.roof_dtype = TF32
+    if step_s > 0:
+        return dataclasses.replace(result, time_basis=TimeBasis.DEVICE, profiled_step_s=step_s,
+                                   device_idle_s=step_s - busy_s)
+    return dataclasses.replace(result, time_basis=TimeBasis.DEVICE)

@@ -14,7 +14,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from batchscope.profiler.capture import FUSED_KERNEL_RE, StepCapture
@@ -290,40 +290,49 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin,
     return stats
 
 
-def _flag_fused(result: BatchResult) -> None:
+def _flag_fused(ops: Sequence[OpStat], unmatched_ops_s: dict[str, float],
+                batch_size: int) -> None:
     """Say on each counted op with no time of its own which fused kernels named it."""
-    names = {op.name for op in result.ops}
+    names = {op.name for op in ops}
     fused: dict[str, list[str]] = defaultdict(list)  # op name -> kernels that contain it
-    for entry in result.unmatched_ops_s:
+    for entry in unmatched_ops_s:
         if entry.startswith(FUSED_KERNEL_PREFIX):
             kernel = entry[len(FUSED_KERNEL_PREFIX):]
             for name in fused_ops(kernel, names):
                 fused[name].append(kernel)
-    for op in result.ops:
+    for op in ops:
         if op.time_s == 0 and fused.get(op.name):
             # its time is the kernel's, listed apart (unmatched_ops_s), with the ops fused
             # with it
-            op.flags.append(Flag(FlagKind.FUSED_BY_INDUCTOR, result.batch_size, op.op_id,
+            op.flags.append(Flag(FlagKind.FUSED_BY_INDUCTOR, batch_size, op.op_id,
                                  {"kernels": list(fused[op.name])}))
 
 
 def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
-                   steps: Sequence[StepCapture]) -> None:
-    """Join ``counted`` to the profiled ``steps`` and store the op breakdown in ``result``:
-    per-op groups, totals, coverage, unmatched time, and a flag when steps differ."""
+                   steps: Sequence[StepCapture]) -> BatchResult:
+    """Join ``counted`` to the profiled ``steps``: a new record, ``result`` with the op
+    breakdown filled (per-op groups, totals, coverage, unmatched time) and a flag when
+    steps differ."""
     joined = join_steps(counted, steps)
-    result.profiled_step_s = joined.step_s
-    result.op_time_s = joined.op_time_s
-    result.ops = group_ops(counted, joined, result.batch_size)
-    result.unmatched_ops_s = dict(joined.unmatched_s)
-    _flag_fused(result)
-    result.flops = sum(op.flops for op in counted if op.flops is not None)
+    ops = group_ops(counted, joined, result.batch_size)
+    unmatched_ops_s = dict(joined.unmatched_s)
+    _flag_fused(ops, unmatched_ops_s, result.batch_size)
     total = ByteSplit()
     for op in counted:
         total = total + op.bytes
-    result.bytes = total
-    counted_time = sum(s.time_s for s in result.ops if s.flops is not None)
-    result.coverage = counted_time / joined.op_time_s if joined.op_time_s > 0 else None
+    counted_time = sum(s.time_s for s in ops if s.flops is not None)
+    flags = list(result.flags)
     if sequences_differ(steps):
         # the op sequence differed between profiled steps
-        result.flags.append(Flag(FlagKind.NON_DETERMINISTIC, result.batch_size))
+        flags.append(Flag(FlagKind.NON_DETERMINISTIC, result.batch_size))
+    return replace(
+        result,
+        profiled_step_s=joined.step_s,
+        op_time_s=joined.op_time_s,
+        ops=ops,
+        unmatched_ops_s=unmatched_ops_s,
+        flops=sum(op.flops for op in counted if op.flops is not None),
+        bytes=total,
+        coverage=counted_time / joined.op_time_s if joined.op_time_s > 0 else None,
+        flags=flags,
+    )

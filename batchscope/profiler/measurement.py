@@ -67,24 +67,32 @@ def timing_for(device: torch.device, timing: TimingConfig,
     return dataclasses.replace(timing, window_min_s=max(timing.window_min_s, NVML_WINDOW_MIN_S))
 
 
-def record_timing(result: BatchResult, timed: TimedSteps, units_per_row: int = 1) -> None:
-    """Store what the timing pass measured in ``result``: latency and throughput (units a
-    second: ``units_per_row`` per row, UNITS_PER_ROW), peak memory, the NVML window of the
-    timed steps with energy per unit (and a flag when the GPU throttled), and minor page
-    faults per step (CPU). The only writer of these fields."""
+def record_timing(result: BatchResult, timed: TimedSteps, units_per_row: int = 1) -> BatchResult:
+    """A new record: ``result`` with what the timing pass measured: latency and throughput
+    (units a second: ``units_per_row`` per row, UNITS_PER_ROW), peak memory, the NVML window
+    of the timed steps with energy per unit (and a flag when the GPU throttled), and minor
+    page faults per step (CPU). The only writer of these fields."""
     stats, memory, window = timed.latency, timed.memory, timed.nvml
-    result.latency_s = stats
-    result.throughput_per_s = result.batch_size * units_per_row / stats.median
-    result.peak_memory_bytes = memory.peak_bytes
-    result.baseline_memory_bytes = memory.baseline_bytes
-    result.peak_memory_method = memory.method
+    nvml, energy_j = result.nvml, result.energy_per_unit_j
+    flags = list(result.flags)
     if window is not None:
-        result.nvml = window
-        result.energy_per_unit_j = energy_per_unit_j(window, result.batch_size * units_per_row,
-                                                     stats.n)
+        nvml = window
+        energy_j = energy_per_unit_j(window, result.batch_size * units_per_row, stats.n)
         reasons = window.throttled_by()
         if reasons:
-            result.flags.append(Flag(FlagKind.GPU_THROTTLED, result.batch_size,
-                                     values={"reasons": list(reasons)}))
-    if timed.page_faults is not None:
-        result.page_faults_per_step = timed.page_faults / stats.n
+            flags.append(Flag(FlagKind.GPU_THROTTLED, result.batch_size,
+                              values={"reasons": list(reasons)}))
+    page_faults_per_step = (result.page_faults_per_step if timed.page_faults is None
+                            else timed.page_faults / stats.n)
+    return dataclasses.replace(
+        result,
+        latency_s=stats,
+        throughput_per_s=result.batch_size * units_per_row / stats.median,
+        peak_memory_bytes=memory.peak_bytes,
+        baseline_memory_bytes=memory.baseline_bytes,
+        peak_memory_method=memory.method,
+        nvml=nvml,
+        energy_per_unit_j=energy_j,
+        flags=flags,
+        page_faults_per_step=page_faults_per_step,
+    )

@@ -367,54 +367,57 @@ class RankWorker(Worker):
                 comm.samples = []
             timed = self.backend.measure(comm.recorded(step) if comm is not None else step,
                                          ONE_WARMUP_STEP, policy=count)
-            record_timing(result, timed, self.spec.units_per_row)
+            result = record_timing(result, timed, self.spec.units_per_row)
             rank = RankResult(rank=self.rank, status=Status.OK, latency_s=timed.latency.median,
                               peak_memory_bytes=result.peak_memory_bytes,
                               host=socket.gethostname())
-            result.ranks = [rank]
+            result = dataclasses.replace(result, ranks=[rank])
             if comm is not None and comm.samples:
                 # The timed steps' samples (the first step was the warm-up).
                 samples = comm.samples[-timed.latency.n:]
-                result.communication_exposed_samples_s = [s[0] for s in samples]
-                result.communication_in_flight_samples_s = [s[1] for s in samples]
-                result.communication_step_samples_s = [s[2] for s in samples]
-                result.communication_exposed_s = statistics.median(
-                    result.communication_exposed_samples_s)
+                exposed = [s[0] for s in samples]
+                result = dataclasses.replace(
+                    result,
+                    communication_exposed_samples_s=exposed,
+                    communication_in_flight_samples_s=[s[1] for s in samples],
+                    communication_step_samples_s=[s[2] for s in samples],
+                    communication_exposed_s=statistics.median(exposed))
             if self.config.op_breakdown if op_breakdown is None else op_breakdown:
                 phase = "profiling"
                 self.send(Phase(batch_size, phase))
-                self._breakdown(result, step, inputs)
+                result = self._breakdown(result, step, inputs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             status, label = classify_exception(exc)
             if isinstance(exc, ModelFileError):
                 status, label = Status.MODEL_ERROR, ""
-            result.status = status
-            result.error = f"{label}{describe_exception(exc)} (in {phase})"
+            error = f"{label}{describe_exception(exc)} (in {phase})"
             frames = user_frames(exc)
             if frames and status == Status.MODEL_ERROR:
-                result.error += "\n" + frames
-            result.ranks = [RankResult(rank=self.rank, status=status, error=result.error,
-                                       host=socket.gethostname())]
-        result.world_size = self.world_size
-        result.allreduce_bytes_per_step = self.allreduce_bytes
-        result.available_memory_bytes = available_bytes(self.device)
-        result.wall_s = time.perf_counter() - started
-        return result
+                error += "\n" + frames
+            result = dataclasses.replace(
+                result, status=status, error=error,
+                ranks=[RankResult(rank=self.rank, status=status, error=error,
+                                  host=socket.gethostname())])
+        return dataclasses.replace(result, world_size=self.world_size,
+                                   allreduce_bytes_per_step=self.allreduce_bytes,
+                                   available_memory_bytes=available_bytes(self.device),
+                                   wall_s=time.perf_counter() - started)
 
-    def _breakdown(self, result: BatchResult, step: Step, inputs: Any) -> None:
-        """Capture and count on every rank (their steps all-reduce together); join on 0."""
+    def _breakdown(self, result: BatchResult, step: Step, inputs: Any) -> BatchResult:
+        """Capture and count on every rank (their steps all-reduce together); join on 0.
+        Returns the new record (``result`` itself on the other ranks)."""
         try:
             capture = capture_steps(step, self.sync, self.device, n_steps=CAPTURE_STEPS)
         except ProfilerUnavailable as exc:
-            result.flags.append(Flag(FlagKind.NO_BREAKDOWN, result.batch_size,
-                                     values={"reason": str(exc)}))
-            return
+            return dataclasses.replace(result, flags=[*result.flags, Flag(
+                FlagKind.NO_BREAKDOWN, result.batch_size, values={"reason": str(exc)})])
         counted = counting.count_model_step(step, self.model, self.optimizer, inputs,
                                             root=self.ddp.module)
         if self.rank == 0:
-            fill_breakdown(result, counted, capture.steps)
+            return fill_breakdown(result, counted, capture.steps)
+        return result
 
 
 def merge_ranks(results: list[BatchResult | None], world_size: int,
@@ -425,7 +428,6 @@ def merge_ranks(results: list[BatchResult | None], world_size: int,
     own = results[0] if results else None
     if own is None:
         raise ValueError("rank 0's own result is missing")
-    merged = dataclasses.replace(own)
     ranks: list[RankResult] = []
     for rank in range(world_size):
         got = results[rank] if rank < len(results) else None
@@ -435,22 +437,19 @@ def merge_ranks(results: list[BatchResult | None], world_size: int,
                 error=f"no result within {timeout_s:.0f} s (the rank hung or died)"))
         else:
             ranks.extend(got.ranks)
-    merged.ranks = ranks
     failed = [r for r in ranks if r.status != Status.OK]
-    if failed:
-        # A rank whose peers failed times out in its all-reduce: name the one that did not.
-        mine = [r for r in failed if not _collective_error(r.error)]
-        culprit = mine[0] if mine else failed[0]
-        others = [str(r.rank) for r in failed if r is not culprit]
-        merged.status = Status.RANK_FAILED
-        if mine:
-            merged.error = (f"rank {culprit.rank} failed: {culprit.error}"
-                            + (f" (ranks {', '.join(others)} then failed waiting on it)"
-                               if others else ""))
-        else:
-            merged.error = (f"a peer of rank {culprit.rank} stopped answering: "
-                            f"{culprit.error}")
-    return merged
+    if not failed:
+        return dataclasses.replace(own, ranks=ranks)
+    # A rank whose peers failed times out in its all-reduce: name the one that did not.
+    mine = [r for r in failed if not _collective_error(r.error)]
+    culprit = mine[0] if mine else failed[0]
+    others = [str(r.rank) for r in failed if r is not culprit]
+    if mine:
+        error = (f"rank {culprit.rank} failed: {culprit.error}"
+                 + (f" (ranks {', '.join(others)} then failed waiting on it)" if others else ""))
+    else:
+        error = f"a peer of rank {culprit.rank} stopped answering: {culprit.error}"
+    return dataclasses.replace(own, ranks=ranks, status=Status.RANK_FAILED, error=error)
 
 
 def _collective_error(error: str) -> bool:

@@ -1024,8 +1024,8 @@ class Sweep:
                     raise _contract_error(reply)
         except KeyboardInterrupt:
             if timed is not None:
-                timed.flags.append(Flag(FlagKind.BREAKDOWN_INTERRUPTED, batch_size))
-                self.results.append(timed)
+                self.results.append(dataclasses.replace(timed, flags=[
+                    *timed.flags, Flag(FlagKind.BREAKDOWN_INTERRUPTED, batch_size)]))
             else:
                 self.results.append(BatchResult(batch_size, Status.INTERRUPTED,
                                                 error="interrupted by the user"))
@@ -1039,14 +1039,16 @@ class Sweep:
             return self._failed(batch_size, timed, Status.TIMEOUT, why)
 
     def _done(self, handle: WorkerHandle, result: BatchResult) -> BatchResult:
-        """A batch size's result as the worker sent it; a failed one costs the worker."""
+        """A batch size's result as the worker sent it (a new record where the launcher adds
+        to a failed rank's); a failed one costs the worker."""
         if result.status == Status.RANK_FAILED and isinstance(handle, LaunchedRanks):
             # Rank 0 saw a peer vanish; the launcher knows which rank died.
             died = handle.launcher_cause()
-            if died:
-                result.error = f"{died} (rank 0 had seen: {result.error})"
-            result.flags.append(Flag(FlagKind.RANKS_OUTPUT, result.batch_size,
-                                     values={"path": handle.log_path}))
+            result = dataclasses.replace(
+                result,
+                error=f"{died} (rank 0 had seen: {result.error})" if died else result.error,
+                flags=[*result.flags, Flag(FlagKind.RANKS_OUTPUT, result.batch_size,
+                                           values={"path": handle.log_path})])
         if result.status != Status.OK:  # the worker exits after any failure
             # (a failed rank cannot take the stop its peers would wait on)
             handle.stop(graceful=result.status != Status.RANK_FAILED)
@@ -1057,12 +1059,10 @@ class Sweep:
                 why: str) -> BatchResult:
         self._drop_worker(graceful=False)
         if timed is not None and status == Status.TIMEOUT:
-            timed.flags.append(Flag(FlagKind.BREAKDOWN_LOST, batch_size, values={"reason": why}))
-            return timed
-        result = BatchResult(batch_size, status, error=why)
-        if timed is not None:
-            result.flags.append(Flag(FlagKind.TIMED_BEFORE_DEATH, batch_size))
-        return result
+            return dataclasses.replace(timed, flags=[*timed.flags, Flag(
+                FlagKind.BREAKDOWN_LOST, batch_size, values={"reason": why})])
+        flags = [Flag(FlagKind.TIMED_BEFORE_DEATH, batch_size)] if timed is not None else []
+        return BatchResult(batch_size, status, error=why, flags=flags)
 
     # -- the worker ----------------------------------------------------------------------------
     def _request(self, request: Request, reply_type: type[R]) -> tuple[R | None, Status, str]:

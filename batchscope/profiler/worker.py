@@ -24,7 +24,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -268,7 +268,7 @@ class Worker:
                 phase = "timing"
                 self.send(Phase(batch_size, phase))
                 timed = self.backend.measure(step, self.timing)
-                record_timing(result, timed, self.spec.units_per_row)
+                result = record_timing(result, timed, self.spec.units_per_row)
                 # The timing result goes out first: it survives a crash in the later passes.
                 self.send(Timed(result))
                 if self.config.op_breakdown if op_breakdown is None else op_breakdown:
@@ -279,12 +279,16 @@ class Worker:
                     # size running eager (dynamo recompiled it so).
                     eager = getattr(self.model, "_orig_mod", self.model)
                     count_step = step if eager is self.model else self._step(eager, inputs)
-                    self._op_breakdown(result, step, inputs, count_step, eager)
+                    # Rebound at each stage: a failure in a later one keeps what the
+                    # stages before it filled.
+                    for stage in self._op_breakdown(result, step, inputs, count_step, eager):
+                        result = stage
         except ModelFileError as exc:
             if first_step:
                 raise  # nothing measured yet in the run: the file breaks the contract
-            result.status = Status.MODEL_ERROR
-            result.error = f"{exc}\n{exc.detail}" if exc.detail else str(exc)
+            result = dataclasses.replace(
+                result, status=Status.MODEL_ERROR,
+                error=f"{exc}\n{exc.detail}" if exc.detail else str(exc))
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -296,16 +300,17 @@ class Worker:
             status, label = classify_exception(exc)
             if phase != "timing" and phase != "make_inputs" and result.latency_s is not None:
                 # The timing pass succeeded; keep it and say the breakdown failed.
-                result.flags.append(Flag(FlagKind.BREAKDOWN_FAILED, batch_size, values={
-                    "phase": phase, "error": describe_exception(exc)}))
+                result = dataclasses.replace(result, flags=[*result.flags, Flag(
+                    FlagKind.BREAKDOWN_FAILED, batch_size,
+                    values={"phase": phase, "error": describe_exception(exc)})])
             else:
-                result.status = status
-                result.error = f"{label}{describe_exception(exc)}"
+                error = f"{label}{describe_exception(exc)}"
                 frames = user_frames(exc)
                 if frames and status == Status.MODEL_ERROR:
-                    result.error += "\n" + frames
-        result.available_memory_bytes = available_bytes(self.device)
-        result.wall_s = time.perf_counter() - started
+                    error += "\n" + frames
+                result = dataclasses.replace(result, status=status, error=error)
+        result = dataclasses.replace(result, available_memory_bytes=available_bytes(self.device),
+                                     wall_s=time.perf_counter() - started)
         self.ran.add(batch_size)
         return result
 
@@ -335,16 +340,17 @@ class Worker:
             grad = torch.inference_mode() if self.mode == "inference" else nullcontext()
             with grad:
                 timed = self.backend.measure(step, config)
-            record_timing(result, timed, self.spec.units_per_row)
+            result = record_timing(result, timed, self.spec.units_per_row)
             self.ran.add(batch_size)
         except ModelFileError as exc:
-            result.status = Status.MODEL_ERROR
-            result.error = f"{exc}\n{exc.detail}" if exc.detail else str(exc)
+            result = dataclasses.replace(
+                result, status=Status.MODEL_ERROR,
+                error=f"{exc}\n{exc.detail}" if exc.detail else str(exc))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             status, label = classify_exception(exc)
-            result.status, result.error = status, f"{label}{describe_exception(exc)}"
-        result.wall_s = time.perf_counter() - started
-        return result
+            result = dataclasses.replace(result, status=status,
+                                         error=f"{label}{describe_exception(exc)}")
+        return dataclasses.replace(result, wall_s=time.perf_counter() - started)
 
     def _keep_inputs(self, batch_size: int, inputs: Any) -> None:
         """Keep ``inputs`` for the next block of ``batch_size`` if they fit beside those
@@ -404,7 +410,10 @@ class Worker:
         return step
 
     def _op_breakdown(self, result: BatchResult, step: Step, inputs: Any, count_step: Step,
-                      count_root: torch.nn.Module) -> None:
+                      count_root: torch.nn.Module) -> Iterator[BatchResult]:
+        """The capture and counting passes and the join: yields a new record after each
+        stage that filled fields of ``result``, the last one complete, so that the caller
+        holds what the stages before a failure filled (as one record filled in place did)."""
         trace = None
         if self.config.trace_dir:
             trace = Path(self.config.trace_dir) / f"trace_b{result.batch_size}.json"
@@ -414,28 +423,32 @@ class Worker:
                        if step_s else
                        capture_steps(step, self.sync, self.device, trace_path=trace))
         except ProfilerUnavailable as exc:
-            result.flags.append(Flag(FlagKind.NO_BREAKDOWN, result.batch_size,
-                                     values={"reason": str(exc)}))
+            yield dataclasses.replace(result, flags=[*result.flags, Flag(
+                FlagKind.NO_BREAKDOWN, result.batch_size, values={"reason": str(exc)})])
             return
         def count() -> list[CountedOp]:
             return counting.count_model_step(count_step, self.model, self.optimizer, inputs,
                                              root=count_root)
 
         counted, carried_from = self.count_plan.counts(result.batch_size, count)
-        result.trace_path = capture.trace_path
+        flags = list(result.flags)
         if capture.flag is not None:
-            result.flags.append(dataclasses.replace(capture.flag, batch_size=result.batch_size))
-        fill_breakdown(result, counted, capture.steps)
+            flags.append(dataclasses.replace(capture.flag, batch_size=result.batch_size))
+        result = dataclasses.replace(result, trace_path=capture.trace_path, flags=flags)
+        yield result
+        result = fill_breakdown(result, counted, capture.steps)
+        yield result
         if carried_from and _joined_worse(result.coverage, self.last_coverage):
             # The op sequence changed at this size: count it, and every size after it.
             self.count_plan.reject()
-            fill_breakdown(result, self.count_plan.record(result.batch_size, count()),
-                           capture.steps)
+            result = fill_breakdown(result, self.count_plan.record(result.batch_size, count()),
+                                    capture.steps)
             carried_from = []
-        result.counts_extrapolated_from = carried_from
+        result = dataclasses.replace(result, counts_extrapolated_from=carried_from)
+        yield result
         self.last_coverage = result.coverage
         if self.device.type == "cuda":
-            apply_device_time(result, step_s)
+            yield apply_device_time(result, step_s)
 
 
 # Coverage lower than the previous size's by more than this after extrapolated counts means

@@ -256,7 +256,7 @@ class RankResult:
     error: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class BatchResult:
     """Everything measured at one batch size."""
 

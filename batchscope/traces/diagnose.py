@@ -99,7 +99,8 @@ def datasheet_ceilings(trace: KinetoTrace) -> Ceilings | None:
 def _analyse(trace: KinetoTrace, batch_size: int, known: bool) -> TraceAnalysis:
     timeline = build_timeline(trace)
     result = trace_result(trace, timeline, batch_size, known)
-    result.flags.extend(missing_pieces(trace, timeline))
+    result = dataclasses.replace(result, flags=[*result.flags,
+                                                *missing_pieces(trace, timeline)])
     return TraceAnalysis(path=trace.path, rank=trace.rank, result=result,
                          device_name=trace.device_name())
 
@@ -197,11 +198,13 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
     for size, group in plan:
         ranks = [_analyse(t, size, known) for t in group]
         slowest = _slowest(ranks)
+        result = slowest.result
         if len(ranks) > 1:
             per_rank[size] = _rank_rows(ranks, slowest)
-            slowest.result.flags.append(Flag(FlagKind.SLOWEST_RANK, values={
-                "rank": slowest.rank, "ranks": len(ranks), "trace": Path(slowest.path).name}))
-        results.append(slowest.result)
+            result = dataclasses.replace(result, flags=[*result.flags, Flag(
+                FlagKind.SLOWEST_RANK, values={"rank": slowest.rank, "ranks": len(ranks),
+                                               "trace": Path(slowest.path).name})])
+        results.append(result)
     first = traces[0]
     # A GPU's roofs apply to kernel times only: a CPU-only trace gets none.
     ceilings = datasheet_ceilings(first) if first.device_events else None

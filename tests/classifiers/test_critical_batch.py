@@ -117,8 +117,8 @@ def test_a_decoders_matmuls_cross_the_matmul_ridge_not_the_dtypes_peak():
     results = []
     for b in (1, 2, 4, 8):
         r = counted(b, 2 * b * 10**6, 4 * 10**6, 0, 0)
-        r.ops = [dataclasses.replace(o, name="addmm") for o in r.ops]
-        results.append(r)
+        results.append(dataclasses.replace(
+            r, ops=[dataclasses.replace(o, name="addmm") for o in r.ops]))
     assert predict_critical_batch(results, FAMILIES).batch == pytest.approx(5.0)
     layers = predict_compute_bound_batch(results, FAMILIES, "float32")
     assert layers.batch == pytest.approx(5.0)

@@ -5,6 +5,7 @@ times this machine."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 
@@ -52,14 +53,14 @@ def steps(rng: random.Random, compute_s: float, comm_s: float, n: int
 
 def batch(b: int, exposed: list[float], step: list[float]) -> BatchResult:
     median = statistics.median(step)
-    r = BatchResult(b, Status.OK, latency_s=LatencyStats(median, median, median, len(step)))
-    r.latency_interval_s = Interval(*median_interval(step))
-    r.ranks = [RankResult(0, Status.OK, median), RankResult(1, Status.OK, median)]
-    r.communication_exposed_samples_s = exposed
-    r.communication_step_samples_s = step
-    r.communication_in_flight_samples_s = [e + 0.004 for e in exposed]
-    r.communication_exposed_s = statistics.median(exposed)
-    return r
+    return BatchResult(
+        b, Status.OK, latency_s=LatencyStats(median, median, median, len(step)),
+        latency_interval_s=Interval(*median_interval(step)),
+        ranks=[RankResult(0, Status.OK, median), RankResult(1, Status.OK, median)],
+        communication_exposed_samples_s=exposed,
+        communication_step_samples_s=step,
+        communication_in_flight_samples_s=[e + 0.004 for e in exposed],
+        communication_exposed_s=statistics.median(exposed))
 
 
 MODEL = ModelInfo(target="m", distributed=DistributedInfo(
@@ -217,8 +218,8 @@ def test_the_summary_gives_one_communication_figure_per_size_with_its_intervals(
 
 
 def test_a_report_that_predates_the_samples_keeps_its_point_without_an_interval():
-    r = BatchResult(8, Status.OK, latency_s=LatencyStats(0.05, 0.05, 0.05, 5))
-    r.communication_exposed_s = 0.004
+    r = BatchResult(8, Status.OK, latency_s=LatencyStats(0.05, 0.05, 0.05, 5),
+                    communication_exposed_s=0.004)
     out = data_parallel_summary(MODEL, [r], recommended=8, global_batch=None)
     [row] = out.batches
     assert row.communication_share == pytest.approx(0.08)
@@ -288,14 +289,14 @@ def test_a_band_is_widened_for_drift_once():
     # once as well: the assembled one as it is, else the timing pass's own.
     old = BatchResult(4, Status.OK, latency_s=LatencyStats(0.11, 0.1, 0.12, 10,
                                                            median_low=0.105,
-                                                           median_high=0.115))
-    old.communication_exposed_s = 0.010
+                                                           median_high=0.115),
+                      communication_exposed_s=0.010)
     assert step_interval_s(old, 0.05) == latency_interval(old.latency_s, 0.05)
     m_old = measured_step(old, None, drift_allowance=0.05)
     band_old, _ = predicted_band(2, [m_old])
     assert band_old.low == pytest.approx((0.105 / 1.05 - 0.010) / 2 + 0.010)
     assert band_old.high == pytest.approx(0.115 * 1.05)
-    old.latency_interval_s = Interval(0.1, 0.12)
+    old = dataclasses.replace(old, latency_interval_s=Interval(0.1, 0.12))
     assert step_interval_s(old, 0.05) == Interval(0.1, 0.12)
 
 
@@ -313,18 +314,18 @@ def test_every_interval_widens_by_one_rule_that_never_goes_below_zero():
 
 def test_the_share_is_one_figure_with_the_floor_and_the_clamp():
     # 0.3 µs is under the stamps' resolution (0); 50 ms of a 40 ms step is the whole step
-    r = BatchResult(1, Status.OK, latency_s=LatencyStats(0.01, 0.01, 0.04, 3))
-    r.communication_exposed_samples_s = [3e-7, 3e-7, 0.05]
-    r.communication_step_samples_s = [1e-3, 1e-3, 0.04]
-    r.communication_exposed_s = 3e-7
+    r = BatchResult(1, Status.OK, latency_s=LatencyStats(0.01, 0.01, 0.04, 3),
+                    communication_exposed_samples_s=[3e-7, 3e-7, 0.05],
+                    communication_step_samples_s=[1e-3, 1e-3, 0.04],
+                    communication_exposed_s=3e-7)
     assert communication_share(r) == 0.0
     [row] = data_parallel_summary(MODEL, [r], recommended=None, global_batch=None).batches
     assert row.communication_share == communication_share(r)
-    r.communication_exposed_samples_s = [0.05, 0.05, 0.001]
-    r.communication_step_samples_s = [0.04, 0.04, 0.01]
+    r = dataclasses.replace(r, communication_exposed_samples_s=[0.05, 0.05, 0.001],
+                            communication_step_samples_s=[0.04, 0.04, 0.01])
     assert communication_share(r) == 1.0
-    old = BatchResult(1, Status.OK, latency_s=LatencyStats(0.05, 0.05, 0.05, 3))
-    old.communication_exposed_s = 0.004  # a report that predates the samples
+    old = BatchResult(1, Status.OK, latency_s=LatencyStats(0.05, 0.05, 0.05, 3),
+                      communication_exposed_s=0.004)  # a report that predates the samples
     assert communication_share(old) == pytest.approx(0.08)
     assert communication_share(BatchResult(1, Status.OK)) is None
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from batchscope.classifiers.recommend import predicted_pick, recommend
@@ -64,9 +66,8 @@ def test_failed_batches_are_ignored_and_nothing_measured_gives_none():
 
 
 def test_energy_objective_picks_by_joules_per_unit():
-    results = [ok(b, t) for b, t in ((1, 26.4), (8, 117), (64, 362), (128, 371))]
-    for r, joules in zip(results, (2.0, 0.40, 0.110, 0.105)):
-        r.energy_per_unit_j = joules
+    results = [dataclasses.replace(ok(b, t), energy_per_unit_j=joules) for b, t, joules in
+               ((1, 26.4, 2.0), (8, 117, 0.40), (64, 362, 0.110), (128, 371, 0.105))]
     choice = recommend(results, Limits(), objective="energy")
     # lowest 0.105 J/token at 128; within 1/0.9 of it (<= 0.1167): batch 64 (0.110)
     assert choice.batch_size == 64 and choice.rule.kind == RuleKind.ENERGY

@@ -125,18 +125,19 @@ def test_a_data_parallel_cpu_step_moves_its_all_reduce_wait_from_framework(ceili
                          communication_exposed_s=3e-3)
     share = time_share(result)
     assert share.communication == pytest.approx(0.3) and share.framework == pytest.approx(0.1)
-    result.communication_exposed_s = 9e-3  # more than the gaps hold: capped at them
+    # more than the gaps hold: capped at them
+    result = dataclasses.replace(result, communication_exposed_s=9e-3)
     share = time_share(result)
     assert share.communication == pytest.approx(0.4) and share.framework == 0
     # With the hook's samples: the share data_parallel reports, its floor and clamp
     # included (3e-7 s is under the stamps' resolution: 0, not 3e-4 of the step)
-    result.communication_exposed_s = 3e-7
-    result.communication_exposed_samples_s = [3e-7, 3e-7, 5e-3]
-    result.communication_step_samples_s = [1e-3, 1e-3, 4e-3]
+    result = dataclasses.replace(result, communication_exposed_s=3e-7,
+                                 communication_exposed_samples_s=[3e-7, 3e-7, 5e-3],
+                                 communication_step_samples_s=[1e-3, 1e-3, 4e-3])
     assert time_share(result).communication == 0.0
-    result.communication_exposed_s = 2e-3
-    result.communication_exposed_samples_s = [2e-3, 3e-3, 1e-3]
-    result.communication_step_samples_s = [10e-3, 10e-3, 10e-3]
+    result = dataclasses.replace(result, communication_exposed_s=2e-3,
+                                 communication_exposed_samples_s=[2e-3, 3e-3, 1e-3],
+                                 communication_step_samples_s=[10e-3, 10e-3, 10e-3])
     share = time_share(result)
     assert share.communication == pytest.approx(communication_share(result)) == 0.2
     collective = OpStat(op_id="allreduce_@0", name="c10d::allreduce_", input_shapes=[[1024]],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from batchscope.classifiers.analyze import unmeasured_sizes
@@ -133,9 +135,9 @@ def test_noise_does_not_become_a_trend_and_growth_is_at_most_linear():
 
 
 def test_profiler_cost_is_taken_off_as_a_fixed_amount():
-    results = [measured(b) for b in (1, 2, 4)]
-    for r in results:  # the profiled step ran 50 µs longer than the timed one
-        r.profiled_step_s = r.latency_s.median + 50e-6
+    # the profiled step ran 50 µs longer than the timed one
+    results = [dataclasses.replace(r, profiled_step_s=r.latency_s.median + 50e-6)
+               for r in (measured(b) for b in (1, 2, 4))]
     model = fit_step_model(results, CEIL)
     assert model.profiler_gap_s == pytest.approx(50e-6)
     assert model.latency_s(4) == pytest.approx(results[-1].latency_s.median, rel=0.01)
@@ -143,7 +145,8 @@ def test_profiler_cost_is_taken_off_as_a_fixed_amount():
 
 def test_each_measured_size_is_forecast_from_the_three_before_it():
     results = [measured(b) for b in (1, 2, 4, 8, 16, 32)]
-    results[3].latency_s = LatencyStats(1.0, 1.0, 1.0, 5)  # batch 8 far off the curve
+    # batch 8 far off the curve
+    results[3] = dataclasses.replace(results[3], latency_s=LatencyStats(1.0, 1.0, 1.0, 5))
     pred = predict(results, CEIL, [64, 128])
     by_b = {p.batch_size: p for p in pred.points}
     # 1, 2 and 4 have too few sizes before them; 8 is forecast from 1, 2, 4 and misses by
@@ -185,8 +188,7 @@ def test_unmeasured_sizes_stop_below_the_first_that_did_not_fit():
     assert unmeasured_sizes(fits, Limits(max_batch=8, predict_to=64)) == [16, 32, 64]
     # ...and below the first size the measured peaks, extrapolated, put past the memory
     # budget (1 GiB a row from 1 GiB at batch 1: batch 32 would need 32 GiB).
-    for r in fits:
-        r.peak_memory_bytes = r.batch_size * 2**30
+    fits = [dataclasses.replace(r, peak_memory_bytes=r.batch_size * 2**30) for r in fits]
     assert unmeasured_sizes(fits, Limits(max_batch=8, memory_budget_bytes=20 * 2**30,
                                          predict_to=64)) == [16]
 
@@ -198,8 +200,9 @@ def levelled(b: int) -> BatchResult:
     if b >= 32:
         r.ops[0].time_s *= 1.2
         lat = r.latency_s.median + 0.2 * linear_time_s(b, 1.0, 1.5, 0.0)
-        r.latency_s = LatencyStats(lat, lat, lat, 5)
-        r.profiled_step_s, r.op_time_s, r.throughput_per_s = lat, lat - 1e-6, b / lat
+        r = dataclasses.replace(r, latency_s=LatencyStats(lat, lat, lat, 5),
+                                profiled_step_s=lat, op_time_s=lat - 1e-6,
+                                throughput_per_s=b / lat)
     return r
 
 
@@ -227,9 +230,9 @@ def test_predicted_stop_compares_units_with_units():
     larger batch would still move ("predicts at most 19.95 ± 10% tokens/s … under the
     1,844", where 19.95 was rows/s)."""
     units = 512
-    results = [levelled(b) for b in (1, 2, 4, 8, 16, 32, 64)]
-    for r in results:
-        r.throughput_per_s *= units  # record_timing: rows/s × UNITS_PER_ROW
+    # record_timing: rows/s × UNITS_PER_ROW
+    results = [dataclasses.replace(r, throughput_per_s=r.throughput_per_s * units)
+               for r in (levelled(b) for b in (1, 2, 4, 8, 16, 32, 64))]
     best = max(r.throughput_per_s for r in results)
     pick = min(r.throughput_per_s for r in results if r.throughput_per_s >= 0.9 * best)
     # The same judgements as in rows (the test above), in tokens: a pick far below the
@@ -399,9 +402,7 @@ def test_the_probe_budget_follows_the_sweeps_own_time():
         results = [stepped(b, [conv_op(b, 0.9 * b / 1024, channels=16 + i, calls=1,
                                        op_id=f"l{i}:convolution#0") for i in range(40)])
                    for b in (4, 8)]
-        for r in results:
-            r.wall_s = wall_s / 2
-        return results
+        return [dataclasses.replace(r, wall_s=wall_s / 2) for r in results]
 
     assert probe_budget_s(measured(0.0)) == PROBE_BUDGET_MIN_S
     assert probe_budget_s(measured(20.0)) == pytest.approx(PROBE_BUDGET_SHARE * 20.0)
@@ -481,9 +482,10 @@ def test_a_measured_convolution_is_probed_end_to_end():
             capture = capture_steps(lambda x=x: model(x), lambda: None, torch.device("cpu"))
             counted = count_step(lambda x=x: model(x), weights=list(model.parameters()),
                                  state=[x], root=model)
-        fill_breakdown(result, counted, capture.steps)
+        result = fill_breakdown(result, counted, capture.steps)
         step = result.profiled_step_s
-        result.latency_s = LatencyStats(step, step, step, len(capture.steps))
+        result = dataclasses.replace(
+            result, latency_s=LatencyStats(step, step, step, len(capture.steps)))
         results.append(decode(to_builtins(result), BatchResult))  # as report.json holds it
     specs = probe_specs(results, [16, 8])
     assert [(s.name, s.shapes, s.args) for s in specs] == [  # cheapest first

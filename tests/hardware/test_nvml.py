@@ -480,10 +480,9 @@ def test_throttled_ignores_idle_and_pinned_clocks(
     assert window.throttle_reasons == reasons and window.throttled is throttled
     assert window.throttled_by() == (sorted(reasons) if throttled else [])
     # the timing pass flags it (the sentence is the reports layer's)
-    result = BatchResult(8, Status.OK)
-    record_timing(result, TimedSteps(LatencyStats(0.01, 0.01, 0.01, 10),
-                                     MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED),
-                                     window))
+    result = record_timing(BatchResult(8, Status.OK), TimedSteps(
+        LatencyStats(0.01, 0.01, 0.01, 10),
+        MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED), window))
     flags = [f for f in result.flags if f.kind == FlagKind.GPU_THROTTLED]
     assert len(flags) == int(throttled)
     if throttled:

@@ -93,8 +93,7 @@ def test_the_timing_pass_on_the_cpu_lands_in_a_result() -> None:
     assert timed.page_faults is not None and timed.nvml is not None  # the CPU's null window
     assert untimed.page_faults is None and untimed.nvml is None
     assert timed.memory.method != PeakMemoryMethod.NONE and timed.latency.first_step_s
-    result = BatchResult(8, Status.OK)
-    record_timing(result, timed, units_per_row=2)
+    result = record_timing(BatchResult(8, Status.OK), timed, units_per_row=2)
     assert result.latency_s is timed.latency
     assert result.throughput_per_s == pytest.approx(8 * 2 / timed.latency.median)
     assert result.page_faults_per_step == timed.page_faults / timed.latency.n

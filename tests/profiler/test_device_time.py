@@ -70,8 +70,7 @@ def _result() -> BatchResult:
 
 
 def test_gpu_shares_use_the_unprofiled_step_and_call_gaps_idle() -> None:
-    result = _result()
-    apply_device_time(result, 5e-3, tf32_matmul=False, tf32_conv=True)
+    result = apply_device_time(_result(), 5e-3, tf32_matmul=False, tf32_conv=True)
     share = classify_batch(result, _gpu_ceilings()).time_share
     assert result.time_basis == TimeBasis.DEVICE
     assert result.profiled_step_s == 5e-3  # the timed latency, not the 10 ms CPU span
@@ -83,12 +82,10 @@ def test_gpu_shares_use_the_unprofiled_step_and_call_gaps_idle() -> None:
 
 def test_fp32_matmul_on_tf32_tensor_cores_gets_the_tf32_roof() -> None:
     # 137 GFLOP in 2 ms is 69 TFLOP/s: beyond the fp32 roof (19.5), within TF32's (156).
-    without = _result()
-    apply_device_time(without, 5e-3, tf32_matmul=False, tf32_conv=False)
+    without = apply_device_time(_result(), 5e-3, tf32_matmul=False, tf32_conv=False)
     gemm = classify_batch(without, _gpu_ceilings()).ops[0]
     assert [f.kind for f in gemm.flags] == [FlagKind.ACCOUNTING_ERROR]
-    with_tf32 = _result()
-    apply_device_time(with_tf32, 5e-3, tf32_matmul=True, tf32_conv=False)
+    with_tf32 = apply_device_time(_result(), 5e-3, tf32_matmul=True, tf32_conv=False)
     gemm, add = classify_batch(with_tf32, _gpu_ceilings()).ops
     assert gemm.roof_dtype == "tfloat32" and not gemm.flags
     assert add.roof_dtype is None  # elementwise ops never run on tensor cores

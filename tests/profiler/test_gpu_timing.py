@@ -132,9 +132,8 @@ def test_the_stop_rule_alone_decides_without_nvml() -> None:
 def test_what_governed_the_window_lands_in_the_result() -> None:
     stats = timing.latency_stats([1e-3] * 5, block_steps=20, measured_s=1.02,
                                  stopped_by=StoppedBy.NVML_WINDOW)
-    result = BatchResult(4, Status.OK)
-    record_timing(result, TimedSteps(stats,
-                                     MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED),
-                                     NvmlWindow(duration_s=1.02)))
+    result = record_timing(BatchResult(4, Status.OK), TimedSteps(
+        stats, MemoryReading(1, 0, PeakMemoryMethod.CUDA_MAX_ALLOCATED),
+        NvmlWindow(duration_s=1.02)))
     latency = to_builtins(result)["latency_s"]
     assert latency["stopped_by"] == "nvml_window" and latency["measured_s"] == 1.02
