@@ -306,6 +306,28 @@ def round_cost_s(steps_s: Sequence[float], block_s: float = BLOCK_S) -> float:
                for s in steps_s)
 
 
+def rounds_affordable(left_s: float, reckoned_s: float, last_round_s: float,
+                      last_reckoned_s: float, most: int) -> int:
+    """How many more rounds fit the ``left_s`` seconds of the rounds' time, at most
+    ``most``: a round reckoned at ``reckoned_s`` (:func:`round_cost_s`) costs that times how
+    much slower than reckoned the last round ran (``last_round_s`` against its
+    ``last_reckoned_s``; never faster than reckoned).
+
+    Example:
+        >>> rounds_affordable(30.0, 1.0, 0.9, 1.0, 16)  # rounds run as reckoned
+        16
+        >>> rounds_affordable(30.0, 1.0, 3.0, 1.0, 16)  # 3x slower: inputs built per block
+        10
+        >>> rounds_affordable(-1.0, 1.0, 1.0, 1.0, 16)  # the time is spent
+        0
+    """
+    slower = max(last_round_s / last_reckoned_s, 1.0) if last_reckoned_s > 0 else 1.0
+    cost_s = reckoned_s * slower
+    if cost_s <= 0:
+        return max(most, 0)
+    return max(min(most, int(max(left_s, 0.0) / cost_s)), 0)
+
+
 def least_rounds_s(results: Sequence[BatchResult], candidates: Sequence[int],
                    workers: int = WORKERS) -> float:
     """What the least rounds of ``candidates`` cost: :data:`MIN_ROUNDS_PER_WORKER` rounds

@@ -15,11 +15,13 @@ import pytest
 from batchscope.classifiers.recommend import recommend
 from batchscope.plan import PLATEAU_GAIN, Limits, plateaued
 from batchscope.profiler.rounds_run import RoundsRun, rounds_drift
-from batchscope.records import BatchResult, LatencyStats, Status
+from batchscope.records import BatchResult, Interval, LatencyStats, Status
 from batchscope.records.rounds import (
     INNER_RANK_ROUNDS,
     SETTLED_ROUNDS,
     DecisionRounds,
+    PairedDecision,
+    PairedShare,
     RoundBlock,
     RoundsStop,
     disturbed_rounds,
@@ -34,9 +36,12 @@ from batchscope.rounds import (
     MIN_ROUNDS_PER_WORKER,
     Verdict,
     block_samples,
+    cannot_separate,
     decision_candidates,
     paired_view,
     plateau_verdict,
+    projected,
+    rounds_affordable,
     rounds_budget_s,
     widened_candidates,
     workers_disagree,
@@ -402,6 +407,40 @@ def test_a_flat_top_ends_the_rounds_once_more_could_not_separate_it(
         later = paired_decision(full[seed].blocks, full[seed].candidates)
         assert pick is not None and later is not None
         assert pick.batch_size in later.equivalent
+
+
+def test_more_rounds_narrow_a_share_about_its_median_and_may_move_the_pick():
+    share = PairedShare(2, 0.95, Interval(0.75, 1.15), 9)
+    four_times = projected(share, 27)  # four times the rounds: half the interval
+    assert four_times.rounds == 36 and four_times.share == 0.95
+    assert four_times.interval.low == pytest.approx(0.85)
+    assert four_times.interval.high == pytest.approx(1.05)
+    assert projected(share, 0) == share
+    best = PairedShare(4, 1.0, Interval(1.0, 1.0), 10)
+    # Batch 2 just under the bar at its median: more rounds bring its top under it, and
+    # the pick moves up to 4; the rounds must go on.
+    under = PairedShare(2, 0.86, Interval(0.8, 0.92), 10)
+    assert not cannot_separate(PairedDecision(2, 4, {2: under, 4: best}, [2, 4], False),
+                               [2, 4], 16)
+    # With no round left the pick cannot move: nothing is gained by going on.
+    assert cannot_separate(PairedDecision(2, 4, {2: under, 4: best}, [2, 4], False),
+                           [2, 4], 0)
+    # A tie on the bar: 16 more rounds leave it straddling.
+    tie = PairedShare(2, 0.91, Interval(0.8, 1.02), 10)
+    assert cannot_separate(PairedDecision(2, 4, {2: tie, 4: best}, [2, 4], False), [2, 4], 16)
+    # A decision already separated is never called futile.
+    clear = PairedShare(2, 0.97, Interval(0.95, 0.99), 10)
+    assert not cannot_separate(PairedDecision(2, 4, {2: clear, 4: best}, [2, 4], True),
+                               [2, 4], 16)
+
+
+def test_rounds_that_run_slower_than_reckoned_leave_fewer_rounds_affordable():
+    assert rounds_affordable(30.0, 1.0, 1.0, 1.0, 16) == 16
+    assert rounds_affordable(30.0, 1.0, 0.5, 1.0, 16) == 16  # never faster than reckoned
+    assert rounds_affordable(30.0, 1.0, 3.0, 1.0, 16) == 10
+    assert rounds_affordable(30.0, 2.0, 3.0, 1.0, 16) == 5  # the open sizes cost more
+    assert rounds_affordable(-5.0, 1.0, 1.0, 1.0, 16) == 0
+    assert rounds_affordable(30.0, 1.0, 1.0, 1.0, -2) == 0
 
 
 def test_without_a_fresh_worker_the_rounds_stay_in_the_sweeps_own():

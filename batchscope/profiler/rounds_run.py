@@ -53,6 +53,7 @@ from batchscope.rounds import (
     measured,
     open_sizes,
     round_cost_s,
+    rounds_affordable,
     rounds_budget_s,
     widened_candidates,
     workers_disagree,
@@ -99,6 +100,10 @@ class RoundsRun:
         self.started_at: float | None = None
         self.next_round = 0
         self.spent_s = 0.0  # wall time of every round and worker start so far
+        # The latest round's wall time (warm-ups, inputs built again included) and what its
+        # sizes' steps reckoned: how much slower than reckoned a round runs.
+        self.last_round_s = 0.0
+        self.last_reckoned_s = 0.0
         self.failed: set[int] = set()  # sizes whose block failed: never timed again
 
     # -- one round -----------------------------------------------------------------------
@@ -110,6 +115,8 @@ class RoundsRun:
             self.started_at = began
         order = [b for b in sizes if b not in self.failed]
         self.rng.shuffle(order)
+        self.last_reckoned_s = round_cost_s([steps_s[b] for b in order if b in steps_s],
+                                            self.block_s)
         index, self.next_round = self.next_round, self.next_round + 1
         ok = True
         try:
@@ -132,7 +139,8 @@ class RoundsRun:
                 if self.on_block is not None:
                     self.on_block(block)
         finally:
-            self.spent_s += time.monotonic() - began
+            self.last_round_s = time.monotonic() - began
+            self.spent_s += self.last_round_s
         return ok
 
     def rounds_in(self, worker: int, sizes: Sequence[int]) -> int:
@@ -268,9 +276,13 @@ class RoundsRun:
             # And none at all where every round still allowed (by MAX_ROUNDS and the rounds'
             # time) would leave the pick where it is and the sizes near the bar unseparated:
             # a flat top is a tie that the equivalent set states; more rounds only cost time.
-            cost_s = round_cost_s([steps_s[b] for b in open_ if b in steps_s], self.block_s)
-            more = min(cap - final_rounds,
-                       int(max(until - now, 0.0) / cost_s) if cost_s > 0 else cap)
+            # A round costs what the last one took where that was more than reckoned (inputs
+            # built again for each block, a warm-up step, a busy machine: the decode sample's
+            # rounds took 3x their steps where its KV caches did not stay resident).
+            more = rounds_affordable(
+                until - now, round_cost_s([steps_s[b] for b in open_ if b in steps_s],
+                                          self.block_s),
+                self.last_round_s, self.last_reckoned_s, cap - final_rounds)
             if not unsettled and cannot_separate(decision, open_, more):
                 stop = RoundsStop.UNSEPARABLE
                 break
