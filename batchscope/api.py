@@ -53,7 +53,6 @@ from batchscope.profiler.worker_config import (
 from batchscope.records import (
     BatchResult,
     Flag,
-    FlagKind,
     ModelInfo,
     Options,
     Report,
@@ -61,10 +60,10 @@ from batchscope.records import (
     Source,
     Status,
     Stop,
-    StopKind,
 )
 from batchscope.records.counter_report import CountersSection
 from batchscope.records.counters import NcuExport
+from batchscope.records.flag_payloads import InProgressStop, NcuFailed
 from batchscope.records.rounds import RoundBlock
 from batchscope.records.run import DEFAULT_OUT_DIR
 from batchscope.reports import write_all, write_json
@@ -238,7 +237,7 @@ class _ReportWriter(Callbacks):
 
     def on_result(self, result: BatchResult, results: list[BatchResult]) -> None:
         if self.options.out_dir is not None:
-            report = assemble(self.measured(results, stop=Stop(StopKind.IN_PROGRESS),
+            report = assemble(self.measured(results, stop=Stop.of(InProgressStop()),
                                             partial=True, in_progress=True))
             now = time.monotonic()
             if now - self.rendered_at >= PARTIAL_RENDER_INTERVAL_S:
@@ -408,11 +407,11 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
             try:
                 ncu_counters(worker, outcome.results, options, phase)
             except KeyboardInterrupt:
-                phase.flags.append(Flag(FlagKind.NCU_FAILED, values={
-                    "failure": NcuFailure.INTERRUPTED.value, "detail": ""}))
+                phase.flags.append(Flag.of(NcuFailed(
+                    failure=NcuFailure.INTERRUPTED.value, detail="")))
             except (OSError, BatchscopeError) as exc:
-                phase.flags.append(Flag(FlagKind.NCU_FAILED, values={
-                    "failure": NcuFailure.ERROR.value, "detail": str(exc)}))
+                phase.flags.append(Flag.of(NcuFailed(
+                    failure=NcuFailure.ERROR.value, detail=str(exc))))
             hold.engage()
         ceilings = writer.ceilings
         counters = phase.section(ceilings.spec if ceilings is not None else None)
@@ -484,8 +483,8 @@ def ncu_counters(worker: WorkerConfig, results: list[BatchResult], options: Opti
                     run = dataclasses.replace(run, failure=NcuFailure.UNREADABLE,
                                               detail=str(exc))
             if run.failure is not None:
-                phase.flags.append(Flag(FlagKind.NCU_FAILED, r.batch_size, values={
-                    "failure": run.failure.value, "detail": run.detail}))
+                phase.flags.append(Flag.of(NcuFailed(
+                    failure=run.failure.value, detail=run.detail), r.batch_size))
                 if run.failure in (NcuFailure.PERMISSION, NcuFailure.NOT_STARTED):
                     break
 

@@ -63,7 +63,6 @@ from batchscope.plan import Limits
 from batchscope.records import (
     BatchResult,
     Flag,
-    FlagKind,
     GridPoint,
     Interval,
     ModelInfo,
@@ -76,6 +75,7 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.counter_report import CountersSection
+from batchscope.records.flag_payloads import GlobalBatchInInference
 from batchscope.records.report import AllocatorSetBy, Estimate, Mode, Source
 from batchscope.records.target import TargetSection
 from batchscope.serving.report_section import serving_section
@@ -310,8 +310,7 @@ def _flags(m: Measured, batches: list[BatchResult], ceilings: Ceilings | None,
     flags += dtype_hints(m.model, ceilings, batches)
     flags += amp_measured_flags(m.model, m.run.amp_off, batches, drift_allowance(m.run.drift))
     if m.global_batch is not None and m.model.mode != Mode.TRAIN:
-        flags.append(Flag(FlagKind.GLOBAL_BATCH_IN_INFERENCE,
-                          values={"global_batch": m.global_batch}))
+        flags.append(Flag.of(GlobalBatchInInference(global_batch=m.global_batch)))
     flags += work_flags(batches)
     flags += noise_flags(batches)
     flags += page_fault_flags(batches)

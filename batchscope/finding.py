@@ -63,15 +63,14 @@ from batchscope.records import (
     BatchResult,
     DriftControl,
     Flag,
-    FlagKind,
     ModelInfo,
     Report,
     RunInfo,
     Source,
     Status,
     Stop,
-    StopKind,
 )
+from batchscope.records.flag_payloads import DataRowsStop, FinderSet
 from batchscope.records.report import IntegrationInfo, Mode
 from batchscope.records.rounds import DecisionRounds
 from batchscope.rounds import measured
@@ -375,7 +374,7 @@ class Finder:
             try:
                 result = trial(size)
             except TooFewRows as few:
-                plan.stop_early(Stop(StopKind.DATA_ROWS, size, {"rows": few.rows}))
+                plan.stop_early(Stop.of(DataRowsStop(rows=few.rows), size))
                 break
             if result is not None:
                 results.append(result)
@@ -414,10 +413,10 @@ class Finder:
         if size is None:
             return FinderOutcome(None, report, results)
         largest = max((r.batch_size for r in results if r.status == Status.OK), default=0)
-        flag = Flag(FlagKind.FINDER_SET, values={
-            "mode": self.options.mode, "batch_size": size, "where": where, "largest": largest,
-            "margin": self.options.margin, "world": integration.world_size,
-            "step": integration.step.value})
+        flag = Flag.of(FinderSet(
+            mode=self.options.mode, batch_size=size, where=where, largest=largest,
+            margin=self.options.margin, world=integration.world_size,
+            step=integration.step.value))
         return FinderOutcome(size, assemble(dataclasses.replace(measured, flags=[flag])),
                              results)
 

@@ -10,7 +10,17 @@ from dataclasses import dataclass
 from batchscope.errors import UsageError
 from batchscope.page_faults import fault_share
 from batchscope.records import BatchResult, Flag, FlagKind, Interval, Status, Stop, StopKind
-from batchscope.records.flags import Value
+from batchscope.records.flag_payloads import (
+    CapStop,
+    FailedStop,
+    ListDoneStop,
+    OverLatencyLimitStop,
+    OverMemoryBudgetStop,
+    PlateauStop,
+    PredictedNotToFit,
+    RepeatedErrorsStop,
+    SkippedStop,
+)
 from batchscope.records.noise import DRIFT_FLOOR, throughput_interval
 from batchscope.records.report import LimitKind, OverLimit
 from batchscope.records.run import DEFAULT_MAX_BATCH
@@ -171,27 +181,25 @@ class Plan:
             if b not in done:
                 self.stop = repeated_errors(results)
                 return None if self.stop else b
-        self.stop = (Stop(StopKind.LIST_DONE) if self.explicit
-                     else Stop(StopKind.CAP, values={"largest": self.candidates[-1]}))
+        self.stop = (Stop.of(ListDoneStop()) if self.explicit
+                     else Stop.of(CapStop(largest=self.candidates[-1])))
         return None
 
     def _stop_rule(self, results: list[BatchResult]) -> Stop | None:
         last = results[-1]
         if last.status == Status.SKIPPED:
             why = next((f for f in last.flags if f.kind == FlagKind.PREDICTED_NOT_TO_FIT), None)
-            return Stop(StopKind.SKIPPED, last.batch_size, dict(why.values) if why else {})
+            return Stop.of(SkippedStop.because(why), last.batch_size)
         if last.status in _STOP_GOING_UP:
-            return Stop(StopKind.FAILED, last.batch_size, {"status": last.status.value})
+            return Stop.of(FailedStop(status=last.status.value), last.batch_size)
         limit = over_limits(last, self.limits)
         if limit is not None:
-            kind = (StopKind.OVER_LATENCY_LIMIT if limit.kind == LimitKind.LATENCY
-                    else StopKind.OVER_MEMORY_BUDGET)
-            return Stop(kind, last.batch_size, {"measured": limit.measured,
-                                                "limit": limit.limit})
+            over = (OverLatencyLimitStop if limit.kind == LimitKind.LATENCY
+                    else OverMemoryBudgetStop)
+            return Stop.of(over(measured=limit.measured, limit=limit.limit), last.batch_size)
         if self.may_stop_early and len(results) > self.overruled_at and plateaued(results):
-            return Stop(StopKind.PLATEAU, values={"doublings": PLATEAU_PATIENCE,
-                                                  "gain": PLATEAU_GAIN,
-                                                  "bar_per_s": plateau_bar(results)})
+            return Stop.of(PlateauStop(doublings=PLATEAU_PATIENCE, gain=PLATEAU_GAIN,
+                                       bar_per_s=plateau_bar(results)))
         return None
 
 
@@ -206,9 +214,9 @@ def repeated_errors(results: list[BatchResult]) -> Stop | None:
     last = results[-REPEATED_ERROR_LIMIT:]
     if len(last) < REPEATED_ERROR_LIMIT or any(r.status not in _RETRIED for r in last):
         return None
-    return Stop(StopKind.REPEATED_ERRORS, values={
-        "batch_sizes": [r.batch_size for r in last],
-        "statuses": list(dict.fromkeys(r.status.value for r in last))})
+    return Stop.of(RepeatedErrorsStop(
+        batch_sizes=[r.batch_size for r in last],
+        statuses=list(dict.fromkeys(r.status.value for r in last))))
 
 
 def plateaued(results: list[BatchResult], allowance: float = DRIFT_FLOOR) -> bool:
@@ -267,15 +275,15 @@ def predicted_not_to_fit(results: list[BatchResult], batch_size: int,
     peak_a, peak_b = a.peak_memory_bytes or 0, b.peak_memory_bytes or 0
     slope = max((peak_b - peak_a) / (b.batch_size - a.batch_size), 0.0)
     predicted = peak_b + slope * (batch_size - b.batch_size)
-    values: dict[str, Value] = {"predicted_bytes": predicted,
-                                "from_batches": [a.batch_size, b.batch_size]}
+    from_batches = [a.batch_size, b.batch_size]
     if budget_bytes is not None and predicted > budget_bytes:
-        return Flag(FlagKind.PREDICTED_NOT_TO_FIT, batch_size,
-                    values={**values, "budget_bytes": budget_bytes})
+        return Flag.of(PredictedNotToFit(predicted_bytes=predicted, from_batches=from_batches,
+                                         budget_bytes=budget_bytes), batch_size)
     available = b.available_memory_bytes
     if available is not None and predicted - peak_b > MEMORY_HEADROOM * available:
-        return Flag(FlagKind.PREDICTED_NOT_TO_FIT, batch_size, values={
-            **values, "more_bytes": predicted - peak_b, "free_bytes": available})
+        return Flag.of(PredictedNotToFit(
+            predicted_bytes=predicted, from_batches=from_batches,
+            more_bytes=predicted - peak_b, free_bytes=available), batch_size)
     return None
 
 

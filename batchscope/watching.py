@@ -61,14 +61,18 @@ from batchscope.records import (
     BatchResult,
     DriftControl,
     Flag,
-    FlagKind,
     ModelInfo,
     Report,
     RunInfo,
     Source,
     Status,
     Stop,
-    StopKind,
+)
+from batchscope.records.flag_payloads import (
+    NoBreakdown,
+    WatchCutShortStop,
+    WatchDataLoading,
+    WatchDoneStop,
 )
 from batchscope.records.noise import control_timing, drift_control
 from batchscope.records.report import IntegrationInfo, Mode, WatchInfo
@@ -300,7 +304,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
                 self._profiling.start()
                 self._profiling_on = True
             except ProfilerUnavailable as exc:
-                self._no_breakdown = Flag(FlagKind.NO_BREAKDOWN, values={"reason": str(exc)})
+                self._no_breakdown = Flag.of(NoBreakdown(reason=str(exc)))
 
     def _begin_step(self, phase: str) -> None:
         if self._from_model and phase in (PROFILED, COUNTED):
@@ -386,8 +390,9 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         median = result.latency_s.median if result.latency_s is not None else 0.0
         if loading_s is None or median <= 0 or loading_s / median < DATA_LOADING_NOTABLE_SHARE:
             return []
-        return [Flag(FlagKind.WATCH_DATA_LOADING, result.batch_size,
-                     values={"seconds": loading_s, "share": min(loading_s / median, 1.0)})]
+        return [Flag.of(WatchDataLoading(seconds=loading_s,
+                                         share=min(loading_s / median, 1.0)),
+                        result.batch_size)]
 
     def _drift(self) -> DriftControl | None:
         """The timed steps against the same timed again at the end: how far the loop's
@@ -418,7 +423,7 @@ class watch:  # noqa: N801 - used as a context manager, named like one
         report = assemble(Measured(
             model=self._model_info(), run=run, ceilings=ceilings,
             results=[result] if result.latency_s else [], partial=partial,
-            stop=Stop(StopKind.WATCH_CUT_SHORT if partial else StopKind.WATCH_DONE),
+            stop=Stop.of(WatchCutShortStop() if partial else WatchDoneStop()),
             flags=list(self._flags) + self._data_loading_flags(result, loading_s),
             estimate_factors=ESTIMATE_FACTORS))
         self.report = report

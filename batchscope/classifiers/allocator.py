@@ -22,7 +22,8 @@ from batchscope.page_faults import PAGE_FAULT_COST_S as PAGE_FAULT_COST_S
 from batchscope.page_faults import fault_share
 from batchscope.plan import Limits
 from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV
-from batchscope.records import BatchResult, Flag, FlagKind, Interval, LatencyStats, Status
+from batchscope.records import BatchResult, Flag, Interval, LatencyStats, Status
+from batchscope.records.flag_payloads import PageFaults
 from batchscope.records.report import AllocatorCheck, AllocatorSetBy, KeptBatch
 
 # Flag a batch size whose page faults would take at least this share of its step.
@@ -45,10 +46,10 @@ def page_fault_flags(results: list[BatchResult]) -> list[Flag]:
            if (share := page_fault_share(r)) is not None and share >= PAGE_FAULT_FLAG_SHARE]
     if not hit:
         return []
-    return [Flag(FlagKind.PAGE_FAULTS, values={
-        "batch_sizes": [b for b, _, _ in hit], "faults": [f for _, f, _ in hit],
-        "shares": [s for _, _, s in hit], "page_bytes": PAGE_BYTES,
-        "cost_s": PAGE_FAULT_COST_S})]
+    return [Flag.of(PageFaults(
+        batch_sizes=[b for b, _, _ in hit], faults=[f for _, f, _ in hit],
+        shares=[s for _, _, s in hit], page_bytes=PAGE_BYTES,
+        cost_s=PAGE_FAULT_COST_S))]
 
 
 def retime_sizes(results: list[BatchResult]) -> list[int]:

@@ -7,6 +7,7 @@ which batch sizes the step-time model predicts (:func:`unmeasured_sizes`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 from batchscope.classifiers.data_parallel import accumulation_steps
@@ -22,12 +23,23 @@ from batchscope.records import (
     BatchResult,
     ControlTiming,
     Flag,
-    FlagKind,
     Interval,
     ModelInfo,
     Status,
 )
-from batchscope.records.flags import Value
+from batchscope.records.flag_payloads import (
+    AmpCasts,
+    AmpFaster,
+    AmpSlower,
+    AmpSlowerMeasured,
+    BatchFailed,
+    CeilingsOnBusyMachine,
+    Compiled,
+    NoisyTiming,
+    RoofRaised,
+    StandInTrainingStep,
+    WorkVaries,
+)
 from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import Mode
 
@@ -42,8 +54,8 @@ def noise_flags(results: list[BatchResult]) -> list[Flag]:
     for r in results:
         lat = r.latency_s
         if lat is not None and lat.median > 0 and (lat.p75 - lat.p25) / lat.median > NOISY_SPREAD:
-            flags.append(Flag(FlagKind.NOISY_TIMING, r.batch_size,
-                              values={"spread": (lat.p75 - lat.p25) / lat.median}))
+            flags.append(Flag.of(NoisyTiming(spread=(lat.p75 - lat.p25) / lat.median),
+                                 r.batch_size))
     return flags
 
 
@@ -62,14 +74,15 @@ def ceiling_flags(ceilings: Ceilings | None, dtype: str = "float32",
     flags = []
     share = ceilings.details.other_cpu_share
     if share is not None and share >= BUSY_SHARE:
-        flags.append(Flag(FlagKind.CEILINGS_ON_BUSY_MACHINE, values={"share": share}))
+        flags.append(Flag.of(CeilingsOnBusyMachine(share=share)))
     for key, raised in ceilings.details.achieved_by_ops.items():
         before, after = raised.measured_peak_flops_per_s, raised.flops_per_s
         if after < RAISED_FLAG_RATIO * before:
             continue
-        flags.append(Flag(FlagKind.ROOF_RAISED, raised.batch_size, raised.op_id, {
-            "roof": key, "before": before, "after": after, "op": raised.name,
-            "source": ceilings.source, "measured_at": ceilings.measured_at}))
+        flags.append(Flag.of(RoofRaised(
+            roof=key, before=before, after=after, op=raised.name,
+            source=ceilings.source, measured_at=ceilings.measured_at),
+            raised.batch_size, raised.op_id))
     return flags + roof_flags(ceilings, dtype, families)
 
 
@@ -79,9 +92,9 @@ def run_flags(model: ModelInfo) -> list[Flag]:
     step = model.training_step
     if step is None or not step.defaults_used:
         return []
-    return [Flag(FlagKind.STAND_IN_TRAINING_STEP, values={
-        "optimizer_from_file": step.optimizer_from_file,
-        "loss_from_file": step.loss_from_file, "default_lr": step.default_lr})]
+    return [Flag.of(StandInTrainingStep(
+        optimizer_from_file=step.optimizer_from_file,
+        loss_from_file=step.loss_from_file, default_lr=step.default_lr))]
 
 
 # A lower precision whose matmul peak is this many times fp32's is worth a sentence: --amp
@@ -125,9 +138,9 @@ def amp_cast_flags(model: ModelInfo, batches: list[BatchResult]) -> list[Flag]:
     share, batch_size, cast_s, calls = max(seen, default=(0.0, 0, 0.0, 0))
     if share < AMP_CAST_SHARE:
         return []
-    return [Flag(FlagKind.AMP_CASTS, batch_size, values={
-        "amp": _AMP_FLAGS.get(model.amp, model.amp), "dtype": model.amp, "cast_s": cast_s,
-        "share": share, "calls": calls})]
+    return [Flag.of(AmpCasts(
+        amp=_AMP_FLAGS.get(model.amp, model.amp), dtype=model.amp, cast_s=cast_s,
+        share=share, calls=calls), batch_size)]
 
 
 def amp_measured_flags(model: ModelInfo, amp_off: ControlTiming | None,
@@ -144,10 +157,10 @@ def amp_measured_flags(model: ModelInfo, amp_off: ControlTiming | None,
     fp32 = Interval(amp_off.control_low_s, amp_off.control_high_s).widened(allowance)
     if amp is None or fp32.high >= amp.low or amp_off.control_latency_s <= 0:
         return []
-    return [Flag(FlagKind.AMP_SLOWER_MEASURED, amp_off.batch_size, values={
-        "amp": _AMP_FLAGS.get(model.amp, model.amp), "amp_s": amp_off.first_latency_s,
-        "fp32_s": amp_off.control_latency_s, "fp32_high_s": fp32.high, "amp_low_s": amp.low,
-        "ratio": amp_off.first_latency_s / amp_off.control_latency_s})]
+    return [Flag.of(AmpSlowerMeasured(
+        amp=_AMP_FLAGS.get(model.amp, model.amp), amp_s=amp_off.first_latency_s,
+        fp32_s=amp_off.control_latency_s, fp32_high_s=fp32.high, amp_low_s=amp.low,
+        ratio=amp_off.first_latency_s / amp_off.control_latency_s), amp_off.batch_size)]
 
 
 def _roof_hints(model: ModelInfo, ceilings: Ceilings | None,
@@ -169,9 +182,9 @@ def _roof_hints(model: ModelInfo, ceilings: Ceilings | None,
         host = ceilings.details.host
         native = (host.native_bf16 if host is not None and ceilings.device == "cpu"
                   and amp == "bfloat16" else None)
-        return [Flag(FlagKind.AMP_SLOWER, most.batch_size, values={
-            "amp": _AMP_FLAGS.get(amp, amp), "dtype": amp, "peak": peak, "fp32_peak": fp32,
-            "compute_share": compute, "native": native})]
+        return [Flag.of(AmpSlower(
+            amp=_AMP_FLAGS.get(amp, amp), dtype=amp, peak=peak, fp32_peak=fp32,
+            compute_share=compute, native=native), most.batch_size)]
     roofs = {name: ceilings.peak_for(name, "matmul") for name in ceilings.peak_flops_per_s
              if name in _AMP_FLAGS}
     faster = [(roof / fp32, name) for name, roof in roofs.items()
@@ -179,8 +192,8 @@ def _roof_hints(model: ModelInfo, ceilings: Ceilings | None,
     if not faster:
         return []
     ratio, name = max(faster)
-    return [Flag(FlagKind.AMP_FASTER, most.batch_size, values={
-        "dtype": name, "amp": _AMP_FLAGS[name], "ratio": ratio, "compute_share": compute})]
+    return [Flag.of(AmpFaster(dtype=name, amp=_AMP_FLAGS[name], ratio=ratio,
+                              compute_share=compute), most.batch_size)]
 
 
 def accumulation(model: ModelInfo, batches: list[BatchResult], micro_batch: int,
@@ -215,19 +228,20 @@ def compiled_flags(model: ModelInfo, batches: list[BatchResult]) -> list[Flag]:
     compiles = [(r.batch_size, max(r.latency_s.first_step_s - r.latency_s.median, 0.0))
                 for r in batches if r.status == Status.OK and r.latency_s is not None
                 and r.latency_s.first_step_s is not None]
-    values: dict[str, Value] = {"compiles_at": [b for b, _ in compiles],
-                                "compile_s": [s for _, s in compiles]}
+    payload = Compiled(compiles_at=[b for b, _ in compiles],
+                       compile_s=[s for _, s in compiles])
     first = next((r for r in batches if r.status == Status.OK and r.profiled_step_s), None)
     fused = {k: v for k, v in (first.unmatched_ops_s or {}).items()
              if k == FUSED_KERNELS or k.startswith(FUSED_KERNEL_PREFIX)} if first else {}
     if first is not None and first.profiled_step_s and fused:
         kernels = sorted(((v, k[len(FUSED_KERNEL_PREFIX):]) for k, v in fused.items()
                           if k.startswith(FUSED_KERNEL_PREFIX)), reverse=True)
-        values.update(at_batch=first.batch_size, fused_s=sum(fused.values()),
-                      fused_share=sum(fused.values()) / first.profiled_step_s,
-                      kernels=[k for _, k in kernels[:COMPILED_KERNELS_NAMED]],
-                      kernel_s=[v for v, _ in kernels[:COMPILED_KERNELS_NAMED]])
-    return [Flag(FlagKind.COMPILED, values=values)]
+        payload = dataclasses.replace(
+            payload, at_batch=first.batch_size, fused_s=sum(fused.values()),
+            fused_share=sum(fused.values()) / first.profiled_step_s,
+            kernels=[k for _, k in kernels[:COMPILED_KERNELS_NAMED]],
+            kernel_s=[v for v, _ in kernels[:COMPILED_KERNELS_NAMED]])
+    return [Flag.of(payload)]
 
 
 # The weights read per step are the same at every batch size unless the inputs decide what
@@ -265,14 +279,15 @@ def work_flags(results: list[BatchResult]) -> list[Flag]:
     if not work_varies_with_inputs(results):
         return []
     read = weights_per_step(results)
-    return [Flag(FlagKind.WORK_VARIES, values={"batch_sizes": [b for b, _ in read],
-                                               "weight_bytes": [w for _, w in read]})]
+    return [Flag.of(WorkVaries(batch_sizes=[b for b, _ in read],
+                               weight_bytes=[w for _, w in read]))]
 
 
 def failed_flags(results: list[BatchResult]) -> list[Flag]:
     """One flag per batch size that failed for a reason other than memory (or a skip)."""
-    return [Flag(FlagKind.BATCH_FAILED, r.batch_size, values={
-                "status": r.status.value, "error": r.error.splitlines()[0] if r.error else ""})
+    return [Flag.of(BatchFailed(
+                status=r.status.value, error=r.error.splitlines()[0] if r.error else ""),
+                r.batch_size)
             for r in results if r.status not in (Status.OK, Status.OOM, Status.SKIPPED)]
 
 

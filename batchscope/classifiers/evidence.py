@@ -37,6 +37,7 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.evidence import Evidence, EvidenceKind, EvidenceReason, Grade
+from batchscope.records.flag_payloads import BudgetStop
 from batchscope.records.interval import MEANINGFUL_SPAN
 from batchscope.records.rounds import RoundsStop
 from batchscope.rounds import MIN_ROUNDS_PER_WORKER, WORKERS
@@ -117,8 +118,7 @@ def evidence(run: RunInfo, batches: list[BatchResult], recommendation: Recommend
         reasons.append(_sized(EvidenceKind.WIDE, pick.throughput_interval_per_s.span))
     reasons += _decision(run, pick, recommendation)
     if stop is not None and stop.kind == StopKind.BUDGET:
-        unmeasured = stop.values.get("unmeasured")
-        count = len(unmeasured) if isinstance(unmeasured, list) else 1
+        count = len(BudgetStop.of(stop).unmeasured)
         reasons.append(EvidenceReason(EvidenceKind.BUDGET, Grade.NOISY, float(count)))
     grade = max((r.grade for r in reasons), key=lambda g: g.rank, default=Grade.GOOD)
     return Evidence(grade, sorted(reasons, key=lambda r: -r.grade.rank))

@@ -28,7 +28,7 @@ from batchscope.classifiers.roofline import Roof
 from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.gpu_specs import FP8
 from batchscope.hardware.types import BF16, FP16, FP32, TF32, Ceilings
-from batchscope.records import BatchResult, Flag, FlagKind
+from batchscope.records import BatchResult, Flag
 from batchscope.records.counter_report import (
     DEFAULT_KERNEL_FLOOR_S,
     ComputeRoof,
@@ -39,6 +39,7 @@ from batchscope.records.counter_report import (
     RoofSource,
 )
 from batchscope.records.counters import FlopSource, KernelCounters, NcuExport
+from batchscope.records.flag_payloads import CountersDisagree
 from batchscope.records.measurement import Bound
 
 # With at least this many launches, the floor is their shortest duration: ncu times one
@@ -246,9 +247,9 @@ def judge_ops(ops: Sequence[OpCounters], batch: BatchResult | None,
 def counter_flags(ops: Sequence[OpCounters], batch_size: int) -> list[Flag]:
     """One ``counters_disagree`` flag per op whose measured intensity puts it under another
     bound than the modelled one (the figures the sentence quotes in its values)."""
-    return [Flag(FlagKind.COUNTERS_DISAGREE, batch_size, oc.op_id, values={
-        "op": oc.name, "bound": oc.bound.value, "modelled_bound": oc.modelled_bound.value,
-        "dram_bytes": oc.dram_bytes or 0.0, "modelled_bytes": oc.modelled_bytes or 0.0,
-        "flops": oc.flops or 0.0, "modelled_flops": oc.modelled_flops or 0.0,
-        "matched": oc.matched, "launches": oc.launches})
+    return [Flag.of(CountersDisagree(
+        op=oc.name, bound=oc.bound.value, modelled_bound=oc.modelled_bound.value,
+        dram_bytes=oc.dram_bytes or 0.0, modelled_bytes=oc.modelled_bytes or 0.0,
+        flops=oc.flops or 0.0, modelled_flops=oc.modelled_flops or 0.0,
+        matched=oc.matched, launches=oc.launches), batch_size, oc.op_id)
         for oc in ops if oc.disagrees]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TypedDict
 
 from batchscope.classifiers.data_parallel import communication_share
 from batchscope.hardware.figures import (
@@ -31,13 +32,19 @@ from batchscope.records import (
     BatchResult,
     Bound,
     Flag,
-    FlagKind,
     OpStat,
     Status,
     TimeBasis,
     TimeShare,
 )
-from batchscope.records.flags import Value
+from batchscope.records.flag_payloads import (
+    AboveTheoreticalPeak,
+    AccountingError,
+    BelowTheoreticalPeak,
+    CeilingSpread,
+    PartlyFromCache,
+    ServedFromCache,
+)
 from batchscope.records.report import ResponsePoint
 
 # An op may measure a little faster than its roof from timer resolution and the ±10% noise
@@ -202,19 +209,21 @@ def classify_op(op: OpStat, ceilings: Ceilings, device_time: bool = False) -> Op
         if out.efficiency > ROOF_TOLERANCE and out.bound != Bound.OVERHEAD:
             cache_bytes = ceilings.cache_bytes or CACHE_BYTES_HINT
             footprint = footprint_bytes(op, total_bytes / calls)
-            values: dict[str, Value] = {"time_s": op.time_s, "roof_s": roof_s,
-                                        "footprint_bytes": footprint, "cache_bytes": cache_bytes}
+            payload: ServedFromCache | PartlyFromCache | AccountingError
             if footprint < cache_bytes and out.bound == Bound.MEMORY:
                 # Expected, not an error: the DRAM roof does not apply to a working set the
                 # last-level cache holds.
-                kind = FlagKind.SERVED_FROM_CACHE
+                payload = ServedFromCache(time_s=op.time_s, roof_s=roof_s,
+                                          footprint_bytes=footprint, cache_bytes=cache_bytes)
             elif footprint < PARTLY_CACHED * cache_bytes and out.bound == Bound.MEMORY:
                 # A working set a few times the cache: what the op before it wrote may still
                 # be there (a gradient summed right after it was computed).
-                kind = FlagKind.PARTLY_FROM_CACHE
+                payload = PartlyFromCache(time_s=op.time_s, roof_s=roof_s,
+                                          footprint_bytes=footprint, cache_bytes=cache_bytes)
             else:
-                kind = FlagKind.ACCOUNTING_ERROR
-            out.flags.append(Flag(kind, op_id=op.op_id, values=values))
+                payload = AccountingError(time_s=op.time_s, roof_s=roof_s,
+                                          footprint_bytes=footprint, cache_bytes=cache_bytes)
+            out.flags.append(Flag.of(payload, op_id=op.op_id))
     return out
 
 
@@ -331,18 +340,18 @@ def _spread_flag(ceilings: Ceilings, dtype: str, family: str | None,
     rates = figures.path_rates(path) if figures is not None else None
     if rates is None:
         return None
-    values: dict[str, Value] = {"dtype": dtype, "family": family, "path": path,
-                                "size": rates.size, "best": rates.best_flops_per_s,
-                                "median": rates.median_flops_per_s}
+    fast: float | None = None  # the quartile rates, where the figures kept them
+    slow: float | None = None
     span = rates.span
     if span is None:  # older figures: only the times' spread was kept
         span = _time_spread(figures, path) if figures is not None else None
     else:
-        values.update(fast=rates.fast_flops_per_s, slow=rates.slow_flops_per_s)
+        fast, slow = rates.fast_flops_per_s, rates.slow_flops_per_s
     if span is None or span <= CEILING_SPREAD_FLAG:
         return None
-    values["spread"] = span
-    return Flag(FlagKind.CEILING_SPREAD, values=values)
+    return Flag.of(CeilingSpread(dtype=dtype, family=family, path=path, size=rates.size,
+                                 best=rates.best_flops_per_s, median=rates.median_flops_per_s,
+                                 fast=fast, slow=slow, spread=span))
 
 
 def _time_spread(figures: MatmulFigures, path: str) -> float | None:
@@ -354,7 +363,21 @@ def _time_spread(figures: MatmulFigures, path: str) -> float | None:
     return best.spread if best is not None else None
 
 
-def _basis(theoretical: TheoreticalPeak, dtype: str) -> dict[str, Value]:
+class _Basis(TypedDict):
+    """The fields AboveTheoreticalPeak and BelowTheoreticalPeak share."""
+
+    theoretical_flops_per_s: float
+    source: str
+    cores: int | None
+    clock_hz: float | None
+    clock_source: str | None
+    flops_per_cycle: float | None
+    isa: str | None
+    fma_units: int | None
+    matrix_unit: str | None
+
+
+def _basis(theoretical: TheoreticalPeak, dtype: str) -> _Basis:
     """How the theoretical peak of ``dtype`` was worked out, for the sentence to show."""
     return {"theoretical_flops_per_s": theoretical.flops_per_s[dtype],
             "source": theoretical.source, "cores": theoretical.cores,
@@ -398,11 +421,10 @@ def theoretical_flags(ceilings: Ceilings, dtype: str,
         if families is not None and family not in families:
             continue
         if rate > ABOVE_THEORETICAL * bound:
-            flags.append(Flag(
-                FlagKind.ABOVE_THEORETICAL_PEAK, op.batch_size if op else None,
-                op.op_id if op else None,
-                {"dtype": dtype, "family": family, "path": path, "flops_per_s": rate,
-                 "share": rate / bound, **_basis(theoretical, dtype)}))
+            flags.append(Flag.of(
+                AboveTheoreticalPeak(dtype=dtype, family=family, path=path, flops_per_s=rate,
+                                     share=rate / bound, **_basis(theoretical, dtype)),
+                op.batch_size if op else None, op.op_id if op else None))
     host = ceilings.details.host
     native = host.native_bf16 if host is not None and ceilings.device == "cpu" else None
     for family, by_dtype in sorted(ceilings.family_peaks.items()):
@@ -410,11 +432,11 @@ def theoretical_flags(ceilings: Ceilings, dtype: str,
         if families is not None and family not in families:
             continue
         if roof is not None and roof.flops_per_s < FAR_BELOW_THEORETICAL * bound:
-            flags.append(Flag(FlagKind.BELOW_THEORETICAL_PEAK, values={
-                "dtype": dtype, "family": family, "path": roof.path,
-                "flops_per_s": roof.flops_per_s, "share": roof.flops_per_s / bound,
-                "native": native if dtype == "bfloat16" else None,
-                **_basis(theoretical, dtype)}))
+            flags.append(Flag.of(BelowTheoreticalPeak(
+                dtype=dtype, family=family, path=roof.path,
+                flops_per_s=roof.flops_per_s, share=roof.flops_per_s / bound,
+                native=native if dtype == "bfloat16" else None,
+                **_basis(theoretical, dtype))))
     return flags
 
 

@@ -78,17 +78,22 @@ from batchscope.profiler.probe import (
 from batchscope.records import (
     ArgValue,
     Assumption,
-    AssumptionKind,
     BatchResult,
     Bound,
     CurvePoint,
     Flag,
-    FlagKind,
     OpStat,
     Status,
     StepPrediction,
     Stop,
-    StopKind,
+)
+from batchscope.records.flag_payloads import (
+    AtRoofAssumption,
+    MeasuredAboveRidgeAssumption,
+    NotProbedAssumption,
+    PathSpeedAssumption,
+    PlateauOverruled,
+    PredictedStop,
 )
 from batchscope.records.probe import ProbeSpec, probe_key
 
@@ -675,17 +680,16 @@ def _fill_unmeasured_factors(curves: list[OpCurve], ceilings: Ceilings) -> list[
             continue  # its intensity does not grow with b: the compute roof never binds
         if measured[kind]:
             c.compute_factor = statistics.median(measured[kind])
-            assumptions.setdefault(kind, Assumption(AssumptionKind.MEASURED_ABOVE_RIDGE,
-                                                    kind))
+            assumptions.setdefault(kind, Assumption.of(MeasuredAboveRidgeAssumption(), kind))
             continue
         path = _path_factor(ceilings, c.dtype, kind)
         if path is not None:
             c.compute_factor = path[0]
-            assumptions.setdefault(kind, Assumption(AssumptionKind.PATH_SPEED, kind, {
-                "path": path[1], "flops_per_s": path[2]}))
+            assumptions.setdefault(kind, Assumption.of(PathSpeedAssumption(
+                path=path[1], flops_per_s=path[2]), kind))
         else:
             c.compute_factor = 1.0
-            assumptions.setdefault(kind, Assumption(AssumptionKind.AT_ROOF, kind))
+            assumptions.setdefault(kind, Assumption.of(AtRoofAssumption(), kind))
     return [assumptions[k] for k in sorted(assumptions)]
 
 
@@ -759,13 +763,12 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
 def _unprobed(model: StepModel, sizes: list[int]) -> list[Assumption]:
     """Where ``model``'s convolutions or replayed ops had no probe of their own (skipped
     for cost)."""
-    skipped: list[str | int | float] = [
-        b for b in sizes if any(c.scaled_from(b) is not None for c in model.ops)]
+    skipped = [b for b in sizes if any(c.scaled_from(b) is not None for c in model.ops)]
     if not skipped:
         return []
-    return [Assumption(AssumptionKind.NOT_PROBED, values={
-        "batch_sizes": skipped, "max_call_s": PROBE_MAX_CALL_S,
-        "budget_min_s": PROBE_BUDGET_MIN_S, "round_s": PROBE_ROUND_S})]
+    return [Assumption.of(NotProbedAssumption(
+        batch_sizes=skipped, max_call_s=PROBE_MAX_CALL_S,
+        budget_min_s=PROBE_BUDGET_MIN_S, round_s=PROBE_ROUND_S))]
 
 
 # The early stop trusts the model only after it predicted the last measured batch size
@@ -826,9 +829,9 @@ def plateau_overruled(results: list[BatchResult], ceilings: Ceilings, remaining:
     projected = last_high * gain / (1 + MIN_MARGIN)
     if projected < bar_per_s:
         return None
-    return Flag(FlagKind.PLATEAU_OVERRULED, last.batch_size, values={
-        "highest": following, "projected_per_s": projected, "bar_per_s": bar_per_s,
-        "gain": gain, "fitted_on": list(model.fitted_on)})
+    return Flag.of(PlateauOverruled(
+        highest=following, projected_per_s=projected, bar_per_s=bar_per_s,
+        gain=gain, fitted_on=list(model.fitted_on)), last.batch_size)
 
 
 def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: list[int],
@@ -880,7 +883,7 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     steps = {r.batch_size: r.latency_s.median for r in usable if r.latency_s is not None}
     if projected * (1 + margin) >= bar or projects_past(steps, remaining, last_high, bar):
         return None
-    return Stop(StopKind.PREDICTED, values={
-        "remaining": list(remaining), "fitted_on": list(model.fitted_on),
-        "projected_per_s": projected, "margin": margin, "highest": highest,
-        "gain": gain[highest], "last": last.batch_size, "bar_per_s": bar, "miss": miss})
+    return Stop.of(PredictedStop(
+        remaining=list(remaining), fitted_on=list(model.fitted_on),
+        projected_per_s=projected, margin=margin, highest=highest,
+        gain=gain[highest], last=last.batch_size, bar_per_s=bar, miss=miss))

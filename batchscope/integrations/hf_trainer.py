@@ -28,7 +28,8 @@ from typing import Any
 from batchscope.errors import UsageError
 from batchscope.find_function import current_trial
 from batchscope.integrations.watched_run import WatchedCallback
-from batchscope.records import Flag, FlagKind
+from batchscope.records import Flag
+from batchscope.records.flag_payloads import TrainerAccumulates
 from batchscope.records.report import IntegrationInfo, WatchedStep
 
 try:
@@ -93,8 +94,7 @@ class BatchscopeTrainerCallback(WatchedCallback, TrainerCallback):
                                 step=WatchedStep.OPTIMIZER_STEP, accumulation_steps=accumulate,
                                 micro_batch_rows=micro_rows,
                                 global_step_at_start=int(state.global_step))
-        flags = ([Flag(FlagKind.TRAINER_ACCUMULATES,
-                       values={"steps": accumulate, "micro_batch": micro_rows})]
+        flags = ([Flag.of(TrainerAccumulates(steps=accumulate, micro_batch=micro_rows))]
                  if accumulate > 1 else [])
         self._run.open(model, optimizer, micro_rows * accumulate, about, flags)
 

@@ -31,7 +31,8 @@ from typing import Any
 
 from batchscope.errors import UsageError
 from batchscope.integrations.watched_run import WatchedCallback
-from batchscope.records import Flag, FlagKind
+from batchscope.records import Flag
+from batchscope.records.flag_payloads import LightningAccumulates, LightningProcesses
 from batchscope.records.report import IntegrationInfo, WatchedStep
 from batchscope.tensors import iter_tensors
 
@@ -124,11 +125,9 @@ class BatchscopeCallback(WatchedCallback, pl.Callback):
                                 global_step_at_start=int(trainer.global_step))
         flags = []
         if accumulate > 1:
-            flags.append(Flag(FlagKind.LIGHTNING_ACCUMULATES,
-                              values={"batches": accumulate, "rows": rows}))
+            flags.append(Flag.of(LightningAccumulates(batches=accumulate, rows=rows)))
         if world > 1:
-            flags.append(Flag(FlagKind.LIGHTNING_PROCESSES,
-                              values={"world": world, "strategy": strategy}))
+            flags.append(Flag.of(LightningProcesses(world=world, strategy=strategy)))
         self._run.open(pl_module, optimizers[0] if optimizers else None, rows, about, flags)
 
 

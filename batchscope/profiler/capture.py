@@ -19,7 +19,8 @@ import torch
 from torch._C._profiler import _EventType
 from torch.autograd.profiler import profile, record_function
 
-from batchscope.records import Flag, FlagKind, TimedOp
+from batchscope.records import Flag, TimedOp
+from batchscope.records.flag_payloads import ProfileDisagrees, ProfileRetaken
 
 STEP_TAG = "batchscope::step"
 # Steps captured per batch size; a few let us check the op sequence repeats (non-determinism
@@ -137,13 +138,13 @@ def capture_agreeing(step: Callable[[], Any], sync: Callable[[], None], device: 
     if tries == 0:
         return capture
     if gap <= PROFILE_GAP_RATIO:
-        capture.flag = Flag(FlagKind.PROFILE_RETAKEN, values={
-            "tries": tries, "first_gap": first_gap, "profiled_s": capture.step_s,
-            "timed_s": latency_s})
+        capture.flag = Flag.of(ProfileRetaken(
+            tries=tries, first_gap=first_gap, profiled_s=capture.step_s,
+            timed_s=latency_s))
     else:
-        capture.flag = Flag(FlagKind.PROFILE_DISAGREES, values={
-            "profiled_s": capture.step_s, "timed_s": latency_s, "gap": gap,
-            "cost_per_op_s": PROFILER_COST_PER_OP_S, "captures": tries + 1})
+        capture.flag = Flag.of(ProfileDisagrees(
+            profiled_s=capture.step_s, timed_s=latency_s, gap=gap,
+            cost_per_op_s=PROFILER_COST_PER_OP_S, captures=tries + 1))
     return capture
 
 

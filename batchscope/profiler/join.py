@@ -25,10 +25,10 @@ from batchscope.records import (
     ByteSplit,
     CountedOp,
     Flag,
-    FlagKind,
     OpStat,
     TimedOp,
 )
+from batchscope.records.flag_payloads import FusedByInductor, NonDeterministic, UnmatchedCalls
 
 # How far past the cursor we look for a counted op's profiled twin before giving up on it:
 # only ops the profiler sees but the dispatch mode does not (children of a matched op are
@@ -285,7 +285,7 @@ def group_ops(counted: Sequence[CountedOp], join: StepJoin,
         )
         if not all(join.matched[i] or does_no_work(counted[i]) for i in members):
             # some calls had no profiled twin: their time is missing
-            stat.flags.append(Flag(FlagKind.UNMATCHED_CALLS, batch_size, stat.op_id))
+            stat.flags.append(Flag.of(UnmatchedCalls(), batch_size, stat.op_id))
         stats.append(stat)
     return stats
 
@@ -304,8 +304,8 @@ def _flag_fused(ops: Sequence[OpStat], unmatched_ops_s: dict[str, float],
         if op.time_s == 0 and fused.get(op.name):
             # its time is the kernel's, listed apart (unmatched_ops_s), with the ops fused
             # with it
-            op.flags.append(Flag(FlagKind.FUSED_BY_INDUCTOR, batch_size, op.op_id,
-                                 {"kernels": list(fused[op.name])}))
+            op.flags.append(Flag.of(FusedByInductor(kernels=list(fused[op.name])),
+                                    batch_size, op.op_id))
 
 
 def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
@@ -324,7 +324,7 @@ def fill_breakdown(result: BatchResult, counted: Sequence[CountedOp],
     flags = list(result.flags)
     if sequences_differ(steps):
         # the op sequence differed between profiled steps
-        flags.append(Flag(FlagKind.NON_DETERMINISTIC, result.batch_size))
+        flags.append(Flag.of(NonDeterministic(), result.batch_size))
     return replace(
         result,
         profiled_step_s=joined.step_s,

@@ -18,7 +18,8 @@ from batchscope.hardware.nvml_sampler import NullSampler, NvmlSampler
 from batchscope.hardware.nvml_window import NvmlWindow, energy_per_unit_j
 from batchscope.profiler.memory import MemoryReading
 from batchscope.profiler.timing import TimingConfig
-from batchscope.records import BatchResult, Flag, FlagKind, LatencyStats
+from batchscope.records import BatchResult, Flag, LatencyStats
+from batchscope.records.flag_payloads import GpuThrottled
 
 if TYPE_CHECKING:
     import torch
@@ -80,8 +81,7 @@ def record_timing(result: BatchResult, timed: TimedSteps, units_per_row: int = 1
         energy_j = energy_per_unit_j(window, result.batch_size * units_per_row, stats.n)
         reasons = window.throttled_by()
         if reasons:
-            flags.append(Flag(FlagKind.GPU_THROTTLED, result.batch_size,
-                              values={"reasons": list(reasons)}))
+            flags.append(Flag.of(GpuThrottled(reasons=list(reasons)), result.batch_size))
     page_faults_per_step = (result.page_faults_per_step if timed.page_faults is None
                             else timed.page_faults / stats.n)
     return dataclasses.replace(

@@ -93,8 +93,9 @@ from batchscope.profiler.worker_config import (
     WorkerConfig,
     worker_config_from_json,
 )
-from batchscope.records import BatchResult, Flag, FlagKind, ModelInfo, RankResult, Status
+from batchscope.records import BatchResult, Flag, ModelInfo, RankResult, Status
 from batchscope.records.codec import decode
+from batchscope.records.flag_payloads import NoBreakdown
 from batchscope.records.report import (
     BusBandwidth,
     BusBandwidthSize,
@@ -411,8 +412,8 @@ class RankWorker(Worker):
         try:
             capture = capture_steps(step, self.sync, self.device, n_steps=CAPTURE_STEPS)
         except ProfilerUnavailable as exc:
-            return dataclasses.replace(result, flags=[*result.flags, Flag(
-                FlagKind.NO_BREAKDOWN, result.batch_size, values={"reason": str(exc)})])
+            return dataclasses.replace(result, flags=[*result.flags, Flag.of(
+                NoBreakdown(reason=str(exc)), result.batch_size)])
         counted = counting.count_model_step(step, self.model, self.optimizer, inputs,
                                             root=self.ddp.module)
         if self.rank == 0:

@@ -76,12 +76,24 @@ from batchscope.profiler.worker_config import KEPT_BUFFERS_ENV, WorkerConfig
 from batchscope.records import (
     BatchResult,
     Flag,
-    FlagKind,
     GridPoint,
     ModelInfo,
     Status,
     Stop,
     StopKind,
+)
+from batchscope.records.flag_payloads import (
+    BreakdownInterrupted,
+    BreakdownLost,
+    BudgetSkipped,
+    BudgetStop,
+    CeilingsFailed,
+    InterruptedStop,
+    PlateauStop,
+    PlateauUnconfirmed,
+    PredictedStopUnconfirmed,
+    RanksOutput,
+    TimedBeforeDeath,
 )
 from batchscope.records.interval import ControlTiming, DriftControl
 from batchscope.records.noise import control_timing
@@ -564,7 +576,7 @@ class Sweep:
             self.plan = self.measure_batches()
             self.rounds = self.decide()
             self.amp_off = self.time_without_amp()
-            skipped: list[str | int | float] = []  # phases --budget left undone
+            skipped: list[str] = []  # phases --budget left undone
             if self.over_budget():
                 skipped.append("the final kernel probes")
             else:
@@ -578,7 +590,7 @@ class Sweep:
             else:
                 self.kept_buffers_set_by = self.retime_keeping_buffers()
             if skipped:
-                self.flags.append(Flag(FlagKind.BUDGET_SKIPPED, values={"phases": skipped}))
+                self.flags.append(Flag.of(BudgetSkipped(phases=skipped)))
             if hold is not None:
                 hold.engage()  # everything is measured: nothing left to cut short
         except KeyboardInterrupt:
@@ -587,7 +599,7 @@ class Sweep:
         finally:
             self._drop_worker(graceful=not interrupted)
         if interrupted:
-            stop: Stop | None = Stop(StopKind.INTERRUPTED)
+            stop: Stop | None = Stop.of(InterruptedStop())
         else:
             stop = self.plan.stop if self.plan else None
         if self.rounds is None and self.rounds_run is not None and self.rounds_run.blocks:
@@ -619,8 +631,7 @@ class Sweep:
             while not isinstance(reply := handle.recv(deadline), CeilingsMeasured):
                 pass  # nothing else is sent in answer; skipped rather than misread
         except (WorkerDied, WorkerTimedOut) as exc:
-            self.flags.append(Flag(FlagKind.CEILINGS_FAILED,
-                                   values={"error": str(exc) or "timed out"}))
+            self.flags.append(Flag.of(CeilingsFailed(error=str(exc) or "timed out")))
             self._drop_worker(graceful=False)
             return None
         self.callbacks.on_ceilings(reply.ceilings)
@@ -732,11 +743,11 @@ class Sweep:
         evidence = plateau_verdict(self.rounds_run.blocks, [best], recent, PLATEAU_GAIN)
         if evidence is None or evidence.verdict == Verdict.CONFIRMED:
             return False
-        self.flags.append(Flag(FlagKind.PLATEAU_UNCONFIRMED, recent[-1], values={
-            "verdict": evidence.verdict.value, "best_before": evidence.best_before,
-            "recent": list(evidence.recent), "gain": evidence.gain,
-            "low": evidence.interval.low, "high": evidence.interval.high,
-            "rounds": evidence.rounds, "bar": 1 + PLATEAU_GAIN}))
+        self.flags.append(Flag.of(PlateauUnconfirmed(
+            verdict=evidence.verdict.value, best_before=evidence.best_before,
+            recent=list(evidence.recent), gain=evidence.gain,
+            low=evidence.interval.low, high=evidence.interval.high,
+            rounds=evidence.rounds, bar=1 + PLATEAU_GAIN), recent[-1]))
         plan.overrule(self.results)
         return True
 
@@ -760,10 +771,10 @@ class Sweep:
         again = policy.decide(paired_view(results, blocks, units), remaining, ceilings,
                               probes_s)
         if again is None:
-            self.flags.append(Flag(FlagKind.PREDICTED_STOP_UNCONFIRMED, results[-1].batch_size,
-                                   values={"batch_sizes": list(sizes),
-                                           "rounds": self.rounds_run.rounds_in(
-                                               self.worker_serial, sizes)}))
+            self.flags.append(Flag.of(PredictedStopUnconfirmed(
+                batch_sizes=list(sizes),
+                rounds=self.rounds_run.rounds_in(self.worker_serial, sizes)),
+                results[-1].batch_size))
         return again
 
     def _budget_stop(self, plan: Plan, batch_size: int) -> Stop | None:
@@ -771,7 +782,8 @@ class Sweep:
         from the last size's wall time grown with the batch, and the rounds' least time
         (their least rounds of the candidates so far, and a worker's start; never under
         ``ROUNDS_MIN_S``) would end past the budget. None within it (or without one)."""
-        if self.deadline is None or not self.results:
+        budget_s = self.config.budget_s
+        if self.deadline is None or budget_s is None or not self.results:
             return None  # the first size is measured whatever the budget: nothing else says
         last = self.results[-1]
         estimate = ((last.wall_s or 0.0) * batch_size / last.batch_size
@@ -780,10 +792,10 @@ class Sweep:
                     ROUNDS_MIN_S)
         if estimate + least <= self.deadline - time.monotonic():
             return None
-        return Stop(StopKind.BUDGET, batch_size, values={
-            "budget_s": self.config.budget_s, "spent_s": time.monotonic() - self.started_at,
-            "estimated_s": estimate,
-            "unmeasured": [b for b in plan.candidates if b >= batch_size]})
+        return Stop.of(BudgetStop(
+            budget_s=budget_s, spent_s=time.monotonic() - self.started_at,
+            estimated_s=estimate,
+            unmeasured=[b for b in plan.candidates if b >= batch_size]), batch_size)
 
     def time_without_amp(self) -> ControlTiming | None:
         """Under ``--amp``: the fastest batch size timed again, timing only, in a fresh
@@ -821,8 +833,8 @@ class Sweep:
         if policy is None or ceilings is None or stop is None or stop.kind != StopKind.PLATEAU:
             return False
         remaining = plan.remaining(self.results)
-        bar = stop.values.get("bar_per_s")
-        if not remaining or not isinstance(bar, float):
+        bar = PlateauStop.of(stop).bar_per_s
+        if not remaining or bar is None:
             return False
         probes_s = self.probe(policy.probes(self.results, remaining, ceilings))
         flag = policy.overrules_plateau(self.results, remaining, ceilings, bar, probes_s)
@@ -1025,7 +1037,7 @@ class Sweep:
         except KeyboardInterrupt:
             if timed is not None:
                 self.results.append(dataclasses.replace(timed, flags=[
-                    *timed.flags, Flag(FlagKind.BREAKDOWN_INTERRUPTED, batch_size)]))
+                    *timed.flags, Flag.of(BreakdownInterrupted(), batch_size)]))
             else:
                 self.results.append(BatchResult(batch_size, Status.INTERRUPTED,
                                                 error="interrupted by the user"))
@@ -1047,8 +1059,8 @@ class Sweep:
             result = dataclasses.replace(
                 result,
                 error=f"{died} (rank 0 had seen: {result.error})" if died else result.error,
-                flags=[*result.flags, Flag(FlagKind.RANKS_OUTPUT, result.batch_size,
-                                           values={"path": handle.log_path})])
+                flags=[*result.flags, Flag.of(RanksOutput(path=handle.log_path),
+                                              result.batch_size)])
         if result.status != Status.OK:  # the worker exits after any failure
             # (a failed rank cannot take the stop its peers would wait on)
             handle.stop(graceful=result.status != Status.RANK_FAILED)
@@ -1059,9 +1071,9 @@ class Sweep:
                 why: str) -> BatchResult:
         self._drop_worker(graceful=False)
         if timed is not None and status == Status.TIMEOUT:
-            return dataclasses.replace(timed, flags=[*timed.flags, Flag(
-                FlagKind.BREAKDOWN_LOST, batch_size, values={"reason": why})])
-        flags = [Flag(FlagKind.TIMED_BEFORE_DEATH, batch_size)] if timed is not None else []
+            return dataclasses.replace(timed, flags=[*timed.flags, Flag.of(
+                BreakdownLost(reason=why), batch_size)])
+        flags = [Flag.of(TimedBeforeDeath(), batch_size)] if timed is not None else []
         return BatchResult(batch_size, status, error=why, flags=flags)
 
     # -- the worker ----------------------------------------------------------------------------

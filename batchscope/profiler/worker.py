@@ -85,11 +85,11 @@ from batchscope.records import (
     BatchResult,
     CountedOp,
     Flag,
-    FlagKind,
     GridPoint,
     ModelInfo,
     Status,
 )
+from batchscope.records.flag_payloads import BreakdownFailed, NoBreakdown
 from batchscope.records.report import Mode
 from batchscope.tensors import iter_tensors, map_tensors
 from batchscope.tracebacks import describe_exception, user_frames
@@ -300,9 +300,9 @@ class Worker:
             status, label = classify_exception(exc)
             if phase != "timing" and phase != "make_inputs" and result.latency_s is not None:
                 # The timing pass succeeded; keep it and say the breakdown failed.
-                result = dataclasses.replace(result, flags=[*result.flags, Flag(
-                    FlagKind.BREAKDOWN_FAILED, batch_size,
-                    values={"phase": phase, "error": describe_exception(exc)})])
+                result = dataclasses.replace(result, flags=[*result.flags, Flag.of(
+                    BreakdownFailed(phase=phase, error=describe_exception(exc)),
+                    batch_size)])
             else:
                 error = f"{label}{describe_exception(exc)}"
                 frames = user_frames(exc)
@@ -423,8 +423,8 @@ class Worker:
                        if step_s else
                        capture_steps(step, self.sync, self.device, trace_path=trace))
         except ProfilerUnavailable as exc:
-            yield dataclasses.replace(result, flags=[*result.flags, Flag(
-                FlagKind.NO_BREAKDOWN, result.batch_size, values={"reason": str(exc)})])
+            yield dataclasses.replace(result, flags=[*result.flags, Flag.of(
+                NoBreakdown(reason=str(exc)), result.batch_size)])
             return
         def count() -> list[CountedOp]:
             return counting.count_model_step(count_step, self.model, self.optimizer, inputs,

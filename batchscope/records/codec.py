@@ -28,7 +28,8 @@ import msgspec
 
 from batchscope.errors import UsageError
 from batchscope.records.ab import AB_SCHEMA, ABMeasurement
-from batchscope.records.flags import Flag, FlagKind, Stop, StopKind
+from batchscope.records.flag_payloads import Note, NoteStop
+from batchscope.records.flags import Flag, Stop
 from batchscope.records.measurement import PeakMemoryMethod
 from batchscope.records.report import SCHEMA, SCHEMA_1, Report
 from batchscope.tracebacks import quote
@@ -401,7 +402,7 @@ _METHODS_1 = (
 
 
 def _note(text: Any) -> dict[str, Any]:
-    note: dict[str, Any] = to_builtins(Flag(FlagKind.NOTE, values={"text": str(text)}))
+    note: dict[str, Any] = to_builtins(Flag.of(Note(text=str(text))))
     return note
 
 
@@ -422,7 +423,7 @@ def _from_schema_1(doc: dict[str, Any]) -> dict[str, Any]:
         doc["flags"] = _notes(doc["flags"])
     reason = doc.pop("stop_reason", None)
     if isinstance(reason, str) and reason:
-        doc["stop"] = to_builtins(Stop(StopKind.NOTE, values={"text": reason}))
+        doc["stop"] = to_builtins(Stop.of(NoteStop(text=reason)))
     model = doc.get("model")
     if isinstance(model, dict):
         doc["model"] = {k: v for k, v in model.items() if v is not None}

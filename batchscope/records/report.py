@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records.counter_report import CountersSection
@@ -25,6 +26,9 @@ from batchscope.records.rounds import DecisionRounds
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
 from batchscope.records.target import TargetSection
+
+if TYPE_CHECKING:
+    from batchscope.records.flag_payloads import AssumptionPayload
 
 # report.json's schema; bump it to rename or retype a field. Schema 1 (flags, the stop and
 # the rule as sentences) is still read: codec.decode_report keeps them as NOTE kinds.
@@ -382,28 +386,35 @@ class Recommendation:
 
 # -- the step-time model's prediction --------------------------------------------------------
 class AssumptionKind(str, Enum):
-    """What the step-time model assumed where the sweep did not measure it."""
+    """What the step-time model assumed where the sweep did not measure it. Each has one
+    payload class in records/flag_payloads.py, named beside it."""
 
     # A family's compute efficiency (matmul, conv) taken from the ops of it that were
     # measured above the ridge.
-    MEASURED_ABOVE_RIDGE = "measured_above_ridge"
-    # Never measured compute-bound: at the speed of its path in the ceilings (path,
-    # flops_per_s).
-    PATH_SPEED = "path_speed"
+    MEASURED_ABOVE_RIDGE = "measured_above_ridge"  # MeasuredAboveRidgeAssumption
+    # Never measured compute-bound: at the speed of its path in the ceilings.
+    PATH_SPEED = "path_speed"  # PathSpeedAssumption
     # Never measured compute-bound and no path measured: at the compute roof.
-    AT_ROOF = "at_roof"
-    # Convolutions and per-row ops without a probe of their own at these sizes (batch_sizes;
-    # the probes' bounds: max_call_s, budget_min_s, round_s): grown in proportion to the rows.
-    NOT_PROBED = "not_probed"
+    AT_ROOF = "at_roof"  # AtRoofAssumption
+    # Convolutions and per-row ops without a probe of their own at these sizes: grown in
+    # proportion to the rows.
+    NOT_PROBED = "not_probed"  # NotProbedAssumption
 
 
 @dataclass(frozen=True)
 class Assumption:
-    """One thing the step-time model assumed, with the numbers its sentence quotes."""
+    """One thing the step-time model assumed, with the numbers its sentence quotes: its
+    kind's payload's fields (records/flag_payloads.py)."""
 
     kind: AssumptionKind
     family: str | None = None  # the kernel family (op_families) it concerns
     values: dict[str, Value] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, payload: AssumptionPayload, family: str | None = None) -> Assumption:
+        """The assumption of ``payload``'s kind, its values ``payload``'s fields
+        (records/flag_payloads.py: ``PathSpeedAssumption``, ...)."""
+        return cls(payload.kind, family, payload.values())
 
 
 @dataclass(frozen=True)

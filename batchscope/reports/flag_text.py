@@ -8,14 +8,15 @@ throughput in ``unit``s a second, a latency in ms). Plain strings: each renderer
 them for its format.
 
 Example:
-    >>> flag_text(Flag(FlagKind.NOISY_TIMING, 8, values={"spread": 0.31}))
+    >>> from batchscope.records.flag_payloads import NoisyTiming
+    >>> flag_text(Flag.of(NoisyTiming(spread=0.31), 8))
     'batch 8: noisy timing, p25-p75 spans 31% of the median (was the machine busy?)'
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from batchscope.classifiers.throughput_curve import curve_throughput
 from batchscope.op_families import PATH_WORDS
@@ -34,7 +35,68 @@ from batchscope.records import (
 )
 from batchscope.records.counters import NcuNote, NcuNoteKind
 from batchscope.records.evidence import Evidence, EvidenceKind, EvidenceReason, Grade
-from batchscope.records.flags import TraceGap, Value
+from batchscope.records.flag_payloads import (
+    AboveTheoreticalPeak,
+    AccountingError,
+    AmpCasts,
+    AmpFaster,
+    AmpSlower,
+    AmpSlowerMeasured,
+    BatchFailed,
+    BelowTheoreticalPeak,
+    BreakdownFailed,
+    BreakdownLost,
+    BudgetSkipped,
+    BudgetStop,
+    CapStop,
+    CeilingsFailed,
+    CeilingsOnBusyMachine,
+    CeilingSpread,
+    Compiled,
+    CountersDisagree,
+    DataRowsStop,
+    FailedStop,
+    FinderSet,
+    FusedByInductor,
+    GlobalBatchInInference,
+    GpuNotInDatasheets,
+    GpuThrottled,
+    LightningAccumulates,
+    LightningProcesses,
+    NcuFailed,
+    NoBreakdown,
+    NoisyTiming,
+    Note,
+    NoteStop,
+    NotProbedAssumption,
+    OverLatencyLimitStop,
+    OverMemoryBudgetStop,
+    PageFaults,
+    PartlyFromCache,
+    PathSpeedAssumption,
+    PlateauOverruled,
+    PlateauStop,
+    PlateauUnconfirmed,
+    PredictedNotToFit,
+    PredictedStop,
+    PredictedStopUnconfirmed,
+    ProfileDisagrees,
+    ProfileRetaken,
+    RanksOutput,
+    RepeatedErrorsStop,
+    RoofRaised,
+    ServedFromCache,
+    SkippedStop,
+    SlowestRank,
+    StandInTrainingStep,
+    TraceIncomplete,
+    TraceNotRead,
+    TracesOnDifferentGpus,
+    TrainerAccumulates,
+    WatchDataLoading,
+    WorkVaries,
+)
+from batchscope.records.flags import TraceGap
 from batchscope.records.interval import MEANINGFUL_SPAN
 from batchscope.records.report import EstimateMethod, LimitKind, OverLimit
 from batchscope.records.rounds import DISTURBED_FACTOR, STALL_FACTOR
@@ -46,22 +108,7 @@ from batchscope.serving.whatif import SAME_THROUGHPUT
 MIB = 2**20
 
 
-def _n(flag: Flag | Stop | Assumption, key: str) -> float:
-    value = flag.values.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _t(flag: Flag | Stop | Assumption, key: str) -> str:
-    value = flag.values.get(key)
-    return "" if value is None else str(value)
-
-
-def _list(flag: Flag | Stop | Assumption, key: str) -> list[str | int | float]:
-    value: Value = flag.values.get(key)
-    return list(value) if isinstance(value, list) else []
-
-
-def _sizes(sizes: list[str | int | float]) -> str:
+def _sizes(sizes: Sequence[str | int | float]) -> str:
     """``[4, 8]`` -> ``"4 and 8"``; ``[2, 4, 8]`` -> ``"2, 4 and 8"``."""
     words = [str(s) for s in sizes]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
@@ -69,94 +116,99 @@ def _sizes(sizes: list[str | int | float]) -> str:
 
 # -- flags ----------------------------------------------------------------------------------
 def _noisy(f: Flag) -> str:
-    return (f"noisy timing, p25-p75 spans {_n(f, 'spread'):.0%} of the median (was the "
-            "machine busy?)")
+    return (f"noisy timing, p25-p75 spans {NoisyTiming.of(f).spread:.0%} of the median (was "
+            "the machine busy?)")
 
 
 def _roof_raised(f: Flag) -> str:
-    when = f", measured {_t(f, 'measured_at')}" if _t(f, "measured_at") else ""
-    return (f"the {_t(f, 'roof')} roof was raised from {_n(f, 'before') / 1e9:,.0f} to "
-            f"{_n(f, 'after') / 1e9:,.0f} GFLOP/s: {_t(f, 'op')} ({f.op_id}) ran that fast at "
-            f"batch {f.batch_size} in this run, so the {_t(f, 'source')} ceiling{when} was low "
+    p = RoofRaised.of(f)
+    when = f", measured {p.measured_at}" if p.measured_at else ""
+    return (f"the {p.roof} roof was raised from {p.before / 1e9:,.0f} to "
+            f"{p.after / 1e9:,.0f} GFLOP/s: {p.op} ({f.op_id}) ran that fast at "
+            f"batch {f.batch_size} in this run, so the {p.source} ceiling{when} was low "
             "(a slower minute of the machine, or a slower path); ops are placed against what "
             "ran. `diagnose hardware --recalibrate` measures it again")
 
 
-def _roof(f: Flag) -> str:
+def _roof(dtype: str, family: str | None) -> str:
     """The roof a flag is about ("the float32 matmul roof"), or the dtype's one peak where
     the flag names no kernel family (flags of reports written before families had roofs)."""
-    family = _t(f, "family")
-    return f"the {_t(f, 'dtype')} {family} roof" if family else f"the {_t(f, 'dtype')} peak"
+    return f"the {dtype} {family} roof" if family else f"the {dtype} peak"
 
 
-def _gflops(f: Flag, key: str) -> str:
+def _gflops(rate: float) -> str:
     """A FLOP/s figure in GFLOP/s to three significant digits (173, 12.5, 1.96), so that a
     ratio quoted beside figures can be read off the figures shown, however slow the path."""
-    value = _n(f, key) / 1e9
+    value = rate / 1e9
     if value <= 0:
         return "0"
     return f"{value:,.{max(0, 2 - math.floor(math.log10(value)))}f}"
 
 
 def _ceiling_spread(f: Flag) -> str:
-    probe = f"{PATH_WORDS.get(_t(f, 'path'), _t(f, 'path') or 'torch.mm')}"
-    probe += f" at {_t(f, 'size')}" if _t(f, "size") else ""
-    tail = (f"the roof is their best, {_gflops(f, 'best')} GFLOP/s: compute-bound ops sit that "
+    p = CeilingSpread.of(f)
+    path = p.path or ""
+    probe = f"{PATH_WORDS.get(path, path or 'torch.mm')}"
+    probe += f" at {p.size}" if p.size is not None and str(p.size) else ""
+    roof = _roof(p.dtype, p.family)
+    tail = (f"the roof is their best, {_gflops(p.best)} GFLOP/s: compute-bound ops sit that "
             "uncertainly against it; `diagnose hardware --recalibrate` on a quiet machine "
             "measures it again")
-    if "fast" in f.values:  # the span of the rates quoted, over the median quoted
-        return (f"{_roof(f)} ({probe}) varied between repeats: the middle half of them ran at "
-                f"{_gflops(f, 'slow')}-{_gflops(f, 'fast')} GFLOP/s, a span of "
-                f"{_n(f, 'spread'):.0%} of their median {_gflops(f, 'median')} GFLOP/s; {tail}")
+    # The span of the rates quoted, over the median quoted:
+    if p.fast is not None and p.slow is not None:
+        return (f"{roof} ({probe}) varied between repeats: the middle half of them ran at "
+                f"{_gflops(p.slow)}-{_gflops(p.fast)} GFLOP/s, a span of "
+                f"{p.spread:.0%} of their median {_gflops(p.median)} GFLOP/s; {tail}")
     # Figures kept before the quartiles were: the spread is of the repeats' times.
-    return (f"the repeats of {_roof(f)} ({probe}) spread: their times' interquartile range "
-            f"is {_n(f, 'spread'):.0%} of their median (median {_gflops(f, 'median')} "
+    return (f"the repeats of {roof} ({probe}) spread: their times' interquartile range "
+            f"is {p.spread:.0%} of their median (median {_gflops(p.median)} "
             f"GFLOP/s); {tail}")
 
 
-def _theoretical(f: Flag) -> str:
+def _theoretical(p: AboveTheoreticalPeak | BelowTheoreticalPeak) -> str:
     """How the theoretical peak quoted was worked out: a CPU's product, or a datasheet."""
-    bound = f"{_gflops(f, 'theoretical_flops_per_s')} GFLOP/s"
-    if f.values.get("cores") is None:
-        return f"{bound} ({_t(f, 'source')})"
-    matrix = f", {_t(f, 'matrix_unit').upper()}" if _t(f, "matrix_unit") else ""
-    cores = int(_n(f, "cores"))
-    return (f"{bound} ({cores} core{'s' if cores != 1 else ''} × "
-            f"{_n(f, 'clock_hz') / 1e9:.2f} GHz × "
-            f"{_n(f, 'flops_per_cycle'):,.0f} FLOP a cycle: {_t(f, 'isa')}{matrix}, "
-            f"{int(_n(f, 'fma_units'))} FMA units a core assumed; a bound, not a prediction)")
+    bound = f"{_gflops(p.theoretical_flops_per_s)} GFLOP/s"
+    if p.cores is None:
+        return f"{bound} ({p.source})"
+    matrix = f", {p.matrix_unit.upper()}" if p.matrix_unit else ""
+    return (f"{bound} ({p.cores} core{'s' if p.cores != 1 else ''} × "
+            f"{(p.clock_hz or 0.0) / 1e9:.2f} GHz × "
+            f"{p.flops_per_cycle or 0.0:,.0f} FLOP a cycle: {p.isa or ''}{matrix}, "
+            f"{p.fma_units or 0} FMA units a core assumed; a bound, not a prediction)")
 
 
-def _clock_words(f: Flag) -> str:
+def _clock_words(p: AboveTheoreticalPeak) -> str:
     """The other reason a rate can pass the bound: a clock above the one read (a CPU), or a
     faster variant of the GPU than the datasheet row."""
-    if f.values.get("cores") is None:
+    if p.cores is None:
         return ", or this GPU is a faster variant than the datasheet row it was matched to"
-    source = _t(f, "clock_source")
+    source = p.clock_source
     if not source or source == "cpuinfo_max_freq":
         return ""
     where = "/proc/cpuinfo reports" if source == "cpu MHz" else "the CPU's model name says"
-    return f", or the cores ran faster than the {_n(f, 'clock_hz') / 1e9:.2f} GHz {where} (turbo)"
+    return (f", or the cores ran faster than the {(p.clock_hz or 0.0) / 1e9:.2f} GHz {where} "
+            "(turbo)")
 
 
 def _above_theoretical(f: Flag) -> str:
-    path = _t(f, "path")
-    what = (f"{path} ({f.op_id}) ran at batch {f.batch_size} at" if f.op_id else
-            f"{PATH_WORDS.get(path, path)}, a probe of {_roof(f)}, reached")
-    return (f"{what} {_gflops(f, 'flops_per_s')} GFLOP/s in {_t(f, 'dtype')}, "
-            f"{_n(f, 'share'):.0%} of this machine's theoretical peak of {_theoretical(f)}: "
+    p = AboveTheoreticalPeak.of(f)
+    what = (f"{p.path} ({f.op_id}) ran at batch {f.batch_size} at" if f.op_id else
+            f"{PATH_WORDS.get(p.path, p.path)}, a probe of {_roof(p.dtype, p.family)}, reached")
+    return (f"{what} {_gflops(p.flops_per_s)} GFLOP/s in {p.dtype}, "
+            f"{p.share:.0%} of this machine's theoretical peak of {_theoretical(p)}: "
             "it did fewer multiplications than the FLOPs counted (a Winograd or FFT "
-            f"convolution, a Strassen-like matmul){_clock_words(f)}. Ops are placed against "
+            f"convolution, a Strassen-like matmul){_clock_words(p)}. Ops are placed against "
             "what was measured, so their efficiency is against what ran, not the silicon")
 
 
 def _below_theoretical(f: Flag) -> str:
-    dtype, path = _t(f, "dtype"), _t(f, "path")
-    how = PATH_WORDS.get(path, path)
-    if f.values.get("native") is False:
+    p = BelowTheoreticalPeak.of(f)
+    dtype = p.dtype
+    how = PATH_WORDS.get(p.path, p.path)
+    if p.native is False:
         why = (f"this CPU has no native {dtype} arithmetic, so torch converts to fp32 and "
                "back: run fp32, or on a CPU with native bf16 (AMX or AVX512-BF16)")
-    elif dtype in ("bfloat16", "float16") and f.values.get("cores") is not None:
+    elif dtype in ("bfloat16", "float16") and p.cores is not None:
         why = (f"{dtype} takes a slow library path on this CPU: run fp32 (run both and "
                "`diagnose compare` the two reports)")
     else:
@@ -164,14 +216,14 @@ def _below_theoretical(f: Flag) -> str:
                "`python -c \"import torch; print(torch.__config__.show())\"` names it), or a "
                "machine busy while the roof was measured (`diagnose hardware --recalibrate` "
                "on a quiet one)")
-    return (f"{_roof(f)}, {_gflops(f, 'flops_per_s')} GFLOP/s ({how}), is "
-            f"{_n(f, 'share'):.0%} of this machine's theoretical peak of {_theoretical(f)}: "
+    return (f"{_roof(dtype, p.family)}, {_gflops(p.flops_per_s)} GFLOP/s ({how}), is "
+            f"{p.share:.0%} of this machine's theoretical peak of {_theoretical(p)}: "
             f"{why}. Its ops are placed against the roof measured")
 
 
 def _compiled(f: Flag) -> str:
-    compiles = ", ".join(f"{float(s):,.1f} s at batch {b}" for b, s in
-                         zip(_list(f, "compiles_at"), _list(f, "compile_s")))
+    p = Compiled.of(f)
+    compiles = ", ".join(f"{s:,.1f} s at batch {b}" for b, s in zip(p.compiles_at, p.compile_s))
     text = ("the model is torch.compile'd: step latencies are the compiled model's; the "
             "compile for each new shape is in the first warm-up step, outside them"
             + (f" (that step less one step: {compiles})" if compiles else "")
@@ -181,11 +233,11 @@ def _compiled(f: Flag) -> str:
             "kernel profiling names the aten ops each fused, and those eager ops say so and "
             "show no time of their own; the graph's time outside its named kernels is "
             f"\"{FUSED_KERNELS}\")")
-    if "fused_s" in f.values:
-        named = ", ".join(f"{k} {float(s) * 1e6:,.0f} µs"
-                          for k, s in zip(_list(f, "kernels"), _list(f, "kernel_s")))
-        text += (f" (at batch {int(_n(f, 'at_batch'))}: {_n(f, 'fused_s') * 1e6:,.0f} µs, "
-                 f"{_n(f, 'fused_share'):.0%} of the profiled step"
+    if p.fused_s is not None:
+        named = ", ".join(f"{k} {s * 1e6:,.0f} µs"
+                          for k, s in zip(p.kernels or [], p.kernel_s or []))
+        text += (f" (at batch {p.at_batch}: {p.fused_s * 1e6:,.0f} µs, "
+                 f"{p.fused_share or 0.0:.0%} of the profiled step"
                  + (f"; {named}" if named else "") + ")")
     return (text + ". FLOPs and bytes are counted on the eager module: a fused op's "
             "intermediates are counted as if they went through memory, so the compiled "
@@ -193,9 +245,10 @@ def _compiled(f: Flag) -> str:
 
 
 def _stand_in_step(f: Flag) -> str:
-    optimizer = ("make_optimizer from the model file" if f.values.get("optimizer_from_file")
-                 else f"batchscope's default: AdamW(lr={_n(f, 'default_lr'):g}, foreach=False)")
-    loss = ("loss from the model file" if f.values.get("loss_from_file")
+    p = StandInTrainingStep.of(f)
+    optimizer = ("make_optimizer from the model file" if p.optimizer_from_file
+                 else f"batchscope's default: AdamW(lr={p.default_lr:g}, foreach=False)")
+    loss = ("loss from the model file" if p.loss_from_file
             else "batchscope's stand-in: the mean square of the outputs")
     return (f"the training step is batchscope's, not your loop's: optimizer {optimizer}; "
             f"loss {loss}; zero_grad set_to_none=False. Define make_optimizer(model) and "
@@ -204,38 +257,52 @@ def _stand_in_step(f: Flag) -> str:
 
 
 def _amp_slower(f: Flag) -> str:
-    dtype = _t(f, "dtype")
-    native = f.values.get("native") is False
+    p = AmpSlower.of(f)
+    dtype = p.dtype
+    native = p.native is False
     why = f"; this CPU has no native {dtype} arithmetic" if native else ""
-    peak, fp32 = _n(f, "peak"), _n(f, "fp32_peak")
-    return (f"--amp {_t(f, 'amp')} ran the matmuls in {dtype}, whose matmul roof here is "
-            f"{_gflops(f, 'peak')} GFLOP/s against fp32's {_gflops(f, 'fp32_peak')} "
+    peak, fp32 = p.peak, p.fp32_peak
+    return (f"--amp {p.amp} ran the matmuls in {dtype}, whose matmul roof here is "
+            f"{_gflops(peak)} GFLOP/s against fp32's {_gflops(fp32)} "
             f"({fp32 / peak if peak else float('inf'):,.1f}x "
-            f"slower{why}): its compute-bound ops, {_n(f, 'compute_share'):.0%} of the step at "
+            f"slower{why}): its compute-bound ops, {p.compute_share:.0%} of the step at "
             f"batch {f.batch_size}, would run faster in fp32 here; run without --amp"
             + (", or on a CPU with native bf16 (AMX or AVX512-BF16)" if native else ""))
 
 
 def _amp_casts(f: Flag) -> str:
-    dtype = _t(f, "dtype")
-    return (f"--amp {_t(f, 'amp')} spent {_n(f, 'cast_s') * 1e6:,.0f} µs of the profiled step "
-            f"at batch {f.batch_size} ({_n(f, 'share'):.0%}, {int(_n(f, 'calls'))} calls) "
+    p = AmpCasts.of(f)
+    dtype = p.dtype
+    return (f"--amp {p.amp} spent {p.cast_s * 1e6:,.0f} µs of the profiled step "
+            f"at batch {f.batch_size} ({p.share:.0%}, {p.calls} calls) "
             f"casting tensors (_to_copy: autocast casts the fp32 weights to {dtype} on every "
             "step, and back for the ops it keeps in fp32): work an fp32 step does not do, so "
             f"unless {dtype} saves more than that on the matmuls, the step is slower than in "
             "fp32. A run without --amp measures fp32 here; `diagnose compare` the two reports")
 
 
+def _amp_slower_measured(f: Flag) -> str:
+    p = AmpSlowerMeasured.of(f)
+    return (f"--amp {p.amp} ran batch {f.batch_size} at {p.amp_s * 1e3:,.3g} ms a "
+            f"step; timed again without autocast in a fresh worker, the same batch ran at "
+            f"{p.fp32_s * 1e3:,.3g} ms ({p.ratio:.2f}x faster, beyond the run's "
+            f"noise: at most {p.fp32_high_s * 1e3:,.3g} ms against at least "
+            f"{p.amp_low_s * 1e3:,.3g} ms): on this machine fp32 is the faster; run "
+            "without --amp")
+
+
 def _amp_faster(f: Flag) -> str:
-    return (f"{_t(f, 'dtype')} matmuls peak at {_n(f, 'ratio'):,.1f}x fp32's on this machine "
-            f"and compute-bound ops take {_n(f, 'compute_share'):.0%} of the step at batch "
-            f"{f.batch_size}: `--amp {_t(f, 'amp')}` (torch.autocast) could run them up to that "
+    p = AmpFaster.of(f)
+    return (f"{p.dtype} matmuls peak at {p.ratio:,.1f}x fp32's on this machine "
+            f"and compute-bound ops take {p.compute_share:.0%} of the step at batch "
+            f"{f.batch_size}: `--amp {p.amp}` (torch.autocast) could run them up to that "
             "much faster; its report counts each op in the dtype it ran in")
 
 
 def _work_varies(f: Flag) -> str:
-    read = ", ".join(f"{float(w) / 1e6:,.1f} MB at batch {b}"
-                     for b, w in zip(_list(f, "batch_sizes"), _list(f, "weight_bytes")))
+    p = WorkVaries.of(f)
+    read = ", ".join(f"{w / 1e6:,.1f} MB at batch {b}"
+                     for b, w in zip(p.batch_sizes, p.weight_bytes))
     return (f"the work per step changes with the inputs, not only with the batch size: the "
             f"weights read per step were {read} (weights are read once per step whatever the "
             "batch, unless the data decides which layers run: an early exit, routing). "
@@ -244,15 +311,15 @@ def _work_varies(f: Flag) -> str:
 
 
 def _page_faults(f: Flag) -> str:
-    page = _n(f, "page_bytes")
-    parts = ", ".join(f"batch {b}: {float(n):,.0f} ({float(n) * page / MIB:,.0f} MiB, "
-                      f"~{float(s):.0%})" for b, n, s in
-                      zip(_list(f, "batch_sizes"), _list(f, "faults"), _list(f, "shares")))
+    p = PageFaults.of(f)
+    page = p.page_bytes
+    parts = ", ".join(f"batch {b}: {n:,.0f} ({n * page / MIB:,.0f} MiB, ~{s:.0%})"
+                      for b, n, s in zip(p.batch_sizes, p.faults, p.shares))
     # The cost of a fault: measured side by side on this machine where the allocator check
     # ran (view.shown_flag restates the shares at it), else the estimate.
-    cost = (f"~{_n(f, 'cost_s') * 1e6:.2g} µs a fault, measured side by side on this machine"
-            if f.values.get("measured") else
-            f"~{_n(f, 'cost_s') * 1e6:g} µs a fault, an estimate")
+    cost = (f"~{p.cost_s * 1e6:.2g} µs a fault, measured side by side on this machine"
+            if p.measured else
+            f"~{p.cost_s * 1e6:g} µs a fault, an estimate")
     return (f"page faults per step, with the memory mapped afresh every step and the share of "
             f"the step they take at {cost}: {parts}. The "
             "allocator returns large buffers to the OS and faults them in again each step; "
@@ -261,8 +328,9 @@ def _page_faults(f: Flag) -> str:
 
 
 def _cache(f: Flag, partly: bool) -> str:
-    measured, roof = _n(f, "time_s") * 1e6, _n(f, "roof_s") * 1e6
-    footprint, cache = _n(f, "footprint_bytes") / MIB, _n(f, "cache_bytes") / MIB
+    p = PartlyFromCache.of(f) if partly else ServedFromCache.of(f)
+    measured, roof = p.time_s * 1e6, p.roof_s * 1e6
+    footprint, cache = p.footprint_bytes / MIB, p.cache_bytes / MIB
     if partly:
         return (f"measured {measured:.1f} µs, faster than its DRAM roof of {roof:.1f} µs; of "
                 f"its {footprint:,.1f} MiB a call, up to the cache's {cache:,.0f} MiB may still "
@@ -272,8 +340,14 @@ def _cache(f: Flag, partly: bool) -> str:
             "beats the DRAM bandwidth")
 
 
+def _accounting_error(f: Flag) -> str:
+    p = AccountingError.of(f)
+    return (f"measured {p.time_s * 1e6:.1f} µs is faster than its roof of "
+            f"{p.roof_s * 1e6:.1f} µs")
+
+
 def _fused(f: Flag) -> str:
-    kernels = [str(k) for k in _list(f, "kernels")]
+    kernels = FusedByInductor.of(f).kernels
     more = f" and {len(kernels) - 3} more" if len(kernels) > 3 else ""
     return (f"{', '.join(kernels[:3])}{more}: its time is the kernel's, listed apart "
             "(unmatched_ops_s), with the ops fused with it")
@@ -303,28 +377,29 @@ _MISSING = {
 
 
 def _incomplete(f: Flag) -> str:
-    template = _MISSING.get(_t(f, "missing"))
+    p = TraceIncomplete.of(f)
+    template = _MISSING.get(p.missing)
     if template is None:  # a kind this version does not know (a newer report): as it is
-        return f"the trace lacks: {_t(f, 'missing')}"
-    return template.format(events=int(_n(f, "events")))
+        return f"the trace lacks: {p.missing}"
+    return template.format(events=p.events or 0)
 
 
-def _not_to_fit(f: Flag | Stop) -> str:
+def _not_to_fit(p: PredictedNotToFit) -> str:
     """Why a batch size was skipped, without "batch N": its predicted peak against what it
-    would not fit in."""
-    sizes = _list(f, "from_batches")
+    would not fit in (a PREDICTED_NOT_TO_FIT flag's, or a SKIPPED stop's)."""
+    sizes = p.from_batches
     basis = f"extrapolated from batches {_sizes(sizes)}" if sizes else "extrapolated"
-    text = f"skipped: its peak memory, {basis}, would be {_n(f, 'predicted_bytes') / MIB:,.0f} MiB"
-    if "budget_bytes" in f.values:
-        return text + f", over the budget of {_n(f, 'budget_bytes') / MIB:,.0f} MiB"
-    return (text + f", {_n(f, 'more_bytes') / MIB:,.0f} MiB more than batch "
-            f"{sizes[-1] if sizes else '?'} needed, and only {_n(f, 'free_bytes') / MIB:,.0f} MiB "
-            "was free")
+    text = f"skipped: its peak memory, {basis}, would be {p.predicted_bytes / MIB:,.0f} MiB"
+    if p.budget_bytes is not None:
+        return text + f", over the budget of {p.budget_bytes / MIB:,.0f} MiB"
+    return (text + f", {(p.more_bytes or 0.0) / MIB:,.0f} MiB more than batch "
+            f"{sizes[-1] if sizes else '?'} needed, and only "
+            f"{(p.free_bytes or 0) / MIB:,.0f} MiB was free")
 
 
 def _lightning_accumulates(f: Flag) -> str:
-    rows = int(_n(f, "rows"))
-    batches = int(_n(f, "batches"))
+    p = LightningAccumulates.of(f)
+    rows, batches = p.rows or 0, p.batches
     return (f"Lightning accumulates gradients over {batches} batches: each watched step is one "
             f"batch{f' of {rows} rows' if rows else ''}, and the optimizer steps once every "
             f"{batches} batches, so only some watched steps hold its update (the counted step "
@@ -332,15 +407,17 @@ def _lightning_accumulates(f: Flag) -> str:
 
 
 def _trainer_accumulates(f: Flag) -> str:
-    steps, rows = int(_n(f, "steps")), int(_n(f, "micro_batch"))
+    p = TrainerAccumulates.of(f)
+    steps, rows = p.steps, p.micro_batch
     return (f"The Trainer accumulates gradients over {steps} micro-batches of {rows} rows: each "
             f"watched step is one optimizer step of {steps * rows} rows, and its ops run at a "
             f"micro-batch's shapes (an op's calls add up over the {steps} micro-batches).")
 
 
 def _watch_data_loading(f: Flag) -> str:
-    return (f"each watched step spent {_n(f, 'seconds') * 1e3:,.3g} ms "
-            f"({_n(f, 'share'):.0%} of the median step) before the model was called: loading "
+    p = WatchDataLoading.of(f)
+    return (f"each watched step spent {p.seconds * 1e3:,.3g} ms "
+            f"({p.share:.0%} of the median step) before the model was called: loading "
             "its batch, and whatever else the loop runs first. It is in the step time and the "
             "throughput, not in the op breakdown and the roofline, which start at the model's "
             "first call.")
@@ -355,18 +432,19 @@ _FINDER_STEPS = {
 
 
 def _finder_set(f: Flag) -> str:
-    size, where = int(_n(f, "batch_size")), _t(f, "where")
-    if _t(f, "mode") == "largest":
-        largest, margin = int(_n(f, "largest")), _n(f, "margin")
+    p = FinderSet.of(f)
+    size, where = p.batch_size, p.where
+    if p.mode == "largest":
+        largest, margin = p.largest, p.margin
         why = (f"the largest batch that ran ({largest}) less a {margin:.0%} margin"
                if margin else "the largest batch that ran")
     else:
         why = "the recommended batch size"
     text = f"the finder set {where} to {size}: {why}"
-    world = int(_n(f, "world"))
+    world = p.world
     if world > 1:
         text += f"; all {world} processes took rank 0's answer"
-    step = _FINDER_STEPS.get(_t(f, "step"), "one step of the loop")
+    step = _FINDER_STEPS.get(p.step, "one step of the loop")
     return (text + f". Each size was timed on the trainer's own loop, a step being {step} "
             "(its data loading included), with the model's weights, the optimizer's state and "
             "the random number generators restored after.")
@@ -388,9 +466,10 @@ _NCU_FAILURES = {
 
 
 def _ncu_failed(f: Flag) -> str:
-    words = _NCU_FAILURES.get(_t(f, "failure"), "ncu failed ({detail})")
+    p = NcuFailed.of(f)
+    words = _NCU_FAILURES.get(p.failure, "ncu failed ({detail})")
     where = f" at batch {f.batch_size}" if f.batch_size is not None else ""
-    return f"no counters{where}: " + words.format(detail=_t(f, "detail"))
+    return f"no counters{where}: " + words.format(detail=p.detail)
 
 # What the ncu reader set aside (records/counters.NcuNoteKind), after the note's subject.
 _NCU_NOTES: dict[NcuNoteKind, str] = {
@@ -434,57 +513,118 @@ def ncu_note_text(note: NcuNote) -> str:
     return f"{subject} {_NCU_NOTES[note.kind].format(text=note.text or '')}."
 
 
+def _plateau_overruled(f: Flag) -> str:
+    p = PlateauOverruled.of(f)
+    return (f"the measured throughput levelled off by batch {f.batch_size}, but the step-time "
+            f"model, fitted on batches {_sizes(p.fitted_on)} from their exact FLOPs and "
+            f"bytes, predicts {p.gain:.3g}× the throughput at batch "
+            f"{p.highest} ({p.projected_per_s:,.4g}/s at the low end of its "
+            f"band, against the plateau's bar of {p.bar_per_s:,.4g}/s): the sweep went on")
+
+
+def _plateau_unconfirmed(f: Flag) -> str:
+    p = PlateauUnconfirmed.of(f)
+    return (f"the sequential timings looked flat by batch {f.batch_size}, but timed against "
+            f"batch {p.best_before} in {p.rounds} interleaved rounds, batches "
+            f"{_sizes(p.recent)} gave up to {p.gain:.2f}× its throughput "
+            f"({p.low:.2f}–{p.high:.2f}× at 95%): "
+            + ("a gain past the plateau's bar of " if p.verdict == "refuted" else
+               "the rounds could not tell a gain under the plateau's bar of ")
+            + f"{p.bar:.2f}× from one over it, so the sweep went on")
+
+
+def _predicted_stop_unconfirmed(f: Flag) -> str:
+    p = PredictedStopUnconfirmed.of(f)
+    return (f"the step-time model would have stopped the sweep after batch {f.batch_size}, "
+            f"but once batches {_sizes(p.batch_sizes)} were timed against each other in "
+            f"{p.rounds} interleaved rounds its stop no longer held: the sweep went on")
+
+
+def _breakdown_failed(f: Flag) -> str:
+    p = BreakdownFailed.of(f)
+    return f"op breakdown failed in {p.phase}: {p.error}"
+
+
+def _profile_retaken(f: Flag) -> str:
+    p = ProfileRetaken.of(f)
+    return (f"profile retaken {p.tries}x: the first profiled step was "
+            f"{p.first_gap:.1f}x the timed one (the profiler warming up); the kept profile "
+            f"({p.profiled_s * 1e3:,.3g} ms) agrees with the timed "
+            f"{p.timed_s * 1e3:,.3g} ms")
+
+
+def _profile_disagrees(f: Flag) -> str:
+    p = ProfileDisagrees.of(f)
+    return (f"the profile disagrees with the timing: profiled steps took "
+            f"{p.profiled_s * 1e3:,.3g} ms against {p.timed_s * 1e3:,.3g} ms timed "
+            f"({p.gap:.1f}x after the profiler's ~{p.cost_per_op_s * 1e6:g} µs an op, "
+            f"{p.captures} captures): the time shares and per-op times are those of "
+            "the profiled steps and may not hold for the timed ones")
+
+
+def _batch_failed(f: Flag) -> str:
+    p = BatchFailed.of(f)
+    return f"batch {f.batch_size} ended as {p.status}: {p.error}"
+
+
+def _traces_on_different_gpus(f: Flag) -> str:
+    p = TracesOnDifferentGpus.of(f)
+    return (f"the traces ran on different GPUs ({', '.join(p.gpus)}): roofs are those of "
+            f"{p.roofs_of}")
+
+
+def _slowest_rank(f: Flag) -> str:
+    p = SlowestRank.of(f)
+    rank = "" if p.rank is None else p.rank
+    return f"rank {rank} is the slowest of {p.ranks} ranks ({p.trace}); the report shows it"
+
+
+def _counters_disagree(f: Flag) -> str:
+    p = CountersDisagree.of(f)
+    return (f"{p.op} is {p.bound}-bound by its kernels' measured counters "
+            f"({fmt.si(p.flops, 'FLOP')} over {fmt.si(p.dram_bytes, 'B')} of DRAM "
+            f"per step) but {p.modelled_bound}-bound as modelled "
+            f"({fmt.si(p.modelled_flops, 'FLOP')} over "
+            f"{fmt.si(p.modelled_bytes, 'B')}; {p.matched} of its "
+            f"{p.launches} launches profiled): the model's bytes or FLOPs are wrong "
+            "for its kernels (cache reuse, recomputation, split-K, padding)")
+
+
+def _lightning_processes(f: Flag) -> str:
+    p = LightningProcesses.of(f)
+    return (f"Lightning ran {p.world} processes ({p.strategy}): this report is "
+            "rank 0's, its batch size per process, and each of its steps holds the gradients' "
+            "all-reduce (counted as c10d::allreduce_, not against the memory roof).")
+
+
 _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
-    FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {_t(f, 'reason')}",
-    FlagKind.PLATEAU_OVERRULED: lambda f: (
-        f"the measured throughput levelled off by batch {f.batch_size}, but the step-time "
-        f"model, fitted on batches {_sizes(_list(f, 'fitted_on'))} from their exact FLOPs and "
-        f"bytes, predicts {_n(f, 'gain'):.3g}× the throughput at batch "
-        f"{int(_n(f, 'highest'))} ({_n(f, 'projected_per_s'):,.4g}/s at the low end of its "
-        f"band, against the plateau's bar of {_n(f, 'bar_per_s'):,.4g}/s): the sweep went on"),
-    FlagKind.PLATEAU_UNCONFIRMED: lambda f: (
-        f"the sequential timings looked flat by batch {f.batch_size}, but timed against batch "
-        f"{int(_n(f, 'best_before'))} in {int(_n(f, 'rounds'))} interleaved rounds, batches "
-        f"{_sizes(_list(f, 'recent'))} gave up to {_n(f, 'gain'):.2f}× its throughput "
-        f"({_n(f, 'low'):.2f}–{_n(f, 'high'):.2f}× at 95%): "
-        + ("a gain past the plateau's bar of " if _t(f, "verdict") == "refuted" else
-           "the rounds could not tell a gain under the plateau's bar of ")
-        + f"{_n(f, 'bar'):.2f}× from one over it, so the sweep went on"),
-    FlagKind.PREDICTED_STOP_UNCONFIRMED: lambda f: (
-        f"the step-time model would have stopped the sweep after batch {f.batch_size}, but "
-        f"once batches {_sizes(_list(f, 'batch_sizes'))} were timed against each other in "
-        f"{int(_n(f, 'rounds'))} interleaved rounds its stop no longer held: the sweep went on"),
+    FlagKind.NO_BREAKDOWN: lambda f: f"no op breakdown: {NoBreakdown.of(f).reason}",
+    FlagKind.PLATEAU_OVERRULED: _plateau_overruled,
+    FlagKind.PLATEAU_UNCONFIRMED: _plateau_unconfirmed,
+    FlagKind.PREDICTED_STOP_UNCONFIRMED: _predicted_stop_unconfirmed,
     FlagKind.BUDGET_SKIPPED: lambda f: (
-        f"--budget was spent before {_sizes(_list(f, 'phases'))}: not done"),
-    FlagKind.BREAKDOWN_FAILED: lambda f: (f"op breakdown failed in {_t(f, 'phase')}: "
-                                          f"{_t(f, 'error')}"),
-    FlagKind.BREAKDOWN_LOST: lambda f: f"op breakdown lost: {_t(f, 'reason')}",
+        f"--budget was spent before {_sizes(BudgetSkipped.of(f).phases)}: not done"),
+    FlagKind.BREAKDOWN_FAILED: _breakdown_failed,
+    FlagKind.BREAKDOWN_LOST: lambda f: f"op breakdown lost: {BreakdownLost.of(f).reason}",
     FlagKind.BREAKDOWN_INTERRUPTED: lambda f: "interrupted during the op breakdown",
     FlagKind.TIMED_BEFORE_DEATH: lambda f: "the timing pass had finished before the worker died",
-    FlagKind.PROFILE_RETAKEN: lambda f: (
-        f"profile retaken {int(_n(f, 'tries'))}x: the first profiled step was "
-        f"{_n(f, 'first_gap'):.1f}x the timed one (the profiler warming up); the kept profile "
-        f"({_n(f, 'profiled_s') * 1e3:,.3g} ms) agrees with the timed "
-        f"{_n(f, 'timed_s') * 1e3:,.3g} ms"),
-    FlagKind.PROFILE_DISAGREES: lambda f: (
-        f"the profile disagrees with the timing: profiled steps took "
-        f"{_n(f, 'profiled_s') * 1e3:,.3g} ms against {_n(f, 'timed_s') * 1e3:,.3g} ms timed "
-        f"({_n(f, 'gap'):.1f}x after the profiler's ~{_n(f, 'cost_per_op_s') * 1e6:g} µs an op, "
-        f"{int(_n(f, 'captures'))} captures): the time shares and per-op times are those of "
-        "the profiled steps and may not hold for the timed ones"),
+    FlagKind.PROFILE_RETAKEN: _profile_retaken,
+    FlagKind.PROFILE_DISAGREES: _profile_disagrees,
     FlagKind.GPU_THROTTLED: lambda f: (
-        f"the GPU was throttled ({', '.join(str(r) for r in _list(f, 'reasons'))}): its "
+        f"the GPU was throttled ({', '.join(GpuThrottled.of(f).reasons)}): its "
         "clocks were below what it can sustain"),
-    FlagKind.RANKS_OUTPUT: lambda f: f"the ranks' own output: {_t(f, 'path')}",
+    FlagKind.RANKS_OUTPUT: lambda f: f"the ranks' own output: {RanksOutput.of(f).path}",
     FlagKind.NON_DETERMINISTIC: lambda f: ("non-deterministic: the op sequence differed "
                                            "between profiled steps"),
     FlagKind.NOISY_TIMING: _noisy,
-    FlagKind.CEILINGS_FAILED: lambda f: (f"measuring the ceilings failed ({_t(f, 'error')}); "
-                                         "ops are not classified"),
+    FlagKind.CEILINGS_FAILED: lambda f: (
+        f"measuring the ceilings failed ({CeilingsFailed.of(f).error}); ops are not "
+        "classified"),
     FlagKind.CEILINGS_ON_BUSY_MACHINE: lambda f: (
-        f"the ceilings were measured while other processes took {_n(f, 'share'):.0%} of the "
-        "CPU: they are likely low, so ops may sit too close to (or beyond) their roofs; they "
-        "were not cached and will be measured again on the next run"),
+        f"the ceilings were measured while other processes took "
+        f"{CeilingsOnBusyMachine.of(f).share:.0%} of the CPU: they are likely low, so ops may "
+        "sit too close to (or beyond) their roofs; they were not cached and will be measured "
+        "again on the next run"),
     FlagKind.ROOF_RAISED: _roof_raised,
     FlagKind.CEILING_SPREAD: _ceiling_spread,
     FlagKind.ABOVE_THEORETICAL_PEAK: _above_theoretical,
@@ -493,51 +633,30 @@ _FLAGS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.COMPILED: _compiled,
     FlagKind.AMP_SLOWER: _amp_slower,
     FlagKind.AMP_CASTS: _amp_casts,
-    FlagKind.AMP_SLOWER_MEASURED: lambda f: (
-        f"--amp {_t(f, 'amp')} ran batch {f.batch_size} at {_n(f, 'amp_s') * 1e3:,.3g} ms a "
-        f"step; timed again without autocast in a fresh worker, the same batch ran at "
-        f"{_n(f, 'fp32_s') * 1e3:,.3g} ms ({_n(f, 'ratio'):.2f}x faster, beyond the run's "
-        f"noise: at most {_n(f, 'fp32_high_s') * 1e3:,.3g} ms against at least "
-        f"{_n(f, 'amp_low_s') * 1e3:,.3g} ms): on this machine fp32 is the faster; run "
-        "without --amp"),
+    FlagKind.AMP_SLOWER_MEASURED: _amp_slower_measured,
     FlagKind.AMP_FASTER: _amp_faster,
     FlagKind.GLOBAL_BATCH_IN_INFERENCE: lambda f: (
-        f"--global-batch {int(_n(f, 'global_batch'))} was given, but this run is inference: "
-        "gradient accumulation applies to training (--mode train)"),
+        f"--global-batch {GlobalBatchInInference.of(f).global_batch} was given, but this run "
+        "is inference: gradient accumulation applies to training (--mode train)"),
     FlagKind.WORK_VARIES: _work_varies,
     FlagKind.PAGE_FAULTS: _page_faults,
-    FlagKind.PREDICTED_NOT_TO_FIT: _not_to_fit,
-    FlagKind.BATCH_FAILED: lambda f: (f"batch {f.batch_size} ended as {_t(f, 'status')}: "
-                                      f"{_t(f, 'error')}"),
-    FlagKind.TRACE_NOT_READ: lambda f: f"not read: {_t(f, 'error')}",
-    FlagKind.TRACES_ON_DIFFERENT_GPUS: lambda f: (
-        f"the traces ran on different GPUs ({', '.join(str(g) for g in _list(f, 'gpus'))}): "
-        f"roofs are those of {_t(f, 'roofs_of')}"),
+    FlagKind.PREDICTED_NOT_TO_FIT: lambda f: _not_to_fit(PredictedNotToFit.of(f)),
+    FlagKind.BATCH_FAILED: _batch_failed,
+    FlagKind.TRACE_NOT_READ: lambda f: f"not read: {TraceNotRead.of(f).error}",
+    FlagKind.TRACES_ON_DIFFERENT_GPUS: _traces_on_different_gpus,
     FlagKind.GPU_NOT_IN_DATASHEETS: lambda f: (
-        f"{_t(f, 'gpu')} is not in the datasheet table: ops are not placed on a roofline; "
-        "times, FLOPs and bytes are shown"),
-    FlagKind.SLOWEST_RANK: lambda f: (
-        f"rank {_t(f, 'rank')} is the slowest of {int(_n(f, 'ranks'))} ranks "
-        f"({_t(f, 'trace')}); the report shows it"),
+        f"{GpuNotInDatasheets.of(f).gpu} is not in the datasheet table: ops are not placed "
+        "on a roofline; times, FLOPs and bytes are shown"),
+    FlagKind.SLOWEST_RANK: _slowest_rank,
     FlagKind.TRACE_INCOMPLETE: _incomplete,
     FlagKind.NCU_FAILED: _ncu_failed,
-    FlagKind.COUNTERS_DISAGREE: lambda f: (
-        f"{_t(f, 'op')} is {_t(f, 'bound')}-bound by its kernels' measured counters "
-        f"({fmt.si(_n(f, 'flops'), 'FLOP')} over {fmt.si(_n(f, 'dram_bytes'), 'B')} of DRAM "
-        f"per step) but {_t(f, 'modelled_bound')}-bound as modelled "
-        f"({fmt.si(_n(f, 'modelled_flops'), 'FLOP')} over "
-        f"{fmt.si(_n(f, 'modelled_bytes'), 'B')}; {int(_n(f, 'matched'))} of its "
-        f"{int(_n(f, 'launches'))} launches profiled): the model's bytes or FLOPs are wrong "
-        "for its kernels (cache reuse, recomputation, split-K, padding)"),
+    FlagKind.COUNTERS_DISAGREE: _counters_disagree,
     FlagKind.LIGHTNING_ACCUMULATES: _lightning_accumulates,
-    FlagKind.LIGHTNING_PROCESSES: lambda f: (
-        f"Lightning ran {int(_n(f, 'world'))} processes ({_t(f, 'strategy')}): this report is "
-        "rank 0's, its batch size per process, and each of its steps holds the gradients' "
-        "all-reduce (counted as c10d::allreduce_, not against the memory roof)."),
+    FlagKind.LIGHTNING_PROCESSES: _lightning_processes,
     FlagKind.TRAINER_ACCUMULATES: _trainer_accumulates,
     FlagKind.WATCH_DATA_LOADING: _watch_data_loading,
     FlagKind.FINDER_SET: _finder_set,
-    FlagKind.NOTE: lambda f: _t(f, "text"),
+    FlagKind.NOTE: lambda f: Note.of(f).text,
 }
 
 
@@ -555,9 +674,7 @@ _OP_DETAILS: dict[FlagKind, Callable[[Flag], str]] = {
     FlagKind.FUSED_BY_INDUCTOR: _fused,
     FlagKind.SERVED_FROM_CACHE: lambda f: _cache(f, partly=False),
     FlagKind.PARTLY_FROM_CACHE: lambda f: _cache(f, partly=True),
-    FlagKind.ACCOUNTING_ERROR: lambda f: (
-        f"measured {_n(f, 'time_s') * 1e6:.1f} µs is faster than its roof of "
-        f"{_n(f, 'roof_s') * 1e6:.1f} µs"),
+    FlagKind.ACCOUNTING_ERROR: _accounting_error,
 }
 
 
@@ -597,15 +714,27 @@ _RUN_WIDE = frozenset({FlagKind.ROOF_RAISED, FlagKind.AMP_SLOWER, FlagKind.AMP_F
 
 # -- the stop ---------------------------------------------------------------------------------
 def _predicted(s: Stop, unit: str) -> str:
-    remaining = _list(s, "remaining")
+    p = PredictedStop.of(s)
+    remaining = p.remaining
     sizes = (f"batch {remaining[0]}" if len(remaining) == 1
              else f"batches {', '.join(str(b) for b in remaining)}")
-    fitted = ", ".join(str(b) for b in _list(s, "fitted_on"))
+    fitted = ", ".join(str(b) for b in p.fitted_on)
     return (f"{sizes} not measured: the step-time model, fitted on batches {fitted}, predicts "
-            f"at most {_n(s, 'projected_per_s'):,.4g} ± {_n(s, 'margin'):.0%} {unit}s/s there "
-            f"(batch {int(_n(s, 'highest'))}: {_n(s, 'gain'):.2f}× batch {int(_n(s, 'last'))}), "
-            f"under the {_n(s, 'bar_per_s'):,.4g} {unit}s/s that would change the pick; it had "
-            f"predicted batch {int(_n(s, 'last'))} within {_n(s, 'miss'):.0%} before measuring it")
+            f"at most {p.projected_per_s:,.4g} ± {p.margin:.0%} {unit}s/s there "
+            f"(batch {p.highest}: {p.gain:.2f}× batch {p.last}), "
+            f"under the {p.bar_per_s:,.4g} {unit}s/s that would change the pick; it had "
+            f"predicted batch {p.last} within {p.miss:.0%} before measuring it")
+
+
+def _budget(stop: Stop) -> str:
+    p, b = BudgetStop.of(stop), stop.batch_size
+    unmeasured = p.unmeasured
+    return (f"--budget of {fmt.seconds(p.budget_s)} would have run out: batch "
+            f"{b} was reckoned at {fmt.seconds(p.estimated_s)} after "
+            f"{fmt.seconds(p.spent_s)} spent, so "
+            + (f"batches {_sizes(unmeasured)} were" if len(unmeasured) > 1
+               else f"batch {b} was")
+            + " left unmeasured (a larger --budget measures them)")
 
 
 def stop_text(stop: Stop | None, unit: str = "sample") -> str:
@@ -618,33 +747,32 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
     if kind == StopKind.LIST_DONE:
         return "every requested batch size was measured"
     if kind == StopKind.CAP:
-        return f"reached the largest batch size ({int(_n(stop, 'largest'))})"
+        return f"reached the largest batch size ({CapStop.of(stop).largest})"
     if kind == StopKind.SKIPPED:
-        return f"batch {b} {_not_to_fit(stop)}" if stop.values else f"batch {b} skipped"
+        why = SkippedStop.of(stop).not_to_fit()
+        return f"batch {b} {_not_to_fit(why)}" if why else f"batch {b} skipped"
     if kind == StopKind.FAILED:
-        return f"batch {b} ended as {_t(stop, 'status')}"
+        return f"batch {b} ended as {FailedStop.of(stop).status}"
     if kind in (StopKind.OVER_LATENCY_LIMIT, StopKind.OVER_MEMORY_BUDGET):
-        limit = (LimitKind.LATENCY if kind == StopKind.OVER_LATENCY_LIMIT
-                 else LimitKind.MEMORY)
-        over = OverLimit(b or 0, limit, _n(stop, "measured"), _n(stop, "limit"))
+        latency = kind == StopKind.OVER_LATENCY_LIMIT
+        limit = LimitKind.LATENCY if latency else LimitKind.MEMORY
+        over_stop = (OverLatencyLimitStop.of(stop) if latency
+                     else OverMemoryBudgetStop.of(stop))
+        over = OverLimit(b or 0, limit, over_stop.measured, over_stop.limit)
         return f"batch {b}: {limit_text(over)}"
     if kind == StopKind.PLATEAU:
-        return (f"throughput plateaued: the last {int(_n(stop, 'doublings'))} doublings "
-                f"together added less than {_n(stop, 'gain'):.0%} over the best before them")
+        plateau = PlateauStop.of(stop)
+        return (f"throughput plateaued: the last {plateau.doublings} doublings "
+                f"together added less than {plateau.gain:.0%} over the best before them")
     if kind == StopKind.PREDICTED:
         return _predicted(stop, unit)
     if kind == StopKind.REPEATED_ERRORS:
-        return (f"batches {_sizes(_list(stop, 'batch_sizes'))} in a row ended as "
-                f"{' and '.join(str(s) for s in _list(stop, 'statuses'))}; larger batch sizes "
+        errors = RepeatedErrorsStop.of(stop)
+        return (f"batches {_sizes(errors.batch_sizes)} in a row ended as "
+                f"{' and '.join(errors.statuses)}; larger batch sizes "
                 "were not tried")
     if kind == StopKind.BUDGET:
-        unmeasured = _list(stop, "unmeasured")
-        return (f"--budget of {fmt.seconds(_n(stop, 'budget_s'))} would have run out: batch "
-                f"{b} was reckoned at {fmt.seconds(_n(stop, 'estimated_s'))} after "
-                f"{fmt.seconds(_n(stop, 'spent_s'))} spent, so "
-                + (f"batches {_sizes(unmeasured)} were" if len(unmeasured) > 1
-                   else f"batch {b} was")
-                + " left unmeasured (a larger --budget measures them)")
+        return _budget(stop)
     if kind == StopKind.INTERRUPTED:
         return "interrupted by the user"
     if kind == StopKind.IN_PROGRESS:
@@ -654,11 +782,11 @@ def stop_text(stop: Stop | None, unit: str = "sample") -> str:
     if kind == StopKind.WATCH_CUT_SHORT:
         return "the loop ended before the watched steps were done"
     if kind == StopKind.DATA_ROWS:
-        return (f"the training data gave {int(_n(stop, 'rows'))} rows where batch {b} was "
-                "asked for: larger batches cannot be drawn from it")
+        return (f"the training data gave {DataRowsStop.of(stop).rows} rows where batch {b} "
+                "was asked for: larger batches cannot be drawn from it")
     if kind == StopKind.TRACES:
         return "recorded traces: nothing was swept"
-    return _t(stop, "text")
+    return NoteStop.of(stop).text
 
 
 # -- the evidence --------------------------------------------------------------------------------
@@ -909,16 +1037,18 @@ def assumption_text(assumption: Assumption) -> str:
     if a.kind == AssumptionKind.MEASURED_ABOVE_RIDGE:
         return f"{family}: compute efficiency of the {family} ops measured above the ridge"
     if a.kind == AssumptionKind.PATH_SPEED:
+        path = PathSpeedAssumption.of(a)
         return (f"{family}: never measured compute-bound; at the speed of its path in the "
-                f"ceilings ({_t(a, 'path')} measured at "
-                f"{_n(a, 'flops_per_s') / 1e9:,.0f} GFLOP/s)")
+                f"ceilings ({path.path} measured at "
+                f"{path.flops_per_s / 1e9:,.0f} GFLOP/s)")
     if a.kind == AssumptionKind.AT_ROOF:
         return f"{family}: never measured compute-bound; assumed at the compute roof"
-    sizes = _list(a, "batch_sizes")
+    p = NotProbedAssumption.of(a)
+    sizes = p.batch_sizes
     where = (f"batch {sizes[0]}" if len(sizes) == 1
              else f"batches {', '.join(str(b) for b in sizes)}")
     return (f"convolutions and other per-row ops: not probed at {where} (skipped for cost: a "
-            f"call estimated over {_n(a, 'max_call_s'):g} s, or past the probes' budget, half "
-            f"the sweep's time within {_n(a, 'budget_min_s'):g}-{_n(a, 'round_s'):g} s, "
-            f"{_n(a, 'round_s'):g} s under --predict-to); its time grows in proportion to the "
+            f"call estimated over {p.max_call_s:g} s, or past the probes' budget, half "
+            f"the sweep's time within {p.budget_min_s:g}-{p.round_s:g} s, "
+            f"{p.round_s:g} s under --predict-to); its time grows in proportion to the "
             f"rows from the largest size it was probed at")

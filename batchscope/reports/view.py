@@ -35,6 +35,7 @@ from batchscope.records import (
     TimeBasis,
     TimeShare,
 )
+from batchscope.records.flag_payloads import PageFaults
 from batchscope.records.report import CurvePoint, SequenceGrid, StepPrediction
 from batchscope.reports import fmt
 from batchscope.reports.flag_text import flag_body, flag_detail, flag_label, flag_text
@@ -356,14 +357,14 @@ def shown_flag(report: Report, flag: Flag) -> Flag:
     cost, measured = fault_cost(report)
     if flag.kind != FlagKind.PAGE_FAULTS or not measured:
         return flag
-    sizes = flag.values.get("batch_sizes")
+    faults = PageFaults.of(flag)
     batches = {b.batch_size: b for b in report.batches}
-    shares: list[str | int | float] = []
-    for size in sizes if isinstance(sizes, list) else []:
-        batch = batches.get(int(size))
+    shares: list[float] = []
+    for size in faults.batch_sizes:
+        batch = batches.get(size)
         shares.append((fault_share(report, batch) if batch is not None else None) or 0.0)
-    return dataclasses.replace(flag, values={**flag.values, "shares": shares, "cost_s": cost,
-                                             "measured": True})
+    return Flag.of(dataclasses.replace(faults, shares=shares, cost_s=cost, measured=True),
+                   flag.batch_size, flag.op_id)
 
 
 # What each peak-memory method counts, in words.

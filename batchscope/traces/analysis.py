@@ -28,13 +28,13 @@ from batchscope.records import (
     ByteSplit,
     CountedOp,
     Flag,
-    FlagKind,
     KernelStat,
     OpStat,
     Status,
     TimeBasis,
 )
-from batchscope.records.flags import TraceGap, Value
+from batchscope.records.flag_payloads import TraceIncomplete
+from batchscope.records.flags import TraceGap
 from batchscope.traces.kineto import KinetoTrace
 from batchscope.traces.recorded_ops import DTYPES, Recorded, count_recorded
 from batchscope.traces.timeline import (
@@ -316,8 +316,8 @@ def kernel_floor_s(trace: KinetoTrace) -> float | None:
     return durations[int(KERNEL_FLOOR_PERCENTILE * (len(durations) - 1))]
 
 
-def _incomplete(missing: TraceGap, **values: Value) -> Flag:
-    return Flag(FlagKind.TRACE_INCOMPLETE, values={"missing": missing.value, **values})
+def _incomplete(missing: TraceGap, events: int | None = None) -> Flag:
+    return Flag.of(TraceIncomplete(missing=missing.value, events=events))
 
 
 def missing_pieces(trace: KinetoTrace, timeline: Timeline) -> list[Flag]:

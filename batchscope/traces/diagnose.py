@@ -25,15 +25,20 @@ from batchscope.plan import Limits
 from batchscope.records import (
     BatchResult,
     Flag,
-    FlagKind,
     ModelInfo,
     Report,
     RunInfo,
     Source,
     Stop,
-    StopKind,
 )
 from batchscope.records.counter_report import DEFAULT_KERNEL_FLOOR_S as KERNEL_FLOOR_S
+from batchscope.records.flag_payloads import (
+    GpuNotInDatasheets,
+    SlowestRank,
+    TraceNotRead,
+    TracesOnDifferentGpus,
+    TracesStop,
+)
 from batchscope.records.report import Mode, TraceFile, TraceRank
 from batchscope.reports import write_all
 from batchscope.traces.analysis import (
@@ -153,10 +158,10 @@ def _gpu_flags(traces: list[KinetoTrace], ceilings: Ceilings | None) -> list[Fla
     flags = []
     names = sorted({t.device_name() or "unknown" for t in traces})
     if len(names) > 1:
-        flags.append(Flag(FlagKind.TRACES_ON_DIFFERENT_GPUS, values={
-            "gpus": list(names), "roofs_of": first.device_name() or "unknown"}))
+        flags.append(Flag.of(TracesOnDifferentGpus(
+            gpus=list(names), roofs_of=first.device_name() or "unknown")))
     if ceilings is None and first.device_name() and first.device_events:
-        flags.append(Flag(FlagKind.GPU_NOT_IN_DATASHEETS, values={"gpu": first.device_name()}))
+        flags.append(Flag.of(GpuNotInDatasheets(gpu=first.device_name() or "")))
     return flags
 
 
@@ -201,14 +206,14 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
         result = slowest.result
         if len(ranks) > 1:
             per_rank[size] = _rank_rows(ranks, slowest)
-            result = dataclasses.replace(result, flags=[*result.flags, Flag(
-                FlagKind.SLOWEST_RANK, values={"rank": slowest.rank, "ranks": len(ranks),
-                                               "trace": Path(slowest.path).name})])
+            result = dataclasses.replace(result, flags=[*result.flags, Flag.of(
+                SlowestRank(rank=slowest.rank, ranks=len(ranks),
+                            trace=Path(slowest.path).name))])
         results.append(result)
     first = traces[0]
     # A GPU's roofs apply to kernel times only: a CPU-only trace gets none.
     ceilings = datasheet_ceilings(first) if first.device_events else None
-    flags = [Flag(FlagKind.TRACE_NOT_READ, values={"error": message})
+    flags = [Flag.of(TraceNotRead(error=message))
              for message in unreadable]
     flags += _gpu_flags(traces, ceilings)
     dtype = dominant_dtype(first)
@@ -240,7 +245,7 @@ def diagnose_traces(paths: Sequence[str | Path], batch_sizes: Sequence[int] | No
     report = assemble(Measured(
         model=model, run=run, ceilings=ceilings, results=results,
         limits=Limits(max_batch=max(size for size, _ in plan)),
-        stop=Stop(StopKind.TRACES), flags=flags,
+        stop=Stop.of(TracesStop()), flags=flags,
         recommends=known,  # one trace of an unknown batch size recommends nothing
         counters=counters,
     ))

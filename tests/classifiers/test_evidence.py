@@ -66,7 +66,7 @@ def _drift(change: float):
 def _report(run: RunInfo, results: list[BatchResult] = RESULTS,
             stop: Stop | None = None) -> Report:
     return assemble(Measured(ModelInfo(target="m.py"), run, None, results, Limits(),
-                             stop=stop or Stop(StopKind.CAP)))
+                             stop=stop or Stop(StopKind.CAP, values={"largest": 8})))
 
 
 def test_a_quiet_run_decided_by_rounds_is_good():
