@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 
 from batchscope.records.codec import decode_report, to_builtins
-from batchscope.serving.metrics import ServingMetrics, summarize, summarize_simulation
+from batchscope.records.serving import ServingMetrics
+from batchscope.serving.metrics import summarize, summarize_simulation
 from batchscope.serving.requests import Request, TokenRange, poisson_stream
 from batchscope.serving.simulator import Policy, Served, simulate
 from batchscope.serving.step_time import fit_step_time

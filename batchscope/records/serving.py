@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from batchscope.records.engine import EngineCalibration, PrefillFit
@@ -105,12 +105,10 @@ class SloTargets:
 
 
 @dataclass(frozen=True)
-class ServingRun:
-    """One simulation: one policy at one batch cap and one request rate."""
+class ServingMetrics:
+    """One run of one policy at one batch cap and one request rate, measured or simulated
+    (serving/metrics.summarize)."""
 
-    policy: Policy
-    cap: int
-    rate_per_s: float
     requests: int
     completed: int
     rejected: int
@@ -126,9 +124,23 @@ class ServingRun:
     mean_batch: float | None
     goodput_requests_per_s: float | None
     slo_met: bool | None
-    keeps_up: bool | None
-    idle_slot_share: float | None = None
+    keeps_up: bool | None  # requests finished at KEEP_UP_SHARE of the rate they arrived
+    idle_slot_share: float | None = None  # rows stepped that generated nothing (static's waste)
     preemptions: int = 0  # rows preempted for KV room (--paged continuous batching)
+
+    def row(self, policy: Policy, cap: int, rate_per_s: float) -> ServingRun:
+        """This run as one row of the what-if (report.json ``serving.what_if.runs``)."""
+        return ServingRun(policy=policy, cap=cap, rate_per_s=rate_per_s,
+                          **{f.name: getattr(self, f.name) for f in fields(ServingMetrics)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingRun(ServingMetrics):
+    """One simulation: one policy at one batch cap and one request rate, and its metrics."""
+
+    policy: Policy
+    cap: int
+    rate_per_s: float
     # A --target-gpu prediction's band: the same run on its low and its high steps (the KV
     # read under --paged and the prefill at their points); None for a sweep.
     throughput_band_tokens_per_s: tuple[float, float] | None = None

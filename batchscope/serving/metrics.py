@@ -3,12 +3,11 @@ end latency at p50 and p99, and goodput under an SLO (requests per second that m
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from batchscope.records.serving import Policy, ServingRun, SloTargets
+from batchscope.records.serving import ServingMetrics, SloTargets
 from batchscope.serving.simulator import Served, Simulation
 
 # A server whose requests finish at a lower rate than this share of the rate they arrive at
@@ -59,35 +58,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-@dataclass(frozen=True)
-class ServingMetrics:
-    """One run of one policy at one batch cap and one request rate."""
-
-    requests: int
-    completed: int
-    rejected: int
-    duration_s: float
-    throughput_tokens_per_s: float
-    throughput_requests_per_s: float
-    ttft_p50_s: float | None
-    ttft_p99_s: float | None
-    tpot_p50_s: float | None
-    tpot_p99_s: float | None
-    e2e_p50_s: float | None
-    e2e_p99_s: float | None
-    mean_batch: float | None
-    goodput_requests_per_s: float | None
-    slo_met: bool | None
-    keeps_up: bool | None  # requests finished at KEEP_UP_SHARE of the rate they arrived
-    idle_slot_share: float | None = None  # rows stepped that generated nothing (static's waste)
-    preemptions: int = 0  # rows preempted for KV room (--paged continuous batching)
-
-    def row(self, policy: Policy, cap: int, rate_per_s: float) -> ServingRun:
-        """This run as one row of the what-if (report.json ``serving.what_if.runs``)."""
-        return ServingRun(policy=policy, cap=cap, rate_per_s=rate_per_s,
-                          **dataclasses.asdict(self))
 
 
 def keeps_up(served: Sequence[Served]) -> bool | None:

@@ -26,6 +26,7 @@ from batchscope.records.report import Mode
 from batchscope.records.serving import (
     KvMemorySource,
     Policy,
+    ServingMetrics,
     ServingPick,
     ServingRun,
     SloRate,
@@ -35,7 +36,7 @@ from batchscope.records.serving import (
 )
 from batchscope.serving.engine_cost import fit_engine, fit_prefill, with_engine
 from batchscope.serving.engines.runs import EngineMeasurement
-from batchscope.serving.metrics import ServingMetrics, Slo, summarize_simulation
+from batchscope.serving.metrics import Slo, summarize_simulation
 from batchscope.serving.requests import (
     Request,
     TokenRange,
