@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from batchscope.assemble import Measured, assemble
 from batchscope.classifiers.allocator import retime_sizes
-from batchscope.classifiers.analyze import final_probe_specs
+from batchscope.classifiers.analyze import unmeasured_sizes, work_varies_with_inputs
 from batchscope.classifiers.early_stop import EarlyStop
 from batchscope.classifiers.kernel_roofline import counters_section
 from batchscope.classifiers.recommend import OBJECTIVES
@@ -33,6 +33,7 @@ from batchscope.hardware.busy import OtherLoad
 from batchscope.hardware.figures import DatasheetSpec
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
+from batchscope.probe_plan import final_probe_specs
 from batchscope.profiler.launcher import DistributedConfig, LaunchedRanks
 from batchscope.profiler.ncu_export import NcuUnreadable, read_ncu_exports
 from batchscope.profiler.ncu_run import (
@@ -64,6 +65,7 @@ from batchscope.records import (
 from batchscope.records.counter_report import CountersSection
 from batchscope.records.counters import NcuExport
 from batchscope.records.flag_payloads import InProgressStop, NcuFailed
+from batchscope.records.probe import ProbeSpec
 from batchscope.records.rounds import RoundBlock
 from batchscope.records.run import DEFAULT_OUT_DIR
 from batchscope.reports import write_all, write_json
@@ -101,6 +103,17 @@ def limits_of(options: Options) -> Limits:
 # --ncu: the time one batch size may take under ncu, as a multiple of --timeout, and at least.
 NCU_TIMEOUT_FACTOR = 10
 NCU_TIMEOUT_MIN_S = 600.0
+
+
+def _final_probes(results: list[BatchResult], limits: Limits) -> list[ProbeSpec]:
+    """The kernel probes the report's prediction uses (probe_plan.final_probe_specs) at the
+    measured sizes and the unmeasured ones it predicts (analyze.unmeasured_sizes); none
+    where the weights a step reads vary with its data (analyze.work_varies_with_inputs: no
+    curve describes batching alone)."""
+    if work_varies_with_inputs(results):
+        return []
+    return final_probe_specs(results, unmeasured_sizes(results, limits), limits.max_batch,
+                             limits.predict_to)
 
 
 def validate_options(options: Options) -> None:
@@ -385,7 +398,7 @@ def _run(target: str, callables: dict[str, Any] | None, options: Options,
         budget_s=options.budget_s,
         measure_all=options.measure_all,
         early_stop=EarlyStop(limits, options.objective),
-        final_probes=((lambda results, _ceilings: final_probe_specs(results, limits))
+        final_probes=((lambda results, _ceilings: _final_probes(results, limits))
                       if options.op_breakdown else None),
         probes_s=writer.probes_s,
         distributed=dist,

@@ -1,6 +1,6 @@
 """How an op's tensor shapes grow with the batch size: each dimension either fixed or in
 proportion to it. Used where a shape at an unmeasured batch size is needed: the kernel
-probes (classifiers/step_model.py) and the counts carried to a larger batch
+probes (probe_plan.py) and the counts carried to a larger batch
 (profiler/count_extrapolation.py)."""
 
 from __future__ import annotations

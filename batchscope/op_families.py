@@ -101,6 +101,12 @@ COLLECTIVES = frozenset(f"c10d::{name}" for name in (
 # their probes are the cost-bounded ones (a matmul's probe is its shapes alone).
 ARGS_PROBED = frozenset(name for name, kind in PROBES.items()
                         if kind in (ProbeKind.CONV_ARGS, ProbeKind.REPLAYED))
+# The per-row ops a probe calls again from their recorded arguments, whichever overload
+# they fit (profiler/probe.py's _Replay): batch norm, pooling, the backward convolution,
+# ... of a CNN's forward and backward steps and of a transformer's. And every op a probe
+# times: the matmuls, the convolution and these.
+REPLAYED_OPS = frozenset(name for name, kind in PROBES.items() if kind == ProbeKind.REPLAYED)
+PROBED_OPS = frozenset(PROBES)
 
 
 def op_name(namespace: str, packet: str) -> str:

@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batchscope.classifiers.critical_batch import measured_knee
 from batchscope.classifiers.roofline import classify_batch
-from batchscope.classifiers.step_model import fit_step_model, probe_specs
+from batchscope.classifiers.step_model import fit_step_model
 from batchscope.hardware.types import Ceilings
+from batchscope.probe_plan import probe_specs
 from batchscope.records import BatchResult
 from batchscope.records.codec import decode
 from benchmarks._common import SAMPLES, diagnose_cli

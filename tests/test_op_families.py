@@ -7,7 +7,9 @@ import pytest
 
 from batchscope.op_families import (
     FAMILIES,
+    PROBED_OPS,
     PROBES,
+    REPLAYED_OPS,
     Family,
     ProbeKind,
     family,
@@ -25,8 +27,8 @@ from batchscope.profiler import (
 
 def test_the_probed_ops_are_op_families_own() -> None:
     assert probe.MATMUL_PROBES == probed(ProbeKind.SHAPES) == {"addmm", "mm", "bmm", "baddbmm"}
-    assert probed(ProbeKind.REPLAYED) == probe.REPLAYED_OPS
-    assert set(PROBES) == probe.PROBED_OPS
+    assert probed(ProbeKind.REPLAYED) == REPLAYED_OPS
+    assert set(PROBES) == PROBED_OPS
     assert probed(ProbeKind.CONV_ARGS) == {"convolution"}
 
 

@@ -2,7 +2,8 @@
 
 Each function returns :class:`~batchscope.records.Flag` records: a kind and the numbers its
 sentence quotes; the sentences are the reports layer's (reports/flag_text.py). Also here:
-which batch sizes the step-time model predicts (:func:`unmeasured_sizes`).
+which batch sizes the step-time model predicts (:func:`unmeasured_sizes`; their kernel
+probes are planned in :mod:`batchscope.probe_plan`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Collection
 
 from batchscope.classifiers.data_parallel import accumulation_steps
 from batchscope.classifiers.roofline import roof_flags
-from batchscope.classifiers.step_model import PROBE_ROUND_S, probe_specs
 from batchscope.hardware.busy import BUSY_SHARE
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits, default_batch_sizes, predicted_not_to_fit
@@ -40,7 +40,6 @@ from batchscope.records.flag_payloads import (
     StandInTrainingStep,
     WorkVaries,
 )
-from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import Mode
 
 # A batch size whose interquartile range of step latency exceeds this share of its median
@@ -319,17 +318,3 @@ def unmeasured_sizes(results: list[BatchResult], limits: Limits) -> list[int]:
         sizes.append(b)
     return sizes
 
-
-def final_probe_specs(results: list[BatchResult], limits: Limits) -> list[ProbeSpec]:
-    """The kernel probes the report's prediction uses: every matmul and convolution of the
-    model (a convolution within its cost bound: step_model.probe_specs) at every measured
-    batch size and every unmeasured one :func:`unmeasured_sizes` names. Under
-    ``--predict-to`` the predicted curve is what the user asked for, not a by-product of a
-    sweep, and the bounded probes may take a round's whole :data:`PROBE_ROUND_S`, not
-    half the sweep's time; past ``--max-batch`` a matmul's probe is bounded too."""
-    if work_varies_with_inputs(results):
-        return []
-    sizes = [r.batch_size for r in results if r.status == Status.OK]
-    return probe_specs(results, sizes + unmeasured_sizes(results, limits),
-                       budget_s=PROBE_ROUND_S if limits.predict_to else None,
-                       bound_above=limits.max_batch if limits.predict_to else None)

@@ -1,5 +1,6 @@
-"""The sweep's predicted stop, as a phase in two pure steps: which kernel probes it wants,
-then a decision on their times (step_model.predicted_stop). The sweep runs the probes in
+"""The sweep's predicted stop, as a phase in two pure steps: which kernel probes it wants
+(probe_plan.stop_probe_specs, once the stop can judge), then a decision on their times
+(step_model.predicted_stop). The sweep runs the probes in
 between; nothing here calls back into it.
 
 Example:
@@ -16,14 +17,11 @@ from batchscope.classifiers.analyze import work_varies_with_inputs
 from batchscope.classifiers.coverage import has_hole
 from batchscope.classifiers.recommend import NEAR_BEST_SHARE, recommend
 from batchscope.classifiers.roofline import achieved_ceilings, classify_batch
-from batchscope.classifiers.step_model import (
-    plateau_overruled,
-    predicted_stop,
-    stop_probe_specs,
-)
+from batchscope.classifiers.step_model import plateau_overruled, predicted_stop
 from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
+from batchscope.probe_plan import stop_probe_specs
 from batchscope.records import BatchResult, Flag, Status, Stop
 from batchscope.records.probe import ProbeSpec
 

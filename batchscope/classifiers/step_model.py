@@ -1,8 +1,8 @@
 """The fitted step-time model: T(b) at every batch size, from a few measured ones.
 
 Every op (the same ``op_id`` at every batch size) gets its own batch response, fitted to its
-measured times at the largest few measured batch sizes (:data:`FIT_WINDOW`), the nearest to
-the ones predicted:
+measured times at the largest few measured batch sizes
+(:data:`~batchscope.probe_plan.FIT_WINDOW`), the nearest to the ones predicted:
 
     T_op(b) = fixed + max(memory_factor · bytes(b) / BW, compute_factor · FLOPs(b) / P)
 
@@ -20,20 +20,21 @@ the ones predicted:
   where the kernel was slow would carry that kernel into sizes where it no longer runs, so
   once an op's compute roof overtakes its memory roof, its memory factor falls back to the
   fastest its kind reached (at least 1: the roof).
-- **Kernel probes** (:mod:`batchscope.profiler.probe`): each matmul and convolution of the
-  model, and each per-row op of :data:`~batchscope.profiler.probe.REPLAYED_OPS` that takes
-  :data:`MIN_REPLAYED_SHARE` of the step (batch norm, pooling, the backward convolution,
-  ...), at its own shapes (and a convolution's stride, padding, ...) scaled to the sizes
-  predicted, is timed alone in the worker; where the largest fitted size and b both have
-  one, the op's measured time there times the probes' ratio is its time at b (or, where
-  alone it ran over twice as fast as in the step there, the larger of its fit and its
-  probe at b: :data:`ALONE_SHARE`). This sees
-  the kernel a larger b runs, and for a CPU convolution the page faults of its fresh
-  output, which grow per image with the batch. A convolution's (or replayed op's) probe is
-  skipped where one call is estimated over :data:`PROBE_MAX_CALL_S`, or once such probes have
-  taken :func:`probe_budget_s` (a share of the sweep's own time, measured by the worker as
-  they run, cheapest first); past its largest probe its time grows in proportion to the
-  rows, said in ``assumptions``.
+- **Kernel probes** (:mod:`batchscope.probe_plan` plans them, :mod:`batchscope.profiler.probe`
+  times them): each matmul and convolution of the model, and each per-row op of
+  :data:`~batchscope.op_families.REPLAYED_OPS` that takes
+  :data:`~batchscope.probe_plan.MIN_REPLAYED_SHARE` of the step (batch norm, pooling, the
+  backward convolution, ...), at its own shapes (and a convolution's stride, padding, ...)
+  scaled to the sizes predicted, is timed alone in the worker; where the largest fitted
+  size and b both have one, the op's measured time there times the probes' ratio is its
+  time at b (or, where alone it ran over twice as fast as in the step there, the larger of
+  its fit and its probe at b: :data:`ALONE_SHARE`). This sees the kernel a larger b runs,
+  and for a CPU convolution the page faults of its fresh output, which grow per image with
+  the batch. A convolution's (or replayed op's) probe is skipped where one call is
+  estimated over :data:`~batchscope.probe_plan.PROBE_MAX_CALL_S`, or once such probes have
+  taken :func:`~batchscope.probe_plan.probe_budget_s` (a share of the sweep's own time,
+  measured by the worker as they run, cheapest first); past its largest probe its time
+  grows in proportion to the rows, said in ``assumptions``.
 - Ops without a FLOP formula, the framework time between ops (on a GPU, the device's idle
   time), the ops the profiler saw but the counting did not are fitted as powers of b
   (exponent 0 to 1), flat unless they clearly grew.
@@ -52,38 +53,36 @@ depends on the machine's BLAS paths).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from batchscope.batch_shapes import scaled_shapes
 from batchscope.classifiers.critical_batch import LinearFit, fit_knee, fit_line
 from batchscope.classifiers.roofline import Roof
 from batchscope.classifiers.throughput_curve import projects_past
 from batchscope.classifiers.uncertainty import throughput_interval
 from batchscope.hardware.types import Ceilings
-from batchscope.op_families import ARGS_PROBED, FAMILY_PATH, Family, family
+from batchscope.op_families import FAMILY_PATH, Family, family
 from batchscope.plan import PLATEAU_PATIENCE
-from batchscope.profiler.probe import (
-    LONG_CALL_S,
-    MAX_REPEATS,
-    MIN_REPEATS,
-    PROBE_TIME_S,
-    PROBED_OPS,
-    REPLAYED_OPS,
+from batchscope.probe_plan import (
+    COST_BOUNDED_PROBES,
+    FIT_WINDOW,
+    PROBE_BUDGET_MIN_S,
+    PROBE_MAX_CALL_S,
+    PROBE_ROUND_S,
+    ProbeScaling,
+    probe_shapes,
+    usable_results,
 )
 from batchscope.records import (
-    ArgValue,
     Assumption,
     BatchResult,
     Bound,
     CurvePoint,
     Flag,
     OpStat,
-    Status,
     StepPrediction,
     Stop,
 )
@@ -95,11 +94,7 @@ from batchscope.records.flag_payloads import (
     PlateauOverruled,
     PredictedStop,
 )
-from batchscope.records.probe import ProbeSpec, probe_key
 
-# The model is fitted on the largest this many measured batch sizes: the nearest to the
-# sizes it predicts, past the small-batch kernel steps (MKL's 2-8 row path).
-FIT_WINDOW = 3
 # An op whose roof time is under this share of its measured time at the largest fitted size
 # is all per-call cost there: how far from its roof it runs cannot be read off its times.
 IDENTIFIABLE_SHARE = 0.25
@@ -113,42 +108,6 @@ PACE = 0.7
 # ratio would scale the profiler's cost in the reference time): the op's fitted formula is
 # used where either end of the ratio is under it.
 PROBE_MIN_S = 50e-6
-# Probes of these ops have a cost bound: their work is all per row (a convolution's weights
-# are a sliver of its activations), so one call's time at b is estimated as its measured
-# time per call at the largest fitted size times b / that size. A matmul is not bounded: at
-# small b its time is its weight read, which that estimate multiplies by b. Decode's LM head
-# (154 MB of weights, ~8-10 ms a call at batch 1-8) would be estimated at 1-10 s a call at
-# 1024 from the sizes the early stop first sees; it takes 1.2 s, and its probe there takes
-# decode's prediction at 1024 from -18% to -10% (docs/benchmarks.md, table 9).
-COST_BOUNDED_PROBES = ARGS_PROBED
-# A replayed op (batch norm, pooling, a backward convolution, ...; probe.REPLAYED_OPS) is
-# probed only where it took at least this share of the profiled step at the larger of the
-# two sizes its shapes scale from: the probes share one budget, cheapest first, and a
-# CNN's many small additions would spend it before its pooling and batch norms.
-MIN_REPLAYED_SHARE = 0.02
-# A probe of a bounded op is skipped where one call is estimated over this long. A
-# ResNet-18 convolution takes ~1-2 s a call at batch 1024 on a quiet 2-core CPU, several
-# times that on a shared one (here the stem took 3.4 s at batch 256): unbounded, its 11
-# shapes at every power of two to 1024 take minutes, past the worker's 120 s for a round
-# (supervisor.PROBE_TIMEOUT_S; a round over it is lost, its matmul probes too). Under 1 s
-# a shape's probes at every power of two take ~4 s at most (two calls a probe, the sizes'
-# calls summing to under twice the largest): a ResNet-18's largest convolutions are probed
-# up to 64-512, by how fast the machine runs them. Past its largest probe, an op's time
-# grows in proportion to the rows (OpCurve.scaled_from).
-PROBE_MAX_CALL_S = 1.0
-# ...and the bounded ops' probes, cheapest first, stop at this many seconds estimated
-# (:func:`_probe_cost_s`), leaving the rest of the round's 120 s to filling their inputs
-# (~1.5 ns a byte) and to the matmuls' probes (decode: 12 s). At ~4 s a shape at most, a
-# ResNet-18's 11 shapes fit; a model with more shapes at the bound loses its most costly
-# probes first.
-PROBE_ROUND_S = 45.0
-# Within that, the probes may take at most this share of what the sweep has spent
-# measuring so far (the batch sizes' wall time), and at least PROBE_BUDGET_MIN_S: a CNN
-# that plateaued after 6 s of sweep had spent 60 s probing its 11 convolutions at every
-# size to 1024 for the report's predicted curve. Probes already timed count against it,
-# so the budget grows with the sweep across rounds.
-PROBE_BUDGET_SHARE = 0.5
-PROBE_BUDGET_MIN_S = 3.0
 # The profiler's cost (profiled step minus timed latency, a cost per op call) is taken off
 # the predicted profiled step as the median over the fitted sizes, a fixed amount: it is
 # noisy (a profiled step may even run faster than the timed median), so no trend is read
@@ -254,43 +213,6 @@ def fit_power(xs: list[float], ys: list[float]) -> PowerFit:
 
 
 @dataclass
-class ProbeScaling:
-    """How a probed op's arguments follow the batch: its shapes at two measured sizes
-    (:func:`~batchscope.batch_shapes.scaled_shapes`), its other arguments (a convolution's
-    stride, ...: ``OpStat.call_args``), one call's measured seconds at the larger size and
-    the dtype it ran in (under ``--amp`` an fp32 model's matmuls run in bfloat16), which
-    its probe runs in and its key names."""
-
-    name: str
-    small: list[list[int]]
-    b_small: int
-    large: list[list[int]]
-    b_large: int
-    args: list[ArgValue] | None = None
-    call_s: float = 0.0
-    dtype: str = ""
-
-    def shapes(self, b: int) -> list[list[int]] | None:
-        return scaled_shapes(self.small, self.b_small, self.large, self.b_large, b)
-
-    def key(self, b: int) -> str | None:
-        """The spec key of its probe at batch ``b``; None where its shapes do not scale."""
-        shapes = self.shapes(b)
-        return (probe_key(self.name, shapes, self.args, self.dtype) if shapes is not None
-                else None)
-
-    def estimated_call_s(self, b: int) -> float:
-        """One call's seconds at ``b``, in proportion to the rows from the larger size."""
-        return self.call_s * b / self.b_large
-
-    def too_costly(self, b: int, bound_all: bool = False) -> bool:
-        """Whether its probe at ``b`` is skipped for cost (:data:`PROBE_MAX_CALL_S`): a
-        cost-bounded op's, or with ``bound_all`` a matmul's too."""
-        return ((bound_all or self.name in COST_BOUNDED_PROBES)
-                and self.estimated_call_s(b) > PROBE_MAX_CALL_S)
-
-
-@dataclass
 class OpCurve:
     """One op's fitted batch response."""
 
@@ -355,7 +277,8 @@ class OpCurve:
         return at_b is not None and at_ref is not None and min(at_b, at_ref) >= PROBE_MIN_S
 
     def scaled_from(self, b: float) -> int | None:
-        """For an op whose probes have a cost bound (:data:`COST_BOUNDED_PROBES`) and none
+        """For an op whose probes have a cost bound
+        (:data:`~batchscope.probe_plan.COST_BOUNDED_PROBES`) and none
         at ``b``: the largest of b/2, b/4, ... down to its reference size (the sweep's
         sizes are powers of two) that it was probed at, whose time scaled by the rows is
         its time at ``b``; None where ``b`` has a probe or no such size does."""
@@ -425,14 +348,9 @@ class StepModel:
                         [self.latency_s(b) for b in batch_sizes])
 
 
-def _usable(results: list[BatchResult]) -> list[BatchResult]:
-    return sorted((r for r in results if r.status == Status.OK and r.ops and r.latency_s
-                   and r.profiled_step_s), key=lambda r: r.batch_size)
-
-
 def fit_sizes(results: list[BatchResult], window: int = FIT_WINDOW) -> list[int]:
     """The batch sizes the model is fitted on: the largest ``window`` measured ones."""
-    return [r.batch_size for r in _usable(results)][-window:]
+    return [r.batch_size for r in usable_results(results)][-window:]
 
 
 def _roof_times(op: OpStat, roof: Roof) -> tuple[float, float]:
@@ -458,7 +376,7 @@ def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
                    probes_s: dict[str, float] | None = None) -> StepModel | None:
     """Fit the model on the measured ``sizes`` (default :func:`fit_sizes`), with the kernel
     probes timed so far (by spec key); None with fewer than two usable batch sizes."""
-    usable = _usable(results)
+    usable = usable_results(results)
     sizes = sizes if sizes is not None else fit_sizes(results)
     fitted = [r for r in usable if r.batch_size in sizes]
     if len(fitted) < 2:
@@ -488,105 +406,9 @@ def fit_step_model(results: list[BatchResult], ceilings: Ceilings,
     )
 
 
-def _probe_shapes(results: list[BatchResult]) -> dict[str, ProbeScaling]:
-    """Per probed op id: how its arguments scale, from the two largest usable sizes (a
-    convolution or a replayed op only with its call args recorded, the same at both; a
-    replayed op only from :data:`MIN_REPLAYED_SHARE` of the step)."""
-    usable = _usable(results)
-    if len(usable) < 2:
-        return {}
-    small, large = usable[-2], usable[-1]
-    before = {op.op_id: op for op in small.ops if op.name in PROBED_OPS}
-    out = {}
-    for op in large.ops:
-        prior = before.get(op.op_id)
-        if prior is None or prior.call_args != op.call_args:
-            continue
-        if op.name in COST_BOUNDED_PROBES and op.call_args is None:
-            continue  # recorded before call args were: it cannot be called again
-        if op.name in REPLAYED_OPS and op.time_s < MIN_REPLAYED_SHARE * (
-                large.profiled_step_s or float("inf")):
-            continue
-        out[op.op_id] = ProbeScaling(op.name, prior.input_shapes, small.batch_size,
-                                     op.input_shapes, large.batch_size, op.call_args,
-                                     op.time_s / max(op.calls, 1), op.dtype)
-    return out
-
-
-def probe_budget_s(results: list[BatchResult]) -> float:
-    """Seconds the cost-bounded probes may take: :data:`PROBE_BUDGET_SHARE` of the wall
-    time the sweep spent on its batch sizes, within [PROBE_BUDGET_MIN_S, PROBE_ROUND_S]."""
-    spent = sum(r.wall_s or 0.0 for r in results)
-    return min(max(PROBE_BUDGET_SHARE * spent, PROBE_BUDGET_MIN_S), PROBE_ROUND_S)
-
-
-def probe_specs(results: list[BatchResult], sizes: list[int],
-                budget_s: float | None = None,
-                bound_above: int | None = None) -> list[ProbeSpec]:
-    """The kernel probes that give each matmul and convolution of the model its time at
-    ``sizes`` (and at the measured ones, the reference), one per distinct shape.
-
-    A convolution's probe is left out where one call is estimated over
-    :data:`PROBE_MAX_CALL_S`, and past ``budget_s`` of them all (default
-    :func:`probe_budget_s`; the most costly left out first); its time there is scaled from
-    its largest probe below. The estimate runs short of what a probe costs (its input
-    filled with random numbers, the output's page faults: 10.6 s spent against ~4 s
-    estimated for the CNN sample on a 2-core EPYC), so the convolutions' specs come last,
-    cheapest first, each carrying ``budget_s``: the worker stops timing them once they
-    have taken that long, measured (:func:`batchscope.profiler.probe.run_probes`).
-
-    Past ``bound_above`` (``--predict-to``'s sizes past ``--max-batch``: a round that
-    runs past the worker's 120 s loses every probe in it) a matmul's probe is skipped
-    over :data:`PROBE_MAX_CALL_S` a call too, and its fit stands there.
-
-    The matmuls come first, each op's sizes in ascending order with its op id as
-    ``op_id`` and the batch size as ``batch``: the worker skips the warm-up call of a
-    probe its family's smaller one says is long (:data:`~batchscope.profiler.probe.LONG_CALL_S`).
-    """
-    budget_s = probe_budget_s(results) if budget_s is None else budget_s
-    specs: dict[str, ProbeSpec] = {}
-    bounded: dict[str, float] = {}  # key -> estimated seconds of one call
-    for op_id, scaling in _probe_shapes(results).items():
-        for b in sorted(set(sizes)):
-            shapes = scaling.shapes(b)
-            if shapes is None or scaling.too_costly(
-                    b, bound_all=bound_above is not None and b > bound_above):
-                continue
-            spec = ProbeSpec.of(scaling.name, shapes, scaling.args, scaling.dtype,
-                                op_id=op_id, batch=b)
-            if spec.key in specs:
-                continue
-            specs[spec.key] = spec
-            if scaling.name in COST_BOUNDED_PROBES:
-                bounded[spec.key] = scaling.estimated_call_s(b)
-    spent = 0.0
-    kept = []
-    for key, call_s in sorted(bounded.items(), key=lambda kv: kv[1]):
-        spent += _probe_cost_s(call_s)
-        if spent <= budget_s:
-            kept.append(dataclasses.replace(specs[key], budget_s=budget_s))
-    return [s for key, s in specs.items() if key not in bounded] + kept
-
-
-def _probe_cost_s(call_s: float) -> float:
-    """Seconds a probe of ``call_s`` a call takes in the worker (:func:`probe.time_probe`):
-    a warm-up call, then one timed call after a long warm-up, else timed calls until
-    PROBE_TIME_S has passed (at least MIN_REPEATS, at most MAX_REPEATS).
-
-    Example:
-        >>> _probe_cost_s(0.5), _probe_cost_s(0.125), round(_probe_cost_s(0.001), 6)
-        (1.0, 0.375, 0.026)
-    """
-    if call_s >= LONG_CALL_S:
-        return 2 * call_s
-    timed = min(max(MIN_REPEATS, math.ceil(PROBE_TIME_S / call_s) if call_s > 0 else 1),
-                MAX_REPEATS)
-    return call_s * (1 + timed)
-
-
 def _attach_probes(curves: list[OpCurve], by_op: dict[str, list[tuple[float, OpStat]]],
                    fitted: list[BatchResult], probes_s: dict[str, float]) -> None:
-    shapes = _probe_shapes(fitted)
+    shapes = probe_shapes(fitted)
     for curve in curves:
         if curve.op_id in shapes:
             ref_b, ref_op = by_op[curve.op_id][-1]
@@ -718,7 +540,7 @@ def predict(results: list[BatchResult], ceilings: Ceilings, unmeasured: list[int
     model = fit_step_model(results, ceilings, probes_s=probes_s)
     if model is None:
         return None
-    usable = _usable(results)
+    usable = usable_results(results)
     sizes = [r.batch_size for r in usable]
     points = []
     for k, r in enumerate(usable):
@@ -778,15 +600,6 @@ STOP_TOLERANCE = 0.25
 MIN_MARGIN = 0.10
 
 
-def stop_probe_specs(results: list[BatchResult], remaining: list[int]) -> list[ProbeSpec]:
-    """The kernel probes :func:`predicted_stop` reads: every probed op at the remaining
-    sizes and the measured ones ([] while too few sizes are measured to judge)."""
-    usable = _usable(results)
-    if not remaining or len(usable) < FIT_WINDOW + 1:
-        return []
-    return probe_specs(results, [*remaining, *(r.batch_size for r in usable)])
-
-
 def band_margin(miss: float) -> float:
     """The relative band a predicted step is given: the model's largest miss, at least
     :data:`MIN_MARGIN` (the predicted pick, the predicted stop and every band shown).
@@ -814,7 +627,7 @@ def plateau_overruled(results: list[BatchResult], ceilings: Ceilings, remaining:
     largest remaining size would overrule almost any plateau. The report keeps a
     PLATEAU_OVERRULED flag.
     """
-    usable = _usable(results)
+    usable = usable_results(results)
     if not remaining or len(usable) < 2:
         return None
     last = usable[-1]
@@ -849,9 +662,10 @@ def predicted_stop(results: list[BatchResult], ceilings: Ceilings, remaining: li
     not stop the sweep. This stops a sweep whose measured curve has levelled off or turned
     down; nor does it stop where the step time fitted through every measured size
     (throughput_curve.projects_past) still projects a remaining size past the bar from there.
-    ``probes_s``: the times of :func:`stop_probe_specs`' probes that ran.
+    ``probes_s``: the times of :func:`~batchscope.probe_plan.stop_probe_specs`' probes that
+    ran.
     """
-    usable = _usable(results)
+    usable = usable_results(results)
     if not remaining or len(usable) < FIT_WINDOW + 1:
         return None
     last = usable[-1]

@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
-from batchscope.op_families import ARGS_PROBED, op_name
+from batchscope.op_families import ARGS_PROBED, REPLAYED_OPS, op_name
 from batchscope.profiler import fused_formulas  # noqa: F401  (registers the fused kernels' formulas)
 from batchscope.profiler.decompositions import Expansion, expansion_for
 from batchscope.profiler.formulas import (
@@ -53,7 +53,7 @@ from batchscope.profiler.formulas import (
 )
 from batchscope.profiler.meta_attention import CpuAttentionChoice, fused_attention
 from batchscope.profiler.meta_rnn import CpuRnnPath
-from batchscope.profiler.probe import REPLAYED_OPS, tensor_slots
+from batchscope.profiler.probe import tensor_slots
 from batchscope.profiler.training import persistent_tensors
 from batchscope.records import ByteSplit, CountedOp
 

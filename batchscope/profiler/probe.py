@@ -9,18 +9,20 @@ modest batch) is mapped afresh and faulted in at every call, about twice its pag
 temporary in oneDNN's layout), so a ResNet-18's convolutions slow per image as the batch
 grows. No measurement at small batch sizes shows what a larger one will run, so the
 step-time model (:mod:`batchscope.classifiers.step_model`) asks for the model's own
-matmuls and convolutions, scaled to the sizes it predicts, timed here in the worker:
-milliseconds to a second each, where measuring the whole model at that size takes minutes.
+matmuls and convolutions, scaled to the sizes it predicts (:mod:`batchscope.probe_plan`
+names them), timed here in the worker: milliseconds to a second each, where measuring the
+whole model at that size takes minutes.
 
-A spec is a :class:`~batchscope.records.probe.ProbeSpec` (a record: the classifiers build
-it without torch): ``name`` one of :data:`PROBED_OPS`, ``shapes`` the tensor arguments'
-shapes in aten order and, for a convolution, ``args``: the op's other arguments
-(``CountedOp.call_args``: stride, padding, dilation, transposed, output_padding, groups; a
-bias when ``shapes`` has a third shape). The per-row ops of :data:`REPLAYED_OPS` (batch
-norm, pooling, the backward convolution, ...) have ``args`` too, their non-tensor arguments
-in schema order, and are called again through the overload those fit, on fresh tensors of
-their shapes. Every probe runs in its spec's ``dtype`` where it has one (the dtype the op
-ran in: under ``--amp`` the matmuls of an fp32 model run in bfloat16), else the model's.
+A spec is a :class:`~batchscope.records.probe.ProbeSpec` (a record: the plan builds it
+without torch): ``name`` one of :data:`~batchscope.op_families.PROBED_OPS`, ``shapes`` the
+tensor arguments' shapes in aten order and, for a convolution, ``args``: the op's other
+arguments (``CountedOp.call_args``: stride, padding, dilation, transposed, output_padding,
+groups; a bias when ``shapes`` has a third shape). The per-row ops of
+:data:`~batchscope.op_families.REPLAYED_OPS` (batch norm, pooling, the backward
+convolution, ...) have ``args`` too, their non-tensor arguments in schema order, and are
+called again through the overload those fit, on fresh tensors of their shapes. Every probe
+runs in its spec's ``dtype`` where it has one (the dtype the op ran in: under ``--amp`` the
+matmuls of an fp32 model run in bfloat16), else the model's.
 Which ops are probed, and how, is :data:`batchscope.op_families.PROBES`. The second matrix of a
 2-D ``addmm``/``mm`` is built as an ``nn.Linear`` weight seen transposed (``w.t()``), the
 layout ``F.linear`` passes. A convolution is called as the model calls it,
@@ -32,8 +34,9 @@ its steps; a model that fits in cache is probed with its arguments hot, as it ru
 
 Each probe is timed by the engine (:func:`batchscope.engine.timer.sample`) under a
 :class:`~batchscope.engine.policies.RepeatBudget`: a warm-up call, then at least
-:data:`MIN_REPEATS` calls (one after a long warm-up) until :data:`PROBE_TIME_S` of calls or
-:data:`MAX_REPEATS` of them. No torch at module level: the parent builds specs.
+``MIN_REPEATS`` calls (one after a long warm-up) until ``PROBE_TIME_S`` of calls or
+``MAX_REPEATS`` of them (:mod:`batchscope.records.probe`, where the plan reads them too).
+No torch at module level: the parent builds specs.
 """
 
 from __future__ import annotations
@@ -48,32 +51,29 @@ from typing import TYPE_CHECKING, Any
 from batchscope.engine.clock import HostClock
 from batchscope.engine.policies import RepeatBudget, Spent
 from batchscope.engine.timer import sample
-from batchscope.op_families import ProbeKind, probed
+from batchscope.op_families import PROBED_OPS, REPLAYED_OPS, ProbeKind, probed
 from batchscope.profiler.protocol import ProbesTimed
-from batchscope.records.probe import ProbeSpec
+from batchscope.records.probe import (
+    LONG_CALL_S,
+    MAX_REPEATS,
+    MIN_REPEATS,
+    PROBE_TIME_S,
+    ProbeSpec,
+)
 
 if TYPE_CHECKING:  # the parent builds specs without torch; only the worker times them
     import torch
 
-# Matmuls: fresh tensors of the recorded shapes are all a call needs.
+# Matmuls: fresh tensors of the recorded shapes are all a call needs. The ops of
+# op_families.REPLAYED_OPS are called again from their recorded non-tensor arguments
+# (``CountedOp.call_args``, in schema order) and tensors of their recorded shapes,
+# whichever of the op's overloads the two fit (:class:`_Replay`). Their tensor arguments
+# must be floating point, or named ``indices`` (filled with zeros, a valid index for any
+# max-pool window).
 MATMUL_PROBES = probed(ProbeKind.SHAPES)
-# Ops called again from their recorded non-tensor arguments (``CountedOp.call_args``, in
-# schema order) and tensors of their recorded shapes, whichever of the op's overloads the
-# two fit (:class:`_Replay`): the per-row ops of a CNN's forward and backward steps and of
-# a transformer's (op_families.PROBES says which). Their tensor arguments must be floating
-# point, or named ``indices`` (filled with zeros, a valid index for any max-pool window).
-REPLAYED_OPS = probed(ProbeKind.REPLAYED)
-PROBED_OPS = MATMUL_PROBES | probed(ProbeKind.CONV_ARGS) | REPLAYED_OPS
 # A convolution's non-tensor arguments (its spec's "args"): stride, padding, dilation,
 # transposed, output_padding, groups.
 CONV_ARGS = 6
-# Each probe runs until this much time or MAX_REPEATS calls (at least MIN_REPEATS).
-PROBE_TIME_S = 0.05
-MIN_REPEATS = 2
-MAX_REPEATS = 25
-# A warm-up call at least this long is followed by one timed call, not MIN_REPEATS (the
-# decode sample's LM head at batch 1024 takes 1.2 s a call).
-LONG_CALL_S = 0.2
 # Copies of the arguments cycled through, at most, to keep them out of the cache.
 MAX_COPIES = 16
 

@@ -1,9 +1,11 @@
 """A kernel probe's spec: which op, on which shapes, the classifiers ask the worker to time.
 
-The classifiers build specs (:mod:`batchscope.classifiers.step_model`), the sweep sends them
+The plan builds specs (:mod:`batchscope.probe_plan`), the sweep sends them
 (:class:`batchscope.profiler.protocol.RunProbes`) and the worker times them
 (:mod:`batchscope.profiler.probe`, where the module docstring says how); the times come back
-under each spec's :attr:`ProbeSpec.key`.
+under each spec's :attr:`ProbeSpec.key`. How long the worker times a probe is here too
+(:data:`PROBE_TIME_S`, ...): the worker times by it, and the plan
+(:mod:`batchscope.probe_plan`) estimates a probe's cost by it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchscope.records.measurement import ArgValue
+
+# Each probe runs until this much time or MAX_REPEATS calls (at least MIN_REPEATS).
+PROBE_TIME_S = 0.05
+MIN_REPEATS = 2
+MAX_REPEATS = 25
+# A warm-up call at least this long is followed by one timed call, not MIN_REPEATS (the
+# decode sample's LM head at batch 1024 takes 1.2 s a call).
+LONG_CALL_S = 0.2
 
 
 def probe_key(name: str, shapes: list[list[int]], args: list[Any] | None = None,
@@ -43,7 +53,7 @@ class ProbeSpec:
 
     Attributes:
         key: its one name (:func:`probe_key`), by which its time comes back.
-        name: the aten op, one of ``batchscope.profiler.probe.PROBED_OPS``.
+        name: the aten op, one of ``batchscope.op_families.PROBED_OPS``.
         shapes: its tensor arguments' shapes, in aten order.
         args: its other arguments in schema order (``CountedOp.call_args``): a
             convolution's or a replayed op's; None for a matmul.

@@ -517,7 +517,7 @@ def prediction_rows(report: Report) -> list[tuple[CurvePoint, bool]]:
     return [(p, p.measured_latency_s is not None) for p in (pred.points if pred else [])]
 
 
-# How many measured sizes each forecast is fitted on (classifiers/step_model.FIT_WINDOW).
+# How many measured sizes each forecast is fitted on (probe_plan.FIT_WINDOW).
 FORECAST_WINDOW_WORD = "three"
 
 

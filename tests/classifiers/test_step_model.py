@@ -9,24 +9,17 @@ import pytest
 from batchscope.classifiers.analyze import unmeasured_sizes
 from batchscope.classifiers.step_model import (
     ALONE_SHARE,
-    FIT_WINDOW,
-    PROBE_BUDGET_MIN_S,
-    PROBE_BUDGET_SHARE,
-    PROBE_MAX_CALL_S,
-    PROBE_ROUND_S,
-    _probe_cost_s,
     fit_power,
     fit_sizes,
     fit_step_model,
     plateau_overruled,
     predict,
     predicted_stop,
-    probe_budget_s,
-    probe_specs,
 )
 from batchscope.hardware.figures import CeilingDetails, MatmulFigures, MatmulSize
 from batchscope.hardware.types import Ceilings
 from batchscope.plan import Limits
+from batchscope.probe_plan import FIT_WINDOW, probe_specs
 from batchscope.records import (
     BatchResult,
     ByteSplit,
@@ -37,7 +30,6 @@ from batchscope.records import (
     StopKind,
 )
 from batchscope.records.noise import DRIFT_FLOOR
-from batchscope.records.probe import ProbeSpec
 from batchscope.records.report import Assumption, AssumptionKind
 from batchscope.reports.flag_text import assumption_text, stop_text
 
@@ -255,40 +247,6 @@ def test_predicted_stop_compares_units_with_units():
     assert stop.values["projected_per_s"] * (1 + margin) < stop.values["bar_per_s"]
 
 
-def test_probe_specs_scale_the_batch_dimension_and_keep_the_rest():
-    from batchscope.batch_shapes import scaled_shapes as _scaled
-
-    assert _scaled([[2304], [4, 768], [768, 2304]], 4,
-                   [[2304], [8, 768], [768, 2304]], 8, 1024) == [[2304], [1024, 768],
-                                                                  [768, 2304]]
-    assert _scaled([[3, 5]], 4, [[6, 5]], 8, 3) is None  # 6 * 3 / 8 rows is not whole
-    assert _scaled([[3, 5]], 4, [[7, 5]], 8, 16) is None  # neither fixed nor in proportion
-    results = [measured(b) for b in (4, 8)]
-    for r in results:
-        r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
-    specs = probe_specs(results, [8, 64])
-    assert [s.key for s in specs] == ["addmm[[1000],[8,1000],[1000,1000]]@float32",
-                                         "addmm[[1000],[64,1000],[1000,1000]]@float32"]
-    # --predict-to past --max-batch: a matmul's probe estimated over PROBE_MAX_CALL_S a
-    # call (in proportion to the rows from batch 8) is skipped there, and only there.
-    far = 2 ** 20
-    assert results[-1].ops[0].time_s * far / 8 > PROBE_MAX_CALL_S
-    keys = {s.batch for s in probe_specs(results, [64, far])}
-    assert keys == {64, far}
-    assert {s.batch for s in probe_specs(results, [64, far], bound_above=64)} == {64}
-
-
-def test_a_matmul_that_ran_in_bfloat16_is_probed_in_bfloat16():
-    # --amp: the model is fp32, its matmul ran in bf16; the probe says so in its spec and
-    # key, so the worker times the bf16 kernel.
-    results = [measured(b) for b in (4, 8)]
-    for r in results:
-        r.ops[0].input_shapes = [[1000], [r.batch_size, 1000], [1000, 1000]]
-        r.ops[0].dtype = "bfloat16"
-    (spec,) = [s for s in probe_specs(results, [64]) if s.batch == 64]
-    assert spec.dtype == "bfloat16" and spec.key.endswith("@bfloat16")
-
-
 def test_probed_matmul_scales_its_measured_time_by_the_probes_ratio():
     # The formula says one thing; the probes (the kernel at each size, timed alone) say the
     # op runs 10x as long at 64 as at 8, where it was measured: that is what is predicted.
@@ -351,67 +309,6 @@ def stepped(b: int, ops: list[OpStat]) -> BatchResult:
     return BatchResult(b, Status.OK, latency_s=LatencyStats(step, step, step, 5),
                        throughput_per_s=b / step, profiled_step_s=step, ops=ops,
                        op_time_s=step - 1e-4)
-
-
-def test_convolution_probes_carry_their_args_and_are_skipped_over_the_cost_bound():
-    # 10 ms an image a call, measured at 4 and 8: a call is estimated at 0.64 s at 64 and
-    # 1.28 s at 128 (over the bound). A matmul 50 ms a call at 8 keeps its probe at 1024:
-    # its time there is not its weight read times 128.
-    def at(b: int) -> BatchResult:
-        addmm = OpStat("head:addmm#0", "addmm", [[1000], [b, 1000], [1000, 1000]], "float32",
-                       "head", 1, 50e-3, 2 * 10**6 * b, ByteSplit(WEIGHTS, 0, 8000 * b))
-        return stepped(b, [conv_op(b, 10e-3 * b), addmm])
-
-    specs = probe_specs([at(4), at(8)], [8, 64, 128, 1024])
-    convs = {s.shapes[0][0]: s for s in specs if s.name == "convolution"}
-    assert sorted(convs) == [8, 64] and 64 * 10e-3 <= PROBE_MAX_CALL_S < 128 * 10e-3
-    assert convs[64] == ProbeSpec(
-        key="convolution[[64,64,56,56],[64,64,3,3]][[2,2],[1,1],[1,1],false,[0,0],1]@float32",
-        name="convolution", shapes=[[64, 64, 56, 56], [64, 64, 3, 3]], args=STRIDE_2,
-        op_id="layer:convolution#0", batch=64, dtype="float32",
-        budget_s=PROBE_BUDGET_MIN_S)  # the worker stops them there, measured
-    # the matmuls first; the convolutions after them, cheapest first
-    assert [s.name for s in specs] == ["addmm"] * 4 + ["convolution"] * 2
-    assert [s.shapes[0][0] for s in specs[4:]] == [8, 64]
-    assert "addmm[[1000],[1024,1000],[1000,1000]]@float32" in {s.key for s in specs}
-    assert all(s.args is None for s in specs if s.name == "addmm")
-    # A convolution recorded without its args (an older report) is not probed.
-    old = [at(4), at(8)]
-    for r in old:
-        r.ops[0].call_args = None
-    assert all(s.name == "addmm" for s in probe_specs(old, [8, 64]))
-
-
-def test_a_rounds_convolution_probes_stop_at_its_budget_cheapest_first():
-    # 40 convolutions of other widths, each 0.9 s a call at 1024: ~150 s for every size.
-    def at(b: int) -> BatchResult:
-        return stepped(b, [conv_op(b, 0.9 * b / 1024, channels=16 + i, calls=1,
-                                   op_id=f"l{i}:convolution#0") for i in range(40)])
-
-    sizes = [16, 32, 64, 128, 256, 512, 1024]
-    specs = probe_specs([at(4), at(8)], [8, *sizes], budget_s=PROBE_ROUND_S)
-    assert sum(_probe_cost_s(0.9 * s.shapes[0][0] / 1024) for s in specs) <= PROBE_ROUND_S
-    # every op keeps its reference size and the smaller sizes; the largest went first
-    kept = [s.shapes[0][0] for s in specs]
-    assert all(kept.count(b) == 40 for b in (8, 16, 32, 64, 128))
-    assert 256 in kept and 512 not in kept and 1024 not in kept
-
-
-def test_the_probe_budget_follows_the_sweeps_own_time():
-    def measured(wall_s: float) -> list[BatchResult]:
-        results = [stepped(b, [conv_op(b, 0.9 * b / 1024, channels=16 + i, calls=1,
-                                       op_id=f"l{i}:convolution#0") for i in range(40)])
-                   for b in (4, 8)]
-        return [dataclasses.replace(r, wall_s=wall_s / 2) for r in results]
-
-    assert probe_budget_s(measured(0.0)) == PROBE_BUDGET_MIN_S
-    assert probe_budget_s(measured(20.0)) == pytest.approx(PROBE_BUDGET_SHARE * 20.0)
-    assert probe_budget_s(measured(1e4)) == PROBE_ROUND_S
-    sizes = [8, 16, 32, 64, 128, 256, 512, 1024]
-    short = probe_specs(measured(0.0), sizes)
-    assert sum(_probe_cost_s(0.9 * s.shapes[0][0] / 1024) for s in short) \
-        <= PROBE_BUDGET_MIN_S
-    assert len(short) < len(probe_specs(measured(60.0), sizes))
 
 
 def test_a_convolution_past_its_largest_probe_grows_with_the_rows():

@@ -155,14 +155,14 @@ class _TwoStrides(nn.Module):
 
 
 def test_convolutions_with_other_strides_are_other_ops_and_keep_their_args() -> None:
-    from batchscope.profiler.probe import REPLAYED_OPS
+    from batchscope.op_families import REPLAYED_OPS
     from batchscope.records.codec import decode, to_builtins
 
     result = _measure_on(_TwoStrides().eval(), torch.randn(2, 3, 16, 16))
     convs = [op for op in result.ops if op.name == "convolution"]
     assert sorted((op.call_args[0], op.calls) for op in convs) == [([1, 1], 2), ([2, 2], 2)]
     assert {op.module for op in convs} == {"same", "halving"}
-    # the ops no probe replays have none; an addition's is its alpha (probe.REPLAYED_OPS)
+    # the ops no probe replays have none; an addition's is its alpha (op_families.REPLAYED_OPS)
     assert all(op.call_args is None for op in result.ops
                if op.name not in {"convolution", *REPLAYED_OPS})
     assert {str(op.call_args) for op in result.ops if op.name == "add"} == {"[1]"}

@@ -106,7 +106,8 @@ def test_the_bounded_probes_stop_at_their_measured_budget():
 def test_a_cnn_training_steps_per_row_ops_are_replayed_from_their_recorded_arguments():
     # Batch norm, pooling, ReLU's backward and the backward convolution are counted with
     # their non-tensor arguments and called again through the overload those fit.
-    from batchscope.profiler.probe import REPLAYED_OPS, _Replay
+    from batchscope.op_families import REPLAYED_OPS
+    from batchscope.profiler.probe import _Replay
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
