@@ -21,15 +21,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from batchscope.records.flag_payloads import FlagPayload, StopPayload
+from typing import Protocol, TypeVar
 
 # What a flag's or a stop's values may hold: JSON scalars, and lists of them (kernel names,
 # batch sizes). Nothing nests deeper, so every renderer can read them without type tests.
 Scalar = str | int | float | bool | None
 Value = Scalar | list[str | int | float]
+
+
+K_co = TypeVar("K_co", covariant=True)
+
+
+class KindPayload(Protocol[K_co]):
+    """What :meth:`Flag.of`, :meth:`Stop.of` and ``Assumption.of`` take: a typed payload of
+    one kind (records/flag_payloads.py; named by its shape, so that the records here need
+    not import the payloads that import them)."""
+
+    @property
+    def kind(self) -> K_co: ...
+
+    def values(self) -> dict[str, Value]: ...
 
 
 class FlagKind(str, Enum):
@@ -134,7 +145,7 @@ class Flag:
     values: dict[str, Value] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, payload: FlagPayload, batch_size: int | None = None,
+    def of(cls, payload: KindPayload[FlagKind], batch_size: int | None = None,
            op_id: str | None = None) -> Flag:
         """The flag of ``payload``'s kind, its values ``payload``'s fields
         (records/flag_payloads.py: one payload class per kind)."""
@@ -187,7 +198,7 @@ class Stop:
     values: dict[str, Value] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, payload: StopPayload, batch_size: int | None = None) -> Stop:
+    def of(cls, payload: KindPayload[StopKind], batch_size: int | None = None) -> Stop:
         """The stop of ``payload``'s kind, its values ``payload``'s fields
         (records/flag_payloads.py: one payload class per kind, ``CapStop``, ...)."""
         return cls(payload.kind, batch_size, payload.values())

@@ -14,21 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from batchscope.hardware.types import Ceilings
 from batchscope.records.counter_report import CountersSection
 from batchscope.records.evidence import Evidence
-from batchscope.records.flags import Flag, Stop, Value
+from batchscope.records.flags import Flag, KindPayload, Stop, Value
 from batchscope.records.interval import ControlTiming, DriftControl, Interval
 from batchscope.records.measurement import BatchResult, Status
 from batchscope.records.rounds import DecisionRounds
 from batchscope.records.run import Options
 from batchscope.records.serving import ServingSection
 from batchscope.records.target import TargetSection
-
-if TYPE_CHECKING:
-    from batchscope.records.flag_payloads import AssumptionPayload
 
 # report.json's schema; bump it to rename or retype a field. Schema 1 (flags, the stop and
 # the rule as sentences) is still read: codec.decode_report keeps them as NOTE kinds.
@@ -411,7 +407,8 @@ class Assumption:
     values: dict[str, Value] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, payload: AssumptionPayload, family: str | None = None) -> Assumption:
+    def of(cls, payload: KindPayload[AssumptionKind],
+           family: str | None = None) -> Assumption:
         """The assumption of ``payload``'s kind, its values ``payload``'s fields
         (records/flag_payloads.py: ``PathSpeedAssumption``, ...)."""
         return cls(payload.kind, family, payload.values())
