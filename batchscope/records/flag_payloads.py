@@ -64,6 +64,19 @@ class Payload:
     kind: ClassVar[FlagKind | StopKind | AssumptionKind]
     # What its values are of, for the errors' sentences: "flag", "stop" or "assumption".
     record: ClassVar[str]
+    # Every payload class of that record, by its kind (PAYLOADS, STOP_PAYLOADS, ...).
+    registry: ClassVar[dict[Any, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a payload class under its kind (a kind with two is a mistake); the
+        bases of a record's payloads (no kind of their own) register nothing."""
+        super().__init_subclass__(**kwargs)
+        if "kind" not in cls.__dict__:
+            return
+        if cls.kind in cls.registry:
+            raise TypeError(f"{cls.kind} has two payloads: "
+                            f"{cls.registry[cls.kind].__name__} and {cls.__name__}")
+        cls.registry[cls.kind] = cls
 
     def values(self) -> dict[str, Value]:
         """The record's ``values``: every field by name, in the order the fields are
@@ -100,13 +113,7 @@ class FlagPayload(Payload):
 
     kind: ClassVar[FlagKind]
     record: ClassVar[str] = "flag"
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.kind in PAYLOADS:
-            raise TypeError(f"{cls.kind} has two payloads: {PAYLOADS[cls.kind].__name__} "
-                            f"and {cls.__name__}")
-        PAYLOADS[cls.kind] = cls
+    registry: ClassVar[dict[Any, Any]] = PAYLOADS
 
     @classmethod
     def of(cls: type[P], flag: Flag) -> P:
@@ -120,13 +127,7 @@ class StopPayload(Payload):
 
     kind: ClassVar[StopKind]
     record: ClassVar[str] = "stop"
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.kind in STOP_PAYLOADS:
-            raise TypeError(f"{cls.kind} has two payloads: "
-                            f"{STOP_PAYLOADS[cls.kind].__name__} and {cls.__name__}")
-        STOP_PAYLOADS[cls.kind] = cls
+    registry: ClassVar[dict[Any, Any]] = STOP_PAYLOADS
 
     @classmethod
     def of(cls: type[S], stop: Stop) -> S:
@@ -141,13 +142,7 @@ class AssumptionPayload(Payload):
 
     kind: ClassVar[AssumptionKind]
     record: ClassVar[str] = "assumption"
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.kind in ASSUMPTION_PAYLOADS:
-            raise TypeError(f"{cls.kind} has two payloads: "
-                            f"{ASSUMPTION_PAYLOADS[cls.kind].__name__} and {cls.__name__}")
-        ASSUMPTION_PAYLOADS[cls.kind] = cls
+    registry: ClassVar[dict[Any, Any]] = ASSUMPTION_PAYLOADS
 
     @classmethod
     def of(cls: type[U], assumption: Assumption) -> U:
@@ -165,11 +160,6 @@ def _together(payload: Payload, *names: str) -> None:
                            f"{', '.join(given)} without {', '.join(missing)}")
 
 
-def payload(flag: Flag, cls: type[P]) -> P:
-    """``flag``'s payload as ``cls`` (:meth:`FlagPayload.of`)."""
-    return cls.of(flag)
-
-
 def payload_of(flag: Flag) -> FlagPayload:
     """``flag``'s payload, of the class its kind has."""
     return PAYLOADS[flag.kind].of(flag)
@@ -183,8 +173,6 @@ def stop_payload_of(stop: Stop) -> StopPayload:
 def assumption_payload_of(assumption: Assumption) -> AssumptionPayload:
     """``assumption``'s payload, of the class its kind has."""
     return ASSUMPTION_PAYLOADS[assumption.kind].of(assumption)
-
-
 
 
 # -- measuring one batch size (worker, supervisor, watch) ------------------------------------

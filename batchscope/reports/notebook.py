@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 
 from batchscope.records import Report
 from batchscope.reports.kinds import render_html
@@ -44,24 +44,11 @@ def show(report: Report) -> ReportPage:
     return ReportPage(render_html(report))
 
 
-class _HtmlFormatter(Protocol):
-    def for_type(self, typ: type, func: object) -> object: ...
-
-
-class _DisplayFormatter(Protocol):
-    @property
-    def formatters(self) -> dict[str, _HtmlFormatter]: ...
-
-
-class _Shell(Protocol):
-    @property
-    def display_formatter(self) -> _DisplayFormatter: ...
-
-
-def show_reports_in(shell: _Shell | None) -> bool:
+def show_reports_in(shell: Any) -> bool:
     """Tell an IPython ``shell``'s HTML formatter to display a :class:`Report` as
-    :func:`show` does (IPython's own way of giving a type a display). False where there is
-    no shell (a script, a terminal without IPython)."""
+    :func:`show` does (IPython's own way of giving a type a display: IPython is untyped,
+    and never imported here). False where there is no shell (a script, a terminal without
+    IPython)."""
     if shell is None:
         return False
     shell.display_formatter.formatters["text/html"].for_type(
