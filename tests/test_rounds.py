@@ -29,6 +29,7 @@ from batchscope.records.rounds import (
     machine_drift,
     paired_decision,
     paired_shares,
+    rounds_of,
     stalled_blocks,
 )
 from batchscope.rounds import (
@@ -343,6 +344,49 @@ def test_the_final_rounds_run_in_two_workers_until_the_pick_stands_clear():
     drift = rounds_drift(results, record.blocks, 30.0)
     assert drift is not None and drift.batch_size == 1
     assert drift.drift < 0.2
+
+
+def test_pairs_a_plateau_check_timed_count_toward_the_workers_least_rounds():
+    # The check timed the plan's largest sizes six times in the sweep's worker: its least
+    # rounds then time only the sizes it lacks, with the fastest, not the check's other
+    # sizes again; the fresh worker times every candidate. The pick is the one the rounds
+    # make where every least round times every candidate.
+    curve = {1: 30.0, 2: 58.0, 4: 100.0, 8: 150.0, 16: 200.0, 32: 300.0, 64: 280.0,
+             128: 250.0}
+    checked = [16, 32, 64]
+    check_rounds = 6
+
+    def run(seed: int, *, reuse: bool) -> tuple[list[BatchResult], DecisionRounds]:
+        rng = random.Random(seed)
+        machine = Machine(rng, curve)
+        results = sweep(machine, sorted(curve))
+        steps = {r.batch_size: r.latency_s.median for r in results if r.latency_s}
+        rounds_run = RoundsRun(FakeHost(machine, worker_serial=0), seed=seed)
+        if reuse:
+            assert rounds_run.check(checked, steps, lambda _blocks: False, 3, check_rounds,
+                                    None)
+        record = rounds_run.decide(results, set(), deadline=None)
+        assert record is not None
+        return results, record
+
+    for seed in range(4):
+        results, record = run(seed, reuse=True)
+        candidates = decision_candidates(results)
+        assert {1, 16, 32, 64} <= set(candidates)
+        least = [b for b in record.blocks if b.worker == 0 and b.round >= check_rounds]
+        assert {b.batch_size for b in least} == {1, 32}  # what the check lacked, and 32
+        for size in set(candidates) - {32}:  # every candidate paired in this worker
+            with_32 = [r for r in rounds_of(b for b in record.blocks if b.worker == 0).values()
+                       if size in r and 32 in r]
+            assert len(with_32) >= MIN_ROUNDS_PER_WORKER
+        assert {b.batch_size for b in record.blocks if b.worker == 1} >= set(candidates)
+        _, whole = run(seed, reuse=False)
+        assert {b.batch_size for b in whole.blocks
+                if b.worker == 0} == set(candidates)  # without the check: every candidate
+        pick = paired_decision(record.blocks, record.candidates)
+        before = paired_decision(whole.blocks, whole.candidates)
+        assert pick is not None and before is not None
+        assert pick.batch_size == before.batch_size == 32
 
 
 def test_the_rounds_orders_are_seeded_and_shuffled():

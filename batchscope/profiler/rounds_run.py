@@ -38,6 +38,7 @@ from batchscope.records.rounds import (
     machine_drift,
     paired_decision,
     paired_shares,
+    rounds_of,
 )
 from batchscope.rounds import (
     ARBITER_WORKERS,
@@ -152,6 +153,36 @@ class RoundsRun:
         wanted = set(sizes) - self.failed
         return sum(1 for timed in by_round.values() if wanted <= timed)
 
+    def least_round(self, sizes: Sequence[int], steps_s: dict[int, float]) -> list[int]:
+        """The sizes the running worker's next least round times: each of ``sizes`` that
+        this worker has paired with the reference in fewer than
+        :data:`~batchscope.rounds.MIN_ROUNDS_PER_WORKER` rounds, and the reference (the
+        fastest the blocks so far show among ``sizes``; before any, the plan's fastest);
+        [] once none falls short. A pair counts whatever round timed it, a plateau check's
+        included: its ratio is the same paired evidence, and timing the check's sizes again
+        (the sweep's largest, the decode sample's 512 and 1024) would cost their steps for
+        pairs the worker already holds. A stalled block counts as timed, as it did when the
+        least rounds were whole rounds: the decision leaves it out and times the size on
+        where that leaves it unsettled (:func:`~batchscope.rounds.open_sizes`)."""
+        worker = self.host.worker_serial
+        sizes = [b for b in sizes if b not in self.failed]
+        reference = fastest(self.blocks, sizes)
+        if reference is None:
+            timed = [b for b in sizes if steps_s.get(b, 0.0) > 0]
+            if not timed:
+                return list(sizes)
+            reference = max(timed, key=lambda b: (b / steps_s[b], -b))
+        by_round = rounds_of(b for b in self.blocks if b.worker == worker).values()
+        short = []
+        for size in sizes:
+            if size == reference:
+                continue
+            paired = sum(1 for timed_here in by_round
+                         if size in timed_here and reference in timed_here)
+            if paired < MIN_ROUNDS_PER_WORKER:
+                short.append(size)
+        return sorted({*short, reference}) if short else []
+
     def rounds_timing(self, batch_size: int) -> int:
         """Rounds, over every worker, that timed ``batch_size``."""
         return len({(b.worker, b.round) for b in self.blocks if b.batch_size == batch_size})
@@ -210,10 +241,10 @@ class RoundsRun:
             if final_rounds > 0 and deadline is not None and now >= deadline:
                 stop = RoundsStop.BUDGET  # --budget's deadline is hard
                 break
-            here = self.rounds_in(self.host.worker_serial, least) >= MIN_ROUNDS_PER_WORKER
+            short = self.least_round(least, steps_s)
             more_workers = fresh_started < self.workers - 1
-            if not here:  # this worker's least rounds, of the first candidates
-                if not self.round(least, steps_s):
+            if short:  # this worker's least rounds, of the first candidates it lacks
+                if not self.round(short, steps_s):
                     stop = RoundsStop.FAILED
                     least = [b for b in least if b not in self.failed]
                     if len(set(candidates) - self.failed) < 2:
