@@ -125,13 +125,14 @@ def alternating(sample: str, repeats: int, before_src: str | None) -> list[str]:
         order = order[i % len(order):] + order[:i % len(order)]
         got: dict[str, float] = {}
         grid: list[int] = []
+        before_grid: list[int] = []
         # the plain sweep times batchscope's own grid: batchscope runs first in each round
         for who in ["new", *[w for w in order if w != "new"]]:
             with OtherLoad() as load:
                 if who == "new":
                     got[who], grid, _ = batchscope_run(sample)
                 elif who == "before":
-                    got[who], _, _ = batchscope_run(sample, before_src)
+                    got[who], before_grid, _ = batchscope_run(sample, before_src)
                 else:
                     got[who], _ = plain_run(sample, grid)
             print(f"{name} round {i}: {who} {got[who]:.1f} s (other processes' CPU "
@@ -139,7 +140,10 @@ def alternating(sample: str, repeats: int, before_src: str | None) -> list[str]:
         ratios.append(got["new"] / got["plain"])
         if before_src:
             before.append(got["before"] / got["plain"])
-        grids.append(f"{grid[0]}–{grid[-1]}")
+        # The older tree's plan may end at another size: its ratio is over the plain sweep
+        # of this code's grid, so its grid is shown beside it.
+        grids.append(f"{grid[0]}–{grid[-1]}" + (f" (before: {before_grid[0]}–{before_grid[-1]})"
+                                                  if before_src and before_grid else ""))
         walls.append(f"{got['new']:.0f}/{got['plain']:.0f}")
     row = [name, " ".join(grids), " ".join(walls), " ".join(f"{r:.2f}" for r in ratios),
            f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"]
