@@ -229,6 +229,10 @@ class RoundsRun:
         final_rounds = 0  # rounds run here, bounded by cap
         cap = MAX_ROUNDS
         fresh_started = 0  # fresh workers started here, at most self.workers - 1
+        # Least rounds run here in each worker: never more than MIN_ROUNDS_PER_WORKER, as
+        # when they were whole rounds, even where the fastest moves from round to round and
+        # the pairs with it are counted afresh.
+        least_run: dict[int, int] = {}
         arbiters = ARBITER_WORKERS if self.workers > 1 else 0
         # an arbiter: one more worker's start and least rounds
         arbiter_s = least_rounds_s(results, least, 2) - least_rounds_s(results, least, 1)
@@ -241,9 +245,12 @@ class RoundsRun:
             if final_rounds > 0 and deadline is not None and now >= deadline:
                 stop = RoundsStop.BUDGET  # --budget's deadline is hard
                 break
-            short = self.least_round(least, steps_s)
+            serial = self.host.worker_serial
+            short = (self.least_round(least, steps_s)
+                     if least_run.get(serial, 0) < MIN_ROUNDS_PER_WORKER else [])
             more_workers = fresh_started < self.workers - 1
             if short:  # this worker's least rounds, of the first candidates it lacks
+                least_run[serial] = least_run.get(serial, 0) + 1
                 if not self.round(short, steps_s):
                     stop = RoundsStop.FAILED
                     least = [b for b in least if b not in self.failed]
@@ -253,7 +260,6 @@ class RoundsRun:
                 continue
             if more_workers:  # then the same in a fresh worker
                 fresh_started += 1
-                serial = self.host.worker_serial
                 try:
                     began = time.monotonic()
                     fresh = self.host.fresh_worker()
