@@ -389,6 +389,24 @@ def test_pairs_a_plateau_check_timed_count_toward_the_workers_least_rounds():
         assert pick.batch_size == before.batch_size == 32
 
 
+def test_a_worker_runs_at_most_its_least_rounds_however_the_fastest_moves(
+        monkeypatch: pytest.MonkeyPatch):
+    # Where the fastest moved every round, the pairs with it would never reach five: the
+    # sweep's worker still hands over to the fresh one after MIN_ROUNDS_PER_WORKER.
+    monkeypatch.setattr(RoundsRun, "least_round",
+                        lambda self, sizes, steps_s: [b for b in sizes
+                                                      if b not in self.failed])
+    rng = random.Random(3)
+    machine = Machine(rng, MLP)
+    results = sweep(machine, sorted(MLP))
+    host = FakeHost(machine, worker_serial=0)
+    record = RoundsRun(host, seed=3).decide(results, set(), deadline=None)
+    assert record is not None
+    assert host.fresh >= 1
+    assert len({b.round for b in record.blocks if b.worker == 0}) == MIN_ROUNDS_PER_WORKER
+    assert len({b.round for b in record.blocks if b.worker == 1}) >= MIN_ROUNDS_PER_WORKER
+
+
 def test_the_rounds_orders_are_seeded_and_shuffled():
     def orders(seed: int) -> list[list[int]]:
         rng = random.Random(2)
